@@ -1,0 +1,55 @@
+"""What one forward step tells attention about its batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class AttentionMetadata:
+    """Layout of a ragged batch against the paged KV cache.
+
+    Sequence ``i`` contributes the query tokens
+    ``query_start_loc[i] : query_start_loc[i + 1]``; they sit at positions
+    ``seq_lens[i] - query_len_i ... seq_lens[i] - 1`` of that sequence, and
+    every earlier position's key and value are already in the cache (the
+    step's own keys and values are written by `write_kv` before attention
+    runs). Attention is causal: the query at position ``p`` sees keys
+    ``0..p``.
+
+    Device tensors:
+      slot_mapping:    [num_tokens] int64; cache slot (block * block_size +
+                       offset) of each new token, -1 = do not write (padding).
+      query_start_loc: [num_seqs + 1] int32, cumulative query lengths.
+      seq_lens:        [num_seqs] int32, context length after this step;
+                       0 marks a padded (unused) row.
+      block_tables:    [num_seqs, max_blocks_per_seq] int32, physical block
+                       of each logical block; unused entries are ignored.
+
+    Host values (known to the scheduler without a device sync):
+      max_query_len:   longest query in the batch (1 = pure decode).
+      max_seq_len:     longest context in the batch. Kernels that must be
+                       CUDA-graph safe size their grids without it.
+      query_start_loc_cpu, seq_lens_cpu: host copies of the two device
+                       tensors, for backends that loop over sequences on the
+                       host (the CPU reference). Reading them never syncs.
+    """
+
+    slot_mapping: torch.Tensor
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_tables: torch.Tensor
+    max_query_len: int
+    max_seq_len: int
+    query_start_loc_cpu: torch.Tensor
+    seq_lens_cpu: torch.Tensor
+
+    @property
+    def num_seqs(self) -> int:
+        return self.seq_lens.shape[0]
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return self.max_query_len == 1

@@ -1,0 +1,102 @@
+"""Plain-torch paged attention: the CPU path and the reference for the kernels."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from engine.attention.metadata import AttentionMetadata
+
+
+def write_kv(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Scatter a step's keys/values into their cache slots (slot -1 = skip)."""
+    num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
+    valid = slot_mapping >= 0
+    slots = slot_mapping[valid]
+    k_cache.view(-1, num_kv_heads, head_dim)[slots] = key[valid].to(k_cache.dtype)
+    v_cache.view(-1, num_kv_heads, head_dim)[slots] = value[valid].to(v_cache.dtype)
+
+
+def _gather_context(
+    cache: torch.Tensor, block_table: torch.Tensor, length: int
+) -> torch.Tensor:
+    """The first ``length`` cached positions of the sequences of ``block_table``
+    ([..., num_blocks]) as [..., length, num_kv_heads, head_dim]."""
+    block_size = cache.shape[1]
+    num_blocks = -(-length // block_size)
+    blocks = cache[block_table[..., :num_blocks].long()]
+    lead = blocks.shape[:-4]
+    return blocks.reshape(*lead, num_blocks * block_size, *cache.shape[2:])[..., :length, :, :]
+
+
+def paged_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention of ``query`` over the paged cache (see AttentionBackend)."""
+    if meta.is_pure_decode:
+        return _decode_attention(query, k_cache, v_cache, meta, scale)
+    out = torch.zeros_like(query)
+    starts = meta.query_start_loc_cpu.tolist()
+    lens = meta.seq_lens_cpu.tolist()
+    for i, seq_len in enumerate(lens):
+        begin, end = starts[i], starts[i + 1]
+        if seq_len == 0 or end == begin:
+            continue
+        q = query[begin:end].transpose(0, 1)  # [heads, q_len, dim]
+        k = _gather_context(k_cache, meta.block_tables[i], seq_len).transpose(0, 1)
+        v = _gather_context(v_cache, meta.block_tables[i], seq_len).transpose(0, 1)
+        q_len = end - begin
+        # Query j sits at position seq_len - q_len + j and sees keys 0..that.
+        q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
+        k_pos = torch.arange(seq_len, device=query.device)
+        mask = k_pos[None, :] <= q_pos[:, None]
+        attn = F.scaled_dot_product_attention(
+            q.to(k.dtype), k, v, attn_mask=mask, scale=scale, enable_gqa=True
+        )
+        out[begin:end] = attn.transpose(0, 1).to(out.dtype)
+    return out
+
+
+def _decode_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
+    """One query per sequence: gather every context to the batch's longest and
+    mask the tail, so the whole batch is one attention call."""
+    num_seqs = query.shape[0]
+    length = max(meta.max_seq_len, 1)
+    k = _gather_context(k_cache, meta.block_tables, length).transpose(1, 2)
+    v = _gather_context(v_cache, meta.block_tables, length).transpose(1, 2)
+    mask = torch.arange(length, device=query.device)[None, :] < meta.seq_lens[:, None]
+    q = query.view(num_seqs, query.shape[1], 1, query.shape[2]).to(k.dtype)
+    attn = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=True
+    )
+    # Padded rows (seq_len 0) attend to nothing: SDPA gives NaN there.
+    attn = torch.nan_to_num(attn, nan=0.0)
+    return attn.view_as(query).to(query.dtype)
+
+
+class TorchAttentionBackend:
+    """The reference backend: `write_kv` and `paged_attention` above."""
+
+    name = "torch"
+
+    def write_kv(self, key, value, k_cache, v_cache, slot_mapping) -> None:
+        write_kv(key, value, k_cache, v_cache, slot_mapping)
+
+    def paged_attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
+        return paged_attention(query, k_cache, v_cache, meta, scale)

@@ -1,0 +1,78 @@
+"""Per-request sampling parameters, validated before they reach the engine loop."""
+
+from __future__ import annotations
+
+import msgspec
+
+from engine.errors import InvalidRequestError
+
+MAX_LOGPROBS = 20
+
+
+class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """How to sample one request's tokens (OpenAI + vLLM semantics).
+
+    temperature 0 means greedy. ``seed`` fixes the noise: the token sampled at
+    a position depends only on (seed, position, logits), never on the batch.
+    ``logprobs`` None means none; 0 means the sampled token's logprob only;
+    k > 0 adds the top-k alternatives.
+    """
+
+    max_tokens: int | None = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] | None = None
+    logprobs: int | None = None
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    stop_token_ids: list[int] = msgspec.field(default_factory=list)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self, vocab_size: int | None = None) -> SamplingParams:
+        """Raise InvalidRequestError naming the first bad field; return self."""
+
+        def bad(param: str, why: str) -> InvalidRequestError:
+            return InvalidRequestError(f"{param} {why}", param=param)
+
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise bad("max_tokens", f"must be at least 1, got {self.max_tokens}")
+        if not 0.0 <= self.temperature <= 100.0:
+            raise bad("temperature", f"must be in [0, 100], got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise bad("top_p", f"must be in (0, 1], got {self.top_p}")
+        if self.top_k < -1:
+            raise bad("top_k", f"must be -1, 0 (off) or positive, got {self.top_k}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise bad("min_p", f"must be in [0, 1], got {self.min_p}")
+        if not -2.0 <= self.presence_penalty <= 2.0:
+            raise bad("presence_penalty", f"must be in [-2, 2], got {self.presence_penalty}")
+        if not -2.0 <= self.frequency_penalty <= 2.0:
+            raise bad("frequency_penalty", f"must be in [-2, 2], got {self.frequency_penalty}")
+        if not 0.0 < self.repetition_penalty <= 2.0:
+            raise bad("repetition_penalty", f"must be in (0, 2], got {self.repetition_penalty}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise bad("logprobs", f"must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+        if self.min_tokens < 0:
+            raise bad("min_tokens", f"must be non-negative, got {self.min_tokens}")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise bad("min_tokens", f"({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        if self.seed is not None and not -(2**63) <= self.seed < 2**64:
+            raise bad("seed", "must fit in 64 bits")
+        for token in self.stop_token_ids:
+            if token < 0 or (vocab_size is not None and token >= vocab_size):
+                raise bad("stop_token_ids", f"holds {token}, outside the vocabulary")
+        for token, bias in (self.logit_bias or {}).items():
+            if token < 0 or (vocab_size is not None and token >= vocab_size):
+                raise bad("logit_bias", f"has token {token}, outside the vocabulary")
+            if not -100.0 <= bias <= 100.0:
+                raise bad("logit_bias", f"value for token {token} must be in [-100, 100], got {bias}")
+        return self

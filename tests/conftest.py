@@ -1,0 +1,22 @@
+"""Test-wide set-up.
+
+Triton kernels run under the interpreter when there is no GPU; the variable
+must be set before any ``@triton.jit`` executes, so it is set here, first.
+"""
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device; run loadtests/gpu_check.sh on one")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)

@@ -1,0 +1,109 @@
+"""The plain-torch paged attention against dense causal attention."""
+
+import random
+
+import pytest
+import torch
+
+from engine.attention.metadata import AttentionMetadata
+from engine.attention.reference import paged_attention, write_kv
+
+
+def dense_causal(q, k, v, scale):
+    """q [ql, H, D] at the last ql positions of k/v [L, Hkv, D]."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q, k) * scale
+    ql, L = q.shape[0], k.shape[0]
+    q_pos = torch.arange(L - ql, L)[:, None]
+    scores = scores.masked_fill(torch.arange(L)[None, :] > q_pos, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+
+
+def build_batch(seq_specs, num_heads, num_kv_heads, head_dim, block_size, seed=0):
+    """seq_specs: list of (cached_len, query_len). Returns everything a test needs,
+    with the cache filled through write_kv and block tables shuffled."""
+    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    blocks_needed = [-(-(c + q) // block_size) for c, q in seq_specs]
+    num_blocks = sum(blocks_needed) + 3
+    perm = list(range(num_blocks))
+    rng.shuffle(perm)
+    k_cache = torch.zeros(num_blocks, block_size, num_kv_heads, head_dim)
+    v_cache = torch.zeros_like(k_cache)
+    max_blocks = max(blocks_needed)
+    tables = torch.zeros(len(seq_specs), max_blocks, dtype=torch.int32)
+    full_k, full_v, queries, slots = [], [], [], []
+    for i, (cached, qlen) in enumerate(seq_specs):
+        ids = [perm.pop() for _ in range(blocks_needed[i])]
+        tables[i, : len(ids)] = torch.tensor(ids, dtype=torch.int32)
+        total = cached + qlen
+        k = torch.randn(total, num_kv_heads, head_dim, generator=gen)
+        v = torch.randn(total, num_kv_heads, head_dim, generator=gen)
+        pos_slots = torch.tensor([ids[p // block_size] * block_size + p % block_size for p in range(total)])
+        # The cached prefix was written by earlier steps.
+        write_kv(k[:cached], v[:cached], k_cache, v_cache, pos_slots[:cached])
+        full_k.append(k)
+        full_v.append(v)
+        queries.append(torch.randn(qlen, num_heads, head_dim, generator=gen))
+        slots.append(pos_slots[cached:])
+    qlens = [q for _, q in seq_specs]
+    qsl = torch.tensor([0] + list(torch.tensor(qlens).cumsum(0)), dtype=torch.int32)
+    seq_lens = torch.tensor([c + q for c, q in seq_specs], dtype=torch.int32)
+    meta = AttentionMetadata(
+        slot_mapping=torch.cat(slots),
+        query_start_loc=qsl,
+        seq_lens=seq_lens,
+        block_tables=tables,
+        max_query_len=max(qlens),
+        max_seq_len=int(seq_lens.max()),
+        query_start_loc_cpu=qsl.clone(),
+        seq_lens_cpu=seq_lens.clone(),
+    )
+    new_k = torch.cat([k[c:] for k, (c, _) in zip(full_k, seq_specs)])
+    new_v = torch.cat([v[c:] for v, (c, _) in zip(full_v, seq_specs)])
+    return dict(
+        meta=meta, k_cache=k_cache, v_cache=v_cache, query=torch.cat(queries),
+        new_k=new_k, new_v=new_v, full_k=full_k, full_v=full_v, queries=queries,
+    )
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (9, 3), (8, 1)])
+@pytest.mark.parametrize(
+    "specs",
+    [
+        [(0, 7), (5, 3), (16, 1), (31, 2)],  # prefill, extend, decode mixed
+        [(15, 1), (16, 1), (0, 1), (40, 1)],  # pure decode at block edges
+    ],
+)
+def test_paged_attention_matches_dense(specs, num_heads, num_kv_heads):
+    b = build_batch(specs, num_heads, num_kv_heads, head_dim=8, block_size=16)
+    write_kv(b["new_k"], b["new_v"], b["k_cache"], b["v_cache"], b["meta"].slot_mapping)
+    out = paged_attention(b["query"], b["k_cache"], b["v_cache"], b["meta"], scale=0.3)
+    start = 0
+    for q, k, v in zip(b["queries"], b["full_k"], b["full_v"]):
+        expect = dense_causal(q, k, v, 0.3)
+        torch.testing.assert_close(out[start : start + len(q)], expect, atol=1e-5, rtol=1e-5)
+        start += len(q)
+
+
+def test_write_kv_skips_negative_slots():
+    k_cache = torch.zeros(2, 4, 1, 2)
+    v_cache = torch.zeros_like(k_cache)
+    key = torch.ones(3, 1, 2)
+    write_kv(key, key * 2, k_cache, v_cache, torch.tensor([5, -1, 0]))
+    assert k_cache.view(-1, 1, 2)[5].eq(1).all() and k_cache.view(-1, 1, 2)[0].eq(1).all()
+    assert int((k_cache != 0).sum()) == 4
+    assert v_cache.view(-1, 1, 2)[5].eq(2).all()
+
+
+def test_padded_decode_rows_are_finite():
+    b = build_batch([(3, 1), (0, 1)], 2, 1, head_dim=4, block_size=4)
+    meta = b["meta"]
+    meta.seq_lens[1] = 0
+    meta.seq_lens_cpu[1] = 0
+    meta.slot_mapping[1] = -1
+    write_kv(b["new_k"], b["new_v"], b["k_cache"], b["v_cache"], meta.slot_mapping)
+    out = paged_attention(b["query"], b["k_cache"], b["v_cache"], meta, scale=0.5)
+    assert torch.isfinite(out).all()
