@@ -1,0 +1,24 @@
+"""The agentgate engine: token ids in, token ids out.
+
+`LLM` and `SamplingParams` are the offline API; front ends use
+`engine.client.EngineClient` and `engine.protocol`.
+"""
+
+from typing import TYPE_CHECKING
+
+from engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from engine.llm import LLM, RequestOutput
+
+__all__ = ["LLM", "RequestOutput", "SamplingParams"]
+
+
+def __getattr__(name: str):
+    # LLM pulls in torch and the model code; front ends that only need the
+    # protocol should not pay for that on import.
+    if name in ("LLM", "RequestOutput"):
+        from engine import llm
+
+        return getattr(llm, name)
+    raise AttributeError(name)

@@ -16,6 +16,9 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
     a position depends only on (seed, position, logits), never on the batch.
     ``logprobs`` None means none; 0 means the sampled token's logprob only;
     k > 0 adds the top-k alternatives.
+
+    ``stop``, ``include_stop_str_in_output`` and ``skip_special_tokens`` act
+    on text, so the front end applies them (the engine sees token ids only).
     """
 
     max_tokens: int | None = 16
@@ -32,6 +35,9 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
     min_tokens: int = 0
     ignore_eos: bool = False
     stop_token_ids: list[int] = msgspec.field(default_factory=list)
+    stop: list[str] = msgspec.field(default_factory=list)
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
 
     @property
     def greedy(self) -> bool:
@@ -67,6 +73,8 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
             raise bad("min_tokens", f"({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
         if self.seed is not None and not -(2**63) <= self.seed < 2**64:
             raise bad("seed", "must fit in 64 bits")
+        if any(not s for s in self.stop):
+            raise bad("stop", "must not contain empty strings")
         for token in self.stop_token_ids:
             if token < 0 or (vocab_size is not None and token >= vocab_size):
                 raise bad("stop_token_ids", f"holds {token}, outside the vocabulary")

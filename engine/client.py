@@ -1,0 +1,284 @@
+"""EngineClient: the front end's handle on one engine process (anyio).
+
+One dispatch task reads the engine's socket and fans outputs out to
+per-request memory streams; a watcher notices a dead engine and fails every
+waiter with EngineDeadError at once. Use it as an async context manager:
+
+    async with EngineClient.spawn(config) as engine:
+        async with aclosing(engine.generate(rid, ids, params)) as outputs:
+            async for out in outputs: ...
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import multiprocessing
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import msgspec
+import zmq
+import zmq.asyncio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from engine.config import EngineConfig
+from engine.errors import EngineDeadError, EngineError, InvalidRequestError
+from engine.protocol import (
+    AbortRequests,
+    AddRequest,
+    EngineCoreOutput,
+    EngineInfo,
+    EngineOutputs,
+    Hello,
+    Ready,
+    SchedulerStats,
+    StartupFailed,
+    UtilityCall,
+    UtilityResult,
+    decode_from_engine,
+    encode,
+)
+from engine.sampling_params import SamplingParams
+
+WATCH_INTERVAL_S = 0.05
+
+
+class _Call:
+    """A utility call waiting for its result."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class EngineClient:
+    def __init__(self, address: str, process: multiprocessing.process.BaseProcess | None = None) -> None:
+        self.address = address
+        self.process = process
+        self.info: EngineInfo | None = None
+        self.last_stats: SchedulerStats | None = None
+        self.dead_reason: str | None = None
+        self._context = zmq.asyncio.Context()
+        self._socket = self._context.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.IDENTITY, f"fe-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
+        self._socket.setsockopt(zmq.SNDHWM, 0)
+        self._socket.setsockopt(zmq.RCVHWM, 0)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.connect(address)
+        self._streams: dict[str, MemoryObjectSendStream[EngineCoreOutput | BaseException]] = {}
+        self._calls: dict[int, _Call] = {}
+        self._call_ids = itertools.count()
+
+    # -- lifecycle ------------------------------------------------------------
+    @classmethod
+    @asynccontextmanager
+    async def spawn(
+        cls, config: EngineConfig, model_name: str | None = None, startup_timeout: float = 600.0
+    ) -> AsyncIterator[EngineClient]:
+        """Start an engine process on a private socket and connect to it."""
+        from engine.process import run_engine_process
+
+        address = f"ipc://{tempfile.gettempdir()}/agentgate-engine-{uuid.uuid4().hex}.sock"
+        ctx = multiprocessing.get_context("spawn")
+        process = ctx.Process(
+            target=run_engine_process,
+            args=(config, address, model_name or config.model or "default"),
+            name="agentgate-engine",
+            daemon=True,
+        )
+        process.start()
+        try:
+            async with cls.connect(address, process=process, startup_timeout=startup_timeout) as client:
+                yield client
+        finally:
+            await anyio.to_thread.run_sync(_stop_process, process)
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls,
+        address: str,
+        *,
+        process: multiprocessing.process.BaseProcess | None = None,
+        startup_timeout: float = 600.0,
+    ) -> AsyncIterator[EngineClient]:
+        """Connect to a running engine at ``address`` and wait until it is ready."""
+        client = cls(address, process)
+        try:
+            await client._handshake(startup_timeout)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(client._dispatch)
+                if process is not None:
+                    tasks.start_soon(client._watch_process)
+                try:
+                    yield client
+                finally:
+                    tasks.cancel_scope.cancel()
+        finally:
+            client._fail_everyone(client.dead_reason or "the engine client was closed")
+            client._socket.close(0)
+            client._context.term()
+
+    async def _handshake(self, timeout: float) -> None:
+        await self._socket.send(encode(Hello(client_name=f"pid{os.getpid()}")))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if await self._socket.poll(int(WATCH_INTERVAL_S * 1000)):
+                message = decode_from_engine(await self._socket.recv())
+                if isinstance(message, Ready):
+                    self.info = message.info
+                    return
+                if isinstance(message, StartupFailed):
+                    raise EngineDeadError(f"the engine failed to start: {message.message}")
+            elif self.process is not None and not self.process.is_alive():
+                if await self._socket.poll(200):
+                    continue  # read its last words first
+                raise EngineDeadError(f"the engine process exited during start-up (exit code {self.process.exitcode})")
+        raise EngineDeadError(f"the engine at {self.address} did not become ready within {timeout:.0f} s")
+
+    @property
+    def is_dead(self) -> bool:
+        return self.dead_reason is not None
+
+    # -- requests ---------------------------------------------------------------
+    async def generate(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        eos_token_ids: frozenset[int] | list[int] = frozenset(),
+    ) -> AsyncIterator[EngineCoreOutput]:
+        """Submit a request and yield its outputs until one carries a finish
+        reason. Leaving early (break, cancel, aclose) aborts it in the engine."""
+        self._check_alive()
+        if request_id in self._streams:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
+        send, receive = anyio.create_memory_object_stream[EngineCoreOutput | BaseException](math.inf)
+        self._streams[request_id] = send
+        finished = False
+        try:
+            await self._send(AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), time.monotonic()))
+            async for item in receive:
+                if isinstance(item, BaseException):
+                    raise item
+                if item.finish_reason == "error" and item.error:
+                    finished = True
+                    raise InvalidRequestError(item.error) if item.invalid else EngineError(item.error)
+                finished = item.finish_reason is not None
+                yield item
+                if finished:
+                    return
+        finally:
+            self._streams.pop(request_id, None)
+            send.close()
+            receive.close()
+            if not finished and not self.is_dead:
+                with anyio.CancelScope(shield=True):
+                    await self._send(AbortRequests([request_id]))
+
+    async def abort(self, request_ids: list[str]) -> None:
+        self._check_alive()
+        await self._send(AbortRequests(list(request_ids)))
+
+    async def abort_all(self) -> None:
+        self._check_alive()
+        await self._send(AbortRequests([], all_requests=True))
+
+    @property
+    def num_streams(self) -> int:
+        """Requests of this client still open."""
+        return len(self._streams)
+
+    def owns(self, request_id: str) -> bool:
+        return request_id in self._streams
+
+    # -- utility calls -----------------------------------------------------------
+    async def call(self, method: str, *args: Any) -> Any:
+        self._check_alive()
+        call_id = next(self._call_ids)
+        pending = self._calls[call_id] = _Call()
+        try:
+            await self._send(UtilityCall(call_id, method, list(args)))
+            await pending.done.wait()
+        finally:
+            self._calls.pop(call_id, None)
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    async def pause(self, mode: str = "abort") -> None:
+        await self.call("pause", mode)
+
+    async def resume(self) -> None:
+        await self.call("resume")
+
+    async def is_paused(self) -> bool:
+        return bool(await self.call("is_paused"))
+
+    async def stats(self) -> SchedulerStats:
+        return msgspec.convert(await self.call("stats"), SchedulerStats)
+
+    async def health(self) -> bool:
+        return await self.call("health") == "ok"
+
+    # -- internals -------------------------------------------------------------
+    def _check_alive(self) -> None:
+        if self.dead_reason is not None:
+            raise EngineDeadError(self.dead_reason)
+
+    async def _send(self, message: msgspec.Struct) -> None:
+        await self._socket.send(encode(message))
+
+    async def _dispatch(self) -> None:
+        while True:
+            message = decode_from_engine(await self._socket.recv())
+            if isinstance(message, EngineOutputs):
+                if message.stats is not None:
+                    self.last_stats = message.stats
+                for out in message.outputs:
+                    stream = self._streams.get(out.request_id)
+                    if stream is not None:
+                        stream.send_nowait(out)
+            elif isinstance(message, UtilityResult):
+                pending = self._calls.get(message.call_id)
+                if pending is not None:
+                    if message.error is not None:
+                        pending.error = EngineError(message.error)
+                    pending.result = message.result
+                    pending.done.set()
+
+    async def _watch_process(self) -> None:
+        while self.process.is_alive():
+            await anyio.sleep(WATCH_INTERVAL_S)
+        self._fail_everyone(f"the engine process died (exit code {self.process.exitcode})")
+
+    def _fail_everyone(self, reason: str) -> None:
+        if self.dead_reason is None:
+            self.dead_reason = reason
+        error = EngineDeadError(self.dead_reason)
+        for stream in list(self._streams.values()):
+            try:
+                stream.send_nowait(error)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+        for pending in list(self._calls.values()):
+            pending.error = error
+            pending.done.set()
+
+
+def _stop_process(process: multiprocessing.process.BaseProcess, timeout: float = 10.0) -> None:
+    """SIGTERM, wait, then SIGKILL if it will not go."""
+    if process.is_alive():
+        process.terminate()
+        process.join(timeout)
+    if process.is_alive():
+        process.kill()
+        process.join(5)

@@ -1,0 +1,71 @@
+"""Frozen engine configuration. Values measured at start-up (the number of KV
+blocks) are returned by the runner, never written back into a config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+
+from engine.errors import InvalidRequestError
+
+RunnerKind = Literal["overlap", "sync", "null"]
+RUNNERS: tuple[str, ...] = ("overlap", "sync", "null")
+DTYPES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything an engine needs to start.
+
+    model:        None (the default model), a .gguf file or an HF directory.
+    device:       "auto" picks CUDA when present, else the CPU.
+    runner:       "overlap" (default), "sync" (the reference baseline) or
+                  "null" (no model: instant tokens, for benchmarks of
+                  everything around the model).
+    max_model_len: None = the model's context length, capped at 8192 on CPU.
+    kv_cache_bytes: KV budget on the CPU (default 1 GiB); on CUDA the budget
+                  is measured from free memory and ``gpu_memory_utilization``.
+    num_kv_blocks: an exact block count, overriding both (tests use tiny ones).
+    max_num_batched_tokens: tokens per step; longer prompts are chunked.
+    """
+
+    model: str | None = None
+    dtype: str = "auto"
+    load_format: str = "auto"
+    device: str = "auto"
+    runner: RunnerKind = "overlap"
+    block_size: int = 16
+    max_model_len: int | None = None
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 1024
+    gpu_memory_utilization: float = 0.85
+    kv_cache_bytes: int | None = None
+    num_kv_blocks: int | None = None
+    enable_prefix_caching: bool = True
+    enforce_eager: bool = False
+    seed: int = 0
+    # The null runner only: seconds each step takes, to emulate a model.
+    null_step_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.runner not in RUNNERS:
+            raise InvalidRequestError(f"runner must be one of {RUNNERS}, got {self.runner!r}", "runner")
+        if self.dtype not in DTYPES:
+            raise InvalidRequestError(f"dtype must be one of {DTYPES}, got {self.dtype!r}", "dtype")
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, name) < 1:
+                raise InvalidRequestError(f"{name} must be positive", name)
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
+            raise InvalidRequestError("num_kv_blocks must be at least 2", "num_kv_blocks")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise InvalidRequestError("gpu_memory_utilization must be in (0, 1]", "gpu_memory_utilization")
+
+    def resolved_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def with_changes(self, **changes: object) -> EngineConfig:
+        return replace(self, **changes)

@@ -1,0 +1,206 @@
+"""EngineCore: the step loop. Inbox -> scheduler -> runner -> outbox, token
+ids in and token ids out. With the overlapped runner, step N+1 is launched
+before step N's tokens are waited for."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Any
+
+from engine.config import EngineConfig
+from engine.errors import InvalidRequestError
+from engine.kv_cache_manager import KVCacheManager
+from engine.protocol import EngineCoreOutput, EngineInfo, SchedulerStats, TokenLogprobs
+from engine.request import FinishReason, Request
+from engine.runner.base import ModelRunner
+from engine.sampling_params import SamplingParams
+from engine.scheduler import PauseState, Scheduler, SchedulerLimits, TokenEvent
+from engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+
+PAUSE_MODES = ("abort", "wait", "keep")
+
+
+def make_runner(config: EngineConfig) -> ModelRunner:
+    if config.runner == "null":
+        from engine.runner.null import NullRunner
+
+        return NullRunner(
+            num_blocks=config.num_kv_blocks or 1 << 16,
+            block_size=config.block_size,
+            max_model_len=config.max_model_len or 8192,
+            max_steps_in_flight=2,
+            step_seconds=config.null_step_seconds,
+        )
+    if config.runner == "sync":
+        from engine.runner.sync import SyncRunner
+
+        return SyncRunner(config)
+    from engine.runner.overlap import OverlapRunner
+
+    return OverlapRunner(config)
+
+
+class EngineCore:
+    """Owns the scheduler and the runner; everything here runs on one thread."""
+
+    def __init__(self, config: EngineConfig, runner: ModelRunner | None = None) -> None:
+        self.config = config
+        self.runner = runner or make_runner(config)
+        spec = self.runner.kv_spec
+        self.max_model_len = spec.max_model_len
+        self.vocab_size = self.runner.vocab_size
+        self.scheduler = Scheduler(
+            SchedulerLimits(config.max_num_seqs, config.max_num_batched_tokens, spec.max_model_len),
+            KVCacheManager(spec.num_blocks, spec.block_size, config.enable_prefix_caching),
+        )
+        self._in_flight: deque[tuple[SchedulerOutput, Any]] = deque()
+        self._seeds = random.Random(config.seed)
+
+    def info(self, model_name: str) -> EngineInfo:
+        runner = self.runner
+        return EngineInfo(
+            model=model_name,
+            architecture=runner.architecture,
+            vocab_size=self.vocab_size,
+            max_model_len=self.max_model_len,
+            block_size=runner.kv_spec.block_size,
+            num_kv_blocks=runner.kv_spec.num_blocks,
+            runner=self.config.runner,
+            device=str(runner.device),
+            dtype=str(runner.dtype).removeprefix("torch."),
+        )
+
+    # -- requests --------------------------------------------------------------
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        eos_token_ids: frozenset[int] | list[int] = frozenset(),
+        arrival_time: float | None = None,
+    ) -> None:
+        """Validate and queue a request; InvalidRequestError leaves no trace."""
+        self.validate_request(request_id, prompt_token_ids, params)
+        seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
+        self.scheduler.add_request(
+            Request(
+                request_id,
+                list(prompt_token_ids),
+                params,
+                seed=seed % (1 << 64),
+                eos_token_ids=frozenset(eos_token_ids),
+                max_model_len=self.max_model_len,
+                arrival_time=arrival_time,
+            )
+        )
+
+    def validate_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        if request_id in self.scheduler.requests:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
+        if not prompt_token_ids:
+            raise InvalidRequestError("the prompt is empty", "prompt")
+        if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= self.vocab_size:
+            raise InvalidRequestError(f"prompt token ids must be in [0, {self.vocab_size})", "prompt")
+        if len(prompt_token_ids) >= self.max_model_len:
+            raise InvalidRequestError(
+                f"the prompt has {len(prompt_token_ids)} tokens; this model's context is "
+                f"{self.max_model_len} tokens, which leaves no room to generate",
+                "prompt",
+            )
+        params.validate(self.vocab_size)
+
+    def abort_requests(self, request_ids: list[str] | None) -> list[EngineCoreOutput]:
+        """Abort the named requests (every request for None); returns their
+        final outputs."""
+        aborted = self.scheduler.abort_requests(request_ids)
+        self._release_if_idle()
+        return [EngineCoreOutput(r.request_id, [], FinishReason.ABORT.value) for r in aborted]
+
+    def fail_all(self, message: str) -> list[EngineCoreOutput]:
+        """After a failed step: end every request with finish reason "error"
+        and drop the steps in flight, so the engine can carry on."""
+        self._in_flight.clear()
+        failed = self.scheduler.abort_requests(None)
+        self.runner.release(self.scheduler.take_released())
+        return [EngineCoreOutput(r.request_id, [], "error", error=message) for r in failed]
+
+    # -- pause -----------------------------------------------------------------
+    def pause(self, mode: str) -> list[EngineCoreOutput]:
+        """abort: end every request now, then admit nothing new. wait: admit
+        nothing new, let started requests finish. keep: freeze everything in
+        place until resume."""
+        if mode not in PAUSE_MODES:
+            raise InvalidRequestError(f"pause mode must be one of {PAUSE_MODES}, got {mode!r}", "mode")
+        if mode == "keep":
+            self.scheduler.pause_state = PauseState.PAUSED_ALL
+            return []
+        self.scheduler.pause_state = PauseState.PAUSED_NEW
+        return self.abort_requests(None) if mode == "abort" else []
+
+    def resume(self) -> None:
+        self.scheduler.pause_state = PauseState.UNPAUSED
+
+    @property
+    def is_paused(self) -> bool:
+        return self.scheduler.pause_state is not PauseState.UNPAUSED
+
+    @property
+    def is_drained(self) -> bool:
+        """No started request and no step in flight (what pause(wait) waits for)."""
+        return not self._in_flight and self.scheduler.num_in_flight_admitted == 0
+
+    def stats(self) -> SchedulerStats:
+        return self.scheduler.stats()
+
+    # -- the step ----------------------------------------------------------------
+    @property
+    def has_work(self) -> bool:
+        return bool(self._in_flight) or self.scheduler.has_schedulable_work
+
+    def step(self) -> list[EngineCoreOutput]:
+        """Launch the next step if the pipeline has room, then resolve the
+        oldest step once the pipeline is full (or nothing new was launched)."""
+        launched = False
+        if len(self._in_flight) < self.runner.max_steps_in_flight and self.scheduler.has_schedulable_work:
+            step = self.scheduler.schedule()
+            if not step.is_empty:
+                self._in_flight.append((step, self.runner.execute(step)))
+                launched = True
+        outputs: list[EngineCoreOutput] = []
+        if self._in_flight and (not launched or len(self._in_flight) >= self.runner.max_steps_in_flight):
+            step, handle = self._in_flight.popleft()
+            result = self.runner.wait(handle)
+            outputs = self._to_outputs(self.scheduler.update_from_output(step, result), result)
+        self._release_if_idle()
+        return outputs
+
+    def _release_if_idle(self) -> None:
+        """With no step to carry them, released ids go to the runner now, so
+        an idle engine holds no request state."""
+        if not self.has_work:
+            self.runner.release(self.scheduler.take_released())
+
+    @staticmethod
+    def _to_outputs(events: list[TokenEvent], result: ModelRunnerOutput) -> list[EngineCoreOutput]:
+        outputs = []
+        for event in events:
+            request = event.request
+            out = EngineCoreOutput(
+                request.request_id,
+                [event.token_id],
+                event.finish_reason.value if event.finish_reason else None,
+                num_cached_tokens=request.num_cached_tokens,
+            )
+            wanted = request.params.logprobs
+            if wanted is not None and result.logprobs is not None:
+                top_ids = result.top_token_ids[event.row][:wanted] if result.top_token_ids else []
+                top_lps = result.top_logprobs[event.row][:wanted] if result.top_logprobs else []
+                out.logprobs = [TokenLogprobs(result.logprobs[event.row], top_ids, top_lps)]
+            outputs.append(out)
+        return outputs
+
+    def shutdown(self) -> None:
+        self._in_flight.clear()
+        self.runner.shutdown()
+

@@ -1,0 +1,150 @@
+"""The offline Python API, for scripts and tests (kept stable):
+
+    from engine import LLM, SamplingParams
+    llm = LLM()                                   # the default model
+    [out] = llm.chat([{"role": "user", "content": "Hi"}], SamplingParams(temperature=0))
+    print(out.text)
+
+It runs the engine core in this process (no engine process, no sockets).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.config import EngineConfig
+from engine.core import EngineCore
+from engine.errors import InvalidRequestError
+from engine.model_path import resolve_model_path
+from engine.output_processor import OutputProcessor
+from engine.protocol import TokenLogprobs
+from engine.sampling_params import SamplingParams
+from engine.tokenizer import Tokenizer, load_tokenizer
+
+Prompt = str | list[int]
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    logprobs: list[TokenLogprobs] | None = None
+    num_cached_tokens: int = 0
+
+
+class LLM:
+    """A model loaded in this process, generating for batches of prompts.
+
+    ``model``: None for the default model, a .gguf file or an HF directory.
+    Other keyword arguments are EngineConfig fields (runner, dtype,
+    max_num_seqs, num_kv_blocks, ...).
+    """
+
+    def __init__(self, model: str | Path | None = None, **engine_options: Any) -> None:
+        self.config = EngineConfig(model=None if model is None else str(model), **engine_options)
+        self.core = EngineCore(self.config)
+        self.tokenizer: Tokenizer | None = _try_tokenizer(self.config)
+        self._ids = itertools.count()
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt (text, or token ids), all batched together."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]  # type: ignore[list-item]
+        prompt_list = list(prompts)
+        param_list = _broadcast(params or SamplingParams(), len(prompt_list))
+        outputs: dict[str, RequestOutput] = {}
+        processors: dict[str, OutputProcessor] = {}
+        eos = self.tokenizer.eos_token_ids if self.tokenizer else frozenset()
+        try:
+            for prompt, p in zip(prompt_list, param_list):
+                ids = self._encode(prompt)
+                rid = f"llm-{next(self._ids)}"
+                self.core.add_request(rid, ids, p, eos)
+                outputs[rid] = RequestOutput(rid, ids)
+                if self.tokenizer is not None:
+                    processors[rid] = OutputProcessor(self.tokenizer, p)
+            self._run(outputs, processors)
+        except BaseException:
+            unfinished = [rid for rid, out in outputs.items() if out.finish_reason is None]
+            self.core.abort_requests(unfinished)
+            raise
+        return list(outputs.values())
+
+    def chat(
+        self,
+        messages: list[dict[str, Any]] | list[list[dict[str, Any]]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[RequestOutput]:
+        """Render one conversation (or a list of them) with the model's chat
+        template and generate a reply for each."""
+        tokenizer = self._require_tokenizer()
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts = [
+            tokenizer.apply_chat_template(conv, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=True)
+            for conv in conversations
+        ]
+        return self.generate(prompts, params)
+
+    def _run(self, outputs: dict[str, RequestOutput], processors: dict[str, OutputProcessor]) -> None:
+        remaining = len(outputs)
+        while remaining:
+            for out in self.core.step():
+                result = outputs[out.request_id]
+                result.token_ids += out.new_token_ids
+                result.num_cached_tokens = out.num_cached_tokens
+                if out.logprobs:
+                    result.logprobs = (result.logprobs or []) + out.logprobs
+                finished = out.finish_reason is not None
+                processor = processors.get(out.request_id)
+                if processor is not None and not processor.stopped:
+                    delta = processor.push(out.new_token_ids, finished)
+                    result.text += delta.text
+                    if delta.stopped and not finished:
+                        self.core.abort_requests([out.request_id])
+                        out.finish_reason, finished = "stop", True
+                if finished and result.finish_reason is None:
+                    result.finish_reason = "stop" if processor and processor.stopped else out.finish_reason
+                    remaining -= 1
+
+    def _encode(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return self._require_tokenizer().encode(prompt)
+        return list(prompt)
+
+    def _require_tokenizer(self) -> Tokenizer:
+        if self.tokenizer is None:
+            raise InvalidRequestError("this model has no tokenizer; pass prompts as token ids", "prompt")
+        return self.tokenizer
+
+
+def _broadcast(params: SamplingParams | Sequence[SamplingParams], n: int) -> list[SamplingParams]:
+    if isinstance(params, SamplingParams):
+        return [params] * n
+    if len(params) != n:
+        raise InvalidRequestError(f"got {len(params)} sampling params for {n} prompts", "params")
+    return list(params)
+
+
+def _try_tokenizer(config: EngineConfig) -> Tokenizer | None:
+    """The model's tokenizer; None for dummy weights shipped without one."""
+    path = resolve_model_path(config.model)
+    try:
+        return load_tokenizer(path)
+    except Exception:
+        if config.load_format == "dummy":
+            return None
+        raise

@@ -1,0 +1,217 @@
+"""The engine in its own process: a ZMQ ROUTER socket in front of EngineCore.
+
+Front ends connect DEALER sockets, say Hello and get Ready (model info, KV
+capacity) once the model is loaded, or StartupFailed. Each request's outputs
+go back to the front end that sent it; an abort from any front end reaches
+every request. The loop never dies from a request: a failing step ends the
+requests it held with finish reason "error" and the engine carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+import traceback
+from collections import defaultdict
+from typing import Any
+
+import zmq
+
+from engine.config import EngineConfig
+from engine.core import EngineCore
+from engine.errors import EngineError
+from engine.protocol import (
+    AbortRequests,
+    AddRequest,
+    EngineCoreOutput,
+    EngineOutputs,
+    Hello,
+    Ready,
+    StartupFailed,
+    UtilityCall,
+    UtilityResult,
+    decode_to_engine,
+    encode,
+)
+
+log = logging.getLogger("agentgate.engine")
+
+IDLE_POLL_MS = 100
+
+
+class EngineServer:
+    """Serves one EngineCore on ``address`` until stopped."""
+
+    def __init__(self, core: EngineCore | None, address: str, model_name: str, startup_error: str | None = None):
+        self.core = core
+        self.model_name = model_name
+        self.startup_error = startup_error
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.SNDHWM, 0)
+        self.socket.setsockopt(zmq.RCVHWM, 0)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self.socket.bind(address)
+        self.stopping = False
+        self._owners: dict[str, bytes] = {}
+        self._pending_wait: list[tuple[bytes, int]] = []
+
+    def serve_forever(self) -> None:
+        try:
+            while not self.stopping:
+                busy = self.core is not None and self.core.has_work
+                self._drain_inbox(0 if busy else IDLE_POLL_MS)
+                if self.core is None:
+                    continue
+                if self.core.has_work:
+                    self._send_outputs(self._safe_step())
+                self._answer_pause_waiters()
+        finally:
+            self.socket.close(linger=1000)
+            self.context.term()
+            if self.core is not None:
+                self.core.shutdown()
+
+    # -- inbox -------------------------------------------------------------
+    def _drain_inbox(self, timeout_ms: int) -> None:
+        if not self.socket.poll(timeout_ms):
+            return
+        while True:
+            try:
+                identity, payload = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                message = decode_to_engine(payload)
+            except Exception:
+                log.warning("dropping a malformed message from %r", identity)
+                continue
+            self._handle(identity, message)
+
+    def _handle(self, identity: bytes, message: Any) -> None:
+        if isinstance(message, Hello):
+            if self.core is None:
+                self._send(identity, StartupFailed(self.startup_error or "engine failed to start"))
+                self.stopping = True
+            else:
+                self._send(identity, Ready(self.core.info(self.model_name)))
+        elif self.core is None:
+            return
+        elif isinstance(message, AddRequest):
+            self._add(identity, message)
+        elif isinstance(message, AbortRequests):
+            ids = None if message.all_requests else message.request_ids
+            self._send_outputs(self.core.abort_requests(ids))
+        elif isinstance(message, UtilityCall):
+            self._call(identity, message)
+
+    def _add(self, identity: bytes, message: AddRequest) -> None:
+        try:
+            self.core.add_request(
+                message.request_id,
+                message.prompt_token_ids,
+                message.params,
+                frozenset(message.eos_token_ids),
+                message.arrival_time or None,
+            )
+        except EngineError as exc:
+            failed = EngineCoreOutput(message.request_id, [], "error", error=str(exc), invalid=True)
+            self._send(identity, EngineOutputs([failed], timestamp=time.time()))
+            return
+        self._owners[message.request_id] = identity
+
+    def _call(self, identity: bytes, call: UtilityCall) -> None:
+        core = self.core
+        try:
+            if call.method == "pause":
+                mode = call.args[0] if call.args else "abort"
+                self._send_outputs(core.pause(mode))
+                if mode == "wait" and not core.is_drained:
+                    self._pending_wait.append((identity, call.call_id))
+                    return
+                result: Any = True
+            elif call.method == "resume":
+                core.resume()
+                result = True
+            elif call.method == "is_paused":
+                result = core.is_paused
+            elif call.method == "stats":
+                result = core.stats()
+            elif call.method == "health":
+                result = "ok"
+            elif call.method == "info":
+                result = core.info(self.model_name)
+            elif call.method == "reset_prefix_cache":
+                result = core.scheduler.kv.pool.reset_prefix_cache() is None
+            else:
+                raise EngineError(f"unknown utility method {call.method!r}")
+        except EngineError as exc:
+            self._send(identity, UtilityResult(call.call_id, error=str(exc)))
+            return
+        self._send(identity, UtilityResult(call.call_id, result))
+
+    def _answer_pause_waiters(self) -> None:
+        if self._pending_wait and self.core.is_drained:
+            for identity, call_id in self._pending_wait:
+                self._send(identity, UtilityResult(call_id, True))
+            self._pending_wait.clear()
+
+    # -- outbox ------------------------------------------------------------
+    def _safe_step(self) -> list[EngineCoreOutput]:
+        try:
+            return self.core.step()
+        except Exception:
+            message = traceback.format_exc()
+            log.error("engine step failed; failing the requests it held:\n%s", message)
+            return self.core.fail_all(message.strip().splitlines()[-1])
+
+    def _send_outputs(self, outputs: list[EngineCoreOutput]) -> None:
+        if not outputs:
+            return
+        by_owner: dict[bytes, list[EngineCoreOutput]] = defaultdict(list)
+        for out in outputs:
+            owner = self._owners.get(out.request_id)
+            if owner is None:
+                continue
+            by_owner[owner].append(out)
+            if out.finish_reason is not None:
+                del self._owners[out.request_id]
+        stats = self.core.stats()
+        stamp = time.time()
+        for owner, batch in by_owner.items():
+            self._send(owner, EngineOutputs(batch, stats, stamp))
+
+    def _send(self, identity: bytes, message: Any) -> None:
+        try:
+            self.socket.send_multipart([identity, encode(message)], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            log.warning("could not reach front end %r", identity)
+
+
+def run_engine_process(config: EngineConfig, address: str, model_name: str) -> None:
+    """Entry point of the engine process (spawned, or `agentgate engine`)."""
+    logging.basicConfig(level=os.environ.get("AGENTGATE_LOG_LEVEL", "INFO"), format="%(asctime)s engine %(levelname)s %(message)s")
+    core, error = None, None
+    try:
+        core = EngineCore(config)
+    except Exception as exc:  # reported to every front end that says Hello
+        error = f"{type(exc).__name__}: {exc}"
+        log.error("engine failed to start: %s", error)
+    server = EngineServer(core, address, model_name, error)
+
+    def stop(signum: int, frame: Any) -> None:
+        server.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if core is not None:
+        info = core.info(model_name)
+        log.info(
+            "ready on %s: %s (%s, %s, %s), KV cache %d blocks x %d = %d tokens, max_model_len %d, runner %s",
+            address, model_name, info.architecture, info.device, info.dtype, info.num_kv_blocks,
+            info.block_size, info.kv_capacity_tokens, info.max_model_len, info.runner,
+        )
+    server.serve_forever()

@@ -1,0 +1,136 @@
+"""The wire protocol between front ends and engine processes.
+
+Every message is a msgspec struct encoded as msgpack (``array_like`` keeps
+them compact). Front end -> engine: AddRequest, AbortRequests, UtilityCall,
+Hello. Engine -> front end: Ready, StartupFailed, EngineOutputs,
+UtilityResult. Token ids travel, never text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from engine.sampling_params import SamplingParams
+
+
+class Hello(msgspec.Struct, tag="hello", array_like=True):
+    """A front end introducing itself; the engine answers with Ready."""
+
+    client_name: str
+
+
+class AddRequest(msgspec.Struct, tag="add", array_like=True, omit_defaults=True):
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    eos_token_ids: list[int] = []
+    arrival_time: float = 0.0
+
+
+class AbortRequests(msgspec.Struct, tag="abort", array_like=True):
+    """Abort the named requests; ``all_requests`` aborts every request."""
+
+    request_ids: list[str]
+    all_requests: bool = False
+
+
+class UtilityCall(msgspec.Struct, tag="call", array_like=True):
+    """A named engine method (pause, resume, is_paused, stats, ...)."""
+
+    call_id: int
+    method: str
+    args: list[Any] = []
+
+
+class EngineInfo(msgspec.Struct, array_like=True, omit_defaults=True):
+    model: str
+    architecture: str
+    vocab_size: int
+    max_model_len: int
+    block_size: int
+    num_kv_blocks: int
+    runner: str
+    device: str
+    dtype: str
+    pid: int = 0
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.num_kv_blocks * self.block_size
+
+
+class Ready(msgspec.Struct, tag="ready", array_like=True):
+    info: EngineInfo
+
+
+class StartupFailed(msgspec.Struct, tag="startup_failed", array_like=True):
+    message: str
+
+
+class TokenLogprobs(msgspec.Struct, array_like=True):
+    """The sampled token's logprob and the top alternatives at its step."""
+
+    logprob: float
+    top_token_ids: list[int]
+    top_logprobs: list[float]
+
+
+class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+    """New tokens of one request from one step; ``finish_reason`` on its last.
+
+    A request that ends with finish reason "error" carries ``error``, and
+    ``invalid`` when the engine rejected it as bad input."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: str | None = None
+    logprobs: list[TokenLogprobs] | None = None
+    num_cached_tokens: int = 0
+    error: str | None = None
+    invalid: bool = False
+
+
+class SchedulerStats(msgspec.Struct, array_like=True):
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    prefix_queries_tokens: int
+    prefix_hits_tokens: int
+    num_preemptions: int
+    paused: str
+
+
+class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True, omit_defaults=True):
+    """One step's outputs for one front end, with the engine's stats."""
+
+    outputs: list[EngineCoreOutput]
+    stats: SchedulerStats | None = None
+    timestamp: float = 0.0
+
+
+class UtilityResult(msgspec.Struct, tag="result", array_like=True, omit_defaults=True):
+    call_id: int
+    result: Any = None
+    error: str | None = None
+
+
+ToEngine = Hello | AddRequest | AbortRequests | UtilityCall
+FromEngine = Ready | StartupFailed | EngineOutputs | UtilityResult
+
+_encoder = msgspec.msgpack.Encoder()
+_to_engine = msgspec.msgpack.Decoder(ToEngine)
+_from_engine = msgspec.msgpack.Decoder(FromEngine)
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_to_engine(data: bytes) -> ToEngine:
+    return _to_engine.decode(data)
+
+
+def decode_from_engine(data: bytes) -> FromEngine:
+    return _from_engine.decode(data)

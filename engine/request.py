@@ -1,0 +1,110 @@
+"""One request's life inside the engine: waiting -> running -> finished."""
+
+from __future__ import annotations
+
+import enum
+import time
+
+from engine.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+    ERROR = "error"
+
+
+class Request:
+    """Host-side source of truth for one request.
+
+    ``num_computed_tokens`` counts tokens whose KV a scheduled step writes
+    (advanced when the step is *scheduled*). ``num_output_placeholders``
+    counts tokens that scheduled steps will sample but whose ids are not back
+    yet; with the overlapped runner a request can have up to two.
+    ``epoch`` grows on every preemption, so outputs of a step scheduled
+    before the preemption are recognised and dropped.
+    """
+
+    __slots__ = (
+        "request_id", "prompt_token_ids", "params", "seed", "eos_token_ids",
+        "max_tokens", "arrival_time", "output_token_ids", "num_computed_tokens",
+        "num_output_placeholders", "num_cached_tokens", "status", "finish_reason",
+        "epoch", "block_hashes", "ever_scheduled", "first_scheduled_time",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        seed: int,
+        eos_token_ids: frozenset[int],
+        max_model_len: int,
+        arrival_time: float | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt_token_ids = prompt_token_ids
+        self.params = params
+        self.seed = seed
+        self.eos_token_ids = frozenset() if params.ignore_eos else eos_token_ids
+        room = max_model_len - len(prompt_token_ids)
+        self.max_tokens = room if params.max_tokens is None else min(params.max_tokens, room)
+        self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
+        self.output_token_ids: list[int] = []
+        self.num_computed_tokens = 0
+        self.num_output_placeholders = 0
+        self.num_cached_tokens = 0
+        self.status = RequestStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.epoch = 0
+        self.block_hashes: list[int] = []
+        self.ever_scheduled = False
+        self.first_scheduled_time: float | None = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens whose ids are known: prompt plus confirmed outputs."""
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    @property
+    def num_pending_outputs(self) -> int:
+        """Outputs confirmed plus in flight: what max_tokens is checked against."""
+        return len(self.output_token_ids) + self.num_output_placeholders
+
+    def token_at(self, index: int) -> int:
+        prompt_len = len(self.prompt_token_ids)
+        if index < prompt_len:
+            return self.prompt_token_ids[index]
+        return self.output_token_ids[index - prompt_len]
+
+    def check_stop(self, token: int) -> FinishReason | None:
+        """Whether the confirmed output (ending in ``token``) is complete."""
+        num_out = len(self.output_token_ids)
+        if num_out >= self.params.min_tokens and (
+            token in self.eos_token_ids or token in self.params.stop_token_ids
+        ):
+            return FinishReason.STOP
+        if num_out >= self.max_tokens:
+            return FinishReason.LENGTH
+        return None

@@ -1,0 +1,118 @@
+"""The runner interface, and the set-up both runners share: the model on its
+device and the paged KV cache sized from a byte budget or free memory."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from engine.config import EngineConfig
+from engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+
+if TYPE_CHECKING:
+    from engine.models import LoadedModel
+
+CPU_KV_CACHE_BYTES = 1 << 30
+CPU_MAX_MODEL_LEN = 8192
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """Shape of the paged cache, as measured at start-up."""
+
+    num_blocks: int
+    block_size: int
+    max_model_len: int
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+
+class ModelRunner(ABC):
+    """Executes scheduled steps. ``execute`` launches a step and returns a
+    handle; ``wait`` returns the step's sampled tokens. The engine core keeps
+    at most ``max_steps_in_flight`` launched steps not yet waited for."""
+
+    max_steps_in_flight: int = 1
+    kv_spec: KVCacheSpec
+    vocab_size: int
+    architecture: str
+    device: torch.device
+    dtype: torch.dtype
+
+    @abstractmethod
+    def execute(self, step: SchedulerOutput) -> Any: ...
+
+    @abstractmethod
+    def wait(self, handle: Any) -> ModelRunnerOutput: ...
+
+    @abstractmethod
+    def release(self, request_ids: list[str]) -> None:
+        """Forget finished, aborted or preempted requests (their slots)."""
+
+    def shutdown(self) -> None:
+        """Release what the runner holds."""
+
+
+class TorchModelRunner(ModelRunner):
+    """A runner with a real model and a real paged KV cache."""
+
+    def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None) -> None:
+        from engine.models import load_model
+
+        self.config = config
+        self.device = config.resolved_device()
+        self.loaded = loaded or load_model(
+            config.model, dtype=config.dtype, device=self.device, load_format=config.load_format
+        )
+        self.model = self.loaded.model
+        self.model_config = self.loaded.config
+        self.architecture = self.model_config.architecture
+        self.dtype = next(self.model.parameters()).dtype
+        self.vocab_size = self.model_config.vocab_size
+        self.kv_spec = self._plan_kv_cache()
+        self.kv_caches = self._allocate_kv_cache(self.kv_spec.num_blocks)
+
+    def shutdown(self) -> None:
+        self.kv_caches = []
+
+    # -- KV cache ---------------------------------------------------------------
+    def _bytes_per_block(self) -> int:
+        c = self.model_config
+        element = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * c.num_layers * self.config.block_size * c.num_kv_heads * c.head_dim * element
+
+    def _plan_kv_cache(self) -> KVCacheSpec:
+        cfg = self.config
+        if cfg.num_kv_blocks is not None:
+            num_blocks = cfg.num_kv_blocks
+        elif self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            free, _ = torch.cuda.mem_get_info(self.device)
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            budget = free - (1.0 - cfg.gpu_memory_utilization) * total
+            num_blocks = int(budget // self._bytes_per_block())
+        else:
+            num_blocks = (cfg.kv_cache_bytes or CPU_KV_CACHE_BYTES) // self._bytes_per_block()
+        if num_blocks < 2:
+            raise RuntimeError(
+                f"KV cache budget allows only {num_blocks} blocks; raise kv_cache_bytes "
+                "or gpu_memory_utilization"
+            )
+        model_len = self.model_config.max_position_embeddings
+        if cfg.max_model_len is not None:
+            model_len = min(cfg.max_model_len, model_len)
+        elif self.device.type == "cpu":
+            model_len = min(model_len, CPU_MAX_MODEL_LEN)
+        model_len = min(model_len, num_blocks * cfg.block_size)
+        return KVCacheSpec(num_blocks=num_blocks, block_size=cfg.block_size, max_model_len=model_len)
+
+    def _allocate_kv_cache(self, num_blocks: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        c = self.model_config
+        shape = (2, c.num_layers, num_blocks, self.config.block_size, c.num_kv_heads, c.head_dim)
+        cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        return [(cache[0, layer], cache[1, layer]) for layer in range(c.num_layers)]

@@ -1,0 +1,118 @@
+"""The classic runner: build the batch on the host, copy it, run the forward
+pass, sample, copy the tokens back, synchronize. It is the correctness
+reference and the baseline of the runner benchmark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.attention import AttentionMetadata
+from engine.runner.base import TorchModelRunner
+from engine.runner.host_sampling import SamplingRow, build_sampling_batch
+from engine.runner.sampler import sample
+from engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+
+
+@dataclass
+class _RequestState:
+    new: NewRequestData
+    token_ids: list[int]
+    block_ids: list[int]
+    num_computed: int
+
+
+class SyncRunner(TorchModelRunner):
+    max_steps_in_flight = 1
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._states: dict[str, _RequestState] = {}
+
+    def release(self, request_ids: list[str]) -> None:
+        for request_id in request_ids:
+            self._states.pop(request_id, None)
+
+    def _apply_bookkeeping(self, step: SchedulerOutput) -> None:
+        self.release(step.released_request_ids)
+        for new in step.new_requests:
+            self._states[new.request_id] = _RequestState(
+                new, list(new.token_ids), list(new.block_ids), new.num_computed_tokens
+            )
+        for request_id, block_ids in step.new_block_ids.items():
+            self._states[request_id].block_ids.extend(block_ids)
+
+    @torch.inference_mode()
+    def execute(self, step: SchedulerOutput) -> ModelRunnerOutput:
+        self._apply_bookkeeping(step)
+        block_size = self.kv_spec.block_size
+        input_ids: list[int] = []
+        positions: list[np.ndarray] = []
+        slots: list[np.ndarray] = []
+        seq_lens: list[int] = []
+        query_start = [0]
+        logits_rows: list[int] = []
+        sampling_rows: list[SamplingRow] = []
+        sampled_ids: list[str] = []
+        tables = [self._states[row.request_id].block_ids for row in step.scheduled]
+        for row in step.scheduled:
+            state = self._states[row.request_id]
+            start, end = state.num_computed, state.num_computed + row.num_tokens
+            input_ids.extend(state.token_ids[start:end])
+            pos = np.arange(start, end, dtype=np.int64)
+            table = np.asarray(state.block_ids, dtype=np.int64)
+            positions.append(pos)
+            slots.append(table[pos // block_size] * block_size + pos % block_size)
+            seq_lens.append(end)
+            query_start.append(query_start[-1] + row.num_tokens)
+            state.num_computed = end
+            if row.samples:
+                logits_rows.append(query_start[-1] - 1)
+                new = state.new
+                sampling_rows.append(
+                    SamplingRow(new.params, new.seed, new.eos_token_ids, state.token_ids, new.num_prompt_tokens)
+                )
+                sampled_ids.append(row.request_id)
+        width = max(len(t) for t in tables)
+        block_tables = np.zeros((len(tables), width), dtype=np.int32)
+        for i, table in enumerate(tables):
+            block_tables[i, : len(table)] = table
+        qsl = torch.tensor(query_start, dtype=torch.int32)
+        lens = torch.tensor(seq_lens, dtype=torch.int32)
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(dev),
+            query_start_loc=qsl.to(dev),
+            seq_lens=lens.to(dev),
+            block_tables=torch.from_numpy(block_tables).to(dev),
+            max_query_len=max(r.num_tokens for r in step.scheduled),
+            max_seq_len=max(seq_lens),
+            query_start_loc_cpu=qsl,
+            seq_lens_cpu=lens,
+        )
+        hidden = self.model(
+            torch.tensor(input_ids, dtype=torch.long, device=dev),
+            torch.from_numpy(np.concatenate(positions)).to(dev),
+            meta,
+            self.kv_caches,
+        )
+        if not sampling_rows:
+            return ModelRunnerOutput([], [])
+        logits = self.model.compute_logits(hidden[torch.tensor(logits_rows, device=dev)])
+        batch = build_sampling_batch(sampling_rows, self.vocab_size, dev)
+        result = sample(logits, batch)
+        tokens = result.token_ids.tolist()
+        for row, token in zip(sampling_rows, tokens):
+            row.token_ids.append(token)
+        output = ModelRunnerOutput(sampled_ids, tokens)
+        if result.logprobs is not None:
+            output.logprobs = result.logprobs.tolist()
+            if result.top_token_ids is not None:
+                output.top_token_ids = result.top_token_ids.tolist()
+                output.top_logprobs = result.top_logprobs.tolist()
+        return output
+
+    def wait(self, handle: ModelRunnerOutput) -> ModelRunnerOutput:
+        return handle

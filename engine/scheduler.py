@@ -1,0 +1,242 @@
+"""Continuous batching under a token budget: decodes first, then chunked
+prefill; preemption by recompute when blocks run out; pause states.
+
+The scheduler may schedule step N+1 before step N's tokens are known: each
+in-flight sampled token counts as a placeholder (see Request).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+
+from engine.kv_cache_manager import KVCacheManager
+from engine.protocol import SchedulerStats
+from engine.request import FinishReason, Request, RequestStatus
+from engine.scheduler_output import (
+    ModelRunnerOutput,
+    NewRequestData,
+    ScheduledRequest,
+    SchedulerOutput,
+)
+
+
+class PauseState(enum.Enum):
+    UNPAUSED = "unpaused"
+    PAUSED_NEW = "paused_new"  # admit nothing new; in-flight work continues
+    PAUSED_ALL = "paused_all"  # schedule nothing; state kept for resume
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+
+
+@dataclass
+class TokenEvent:
+    """A confirmed token of a running request (``finish_reason`` set on its last)."""
+
+    request: Request
+    token_id: int
+    row: int
+    finish_reason: FinishReason | None
+
+
+class Scheduler:
+    def __init__(self, limits: SchedulerLimits, kv: KVCacheManager) -> None:
+        self.limits = limits
+        self.kv = kv
+        self.requests: dict[str, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.pause_state = PauseState.UNPAUSED
+        self.num_preemptions = 0
+        self._released: list[str] = []
+
+    # -- requests in and out ---------------------------------------------
+    def add_request(self, request: Request) -> None:
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def abort_requests(self, request_ids: list[str] | None = None) -> list[Request]:
+        """Finish the named requests (all of them for None) as aborted."""
+        ids = list(self.requests) if request_ids is None else request_ids
+        aborted = []
+        for request_id in ids:
+            request = self.requests.get(request_id)
+            if request is None:
+                continue
+            if request.status is RequestStatus.RUNNING:
+                self.running.remove(request)
+            else:
+                self.waiting.remove(request)
+            self._finish(request, FinishReason.ABORT)
+            aborted.append(request)
+        return aborted
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    @property
+    def num_in_flight_admitted(self) -> int:
+        """Requests already started (running, or preempted to resume)."""
+        return len(self.running) + sum(1 for r in self.waiting if r.ever_scheduled)
+
+    def stats(self) -> SchedulerStats:
+        return SchedulerStats(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_usage=self.kv.usage,
+            prefix_queries_tokens=self.kv.prefix_queries_tokens,
+            prefix_hits_tokens=self.kv.prefix_hits_tokens,
+            num_preemptions=self.num_preemptions,
+            paused=self.pause_state.value,
+        )
+
+    # -- one step -----------------------------------------------------------
+    @property
+    def has_schedulable_work(self) -> bool:
+        """Whether ``schedule`` could produce a non-empty step now."""
+        if self.pause_state is PauseState.PAUSED_ALL:
+            return False
+        if self.pause_state is PauseState.PAUSED_NEW:
+            return bool(self.running) or any(r.ever_scheduled for r in self.waiting)
+        return bool(self.requests)
+
+    def take_released(self) -> list[str]:
+        """Hand over released ids now (when no step will carry them soon)."""
+        released, self._released = self._released, []
+        return released
+
+    def schedule(self) -> SchedulerOutput:
+        """The next step. Released ids ride on the first non-empty step, so
+        the runner always hears of them before a slot is reused."""
+        out = SchedulerOutput()
+        if self.pause_state is PauseState.PAUSED_ALL:
+            return out
+        budget = self.limits.max_num_batched_tokens
+        rows: dict[str, int] = {}
+        budget = self._schedule_running(out, rows, budget)
+        self._schedule_waiting(out, rows, budget)
+        for request_id, num_tokens in rows.items():
+            request = self.requests[request_id]
+            request.num_computed_tokens += num_tokens
+            samples = request.num_computed_tokens >= request.num_tokens
+            if samples:
+                request.num_output_placeholders += 1
+            out.scheduled.append(ScheduledRequest(request_id, num_tokens, samples))
+            out.epochs[request_id] = request.epoch
+            self.kv.cache_full_blocks(request)
+        if out.scheduled:
+            out.released_request_ids, self._released = self._released, []
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> int:
+        decodes = [r for r in self.running if r.num_computed_tokens >= r.num_prompt_tokens]
+        prefills = [r for r in self.running if r.num_computed_tokens < r.num_prompt_tokens]
+        for request in decodes + prefills:
+            if budget == 0:
+                break
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            if request.num_pending_outputs >= request.max_tokens:
+                continue  # its last token is in flight
+            wanted = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
+            num_tokens = min(wanted, budget)
+            if num_tokens <= 0:
+                continue
+            while (block_ids := self.kv.allocate(request, num_tokens)) is None:
+                victim = self.running[-1]
+                budget += rows.pop(victim.request_id, 0)
+                out.new_block_ids.pop(victim.request_id, None)
+                self._preempt(victim)
+                if victim is request:
+                    break
+            if block_ids is None:
+                continue
+            if block_ids:
+                out.new_block_ids[request.request_id] = block_ids
+            rows[request.request_id] = num_tokens
+            budget -= num_tokens
+        return budget
+
+    def _schedule_waiting(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
+            request = self.waiting[0]
+            if self.pause_state is PauseState.PAUSED_NEW and not request.ever_scheduled:
+                break
+            hits = self.kv.find_cached_prefix(request)
+            num_cached = len(hits) * self.kv.block_size
+            num_tokens = min(request.num_tokens - num_cached, budget)
+            if self.kv.allocate(request, num_tokens, hits) is None:
+                break
+            self.waiting.popleft()
+            self.kv.record_prefix_lookup(request.num_tokens, num_cached)
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_cached
+            if not request.ever_scheduled:
+                request.num_cached_tokens = num_cached
+                request.ever_scheduled = True
+            self.running.append(request)
+            out.new_requests.append(
+                NewRequestData(
+                    request_id=request.request_id,
+                    token_ids=request.all_token_ids,
+                    num_prompt_tokens=request.num_prompt_tokens,
+                    params=request.params,
+                    seed=request.seed,
+                    eos_token_ids=request.eos_token_ids,
+                    block_ids=self.kv.block_ids(request.request_id),
+                    num_computed_tokens=num_cached,
+                )
+            )
+            rows[request.request_id] = num_tokens
+            budget -= num_tokens
+
+    def _preempt(self, request: Request) -> None:
+        """Free the request's blocks and requeue it first in line; it is
+        recomputed from its known tokens when readmitted."""
+        self.running.remove(request)
+        self.kv.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_output_placeholders = 0
+        request.epoch += 1
+        self.waiting.appendleft(request)
+        self._released.append(request.request_id)
+        self.num_preemptions += 1
+
+    # -- results of a step ----------------------------------------------------
+    def update_from_output(self, step: SchedulerOutput, result: ModelRunnerOutput) -> list[TokenEvent]:
+        """Confirm the tokens a step sampled; returns them with any finish.
+        Outputs for requests finished, aborted or preempted since the step
+        was scheduled are dropped."""
+        events = []
+        for row, request_id in enumerate(result.request_ids):
+            request = self.requests.get(request_id)
+            if (
+                request is None
+                or request.status is not RequestStatus.RUNNING
+                or request.epoch != step.epochs.get(request_id)
+            ):
+                continue
+            token = result.sampled_token_ids[row]
+            request.num_output_placeholders -= 1
+            request.output_token_ids.append(token)
+            reason = request.check_stop(token)
+            if reason is not None:
+                self.running.remove(request)
+                self._finish(request, reason)
+            events.append(TokenEvent(request, token, row, reason))
+        return events
+
+    def _finish(self, request: Request, reason: FinishReason) -> None:
+        self.kv.free(request)
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason
+        del self.requests[request.request_id]
+        self._released.append(request.request_id)

@@ -1,0 +1,71 @@
+"""What the scheduler hands the runner for one step, and what comes back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class NewRequestData:
+    """A request entering the runner (first admission or resumption after
+    preemption). ``token_ids`` are all its known tokens; the runner computes
+    them from ``num_computed_tokens`` (a prefix-cache hit) on."""
+
+    request_id: str
+    token_ids: list[int]
+    num_prompt_tokens: int
+    params: SamplingParams
+    seed: int
+    eos_token_ids: frozenset[int]
+    block_ids: list[int]
+    num_computed_tokens: int
+
+
+@dataclass(frozen=True)
+class ScheduledRequest:
+    """One row of the step: compute ``num_tokens`` tokens of the request;
+    ``samples`` when this step completes its known tokens and so samples."""
+
+    request_id: str
+    num_tokens: int
+    samples: bool
+
+
+@dataclass
+class SchedulerOutput:
+    """One step. The runner first forgets ``released_request_ids`` (finished,
+    aborted or preempted since the previous step), then takes
+    ``new_requests``, appends ``new_block_ids`` to running requests' tables,
+    and runs ``scheduled`` in order."""
+
+    scheduled: list[ScheduledRequest] = field(default_factory=list)
+    new_requests: list[NewRequestData] = field(default_factory=list)
+    new_block_ids: dict[str, list[int]] = field(default_factory=dict)
+    released_request_ids: list[str] = field(default_factory=list)
+    # Request epochs at scheduling time: outputs of a preempted epoch are dropped.
+    epochs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_num_tokens(self) -> int:
+        return sum(row.num_tokens for row in self.scheduled)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+@dataclass
+class ModelRunnerOutput:
+    """Sampled tokens of one step, one entry per row that sampled, in order.
+
+    ``logprobs[i]`` is the sampled token's logprob; ``top_token_ids[i]`` /
+    ``top_logprobs[i]`` the step's top alternatives (the batch's widest
+    request decides how many; narrower requests are cut on the host)."""
+
+    request_ids: list[str]
+    sampled_token_ids: list[int]
+    logprobs: list[float] | None = None
+    top_token_ids: list[list[int]] | None = None
+    top_logprobs: list[list[float]] | None = None

@@ -1,0 +1,132 @@
+"""The engine in its own process behind the ZMQ boundary, driven through
+EngineClient. The null runner stands in for the model: these tests are
+about the process, the protocol and the client."""
+
+import os
+import signal
+import time
+from contextlib import aclosing
+
+import anyio
+import pytest
+
+from engine.client import EngineClient
+from engine.config import EngineConfig
+from engine.errors import EngineDeadError, InvalidRequestError
+from engine.sampling_params import SamplingParams
+
+pytestmark = pytest.mark.anyio
+
+NULL = EngineConfig(runner="null", block_size=16, num_kv_blocks=4096, max_num_batched_tokens=256)
+# 2 ms per step: slow enough that a stream is still running when the test acts.
+SLOW_NULL = NULL.with_changes(null_step_seconds=0.002)
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+async def collect(client, rid, prompt, params):
+    tokens, reason = [], None
+    async with aclosing(client.generate(rid, prompt, params)) as outs:
+        async for out in outs:
+            tokens += out.new_token_ids
+            reason = out.finish_reason
+    return tokens, reason
+
+
+async def test_handshake_generate_and_stats():
+    async with EngineClient.spawn(NULL, model_name="null-model") as client:
+        assert client.info.model == "null-model" and client.info.num_kv_blocks == 4096
+        results = {}
+
+        async def one(i):
+            results[i] = await collect(client, f"r{i}", [1, 2, 3 + i], SamplingParams(max_tokens=5 + i, ignore_eos=True))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(32):
+                tg.start_soon(one, i)
+        assert all(len(results[i][0]) == 5 + i and results[i][1] == "length" for i in range(32))
+        stats = await client.stats()
+        assert stats.num_running == 0 and stats.kv_usage == 0.0
+        assert await client.health()
+
+
+async def test_bad_input_is_rejected_and_the_engine_keeps_serving():
+    async with EngineClient.spawn(NULL) as client:
+        with pytest.raises(InvalidRequestError, match="vocabulary"):
+            await collect(client, "bad", [1, 2], SamplingParams(stop_token_ids=[10**9]))
+        with pytest.raises(InvalidRequestError, match="empty"):
+            await collect(client, "empty", [], SamplingParams())
+        tokens, reason = await collect(client, "good", [1, 2], SamplingParams(max_tokens=3))
+        assert len(tokens) == 3 and reason == "length"
+
+
+async def test_leaving_a_stream_early_aborts_the_request():
+    async with EngineClient.spawn(NULL) as client:
+        async with aclosing(client.generate("long", [1, 2], SamplingParams(max_tokens=100_000, ignore_eos=True))) as outs:
+            async for _ in outs:
+                break
+        for _ in range(100):
+            stats = await client.stats()
+            if stats.num_running == 0:
+                break
+            await anyio.sleep(0.01)
+        assert stats.num_running == 0 and stats.kv_usage == 0.0
+
+
+async def test_pause_modes_through_the_client():
+    async with EngineClient.spawn(SLOW_NULL) as client:
+        reasons = {}
+
+        async def run(rid, max_tokens):
+            reasons[rid] = await collect(client, rid, [1, 2], SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "a", 10**6)
+            await anyio.sleep(0.2)
+            await client.pause("abort")
+            assert await client.is_paused()
+        assert reasons["a"][1] == "abort"
+        await client.resume()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "b", 200)
+            await anyio.sleep(0.1)
+            await client.pause("wait")  # returns once b has finished
+            await anyio.sleep(0.05)  # let b's task read its last output
+            assert reasons["b"][1] == "length" and len(reasons["b"][0]) == 200
+            tg.start_soon(run, "c", 3)
+            await anyio.sleep(0.3)
+            assert "c" not in reasons  # queued, not rejected, not run
+            await client.resume()
+        assert reasons["c"][1] == "length"
+
+
+async def test_killing_the_engine_fails_every_waiter_within_a_second():
+    async with EngineClient.spawn(SLOW_NULL) as client:
+        errors = {}
+
+        async def run(i):
+            try:
+                await collect(client, f"r{i}", [1, 2], SamplingParams(max_tokens=10**7, ignore_eos=True))
+            except EngineDeadError as exc:
+                errors[i] = (time.monotonic(), exc)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(run, i)
+            await anyio.sleep(0.3)
+            killed_at = time.monotonic()
+            os.kill(client.process.pid, signal.SIGKILL)
+        assert sorted(errors) == list(range(8))
+        assert max(t for t, _ in errors.values()) - killed_at < 1.0
+        with pytest.raises(EngineDeadError):
+            await client.stats()
+
+
+async def test_a_failed_start_is_reported_with_its_cause(tmp_path):
+    with pytest.raises(EngineDeadError, match="failed to start"):
+        async with EngineClient.spawn(EngineConfig(model=str(tmp_path / "missing.gguf"), runner="sync")):
+            pass
