@@ -84,22 +84,13 @@ class EngineClient:
         cls, config: EngineConfig, model_name: str | None = None, startup_timeout: float = 600.0
     ) -> AsyncIterator[EngineClient]:
         """Start an engine process on a private socket and connect to it."""
-        from engine.process import run_engine_process
-
-        address = f"ipc://{tempfile.gettempdir()}/agentgate-engine-{uuid.uuid4().hex}.sock"
-        ctx = multiprocessing.get_context("spawn")
-        process = ctx.Process(
-            target=run_engine_process,
-            args=(config, address, model_name or config.model or "default"),
-            name="agentgate-engine",
-            daemon=True,
-        )
-        process.start()
+        address = private_address()
+        process = start_engine_process(config, address, model_name)
         try:
             async with cls.connect(address, process=process, startup_timeout=startup_timeout) as client:
                 yield client
         finally:
-            await anyio.to_thread.run_sync(_stop_process, process)
+            await anyio.to_thread.run_sync(stop_engine_process, process)
 
     @classmethod
     @asynccontextmanager
@@ -274,7 +265,29 @@ class EngineClient:
             pending.done.set()
 
 
-def _stop_process(process: multiprocessing.process.BaseProcess, timeout: float = 10.0) -> None:
+def private_address() -> str:
+    """A fresh IPC address in the temp directory, for an engine on this machine."""
+    return f"ipc://{tempfile.gettempdir()}/agentgate-engine-{uuid.uuid4().hex}.sock"
+
+
+def start_engine_process(
+    config: EngineConfig, address: str, model_name: str | None = None
+) -> multiprocessing.process.BaseProcess:
+    """Spawn an engine process serving ``config`` at ``address`` (it binds)."""
+    from engine.model_path import model_display_name
+    from engine.process import run_engine_process
+
+    process = multiprocessing.get_context("spawn").Process(
+        target=run_engine_process,
+        args=(config, address, model_name or model_display_name(config.model)),
+        name="agentgate-engine",
+        daemon=True,
+    )
+    process.start()
+    return process
+
+
+def stop_engine_process(process: multiprocessing.process.BaseProcess, timeout: float = 10.0) -> None:
     """SIGTERM, wait, then SIGKILL if it will not go."""
     if process.is_alive():
         process.terminate()

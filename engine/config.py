@@ -4,9 +4,10 @@ blocks) are returned by the runner, never written back into a config."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
+if TYPE_CHECKING:  # torch only when a device is resolved: front ends import this module torch-free
+    import torch
 
 from engine.errors import InvalidRequestError
 
@@ -63,6 +64,8 @@ class EngineConfig:
             raise InvalidRequestError("gpu_memory_utilization must be in (0, 1]", "gpu_memory_utilization")
 
     def resolved_device(self) -> torch.device:
+        import torch
+
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)

@@ -7,6 +7,8 @@ import msgspec
 from engine.errors import InvalidRequestError
 
 MAX_LOGPROBS = 20
+MAX_STOP_TOKEN_IDS = 32
+MAX_LOGIT_BIAS = 300
 
 
 class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -75,6 +77,10 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
             raise bad("seed", "must fit in 64 bits")
         if any(not s for s in self.stop):
             raise bad("stop", "must not contain empty strings")
+        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+            raise bad("stop_token_ids", f"may hold at most {MAX_STOP_TOKEN_IDS} ids")
+        if self.logit_bias and len(self.logit_bias) > MAX_LOGIT_BIAS:
+            raise bad("logit_bias", f"may hold at most {MAX_LOGIT_BIAS} entries")
         for token in self.stop_token_ids:
             if token < 0 or (vocab_size is not None and token >= vocab_size):
                 raise bad("stop_token_ids", f"holds {token}, outside the vocabulary")

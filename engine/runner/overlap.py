@@ -1,0 +1,304 @@
+"""The overlapped runner (the MRv2 discipline): the GPU never waits for the host.
+
+* Per-request state lives in persistent slot-indexed device tensors
+  (`SlotState`); the host keeps its own mirror and never reads the device's.
+* Each step's few bytes (idx_mapping, query lengths, sampling rows, staged
+  block-table writes) are snapshotted into rotating host buffers and copied
+  with one non-blocking transfer (`StepStaging`).
+* Input preparation runs on the device (`engine.kernels.input_prep`): input
+  ids come from the slot's token history, where the post-update kernel wrote
+  the token sampled at the previous step, so step N+1 can be launched before
+  step N's tokens reach the host.
+* Sampled tokens go back on a separate copy stream into pinned memory with a
+  recorded event; `wait` blocks on that event only. `execute` itself never
+  synchronizes.
+* Pure-decode batches replay CUDA graphs at bucketed sizes (`DecodeGraphs`);
+  mixed and prefill batches run eagerly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.attention import AttentionMetadata
+from engine.kernels import input_prep
+from engine.runner.base import TorchModelRunner
+from engine.runner.cuda_graphs import DecodeGraphs
+from engine.runner.sampler import sample
+from engine.runner.sampling_batch import SamplerOutput, SamplingBatch
+from engine.runner.slot_state import MAX_LOGIT_BIAS, MAX_STOP_IDS, SlotState
+from engine.runner.staging import StepStaging
+from engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+
+
+@dataclass
+class _Live:
+    """The host's mirror of one admitted request."""
+
+    slot: int
+    new: NewRequestData
+    num_computed: int
+    num_blocks: int
+    has_penalties: bool
+
+
+@dataclass
+class _StepHandle:
+    request_ids: list[str]
+    tokens: torch.Tensor  # host (pinned on CUDA)
+    logprobs: torch.Tensor | None
+    top_ids: torch.Tensor | None
+    top_logprobs: torch.Tensor | None
+    event: torch.cuda.Event | None
+
+
+def _has_penalties(new: NewRequestData) -> bool:
+    p = new.params
+    return p.presence_penalty != 0.0 or p.frequency_penalty != 0.0 or p.repetition_penalty != 1.0
+
+
+class OverlapRunner(TorchModelRunner):
+    max_steps_in_flight = 2
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        spec = self.kv_spec
+        self.max_blocks_per_seq = -(-spec.max_model_len // spec.block_size)
+        self.slots = SlotState(
+            self.config.max_num_seqs, spec.max_model_len, self.max_blocks_per_seq, self.vocab_size, self.device
+        )
+        self.staging = StepStaging(self.device)
+        self._live: dict[str, _Live] = {}
+        self._cuda = self.device.type == "cuda"
+        self._copy_stream = torch.cuda.Stream(self.device) if self._cuda else None
+        self.graphs: DecodeGraphs | None = None
+        if self._cuda and not self.config.enforce_eager:
+            self.graphs = DecodeGraphs(self, self.config.max_num_seqs)
+            self.graphs.capture()
+
+    # -- bookkeeping ---------------------------------------------------------
+    def release(self, request_ids: list[str]) -> None:
+        for request_id in request_ids:
+            live = self._live.pop(request_id, None)
+            if live is not None:
+                self.slots.release(live.slot)
+
+    def _admit(self, new_requests: list[NewRequestData], writes: list[list[int]]) -> None:
+        """Give each new request a slot and queue the device writes that set
+        the slot up (token history, counters, sampling parameters)."""
+        if not new_requests:
+            return
+        s = self.slots
+        slot_ids, floats, ints, seeds, stops, bias_ids, bias_values = [], [], [], [], [], [], []
+        for new in new_requests:
+            slot = s.acquire()
+            penalties = _has_penalties(new)
+            self._live[new.request_id] = _Live(slot, new, new.num_computed_tokens, len(new.block_ids), penalties)
+            p = new.params
+            slot_ids.append(slot)
+            floats.append([p.temperature, p.top_p, p.min_p, p.presence_penalty, p.frequency_penalty, p.repetition_penalty])
+            ints.append([len(new.token_ids), new.num_computed_tokens, new.num_prompt_tokens, max(p.top_k, 0), p.min_tokens])
+            seeds.append(new.seed - (1 << 64) if new.seed >= (1 << 63) else new.seed)
+            stop = sorted(set(new.eos_token_ids) | set(p.stop_token_ids))[:MAX_STOP_IDS]
+            stops.append(stop + [-1] * (MAX_STOP_IDS - len(stop)))
+            bias = p.logit_bias or {}
+            bias_ids.append(list(bias.keys()) + [-1] * (MAX_LOGIT_BIAS - len(bias)))
+            bias_values.append(list(bias.values()) + [0.0] * (MAX_LOGIT_BIAS - len(bias)))
+            writes[0].extend([slot] * len(new.block_ids))
+            writes[1].extend(range(len(new.block_ids)))
+            writes[2].extend(new.block_ids)
+            self._copy_tokens(slot, new.token_ids)
+            if penalties:
+                self._reset_penalty_rows(slot, new)
+        index = self._to_device(slot_ids, torch.long)
+        f = self._to_device(floats, torch.float32)
+        i = self._to_device(ints, torch.int32)
+        for column, table in enumerate((s.temperature, s.top_p, s.min_p, s.presence_penalty, s.frequency_penalty, s.repetition_penalty)):
+            table.index_copy_(0, index, f[:, column])
+        for column, table in enumerate((s.num_tokens, s.num_computed, s.num_prompt, s.top_k, s.min_tokens)):
+            table.index_copy_(0, index, i[:, column])
+        s.seed.index_copy_(0, index, self._to_device(seeds, torch.long))
+        s.stop_ids.index_copy_(0, index, self._to_device(stops, torch.long))
+        if any(new.params.logit_bias for new in new_requests):
+            s.bias_ids.index_copy_(0, index, self._to_device(bias_ids, torch.long))
+            s.bias_values.index_copy_(0, index, self._to_device(bias_values, torch.float32))
+        else:
+            s.bias_ids.index_fill_(0, index, -1)
+
+    def _to_device(self, values: list, dtype: torch.dtype) -> torch.Tensor:
+        """A host snapshot copied without blocking (pinned on CUDA; the
+        caching host allocator keeps it until the copy is done)."""
+        host = torch.tensor(values, dtype=dtype)
+        if self._cuda:
+            host = host.pin_memory()
+        return host.to(self.device, non_blocking=True)
+
+    def _copy_tokens(self, slot: int, token_ids: list[int]) -> None:
+        self.slots.token_ids[slot, : len(token_ids)].copy_(self._to_device(token_ids, torch.int32), non_blocking=True)
+
+    def _reset_penalty_rows(self, slot: int, new: NewRequestData) -> None:
+        s = self.slots
+        s.ensure_penalty_tables()
+        s.output_counts[slot].zero_()
+        s.prompt_mask[slot].zero_()
+        tokens = self._to_device(new.token_ids, torch.long)
+        s.prompt_mask[slot].index_fill_(0, tokens[: new.num_prompt_tokens], True)
+        outputs = tokens[new.num_prompt_tokens :]
+        s.output_counts[slot].index_add_(0, outputs, torch.ones_like(outputs, dtype=torch.int32))
+
+    # -- one step ------------------------------------------------------------
+    @torch.inference_mode()
+    def execute(self, step: SchedulerOutput) -> _StepHandle:
+        self.release(step.released_request_ids)
+        writes: list[list[int]] = [[], [], []]
+        self._admit(step.new_requests, writes)
+        for request_id, block_ids in step.new_block_ids.items():
+            live = self._live[request_id]
+            writes[0].extend([live.slot] * len(block_ids))
+            writes[1].extend(range(live.num_blocks, live.num_blocks + len(block_ids)))
+            writes[2].extend(block_ids)
+            live.num_blocks += len(block_ids)
+
+        idx, lens, sample_rows, seq_lens_host, sampled_ids = [], [], [], [], []
+        lives = []
+        for row, sched in enumerate(step.scheduled):
+            live = self._live[sched.request_id]
+            lives.append(live)
+            idx.append(live.slot)
+            lens.append(sched.num_tokens)
+            live.num_computed += sched.num_tokens
+            seq_lens_host.append(live.num_computed)
+            if sched.samples:
+                sample_rows.append(row)
+                sampled_ids.append(sched.request_id)
+        num_rows, num_tokens = len(idx), sum(lens)
+        idx_d, lens_d, rows_d, w_rows, w_cols, w_vals = self.staging.stage([idx, lens, sample_rows, *writes])
+        if writes[0]:
+            input_prep.apply_block_table_writes(self.slots.block_table, w_rows, w_cols, w_vals)
+
+        pure_decode = num_tokens == num_rows
+        bucket = self.graphs.bucket_for(num_rows) if (self.graphs and pure_decode) else None
+        if bucket is not None:
+            hidden, logits_indices = self.graphs.run(idx_d, lens_d, rows_d, num_rows, bucket, len(sample_rows))
+        else:
+            hidden, logits_indices = self._eager_forward(idx_d, lens_d, rows_d, num_tokens, lens, seq_lens_host)
+
+        s = self.slots
+        if not sample_rows:  # every row is a prefill chunk that does not finish its prompt
+            nothing = torch.empty(0, dtype=torch.long, device=self.device)
+            input_prep.post_update(idx_d, lens_d, rows_d, nothing, s.token_ids, s.num_tokens, s.num_computed, None)
+            return _StepHandle([], torch.empty(0, dtype=torch.long), None, None, None, None)
+        logits = self.model.compute_logits(hidden[logits_indices])
+        sampling_lives = [lives[r] for r in sample_rows]
+        result = sample(logits, self._sampling_batch(idx_d, rows_d, sampling_lives))
+        input_prep.post_update(idx_d, lens_d, rows_d, result.token_ids, s.token_ids, s.num_tokens,
+                               s.num_computed, s.output_counts)
+        return self._copy_out(sampled_ids, result)
+
+    def _eager_forward(
+        self,
+        idx_d: torch.Tensor,
+        lens_d: torch.Tensor,
+        rows_d: torch.Tensor,
+        num_tokens: int,
+        lens: list[int],
+        seq_lens_host: list[int],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        num_rows, dev = len(lens), self.device
+        input_ids = torch.empty(num_tokens, dtype=torch.long, device=dev)
+        positions = torch.empty(num_tokens, dtype=torch.long, device=dev)
+        slot_mapping = torch.empty(num_tokens, dtype=torch.long, device=dev)
+        query_start_loc = torch.empty(num_rows + 1, dtype=torch.int32, device=dev)
+        seq_lens = torch.empty(num_rows, dtype=torch.int32, device=dev)
+        logits_indices = torch.empty(rows_d.shape[0], dtype=torch.long, device=dev)
+        s = self.slots
+        input_prep.prepare_inputs(
+            idx_d, lens_d, rows_d, s.token_ids, s.num_computed, s.block_table, self.kv_spec.block_size,
+            num_tokens, input_ids, positions, slot_mapping, query_start_loc, seq_lens, logits_indices,
+        )
+        max_blocks = -(-max(seq_lens_host) // self.kv_spec.block_size)
+        meta = AttentionMetadata(
+            slot_mapping=slot_mapping,
+            query_start_loc=query_start_loc,
+            seq_lens=seq_lens,
+            block_tables=s.block_table.index_select(0, idx_d.long())[:, :max_blocks],
+            max_query_len=max(lens),
+            max_seq_len=max(seq_lens_host),
+            query_start_loc_cpu=torch.from_numpy(np.cumsum([0, *lens], dtype=np.int32)),
+            seq_lens_cpu=torch.tensor(seq_lens_host, dtype=torch.int32),
+        )
+        return self.model(input_ids, positions, meta, self.kv_caches), logits_indices
+
+    def _sampling_batch(self, idx_d: torch.Tensor, rows_d: torch.Tensor, lives: list[_Live]) -> SamplingBatch:
+        """Gather the sampling rows' parameters from slot state, on the device."""
+        s = self.slots
+        slots = idx_d.long()[rows_d.long()]
+        params = [live.new.params for live in lives]
+        any_penalties = any(live.has_penalties for live in lives)
+        unmet = (s.num_tokens[slots] - s.num_prompt[slots]) < s.min_tokens[slots]
+        any_min_tokens = any(p.min_tokens > 0 for p in params)
+        any_bias = any(p.logit_bias for p in params)
+        logprobs = [p.logprobs for p in params if p.logprobs is not None]
+        return SamplingBatch(
+            temperature=s.temperature[slots],
+            top_k=s.top_k[slots],
+            top_p=s.top_p[slots],
+            min_p=s.min_p[slots],
+            seed=s.seed[slots],
+            position=s.num_tokens[slots].long(),
+            presence_penalty=s.presence_penalty[slots],
+            frequency_penalty=s.frequency_penalty[slots],
+            repetition_penalty=s.repetition_penalty[slots],
+            output_counts=s.output_counts[slots] if any_penalties else None,
+            prompt_mask=s.prompt_mask[slots] if any_penalties else None,
+            logit_bias_ids=s.bias_ids[slots] if any_bias else None,
+            logit_bias_values=s.bias_values[slots] if any_bias else None,
+            suppressed_ids=torch.where(unmet[:, None], s.stop_ids[slots], -1) if any_min_tokens else None,
+            allowed_bitmask=None,
+            all_greedy=all(p.temperature == 0.0 for p in params),
+            any_top_k=any(p.top_k > 0 for p in params),
+            any_top_p=any(p.top_p < 1.0 for p in params),
+            any_min_p=any(p.min_p > 0.0 for p in params),
+            any_penalties=any_penalties,
+            max_num_logprobs=max(logprobs, default=-1),
+        )
+
+    def _copy_out(self, request_ids: list[str], result: SamplerOutput) -> _StepHandle:
+        """Start copying the step's results to the host; never blocks."""
+        if not self._cuda:
+            return _StepHandle(request_ids, result.token_ids, result.logprobs, result.top_token_ids,
+                               result.top_logprobs, None)
+        stream = self._copy_stream
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        outs = []
+        with torch.cuda.stream(stream):
+            for tensor in (result.token_ids, result.logprobs, result.top_token_ids, result.top_logprobs):
+                if tensor is None:
+                    outs.append(None)
+                    continue
+                tensor.record_stream(stream)
+                host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+                host.copy_(tensor, non_blocking=True)
+                outs.append(host)
+            event = torch.cuda.Event()
+            event.record(stream)
+        return _StepHandle(request_ids, outs[0], outs[1], outs[2], outs[3], event)
+
+    def wait(self, handle: _StepHandle) -> ModelRunnerOutput:
+        """The one synchronization: the output event of this step."""
+        if handle.event is not None:
+            handle.event.synchronize()
+        output = ModelRunnerOutput(handle.request_ids, handle.tokens.tolist())
+        if handle.logprobs is not None:
+            output.logprobs = handle.logprobs.tolist()
+            if handle.top_ids is not None:
+                output.top_token_ids = handle.top_ids.tolist()
+                output.top_logprobs = handle.top_logprobs.tolist()
+        return output
+
+    def shutdown(self) -> None:
+        self.graphs = None
+        super().shutdown()
