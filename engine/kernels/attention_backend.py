@@ -1,0 +1,50 @@
+"""The Triton attention backend: the CUDA path behind `get_backend`."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.attention.metadata import AttentionMetadata
+from engine.kernels.decode_attention import decode_attention, num_splits_for
+from engine.kernels.kv_write import write_kv
+from engine.kernels.prefill_attention import prefill_attention
+
+
+class TritonAttentionBackend:
+    """`write_kv` through the KV-write kernel; `paged_attention` through the
+    split-K decode kernel when every sequence has exactly one query token,
+    else through the ragged prefill/extend kernel. Neither path reads device
+    tensors on the host. The decode path's launch depends only on shapes
+    (batch size, heads, block-table width), so it can be captured in a CUDA
+    graph and replayed with other ``seq_lens`` and block tables."""
+
+    name = "triton"
+
+    def write_kv(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        write_kv(key, value, k_cache, v_cache, slot_mapping)
+
+    def paged_attention(
+        self,
+        query: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        if meta.max_query_len == 1 and query.shape[0] == meta.num_seqs:
+            max_context = meta.block_tables.shape[1] * k_cache.shape[1]
+            num_splits = num_splits_for(meta.num_seqs, k_cache.shape[2], max_context, query.device)
+            return decode_attention(
+                query, k_cache, v_cache, meta.seq_lens, meta.block_tables, scale, num_splits
+            )
+        return prefill_attention(
+            query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens,
+            meta.block_tables, meta.max_query_len, scale,
+        )
