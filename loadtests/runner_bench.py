@@ -12,6 +12,7 @@ sits idle between consecutive decode steps (from the profiler's kernel trace).
 
     python -m loadtests.runner_bench                       # default model
     python -m loadtests.runner_bench --model qwen3          # dummy Qwen3-0.6B shapes
+    python -m loadtests.runner_bench --model smollm2-dummy  # the default model's shapes, random weights
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.sampling_params import SamplingParams
 
-QWEN3_CONFIG = Path(__file__).parent / "configs" / "qwen3-0.6b"
+CONFIGS = Path(__file__).parent / "configs"
+# Random weights of real shapes: the same work per step as the real model.
+DUMMY_MODELS = {"qwen3": CONFIGS / "qwen3-0.6b", "smollm2-dummy": CONFIGS / "smollm2-135m"}
 
 
 def make_core(model: str, runner: str, dtype: str, max_batch: int) -> EngineCore:
     options = dict(runner=runner, dtype=dtype, max_num_seqs=max_batch, max_num_batched_tokens=max(2048, max_batch * 64))
-    if model == "qwen3":
-        options.update(model=str(QWEN3_CONFIG), load_format="dummy")
+    if model in DUMMY_MODELS:
+        options.update(model=str(DUMMY_MODELS[model]), load_format="dummy")
     elif model != "default":
         options.update(model=model)
     if not torch.cuda.is_available():
@@ -111,7 +114,7 @@ def graph_replay_vs_step(core: EngineCore, output_len: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="default", help="'default', 'qwen3' (dummy Qwen3-0.6B shapes) or a path")
+    parser.add_argument("--model", default="default", help="'default', 'qwen3', 'smollm2-dummy' (random weights of real shapes) or a path")
     parser.add_argument("--batch-sizes", default="1,4,16,64")
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=64)

@@ -1,0 +1,92 @@
+"""Llama-family models and their loaders, behind one entry point: `load_model`.
+
+    loaded = load_model()                          # the default model (GGUF)
+    loaded = load_model("/ckpt/Qwen3-0.6B")        # HF safetensors directory
+    loaded = load_model("m.gguf", dtype="bfloat16", device="cuda")
+    loaded = load_model("loadtests/configs/qwen3-0.6b", load_format="dummy")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.errors import ModelLoadError
+from engine.model_path import default_model_path, resolve_model_path
+from engine.models.config import ModelConfig
+from engine.models.llama import CausalLM
+from engine.models.loader_dummy import load_dummy
+from engine.models.loader_gguf import load_gguf
+from engine.models.loader_hf import load_hf
+
+LOAD_FORMATS = ("auto", "gguf", "safetensors", "dummy")
+
+Loader = Callable[..., tuple[ModelConfig, CausalLM]]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model on its device in its dtype, its config, and where it came from."""
+
+    model: CausalLM
+    config: ModelConfig
+    path: Path
+
+
+def load_model(
+    model: str | Path | None = None,
+    *,
+    dtype: str = "auto",
+    device: torch.device | str = "cpu",
+    load_format: str = "auto",
+) -> LoadedModel:
+    """Load ``model``: None (the default model), a `.gguf` file, or a HF
+    directory with `config.json` + `*.safetensors`.
+
+    ``load_format``: "auto" (by what the path is), "gguf", "safetensors", or
+    "dummy" (random weights shaped by a `config.json`, its directory, or a
+    `.gguf` file). ``dtype``: "auto" (float32 on CPU; on CUDA the config's
+    dtype, bfloat16 when it names none or float32), "float32", "float16",
+    "bfloat16". Every failure is a ModelLoadError naming the path.
+    """
+    if load_format not in LOAD_FORMATS:
+        raise ModelLoadError(
+            f"unknown load format {load_format!r}; choose one of {', '.join(LOAD_FORMATS)}"
+        )
+    path = resolve_model_path(model)
+    loader = _pick_loader(path, load_format)
+    config, module = loader(path, dtype=dtype, device=torch.device(device))
+    return LoadedModel(model=module, config=config, path=path)
+
+
+def _pick_loader(path: Path, load_format: str) -> Loader:
+    if load_format == "dummy":
+        return load_dummy
+    if path.is_dir():
+        if load_format == "gguf":
+            raise ModelLoadError(f"load format 'gguf' needs a .gguf file; {path} is a directory")
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} is a directory without a config.json; not a HF checkpoint")
+        return load_hf
+    if load_format == "safetensors":
+        raise ModelLoadError(
+            f"load format 'safetensors' needs a checkpoint directory; {path} is a file"
+        )
+    if path.suffix == ".json":
+        raise ModelLoadError(
+            f"{path} is a config without weights; use load_format='dummy' for random weights"
+        )
+    return load_gguf
+
+
+__all__ = [
+    "CausalLM",
+    "LOAD_FORMATS",
+    "LoadedModel",
+    "ModelConfig",
+    "default_model_path",
+    "load_model",
+]

@@ -1,0 +1,246 @@
+"""One Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3).
+
+Parameter names follow HF's with the ``model.`` prefix dropped, except that
+q/k/v and gate/up are fused into one matmul each (``qkv_proj``,
+``gate_up_proj``); `fuse_hf_weights` maps a HF state dict onto them.
+
+The forward pass is free of host syncs and data-dependent Python control flow,
+so it can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from engine.attention.backend import AttentionBackend
+from engine.attention.metadata import AttentionMetadata
+from engine.errors import ModelLoadError
+from engine.models.config import ModelConfig
+from engine.models.rope import apply_rope, rope_tables
+
+
+class RMSNorm(nn.Module):
+    """HF's RMSNorm: normalise in float32, scale in the input dtype."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, attention: AttentionBackend) -> None:
+        super().__init__()
+        self.attention = attention
+        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.q_size, self.kv_size = config.q_size, config.kv_size
+        self.scale = config.head_dim**-0.5
+        self.qkv_proj = nn.Linear(
+            config.hidden_size, config.q_size + 2 * config.kv_size, bias=config.attention_bias
+        )
+        self.o_proj = nn.Linear(config.q_size, config.hidden_size, bias=config.attention_out_bias)
+        # Qwen3 normalises each head of q and k before RoPE.
+        self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
+
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, meta: AttentionMetadata,
+        k_cache: Tensor, v_cache: Tensor,
+    ) -> Tensor:
+        num_tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(num_tokens, self.num_heads, self.head_dim)
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        self.attention.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        out = self.attention.paged_attention(q, k_cache, v_cache, meta, self.scale)
+        return self.o_proj(out.reshape(num_tokens, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, attention: AttentionBackend) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, attention)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(
+        self, h: Tensor, cos: Tensor, sin: Tensor, meta: AttentionMetadata,
+        k_cache: Tensor, v_cache: Tensor,
+    ) -> Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, meta, k_cache, v_cache)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class CausalLM(nn.Module):
+    """Embeddings, decoder layers, final norm; `compute_logits` applies the
+    (possibly tied) LM head to the rows the caller picks.
+
+    A new instance holds placeholder weights: get a real one from
+    `engine.models.load_model` (or `build_model`). Pick the dtype at load time
+    rather than with ``.to(dtype)``, which would also cast the float32 RoPE
+    tables.
+    """
+
+    def __init__(self, config: ModelConfig, attention: AttentionBackend) -> None:
+        super().__init__()
+        self.config = config
+        # An explicit (uninitialised) weight skips nn.Embedding's normal_()
+        # init, which on the meta device imports torch._dynamo (seconds).
+        self.embed_tokens = nn.Embedding(
+            config.vocab_size, config.hidden_size,
+            _weight=torch.empty(config.vocab_size, config.hidden_size),
+        )
+        self.layers = nn.ModuleList(DecoderLayer(config, attention) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = (
+            None if config.tie_word_embeddings
+            else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        )
+        # Built on the CPU explicitly, so a model constructed on the meta
+        # device still gets real tables (moved along by `.to(device)`).
+        cos, sin = rope_tables(config, device="cpu")
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        positions: Tensor,
+        meta: AttentionMetadata,
+        kv_caches: list[tuple[Tensor, Tensor]],
+    ) -> Tensor:
+        """``input_ids``/``positions`` [T] int64 → hidden states [T, hidden]
+        after the final norm. Writes the step's keys/values into ``kv_caches``
+        (one ``(k_cache, v_cache)`` per layer)."""
+        h = self.embed_tokens(input_ids)
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
+            h = layer(h, cos, sin, meta, k_cache, v_cache)
+        return self.norm(h)
+
+    def compute_logits(self, hidden: Tensor) -> Tensor:
+        """[N, hidden] → [N, vocab] float32."""
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+
+def fuse_hf_weights(
+    config: ModelConfig, weights: Mapping[str, Tensor], *, source: str
+) -> dict[str, Tensor]:
+    """A HF state dict (``model.`` prefix stripped, unfused q/k/v and gate/up)
+    → this module's state dict. Drops ``lm_head`` when embeddings are tied.
+    Raises ModelLoadError naming missing, unexpected or misshapen weights."""
+    expected = hf_weight_shapes(config)
+    given = set(weights)
+    if config.tie_word_embeddings:
+        given.discard("lm_head.weight")
+    missing, unexpected = sorted(expected.keys() - given), sorted(given - expected.keys())
+    if missing or unexpected:
+        raise ModelLoadError(
+            f"{source}: weights do not match the {config.architecture} config: "
+            f"missing {_preview(missing)}, unexpected {_preview(unexpected)}"
+        )
+    for name, shape in expected.items():
+        if tuple(weights[name].shape) != shape:
+            raise ModelLoadError(
+                f"{source}: weight {name} has shape {tuple(weights[name].shape)}, "
+                f"the config implies {shape}"
+            )
+    fused = {n: weights[n] for n in expected if not n.endswith(_FUSED_PARTS)}
+    for i in range(config.num_layers):
+        attn, mlp = f"layers.{i}.self_attn", f"layers.{i}.mlp"
+        kinds = ("weight", "bias") if config.attention_bias else ("weight",)
+        for kind in kinds:
+            fused[f"{attn}.qkv_proj.{kind}"] = torch.cat(
+                [weights[f"{attn}.{x}_proj.{kind}"] for x in "qkv"]
+            )
+        fused[f"{mlp}.gate_up_proj.weight"] = torch.cat(
+            [weights[f"{mlp}.gate_proj.weight"], weights[f"{mlp}.up_proj.weight"]]
+        )
+    return fused
+
+
+_FUSED_PARTS = tuple(
+    f"{x}_proj.{kind}" for x in ("q", "k", "v", "gate", "up") for kind in ("weight", "bias")
+)
+
+
+def hf_weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The HF parameters (``model.`` prefix stripped) a checkpoint of
+    ``config`` holds, with their shapes."""
+    hidden, inter, head_dim = config.hidden_size, config.intermediate_size, config.head_dim
+    shapes = {"embed_tokens.weight": (config.vocab_size, hidden), "norm.weight": (hidden,)}
+    if not config.tie_word_embeddings:
+        shapes["lm_head.weight"] = (config.vocab_size, hidden)
+    proj = {"q": config.q_size, "k": config.kv_size, "v": config.kv_size}
+    for i in range(config.num_layers):
+        p = f"layers.{i}"
+        shapes[f"{p}.input_layernorm.weight"] = (hidden,)
+        shapes[f"{p}.post_attention_layernorm.weight"] = (hidden,)
+        for x, size in proj.items():
+            shapes[f"{p}.self_attn.{x}_proj.weight"] = (size, hidden)
+            if config.attention_bias:
+                shapes[f"{p}.self_attn.{x}_proj.bias"] = (size,)
+        shapes[f"{p}.self_attn.o_proj.weight"] = (hidden, config.q_size)
+        if config.attention_out_bias:
+            shapes[f"{p}.self_attn.o_proj.bias"] = (hidden,)
+        if config.qk_norm:
+            shapes[f"{p}.self_attn.q_norm.weight"] = (head_dim,)
+            shapes[f"{p}.self_attn.k_norm.weight"] = (head_dim,)
+        shapes[f"{p}.mlp.gate_proj.weight"] = (inter, hidden)
+        shapes[f"{p}.mlp.up_proj.weight"] = (inter, hidden)
+        shapes[f"{p}.mlp.down_proj.weight"] = (hidden, inter)
+    return shapes
+
+
+def build_model(
+    config: ModelConfig,
+    attention: AttentionBackend,
+    state_dict: Mapping[str, Tensor],
+    device: torch.device,
+    *,
+    source: str,
+) -> CausalLM:
+    """A `CausalLM` whose parameters are the given tensors (this module's
+    names, already in the wanted dtype), without a throwaway random init."""
+    with torch.device("meta"):
+        model = CausalLM(config, attention)
+    try:
+        model.load_state_dict(state_dict, strict=True, assign=True)
+    except RuntimeError as exc:
+        raise ModelLoadError(f"{source}: weights do not fit the model: {exc}") from exc
+    model.requires_grad_(False)
+    return model.to(device).eval()
+
+
+def _preview(names: list[str], limit: int = 6) -> str:
+    if not names:
+        return "none"
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more

@@ -1,0 +1,57 @@
+"""Rotary position embeddings, in the neox / HF ``rotate_half`` layout.
+
+The two halves of each head are rotated against each other: element ``i``
+pairs with ``i + head_dim / 2`` and turns by ``position * inv_freq[i]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from engine.models.config import ModelConfig
+
+
+def inverse_frequencies(config: ModelConfig, device: torch.device | str = "cpu") -> torch.Tensor:
+    """[head_dim / 2] float32, with llama3 scaling applied when configured."""
+    dim = config.head_dim
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64, device=device).float() / dim
+    inv_freq = 1.0 / (config.rope_theta**exponents)
+    if config.rope_freq_factors is not None:
+        return inv_freq / torch.tensor(config.rope_freq_factors, dtype=torch.float32, device=device)
+    scaling = config.rope_scaling
+    if scaling is None:
+        return inv_freq
+    # Same arithmetic as transformers' _compute_llama3_parameters.
+    old_len = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_len / scaling.low_freq_factor
+    high_freq_wavelen = old_len / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_len / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def rope_tables(
+    config: ModelConfig, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, each [max_position_embeddings, head_dim / 2] float32."""
+    positions = torch.arange(config.max_position_embeddings, dtype=torch.float32, device=device)
+    angles = torch.outer(positions, inverse_frequencies(config, device))
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` [tokens, heads, head_dim] by ``cos``/``sin`` [tokens,
+    head_dim / 2] (rows of `rope_tables` gathered at the tokens' positions).
+    Computed in float32, returned in ``x``'s dtype."""
+    half = x.shape[-1] // 2
+    xf = x.float()
+    x1, x2 = xf[..., :half], xf[..., half:]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
