@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from engine.config import EngineConfig
@@ -19,6 +21,13 @@ from engine.scheduler import PauseState, Scheduler, SchedulerLimits, TokenEvent
 from engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 PAUSE_MODES = ("abort", "wait", "keep")
+
+
+@dataclass
+class _InFlight:
+    step: SchedulerOutput
+    handle: Any
+    awaiting_bitmask: bool
 
 
 def make_runner(config: EngineConfig) -> ModelRunner:
@@ -54,8 +63,10 @@ class EngineCore:
             SchedulerLimits(config.max_num_seqs, config.max_num_batched_tokens, spec.max_model_len),
             KVCacheManager(spec.num_blocks, spec.block_size, config.enable_prefix_caching),
         )
-        self._in_flight: deque[tuple[SchedulerOutput, Any]] = deque()
+        self._in_flight: deque[_InFlight] = deque()
         self._seeds = random.Random(config.seed)
+        self._grammars = None  # GrammarCompiler, made on the first constrained request
+        self._compiling: list[tuple[Request, Future]] = []
 
     def info(self, model_name: str) -> EngineInfo:
         runner = self.runner
@@ -83,20 +94,55 @@ class EngineCore:
         """Validate and queue a request; InvalidRequestError leaves no trace."""
         self.validate_request(request_id, prompt_token_ids, params)
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
-        self.scheduler.add_request(
-            Request(
-                request_id,
-                list(prompt_token_ids),
-                params,
-                seed=seed % (1 << 64),
-                eos_token_ids=frozenset(eos_token_ids),
-                max_model_len=self.max_model_len,
-                arrival_time=arrival_time,
-            )
+        request = Request(
+            request_id,
+            list(prompt_token_ids),
+            params,
+            seed=seed % (1 << 64),
+            eos_token_ids=frozenset(eos_token_ids),
+            max_model_len=self.max_model_len,
+            arrival_time=arrival_time,
         )
+        if params.structured is None:
+            self.scheduler.add_request(request)
+        else:  # scheduled once its grammar has compiled (see _admit_compiled)
+            self._compiling.append((request, self._grammar_compiler().submit(params.structured)))
+
+    def _grammar_compiler(self):
+        if self._grammars is None:
+            from engine.model_path import resolve_model_path
+            from engine.structured_output import GrammarCompiler
+
+            if self.config.runner == "null":
+                raise InvalidRequestError("structured outputs need a model with a tokenizer", "structured")
+            self._grammars = GrammarCompiler(resolve_model_path(self.config.model), self.vocab_size)
+        return self._grammars
+
+    def _admit_compiled(self) -> list[EngineCoreOutput]:
+        """Schedule requests whose grammar is ready; fail those whose grammar
+        could not be compiled."""
+        if not self._compiling:
+            return []
+        from engine.structured_output import RequestGrammar
+
+        failed, waiting = [], []
+        for request, future in self._compiling:
+            if not future.done():
+                waiting.append((request, future))
+            elif future.exception() is not None:
+                error = future.exception()
+                failed.append(
+                    EngineCoreOutput(request.request_id, [], "error", error=str(error),
+                                     invalid=isinstance(error, InvalidRequestError))
+                )
+            else:
+                request.grammar = RequestGrammar(future.result())
+                self.scheduler.add_request(request)
+        self._compiling = waiting
+        return failed
 
     def validate_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        if request_id in self.scheduler.requests:
+        if request_id in self.scheduler.requests or any(r.request_id == request_id for r, _ in self._compiling):
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         if not prompt_token_ids:
             raise InvalidRequestError("the prompt is empty", "prompt")
@@ -114,6 +160,13 @@ class EngineCore:
         """Abort the named requests (every request for None); returns their
         final outputs."""
         aborted = self.scheduler.abort_requests(request_ids)
+        kept = []
+        for request, future in self._compiling:
+            if request_ids is None or request.request_id in request_ids:
+                aborted.append(request)
+            else:
+                kept.append((request, future))
+        self._compiling = kept
         self._release_if_idle()
         return [EngineCoreOutput(r.request_id, [], FinishReason.ABORT.value) for r in aborted]
 
@@ -121,7 +174,8 @@ class EngineCore:
         """After a failed step: end every request with finish reason "error"
         and drop the steps in flight, so the engine can carry on."""
         self._in_flight.clear()
-        failed = self.scheduler.abort_requests(None)
+        failed = self.scheduler.abort_requests(None) + [r for r, _ in self._compiling]
+        self._compiling = []
         self.runner.release(self.scheduler.take_released())
         return [EngineCoreOutput(r.request_id, [], "error", error=message) for r in failed]
 
@@ -156,24 +210,53 @@ class EngineCore:
     # -- the step ----------------------------------------------------------------
     @property
     def has_work(self) -> bool:
-        return bool(self._in_flight) or self.scheduler.has_schedulable_work
+        return bool(self._in_flight) or bool(self._compiling) or self.scheduler.has_schedulable_work
 
     def step(self) -> list[EngineCoreOutput]:
         """Launch the next step if the pipeline has room, then resolve the
-        oldest step once the pipeline is full (or nothing new was launched)."""
+        oldest step once the pipeline is full (or nothing new was launched).
+
+        Constrained decoding: the bitmask of a step's constrained rows depends
+        on the tokens of the step before, which with the overlapped runner
+        are not known when the step is launched. Such a step launches its
+        forward pass at once and leaves sampling for when it becomes the
+        oldest step in flight, i.e. right after its predecessor resolves and
+        its grammars have accepted those tokens. The forward pass still
+        overlaps; only sampling waits, and only in steps with constrained
+        rows.
+        """
+        outputs = self._admit_compiled()
         launched = False
         if len(self._in_flight) < self.runner.max_steps_in_flight and self.scheduler.has_schedulable_work:
             step = self.scheduler.schedule()
             if not step.is_empty:
-                self._in_flight.append((step, self.runner.execute(step)))
+                self._in_flight.append(_InFlight(step, self.runner.execute(step), step.needs_bitmask))
                 launched = True
-        outputs: list[EngineCoreOutput] = []
         if self._in_flight and (not launched or len(self._in_flight) >= self.runner.max_steps_in_flight):
-            step, handle = self._in_flight.popleft()
-            result = self.runner.wait(handle)
-            outputs = self._to_outputs(self.scheduler.update_from_output(step, result), result)
+            self._complete_oldest()
+            oldest = self._in_flight.popleft()
+            result = self.runner.wait(oldest.handle)
+            outputs += self._to_outputs(self.scheduler.update_from_output(oldest.step, result), result)
+        self._complete_oldest()
         self._release_if_idle()
         return outputs
+
+    def _complete_oldest(self) -> None:
+        """Sample the oldest step in flight if it waits for a bitmask: every
+        step before it has resolved, so its grammars are current."""
+        if not self._in_flight or not self._in_flight[0].awaiting_bitmask:
+            return
+        from engine.structured_output import new_bitmask
+
+        entry = self._in_flight[0]
+        rows = [row for row in entry.step.scheduled if row.samples]
+        bitmask = new_bitmask(len(rows), self.vocab_size, pinned=self.runner.device.type == "cuda")
+        for index, row in enumerate(rows):
+            request = self.scheduler.requests.get(row.request_id)
+            if row.constrained and request is not None and request.grammar is not None:
+                request.grammar.fill(bitmask, index)
+        self.runner.complete(entry.handle, bitmask)
+        entry.awaiting_bitmask = False
 
     def _release_if_idle(self) -> None:
         """With no step to carry them, released ids go to the runner now, so
@@ -192,6 +275,10 @@ class EngineCore:
                 event.finish_reason.value if event.finish_reason else None,
                 num_cached_tokens=request.num_cached_tokens,
             )
+            if event.finish_reason is FinishReason.ERROR:
+                out.error = "the grammar rejected a sampled token"
+            if len(request.output_token_ids) == 1 and request.first_scheduled_time is not None:
+                out.queue_time = max(0.0, request.first_scheduled_time - request.arrival_time)
             wanted = request.params.logprobs
             if wanted is not None and result.logprobs is not None:
                 top_ids = result.top_token_ids[event.row][:wanted] if result.top_token_ids else []
@@ -202,5 +289,7 @@ class EngineCore:
 
     def shutdown(self) -> None:
         self._in_flight.clear()
+        if self._grammars is not None:
+            self._grammars.shutdown()
         self.runner.shutdown()
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
-from engine.errors import InvalidRequestError
+from engine.errors import EngineError, InvalidRequestError
 from engine.model_path import resolve_model_path
 from engine.output_processor import OutputProcessor
 from engine.protocol import TokenLogprobs
@@ -103,6 +103,8 @@ class LLM:
         remaining = len(outputs)
         while remaining:
             for out in self.core.step():
+                if out.error is not None:
+                    raise InvalidRequestError(out.error, "structured") if out.invalid else EngineError(out.error)
                 result = outputs[out.request_id]
                 result.token_ids += out.new_token_ids
                 result.num_cached_tokens = out.num_cached_tokens

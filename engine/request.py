@@ -37,7 +37,7 @@ class Request:
         "request_id", "prompt_token_ids", "params", "seed", "eos_token_ids",
         "max_tokens", "arrival_time", "output_token_ids", "num_computed_tokens",
         "num_output_placeholders", "num_cached_tokens", "status", "finish_reason",
-        "epoch", "block_hashes", "ever_scheduled", "first_scheduled_time",
+        "epoch", "block_hashes", "ever_scheduled", "first_scheduled_time", "grammar",
     )
 
     def __init__(
@@ -69,6 +69,8 @@ class Request:
         self.block_hashes: list[int] = []
         self.ever_scheduled = False
         self.first_scheduled_time: float | None = None
+        # The request's RequestGrammar when its output is constrained.
+        self.grammar = None
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -11,6 +11,36 @@ MAX_STOP_TOKEN_IDS = 32
 MAX_LOGIT_BIAS = 300
 
 
+class StructuredOutput(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A constraint on the output, enforced by a token bitmask at sampling.
+    Exactly one field is set: a JSON schema (as JSON text), any JSON object,
+    a regular expression, an EBNF grammar, or an xgrammar structural tag (as
+    JSON text: how tool calls are forced)."""
+
+    json_schema: str | None = None
+    json_object: bool = False
+    regex: str | None = None
+    grammar: str | None = None
+    structural_tag: str | None = None
+
+    def kind(self) -> tuple[str, str]:
+        """(kind, spec) of the one constraint set; InvalidRequestError otherwise."""
+        chosen = [
+            (name, value)
+            for name, value in (
+                ("json_schema", self.json_schema),
+                ("json_object", "{}" if self.json_object else None),
+                ("regex", self.regex),
+                ("grammar", self.grammar),
+                ("structural_tag", self.structural_tag),
+            )
+            if value is not None
+        ]
+        if len(chosen) != 1:
+            raise InvalidRequestError("a structured output sets exactly one constraint", "structured")
+        return chosen[0]
+
+
 class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
     """How to sample one request's tokens (OpenAI + vLLM semantics).
 
@@ -21,6 +51,7 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
 
     ``stop``, ``include_stop_str_in_output`` and ``skip_special_tokens`` act
     on text, so the front end applies them (the engine sees token ids only).
+    ``structured`` constrains the output by a grammar (see StructuredOutput).
     """
 
     max_tokens: int | None = 16
@@ -40,6 +71,7 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
     stop: list[str] = msgspec.field(default_factory=list)
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    structured: StructuredOutput | None = None
 
     @property
     def greedy(self) -> bool:
@@ -75,6 +107,8 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
             raise bad("min_tokens", f"({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
         if self.seed is not None and not -(2**63) <= self.seed < 2**64:
             raise bad("seed", "must fit in 64 bits")
+        if self.structured is not None:
+            self.structured.kind()
         if any(not s for s in self.stop):
             raise bad("stop", "must not contain empty strings")
         if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:

@@ -8,6 +8,7 @@ in-flight sampled token counts as a placeholder (see Request).
 from __future__ import annotations
 
 import enum
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -128,7 +129,8 @@ class Scheduler:
             samples = request.num_computed_tokens >= request.num_tokens
             if samples:
                 request.num_output_placeholders += 1
-            out.scheduled.append(ScheduledRequest(request_id, num_tokens, samples))
+            constrained = samples and request.grammar is not None
+            out.scheduled.append(ScheduledRequest(request_id, num_tokens, samples, constrained))
             out.epochs[request_id] = request.epoch
             self.kv.cache_full_blocks(request)
         if out.scheduled:
@@ -181,6 +183,7 @@ class Scheduler:
             if not request.ever_scheduled:
                 request.num_cached_tokens = num_cached
                 request.ever_scheduled = True
+                request.first_scheduled_time = time.monotonic()
             self.running.append(request)
             out.new_requests.append(
                 NewRequestData(
@@ -228,6 +231,8 @@ class Scheduler:
             request.num_output_placeholders -= 1
             request.output_token_ids.append(token)
             reason = request.check_stop(token)
+            if request.grammar is not None and not request.grammar.accept(token):
+                reason = FinishReason.ERROR  # cannot happen while the bitmask is applied
             if reason is not None:
                 self.running.remove(request)
                 self._finish(request, reason)

@@ -26,11 +26,13 @@ class NewRequestData:
 @dataclass(frozen=True)
 class ScheduledRequest:
     """One row of the step: compute ``num_tokens`` tokens of the request;
-    ``samples`` when this step completes its known tokens and so samples."""
+    ``samples`` when this step completes its known tokens and so samples;
+    ``constrained`` when that sample must obey the request's grammar."""
 
     request_id: str
     num_tokens: int
     samples: bool
+    constrained: bool = False
 
 
 @dataclass
@@ -46,6 +48,11 @@ class SchedulerOutput:
     released_request_ids: list[str] = field(default_factory=list)
     # Request epochs at scheduling time: outputs of a preempted epoch are dropped.
     epochs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def needs_bitmask(self) -> bool:
+        """Whether sampling waits for a grammar bitmask (see EngineCore.step)."""
+        return any(row.constrained for row in self.scheduled)
 
     @property
     def total_num_tokens(self) -> int:

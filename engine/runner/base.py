@@ -50,6 +50,13 @@ class ModelRunner(ABC):
     @abstractmethod
     def wait(self, handle: Any) -> ModelRunnerOutput: ...
 
+    def complete(self, handle: Any, bitmask: torch.Tensor) -> None:
+        """Sample a step launched with ``step.needs_bitmask``: ``execute`` ran
+        its forward pass and left sampling for now, when the grammar bitmask
+        ([sampling rows, words], rows in step order; unconstrained rows all
+        ones) is known."""
+        raise NotImplementedError(f"{type(self).__name__} does not support constrained decoding")
+
     @abstractmethod
     def release(self, request_ids: list[str]) -> None:
         """Forget finished, aborted or preempted requests (their slots)."""

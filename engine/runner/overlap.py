@@ -55,6 +55,19 @@ class _StepHandle:
     event: torch.cuda.Event | None
 
 
+@dataclass
+class _Deferred:
+    """A launched step whose sampling waits for a grammar bitmask."""
+
+    logits: torch.Tensor
+    idx: torch.Tensor
+    lens: torch.Tensor
+    rows: torch.Tensor
+    lives: list[_Live]
+    request_ids: list[str]
+    result: _StepHandle | None = None
+
+
 def _has_penalties(new: NewRequestData) -> bool:
     p = new.params
     return p.presence_penalty != 0.0 or p.frequency_penalty != 0.0 or p.repetition_penalty != 1.0
@@ -151,7 +164,7 @@ class OverlapRunner(TorchModelRunner):
 
     # -- one step ------------------------------------------------------------
     @torch.inference_mode()
-    def execute(self, step: SchedulerOutput) -> _StepHandle:
+    def execute(self, step: SchedulerOutput) -> _StepHandle | _Deferred:
         self.release(step.released_request_ids)
         writes: list[list[int]] = [[], [], []]
         self._admit(step.new_requests, writes)
@@ -193,10 +206,35 @@ class OverlapRunner(TorchModelRunner):
             return _StepHandle([], torch.empty(0, dtype=torch.long), None, None, None, None)
         logits = self.model.compute_logits(hidden[logits_indices])
         sampling_lives = [lives[r] for r in sample_rows]
-        result = sample(logits, self._sampling_batch(idx_d, rows_d, sampling_lives))
+        if step.needs_bitmask:
+            return _Deferred(logits, idx_d, lens_d, rows_d, sampling_lives, sampled_ids)
+        return self._sample(logits, idx_d, lens_d, rows_d, sampling_lives, sampled_ids, None)
+
+    @torch.inference_mode()
+    def complete(self, handle: _Deferred, bitmask: torch.Tensor) -> None:
+        """Sample a deferred step; the bitmask (pinned on CUDA) is copied
+        without blocking."""
+        mask = bitmask.to(self.device, non_blocking=True)
+        handle.result = self._sample(handle.logits, handle.idx, handle.lens, handle.rows, handle.lives,
+                                     handle.request_ids, mask)
+
+    def _sample(
+        self,
+        logits: torch.Tensor,
+        idx_d: torch.Tensor,
+        lens_d: torch.Tensor,
+        rows_d: torch.Tensor,
+        lives: list[_Live],
+        request_ids: list[str],
+        bitmask: torch.Tensor | None,
+    ) -> _StepHandle:
+        s = self.slots
+        batch = self._sampling_batch(idx_d, rows_d, lives)
+        batch.allowed_bitmask = bitmask
+        result = sample(logits, batch)
         input_prep.post_update(idx_d, lens_d, rows_d, result.token_ids, s.token_ids, s.num_tokens,
                                s.num_computed, s.output_counts)
-        return self._copy_out(sampled_ids, result)
+        return self._copy_out(request_ids, result)
 
     def _eager_forward(
         self,
@@ -287,8 +325,11 @@ class OverlapRunner(TorchModelRunner):
             event.record(stream)
         return _StepHandle(request_ids, outs[0], outs[1], outs[2], outs[3], event)
 
-    def wait(self, handle: _StepHandle) -> ModelRunnerOutput:
+    def wait(self, handle: _StepHandle | _Deferred) -> ModelRunnerOutput:
         """The one synchronization: the output event of this step."""
+        if isinstance(handle, _Deferred):
+            assert handle.result is not None, "a constrained step was waited for before complete()"
+            handle = handle.result
         if handle.event is not None:
             handle.event.synchronize()
         output = ModelRunnerOutput(handle.request_ids, handle.tokens.tolist())

@@ -17,6 +17,16 @@ from engine.scheduler_output import ModelRunnerOutput, NewRequestData, Scheduler
 
 
 @dataclass
+class _Deferred:
+    """A step whose sampling waits for a grammar bitmask."""
+
+    logits: torch.Tensor
+    rows: list[SamplingRow]
+    request_ids: list[str]
+    output: ModelRunnerOutput | None = None
+
+
+@dataclass
 class _RequestState:
     new: NewRequestData
     token_ids: list[int]
@@ -101,12 +111,25 @@ class SyncRunner(TorchModelRunner):
         if not sampling_rows:
             return ModelRunnerOutput([], [])
         logits = self.model.compute_logits(hidden[torch.tensor(logits_rows, device=dev)])
-        batch = build_sampling_batch(sampling_rows, self.vocab_size, dev)
+        if step.needs_bitmask:
+            return _Deferred(logits, sampling_rows, sampled_ids)
+        return self._sample(logits, sampling_rows, sampled_ids, None)
+
+    @torch.inference_mode()
+    def complete(self, handle: _Deferred, bitmask: torch.Tensor) -> None:
+        handle.output = self._sample(handle.logits, handle.rows, handle.request_ids, bitmask)
+
+    def _sample(
+        self, logits: torch.Tensor, rows: list[SamplingRow], request_ids: list[str], bitmask: torch.Tensor | None
+    ) -> ModelRunnerOutput:
+        batch = build_sampling_batch(rows, self.vocab_size, self.device)
+        if bitmask is not None:
+            batch.allowed_bitmask = bitmask.to(self.device)
         result = sample(logits, batch)
         tokens = result.token_ids.tolist()
-        for row, token in zip(sampling_rows, tokens):
+        for row, token in zip(rows, tokens):
             row.token_ids.append(token)
-        output = ModelRunnerOutput(sampled_ids, tokens)
+        output = ModelRunnerOutput(request_ids, tokens)
         if result.logprobs is not None:
             output.logprobs = result.logprobs.tolist()
             if result.top_token_ids is not None:
@@ -114,5 +137,8 @@ class SyncRunner(TorchModelRunner):
                 output.top_logprobs = result.top_logprobs.tolist()
         return output
 
-    def wait(self, handle: ModelRunnerOutput) -> ModelRunnerOutput:
+    def wait(self, handle: ModelRunnerOutput | _Deferred) -> ModelRunnerOutput:
+        if isinstance(handle, _Deferred):
+            assert handle.output is not None, "a constrained step was waited for before complete()"
+            return handle.output
         return handle

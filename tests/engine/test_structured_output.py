@@ -1,0 +1,79 @@
+"""Constrained decoding on the real default model, through both runners."""
+
+import json
+import re
+
+import jsonschema
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.errors import InvalidRequestError
+from engine.sampling_params import StructuredOutput
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 130},
+        "role": {"enum": ["admin", "user", "guest"]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 3},
+    },
+    "required": ["name", "age", "role", "tags"],
+    "additionalProperties": False,
+}
+PROMPT = [{"role": "user", "content": "Describe a user of a web site as JSON."}]
+
+
+@pytest.fixture(scope="module", params=["sync", "overlap"])
+def llm(request):
+    return LLM(runner=request.param)
+
+
+def test_json_schema_output_always_validates(llm):
+    params = [
+        SamplingParams(temperature=t, seed=s, max_tokens=120, structured=StructuredOutput(json_schema=json.dumps(PERSON)))
+        for t, s in [(0.0, 0), (0.8, 1), (1.0, 2), (1.2, 3)]
+    ]
+    outs = llm.chat([PROMPT] * len(params), params)
+    for out in outs:
+        assert out.finish_reason == "stop", out.text
+        jsonschema.validate(json.loads(out.text), PERSON)
+
+
+def test_unconstrained_neighbours_are_unaffected(llm):
+    plain = SamplingParams(temperature=0, max_tokens=20)
+    [alone] = llm.chat(PROMPT, plain)
+    constrained = SamplingParams(temperature=0, max_tokens=60, structured=StructuredOutput(json_object=True))
+    mixed = llm.chat([PROMPT, PROMPT, PROMPT], [constrained, plain, constrained])
+    assert mixed[1].token_ids == alone.token_ids
+    for out in (mixed[0], mixed[2]):
+        assert isinstance(json.loads(out.text), dict)
+
+
+def test_regex_and_structural_tag(llm):
+    [phone] = llm.generate(["My phone number is "], SamplingParams(temperature=0.7, seed=5, max_tokens=20, structured=StructuredOutput(regex=r"[0-9]{3}-[0-9]{4}")))
+    assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", phone.text), phone.text
+    tag = {
+        "type": "structural_tag",
+        "format": {
+            "type": "sequence",
+            "elements": [
+                {"type": "const_string", "value": '<tool_call>\n{"name": "get_weather", "arguments": '},
+                {"type": "json_schema", "json_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+                {"type": "const_string", "value": "}\n</tool_call>"},
+            ],
+        },
+    }
+    [call] = llm.chat([{"role": "user", "content": "What's the weather in Paris?"}], SamplingParams(temperature=0, max_tokens=60, structured=StructuredOutput(structural_tag=json.dumps(tag))))
+    body = re.fullmatch(r"<tool_call>\n(.*)\n</tool_call>", call.text, re.S)
+    assert body, call.text
+    assert json.loads(body.group(1))["name"] == "get_weather"
+
+
+def test_invalid_constraints_are_clear_errors(llm):
+    with pytest.raises(InvalidRequestError, match="exactly one"):
+        llm.generate(["x"], SamplingParams(structured=StructuredOutput(regex="a", json_object=True)))
+    with pytest.raises(InvalidRequestError, match="json schema"):
+        llm.generate(["x"], SamplingParams(structured=StructuredOutput(json_schema='{"type": "no-such-type"}')))
+    [ok] = llm.generate(["x"], SamplingParams(max_tokens=2))
+    assert len(ok.token_ids) == 2
