@@ -81,7 +81,8 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     """New tokens of one request from one step; ``finish_reason`` on its last.
 
     A request that ends with finish reason "error" carries ``error``, and
-    ``invalid`` when the engine rejected it as bad input."""
+    ``invalid`` when the engine rejected it as bad input. Its first output
+    carries ``queue_time``."""
 
     request_id: str
     new_token_ids: list[int]
@@ -90,6 +91,8 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     num_cached_tokens: int = 0
     error: str | None = None
     invalid: bool = False
+    # On a request's first output: seconds from its arrival to its first scheduled step.
+    queue_time: float | None = None
 
 
 class SchedulerStats(msgspec.Struct, array_like=True):
