@@ -11,17 +11,24 @@ differ (e.g. no BOS unless the tokenizer's post-processor adds one).
 from __future__ import annotations
 
 import json
-import mmap
 import os
-import struct
 from pathlib import Path
 from typing import Any, Literal
 
 import tokenizers
-from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import (
+    AddedToken,
+    Regex,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
 
 from engine.chat_template import render_chat
 from engine.errors import InvalidRequestError, ModelLoadError
+from engine.gguf_file import read_gguf
 
 VocabType = Literal["byte_level", "byte_fallback", "raw"]
 
@@ -333,7 +340,7 @@ def _gguf_pipeline(pre: str) -> tuple[normalizers.Normalizer | None, pre_tokeniz
 
 
 def _load_gguf(file: Path) -> Tokenizer:
-    meta = _read_gguf_metadata(file)
+    meta = read_gguf(file).metadata
     if "tokenizer.ggml.tokens" not in meta:
         raise ModelLoadError(f"{file} has no tokenizer metadata (tokenizer.ggml.tokens)")
     kind = meta.get("tokenizer.ggml.model")
@@ -384,71 +391,3 @@ def _bos_eos_processor(backend: tokenizers.Tokenizer, bos: str | None, eos: str 
     single = " ".join([*([f"{bos}:0"] if bos else []), "$A:0", *([f"{eos}:0"] if eos else [])])
     ids = {t: backend.token_to_id(t) for t in (bos, eos) if t}
     return processors.TemplateProcessing(single=single, special_tokens=list(ids.items()))
-
-
-_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
-
-
-def _read_gguf_metadata(file: Path) -> dict[str, Any]:
-    """The key/value section of a GGUF (v2/v3, little-endian) file; tensors are not touched.
-
-    A reader of its own because ``gguf.GGUFReader`` parses every tensor and
-    builds one numpy view per vocabulary string: about 2 s for a 49k vocab,
-    where this takes about 0.1 s.
-    """
-    try:
-        with open(file, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            magic, version, _, n_kv = struct.unpack_from("<4sIQQ", buf, 0)
-            if magic != b"GGUF":
-                raise ModelLoadError(f"{file} is not a GGUF file")
-            if version not in (2, 3):
-                raise ModelLoadError(f"{file}: GGUF version {version} is not supported")
-            reader = _GGUFReader(buf, 24)
-            meta = {}
-            for _ in range(n_kv):
-                key = reader.string()
-                meta[key] = reader.value(reader.u32())
-            return meta
-    except ModelLoadError:
-        raise
-    except (OSError, ValueError, struct.error, KeyError) as e:
-        raise ModelLoadError(f"cannot read GGUF metadata from {file}: {e}") from e
-
-
-class _GGUFReader:
-    """A cursor over a GGUF buffer."""
-
-    def __init__(self, buf: mmap.mmap, offset: int) -> None:
-        self.buf, self.off = buf, offset
-
-    def u32(self) -> int:
-        (v,) = struct.unpack_from("<I", self.buf, self.off)
-        self.off += 4
-        return v
-
-    def string(self) -> str:
-        (n,) = struct.unpack_from("<Q", self.buf, self.off)
-        start = self.off + 8
-        self.off = start + n
-        if self.off > len(self.buf):
-            raise ValueError("the file ends inside its metadata")
-        return self.buf[start : self.off].decode("utf-8", errors="replace")
-
-    def value(self, kind: int) -> Any:
-        if kind == _GGUF_STRING:
-            return self.string()
-        if kind == _GGUF_ARRAY:
-            item_kind = self.u32()
-            (n,) = struct.unpack_from("<Q", self.buf, self.off)
-            self.off += 8
-            if item_kind in _GGUF_SCALARS:
-                fmt = f"<{n}{_GGUF_SCALARS[item_kind]}"
-                values = list(struct.unpack_from(fmt, self.buf, self.off))
-                self.off += struct.calcsize(fmt)
-                return values
-            return [self.value(item_kind) for _ in range(n)]
-        fmt = "<" + _GGUF_SCALARS[kind]
-        (v,) = struct.unpack_from(fmt, self.buf, self.off)
-        self.off += struct.calcsize(fmt)
-        return v

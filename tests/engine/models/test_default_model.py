@@ -10,7 +10,7 @@ from engine.attention.reference import TorchAttentionBackend
 from engine.errors import ModelLoadError
 from engine.models import ModelConfig, default_model_path, load_model
 from engine.models.llama import build_model, fuse_hf_weights
-from engine.models.loader_gguf import read_gguf
+from engine.gguf_file import read_gguf
 
 # "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by
 # Hugging Face<|im_end|>\n<|im_start|>user\nWhat is the capital of

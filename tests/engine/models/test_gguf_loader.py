@@ -11,7 +11,7 @@ import torch
 from engine.errors import ModelLoadError
 from engine.models import load_model
 from engine.models.default_model import default_model_path
-from engine.models.loader_gguf import read_gguf
+from engine.gguf_file import read_gguf
 
 PROMPT = [(5 * i + 1) % 256 for i in range(21)]
 
@@ -120,7 +120,7 @@ def test_gguf_matches_transformers(arch, overrides, tmp_path, tiny_hf, paged_run
         factors = llama3_rope_factors(16, LLAMA3["rope_theta"], 4.0, 1.0, 4.0, 16)
     path = tmp_path / "tiny.gguf"
     write_gguf(path, hf, family, rope_freqs=factors)
-    ours = load_model(path)
+    ours = load_model(path, dtype="float32")
     assert ours.config.tie_word_embeddings == hf.config.tie_word_embeddings
     assert ours.config.qk_norm == (arch == "qwen3")
     logits = paged_runner(ours.model, ours.config).step([(0, PROMPT)])

@@ -38,7 +38,7 @@ def case(request, tmp_path_factory, tiny_hf):
     family, overrides = CASES[request.param]
     path = tmp_path_factory.mktemp(request.param)
     hf = tiny_hf(path, family, **overrides)
-    ours = load_model(path)
+    ours = load_model(path, dtype="float32")
     assert ours.config.architecture == family
     return hf, ours
 
@@ -70,7 +70,7 @@ def test_rope_errors_would_show(tmp_path, tiny_hf, paged_runner):
     uniform: a wrong RoPE would break the comparisons above by far more than
     their tolerance."""
     tiny_hf(tmp_path, "llama")
-    ours = load_model(tmp_path)
+    ours = load_model(tmp_path, dtype="float32")
     right = paged_runner(ours.model, ours.config).step([(0, PROMPT_A)])
     wrong_cos, wrong_sin = rope_tables(replace(ours.config, rope_theta=100.0))
     ours.model.rope_cos.copy_(wrong_cos)

@@ -85,7 +85,8 @@ def test_bad_configs(change, problem):
 def test_resolve_dtype():
     config = config_from_hf(LLAMA_31, source="x")  # torch_dtype bfloat16
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert resolve_dtype("auto", config, cpu) == torch.float32
+    native_bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert resolve_dtype("auto", config, cpu) == (torch.bfloat16 if native_bf16 else torch.float32)
     assert resolve_dtype("auto", config, cuda) == torch.bfloat16
     fp16 = config_from_hf({**LLAMA_31, "torch_dtype": "float16"}, source="x")
     assert resolve_dtype("auto", fp16, cuda) == torch.float16

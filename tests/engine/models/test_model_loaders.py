@@ -17,7 +17,7 @@ QWEN3_DIR = Path(__file__).parents[3] / "loadtests/configs/qwen3-0.6b"
 def test_sharded_checkpoint(tmp_path, tiny_hf, paged_runner):
     hf = tiny_hf(tmp_path, "qwen3", shard_size="40KB", head_dim=16)
     assert len(list(tmp_path.glob("*.safetensors"))) > 2
-    ours = load_model(str(tmp_path))
+    ours = load_model(str(tmp_path), dtype="float32")
     with torch.no_grad():
         expect = hf(torch.tensor([PROMPT])).logits[0]
     got = paged_runner(ours.model, ours.config).step([(0, PROMPT)])
@@ -26,7 +26,7 @@ def test_sharded_checkpoint(tmp_path, tiny_hf, paged_runner):
 
 def test_bfloat16_on_cpu(tmp_path, tiny_hf, paged_runner):
     tiny_hf(tmp_path, "llama")
-    full = load_model(tmp_path)
+    full = load_model(tmp_path, dtype="float32")
     half = load_model(tmp_path, dtype="bfloat16")
     assert {p.dtype for p in half.model.parameters()} == {torch.bfloat16}
     assert half.model.rope_cos.dtype == torch.float32
@@ -39,7 +39,7 @@ def test_bfloat16_on_cpu(tmp_path, tiny_hf, paged_runner):
 def test_dummy_weights_from_a_config(tmp_path, tiny_hf, paged_runner):
     tiny_hf(tmp_path, "qwen2")
     for path in (tmp_path, tmp_path / "config.json"):
-        dummy = load_model(path, load_format="dummy")
+        dummy = load_model(path, load_format="dummy", dtype="float32")
         params = dict(dummy.model.named_parameters())
         assert params["norm.weight"].eq(1).all()
         assert params["layers.0.self_attn.qkv_proj.bias"].abs().sum() > 0
@@ -50,7 +50,7 @@ def test_dummy_weights_from_a_config(tmp_path, tiny_hf, paged_runner):
 
 
 def test_dummy_weights_shaped_like_the_default_model():
-    dummy = load_model(default_model_path(), load_format="dummy")
+    dummy = load_model(default_model_path(), load_format="dummy", dtype="float32")
     assert dummy.config.num_layers == 30
     assert dummy.model.embed_tokens.weight.shape == (49152, 576)
 
