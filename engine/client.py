@@ -26,7 +26,7 @@ import anyio
 import msgspec
 import zmq
 import zmq.asyncio
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from engine.config import EngineConfig
 from engine.errors import EngineDeadError, EngineError, InvalidRequestError
@@ -157,12 +157,15 @@ class EngineClient:
         finished = False
         try:
             await self._send(AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), time.monotonic()))
-            async for item in receive:
+            held: EngineCoreOutput | BaseException | None = None
+            while True:
+                item = held if held is not None else await receive.receive()
                 if isinstance(item, BaseException):
                     raise item
                 if item.finish_reason == "error" and item.error:
                     finished = True
                     raise InvalidRequestError(item.error) if item.invalid else EngineError(item.error)
+                item, held = _merge_queued(item, receive)
                 finished = item.finish_reason is not None
                 yield item
                 if finished:
@@ -263,6 +266,32 @@ class EngineClient:
         for pending in list(self._calls.values()):
             pending.error = error
             pending.done.set()
+
+
+def _merge_queued(
+    item: EngineCoreOutput, receive: MemoryObjectReceiveStream[EngineCoreOutput | BaseException]
+) -> tuple[EngineCoreOutput, EngineCoreOutput | BaseException | None]:
+    """A consumer that fell behind gets the outputs queued for it as one
+    (tokens and logprobs concatenated, the last finish reason): fewer wake-ups
+    and writes downstream, the same tokens. Returns the merged output and an
+    item held back (an error, handled on its own) or None."""
+    while item.finish_reason is None:
+        try:
+            more = receive.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            return item, None
+        if isinstance(more, BaseException) or more.finish_reason == "error":
+            return item, more
+        logprobs = None if item.logprobs is None and more.logprobs is None else (item.logprobs or []) + (more.logprobs or [])
+        item = EngineCoreOutput(
+            item.request_id,
+            item.new_token_ids + more.new_token_ids,
+            more.finish_reason,
+            logprobs,
+            more.num_cached_tokens,
+            queue_time=item.queue_time if item.queue_time is not None else more.queue_time,
+        )
+    return item, None
 
 
 def private_address() -> str:

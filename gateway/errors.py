@@ -1,0 +1,153 @@
+"""The gateway's exception tree and the one place exceptions become HTTP.
+
+Every error body is OpenAI's: ``{"error": {"message", "type", "param",
+"code"}}``. Engine errors map here too: InvalidRequestError -> 400 (with its
+``param``), EngineDeadError -> 503, any other EngineError -> 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import msgspec
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from engine.errors import EngineDeadError, EngineError, InvalidRequestError
+
+log = logging.getLogger("agentgate.gateway")
+
+
+class ErrorInfo(msgspec.Struct):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | int | None = None
+
+
+class ErrorBody(msgspec.Struct):
+    error: ErrorInfo
+
+
+class GatewayError(Exception):
+    """An error with its HTTP status and OpenAI error fields."""
+
+    status_code = 500
+    error_type = "internal_server_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.headers = dict(headers or {})
+
+
+class BadRequestError(GatewayError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class AuthenticationError(GatewayError):
+    status_code = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDeniedError(GatewayError):
+    status_code = 403
+    error_type = "permission_error"
+    code = "admin_key_required"
+
+
+class NotFoundError(GatewayError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "not_found"
+
+
+class ConflictError(GatewayError):
+    status_code = 409
+    error_type = "invalid_request_error"
+    code = "conflict"
+
+
+class PayloadTooLargeError(GatewayError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class QueueFullError(GatewayError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "queue_full"
+
+
+class ServiceUnavailableError(GatewayError):
+    status_code = 503
+    error_type = "service_unavailable"
+    code = "engine_unavailable"
+
+
+_encoder = msgspec.json.Encoder()
+
+_HTTP_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error",
+               429: "rate_limit_error"}  # fmt: skip
+
+
+def error_parts(exc: BaseException) -> tuple[int, ErrorInfo, dict[str, str]]:
+    """(status, error fields, extra headers) for any exception."""
+    if isinstance(exc, GatewayError):
+        return exc.status_code, ErrorInfo(exc.message, exc.error_type, exc.param, exc.code), exc.headers
+    if isinstance(exc, InvalidRequestError):
+        return 400, ErrorInfo(str(exc), "invalid_request_error", exc.param, None), {}
+    if isinstance(exc, EngineDeadError):
+        return 503, ErrorInfo(str(exc), "service_unavailable", None, "engine_dead"), {}
+    if isinstance(exc, HTTPException):
+        status = exc.status_code
+        return (
+            status,
+            ErrorInfo(exc.detail, _HTTP_TYPES.get(status, "api_error"), None, status),
+            dict(exc.headers or {}),
+        )
+    if isinstance(exc, EngineError):
+        return 500, ErrorInfo(f"engine error: {exc}", "internal_server_error", None, "engine_error"), {}
+    return 500, ErrorInfo("internal server error", "internal_server_error", None, None), {}
+
+
+def error_json(exc: BaseException) -> bytes:
+    """The OpenAI error body of ``exc`` (for SSE streams, which cannot change status)."""
+    return _encoder.encode(ErrorBody(error_parts(exc)[1]))
+
+
+def error_response(exc: BaseException) -> Response:
+    status, info, headers = error_parts(exc)
+    if status >= 500 and not isinstance(exc, (GatewayError, EngineDeadError)):
+        log.error("unhandled error", exc_info=exc)
+    return Response(_encoder.encode(ErrorBody(info)), status, headers=headers, media_type="application/json")
+
+
+async def handle_exception(request: Request, exc: Exception) -> Response:
+    """Starlette exception handler for every exception type the gateway maps."""
+    return error_response(exc)
+
+
+EXCEPTION_HANDLERS = {
+    GatewayError: handle_exception,
+    EngineError: handle_exception,
+    HTTPException: handle_exception,
+    Exception: handle_exception,
+}

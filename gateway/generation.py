@@ -1,0 +1,259 @@
+"""One HTTP generation request as it runs: its choices (engine requests),
+their text, their latencies, and the bookkeeping around them.
+
+A :class:`Generation` is created once the request is validated. It holds the
+engine it was routed to, an admission ticket and the registry entry; its
+:meth:`Generation.close` releases both and records the request's metrics,
+whatever way the request ended (finished, stopped, aborted, disconnected).
+
+A :class:`Choice` turns one engine request's outputs into text events:
+incremental detokenizing and stop strings (``OutputProcessor``). A stop
+string ends the choice; leaving the engine stream early aborts the engine
+request, so its KV blocks are freed within one step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import NamedTuple
+
+import anyio
+
+from engine.client import EngineClient
+from engine.errors import EngineError
+from engine.output_processor import OutputProcessor
+from engine.protocol import EngineCoreOutput, TokenLogprobs
+from engine.sampling_params import SamplingParams
+from engine.tokenizer import Tokenizer
+from gateway.admission import Ticket
+from gateway.engines import EnginePool
+from gateway.errors import ConflictError
+from gateway.metrics import Metrics
+from gateway.schemas import Usage
+
+
+class ChoiceEvent(NamedTuple):
+    """What one engine output adds to a choice."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprobs] | None
+    finish_reason: str | None
+
+
+class Choice:
+    __slots__ = (
+        "index", "request_id", "prompt_index", "prompt_ids", "params", "_processor", "num_tokens",
+        "finish_reason", "texts", "token_ids", "logprobs", "_generation", "_last_time",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        generation: Generation,
+        index: int,
+        request_id: str,
+        prompt_index: int,
+        prompt_ids: list[int],
+        params: SamplingParams,
+    ) -> None:
+        self._generation = generation
+        self.index = index
+        self.request_id = request_id
+        self.prompt_index = prompt_index
+        self.prompt_ids = prompt_ids
+        self.params = params
+        self._processor = OutputProcessor(generation.tokenizer, params)
+        self.num_tokens = 0
+        self.finish_reason: str | None = None
+        # filled by collect() only (non-streaming responses)
+        self.texts: list[str] = []
+        self.token_ids: list[int] = []
+        self.logprobs: list[TokenLogprobs] = []
+        self._last_time = 0.0
+
+    async def events(self, per_token: bool = False) -> AsyncIterator[list[ChoiceEvent]]:
+        """The choice's text, an engine output at a time, until it finishes.
+
+        An engine output holds several tokens when this consumer fell behind
+        (the engine client merges what queued up); ``per_token`` splits it
+        into one event per token (one SSE chunk each, written together),
+        else it is one event. Leaving early (a stop string, a disconnect)
+        aborts the engine request."""
+        gen = self._generation
+        outputs = gen.engine.generate(self.request_id, self.prompt_ids, self.params, gen.tokenizer.eos_token_ids)
+        async with aclosing(outputs):
+            async for out in outputs:
+                if per_token and len(out.new_token_ids) > 1:
+                    yield self._split(out)
+                else:
+                    yield [self._update(out.new_token_ids, out.logprobs, out.finish_reason, out.queue_time)]
+                if self.finish_reason is not None:
+                    return
+
+    async def collect(self) -> None:
+        """Run to the end, keeping the text, tokens and logprobs (non-streaming)."""
+        want_logprobs = self.params.logprobs is not None
+        async for [event] in self.events():
+            if event.text:
+                self.texts.append(event.text)
+            self.token_ids += event.token_ids
+            if want_logprobs and event.logprobs:
+                self.logprobs += event.logprobs
+
+    @property
+    def text(self) -> str:
+        return "".join(self.texts)
+
+    def _split(self, out: EngineCoreOutput) -> list[ChoiceEvent]:
+        tokens, logprobs = out.new_token_ids, out.logprobs
+        last = len(tokens) - 1
+        gap = (time.monotonic() - self._last_time) / len(tokens)  # the merged tokens share the gap
+        events = []
+        for i, token in enumerate(tokens):
+            event = self._update(
+                [token],
+                logprobs[i : i + 1] if logprobs else None,
+                out.finish_reason if i == last else None,
+                out.queue_time if i == 0 else None,
+                gap,
+            )
+            events.append(event)
+            if event.finish_reason is not None:
+                break
+        return events
+
+    def _update(
+        self,
+        new: list[int],
+        logprobs: list[TokenLogprobs] | None,
+        engine_finish: str | None,
+        queue_time: float | None,
+        gap: float | None = None,
+    ) -> ChoiceEvent:
+        """Advance by ``new`` tokens; ``gap``: the inter-token latency to record (default: measured)."""
+        now = time.monotonic()
+        gen = self._generation
+        metrics = gen.metrics
+        if new:
+            if self.num_tokens == 0:
+                metrics.ttft.observe(now - gen.arrival)
+                gen.ticket.started()
+                if queue_time is not None:
+                    metrics.queue_time.observe(queue_time)
+            else:
+                if gap is None:
+                    gap = (now - self._last_time) / len(new)
+                for _ in new:
+                    metrics.itl.observe(gap)
+            self._last_time = now
+            self.num_tokens += len(new)
+        delta = self._processor.push(new, engine_finish is not None)
+        reason = "stop" if delta.stopped else engine_finish
+        if reason is not None:
+            self.finish_reason = reason
+        return ChoiceEvent(delta.text, new, logprobs, reason)
+
+
+class Generation:
+    """One HTTP request's generation, over one engine."""
+
+    def __init__(
+        self,
+        *,
+        request_id: str,
+        pool: EnginePool,
+        tokenizer: Tokenizer,
+        metrics: Metrics,
+        ticket: Ticket,
+        arrival: float,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        n: int,
+    ) -> None:
+        self.request_id = request_id
+        self.pool = pool
+        self.engine: EngineClient = pool.pick()
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        self.ticket = ticket
+        self.arrival = arrival
+        self.created = int(time.time())
+        self.prompts = prompts
+        self.error: BaseException | None = None
+        self.disconnected = False
+        total = len(prompts) * n
+        self.choices = [
+            Choice(
+                self,
+                index,
+                request_id if total == 1 else f"{request_id}-{index}",
+                index // n,
+                prompts[index // n],
+                params,
+            )
+            for index in range(total)
+        ]
+        self._closed = False
+        if not pool.register(request_id, self.engine, [c.request_id for c in self.choices]):
+            ticket.close()
+            raise ConflictError(
+                f"request id {request_id!r} (X-Request-Id) belongs to a request still in flight",
+                param="X-Request-Id",
+                code="duplicate_request_id",
+            )
+
+    @property
+    def usage(self) -> Usage:
+        prompt = sum(len(p) for p in self.prompts)
+        completion = sum(c.num_tokens for c in self.choices)
+        return Usage(prompt, completion, prompt + completion)
+
+    async def collect(self, receive) -> None:
+        """Run every choice to its end (non-streaming), watching ``receive``
+        for the client's disconnect: on one, every engine request is aborted
+        and ``disconnected`` is set. Engine errors land in ``error``."""
+        async with anyio.create_task_group() as tasks:
+
+            async def watch() -> None:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        self.disconnected = True
+                        tasks.cancel_scope.cancel()
+                        return
+
+            tasks.start_soon(watch)
+            if len(self.choices) == 1:
+                await self.run_choice(self.choices[0].collect)
+            else:
+                async with anyio.create_task_group() as inner:
+                    for choice in self.choices:
+                        inner.start_soon(self.run_choice, choice.collect)
+            tasks.cancel_scope.cancel()
+
+    async def run_choice(self, run) -> None:
+        """``run()``, keeping the first engine error in ``error`` instead of raising it."""
+        try:
+            await run()
+        except EngineError as exc:
+            if self.error is None:
+                self.error = exc
+
+    def close(self) -> None:
+        """Release the admission ticket and the request id; record the request's metrics. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.ticket.close()
+        self.pool.unregister(self.request_id)
+        metrics = self.metrics
+        metrics.prompt_tokens.inc(sum(len(p) for p in self.prompts))
+        metrics.generation_tokens.inc(sum(c.num_tokens for c in self.choices))
+        for choice in self.choices:
+            reason = choice.finish_reason
+            if reason is None and self.error is not None:
+                reason = "error"
+            metrics.finished(reason)
+        metrics.e2e.observe(time.monotonic() - self.arrival)

@@ -1,0 +1,127 @@
+"""Prometheus metrics, one registry per app.
+
+Latencies and token counts are observed by the gateway as requests run.
+Engine-side figures (running/waiting requests, KV usage, prefix cache,
+preemptions) are read from the engines' scheduler stats when /metrics is
+scraped, so nothing is done per step for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engine.protocol import SchedulerStats
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+_LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+_REQUEST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
+
+
+class _EngineCollector(Collector):
+    """Engine stats and gateway state, read at scrape time."""
+
+    def __init__(
+        self,
+        stats: Callable[[], list[SchedulerStats | None]],
+        in_flight: Callable[[], int],
+        waiting: Callable[[], int],
+        engines_alive: Callable[[], int],
+    ) -> None:
+        self._stats, self._in_flight, self._waiting, self._alive = stats, in_flight, waiting, engines_alive
+
+    def collect(self) -> Iterator[Metric]:
+        known = [s for s in self._stats() if s is not None]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, value=value)
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            return CounterMetricFamily(name, doc, value=value)
+
+        yield gauge("agentgate_requests_running", "Requests running in the engines.", sum(s.num_running for s in known))
+        yield gauge("agentgate_requests_waiting", "Requests queued in the engines.", sum(s.num_waiting for s in known))
+        usage = sum(s.kv_usage for s in known) / len(known) if known else 0.0
+        yield gauge("agentgate_kv_cache_usage_ratio", "Fraction of KV cache blocks in use (mean over engines).", usage)
+        yield counter(
+            "agentgate_prefix_cache_queries_tokens",
+            "Prompt tokens looked up in the prefix cache.",
+            sum(s.prefix_queries_tokens for s in known),
+        )
+        yield counter(
+            "agentgate_prefix_cache_hits_tokens",
+            "Prompt tokens found in the prefix cache.",
+            sum(s.prefix_hits_tokens for s in known),
+        )
+        yield counter(
+            "agentgate_preemptions", "Requests preempted by the engines.", sum(s.num_preemptions for s in known)
+        )
+        yield gauge("agentgate_engines_alive", "Engines this gateway can reach.", self._alive())
+        yield gauge("agentgate_gateway_requests_in_flight", "HTTP generation requests in flight.", self._in_flight())
+        yield gauge(
+            "agentgate_gateway_requests_waiting", "Requests admitted that have no first token yet.", self._waiting()
+        )
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.ttft = Histogram(
+            "agentgate_time_to_first_token_seconds",
+            "Seconds from a request's arrival to its first token.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "agentgate_inter_token_latency_seconds",
+            "Seconds between consecutive tokens of a request.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_time = Histogram(
+            "agentgate_request_queue_time_seconds",
+            "Seconds a request waited in the engine queue before its first step.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "agentgate_e2e_request_latency_seconds",
+            "Seconds from a request's arrival to its end.",
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Counter("agentgate_prompt_tokens", "Prompt tokens of requests.", registry=r)
+        self.generation_tokens = Counter("agentgate_generation_tokens", "Tokens generated.", registry=r)
+        self.requests = Counter(
+            "agentgate_requests", "Finished requests (choices), by finish reason.", ["finish_reason"], registry=r
+        )
+        self._finished = {
+            reason: self.requests.labels(reason) for reason in ("stop", "length", "abort", "error", "disconnect")
+        }
+
+    def watch(
+        self,
+        stats: Callable[[], list[SchedulerStats | None]],
+        in_flight: Callable[[], int],
+        waiting: Callable[[], int],
+        engines_alive: Callable[[], int],
+    ) -> None:
+        """Publish engine stats and gateway state read through these callables."""
+        self.registry.register(_EngineCollector(stats, in_flight, waiting, engines_alive))
+
+    def finished(self, reason: str | None) -> None:
+        counter = self._finished.get(reason or "disconnect")
+        if counter is None:
+            counter = self._finished[reason] = self.requests.labels(reason)
+        counter.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,141 @@
+"""From an OpenAI request to what the engine takes: prompt token ids and
+validated SamplingParams. Everything here raises 400-class errors naming the
+field, so a bad request never reaches the engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.sampling_params import MAX_LOGPROBS, SamplingParams
+from engine.tokenizer import Tokenizer
+from gateway.errors import BadRequestError
+from gateway.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+
+MAX_N = 128
+
+
+def chat_prompt(tokenizer: Tokenizer, request: ChatCompletionRequest) -> list[int]:
+    """The conversation rendered with the model's chat template, as token ids."""
+    if not request.messages:
+        raise BadRequestError("`messages` must hold at least one message", param="messages")
+    messages = [message_dict(m, i) for i, m in enumerate(request.messages)]
+    tools = request.tools if request.tools and request.tool_choice != "none" else None
+    ids = tokenizer.apply_chat_template(
+        messages,
+        tools=tools,
+        add_generation_prompt=request.add_generation_prompt,
+        tokenize=True,
+        **(request.chat_template_kwargs or {}),
+    )
+    assert isinstance(ids, list)
+    return ids
+
+
+def message_dict(message: ChatMessage, index: int) -> dict[str, Any]:
+    """A message as the chat template sees it; content parts joined into text."""
+    content = message.content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if part.type != "text" or part.text is None:
+                raise BadRequestError(
+                    f"content parts of type {part.type!r} are not supported (this model reads text only)",
+                    param=f"messages[{index}].content",
+                )
+            texts.append(part.text)
+        content = "".join(texts)
+    out: dict[str, Any] = {"role": message.role, "content": "" if content is None else content}
+    for key in ("name", "tool_calls", "tool_call_id", "reasoning_content"):
+        value = getattr(message, key)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def completion_prompts(tokenizer: Tokenizer, request: CompletionRequest, vocab_size: int) -> list[list[int]]:
+    """The prompts of a completion request (a string, token ids, or a batch of either)."""
+    prompt = request.prompt
+    if isinstance(prompt, str):
+        batch: list[Any] = [prompt]
+    elif not prompt:
+        raise BadRequestError("`prompt` must not be empty", param="prompt")
+    elif all(isinstance(p, int) for p in prompt):
+        batch = [prompt]
+    elif all(isinstance(p, str) for p in prompt) or all(isinstance(p, list) for p in prompt):
+        batch = list(prompt)
+    else:
+        raise BadRequestError(
+            "`prompt` must be a string, a list of token ids, or a list of strings or of token-id lists", param="prompt"
+        )
+    prompts = []
+    for item in batch:
+        ids = tokenizer.encode(item, add_special_tokens=request.add_special_tokens) if isinstance(item, str) else item
+        if not ids:
+            raise BadRequestError("`prompt` must not be empty", param="prompt")
+        if min(ids) < 0 or max(ids) >= vocab_size:
+            raise BadRequestError(f"prompt token ids must be in [0, {vocab_size})", param="prompt")
+        prompts.append(ids)
+    return prompts
+
+
+def check_context(num_prompt_tokens: int, max_tokens: int | None, max_model_len: int, prompt_field: str) -> None:
+    """400 when the prompt, or the prompt plus max_tokens, does not fit in the context."""
+    if num_prompt_tokens >= max_model_len:
+        raise BadRequestError(
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt has "
+            f"{num_prompt_tokens} tokens, which leaves no room to generate.",
+            param=prompt_field,
+            code="context_length_exceeded",
+        )
+    if max_tokens is not None and num_prompt_tokens + max_tokens > max_model_len:
+        raise BadRequestError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in the prompt, {max_tokens} for the "
+            "completion). Please reduce the prompt or max_tokens.",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+
+
+def check_n(n: int) -> None:
+    if not 1 <= n <= MAX_N:
+        raise BadRequestError(f"`n` must be in [1, {MAX_N}], got {n}", param="n")
+
+
+def chat_logprobs(request: ChatCompletionRequest) -> int | None:
+    """Chat's ``logprobs`` (bool) + ``top_logprobs`` as the engine's top-k count."""
+    top = request.top_logprobs
+    if top is not None and not 0 <= top <= MAX_LOGPROBS:
+        raise BadRequestError(f"`top_logprobs` must be in [0, {MAX_LOGPROBS}], got {top}", param="top_logprobs")
+    if not request.logprobs:
+        if top:
+            raise BadRequestError("`top_logprobs` needs `logprobs` set to true", param="top_logprobs")
+        return None
+    return top or 0
+
+
+def sampling_params(
+    request: SamplingFields, *, max_tokens: int | None, logprobs: int | None, vocab_size: int
+) -> SamplingParams:
+    """The engine's SamplingParams for ``request``, validated (400 naming the field)."""
+    stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if request.temperature is None else request.temperature,
+        top_p=1.0 if request.top_p is None else request.top_p,
+        top_k=request.top_k or 0,
+        min_p=request.min_p or 0.0,
+        seed=request.seed,
+        presence_penalty=request.presence_penalty,
+        frequency_penalty=request.frequency_penalty,
+        repetition_penalty=1.0 if request.repetition_penalty is None else request.repetition_penalty,
+        logit_bias=request.logit_bias or None,
+        logprobs=logprobs,
+        min_tokens=request.min_tokens,
+        ignore_eos=request.ignore_eos,
+        stop_token_ids=list(request.stop_token_ids or []),
+        stop=stop,
+        include_stop_str_in_output=request.include_stop_str_in_output,
+        skip_special_tokens=request.skip_special_tokens,
+    )
+    return params.validate(vocab_size)

@@ -1,0 +1,1 @@
+"""The gateway's routes, one module per group: OpenAI, tokenize, operations."""

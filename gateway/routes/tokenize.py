@@ -1,0 +1,60 @@
+"""vLLM's /tokenize and /detokenize."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.errors import BadRequestError
+from gateway.prompts import message_dict
+from gateway.schemas import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+    decode_body,
+    encode,
+)
+from gateway.state import GatewayState
+
+JSON = "application/json"
+
+
+async def tokenize(request: Request) -> Response:
+    gw: GatewayState = request.state.gateway
+    body = decode_body(await request.body(), TokenizeRequest)
+    gw.check_model(body.model)
+    tokenizer = gw.tokenizer
+    if (body.prompt is None) == (body.messages is None):
+        raise BadRequestError("give either `prompt` or `messages`", param="prompt")
+    if body.messages is not None:
+        messages = [message_dict(m, i) for i, m in enumerate(body.messages)]
+        text = tokenizer.apply_chat_template(
+            messages, tools=body.tools, add_generation_prompt=body.add_generation_prompt, tokenize=False
+        )
+        assert isinstance(text, str)
+        ids = tokenizer.encode(text, add_special_tokens=bool(body.add_special_tokens))  # the template writes them
+    else:
+        add_special = True if body.add_special_tokens is None else body.add_special_tokens
+        ids = tokenizer.encode(body.prompt, add_special_tokens=add_special)
+    assert isinstance(ids, list)
+    strs = [tokenizer.id_to_token(i) or "" for i in ids] if body.return_token_strs else None
+    return Response(encode(TokenizeResponse(len(ids), gw.max_model_len, ids, strs)), media_type=JSON)
+
+
+async def detokenize(request: Request) -> Response:
+    gw: GatewayState = request.state.gateway
+    body = decode_body(await request.body(), DetokenizeRequest)
+    gw.check_model(body.model)
+    vocab = gw.tokenizer.vocab_size
+    if any(not 0 <= t < vocab for t in body.tokens):
+        raise BadRequestError(f"token ids must be in [0, {vocab})", param="tokens")
+    text = gw.tokenizer.decode(body.tokens, skip_special_tokens=False)
+    return Response(encode(DetokenizeResponse(text)), media_type=JSON)
+
+
+routes = [
+    Route("/tokenize", tokenize, methods=["POST"]),
+    Route("/detokenize", detokenize, methods=["POST"]),
+]

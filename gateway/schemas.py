@@ -1,0 +1,298 @@
+"""OpenAI (and vLLM) request and response types, as msgspec structs.
+
+Requests decode straight from the body bytes: unknown fields are ignored (the
+OpenAI SDK sends new ones all the time), a wrong type is a 400 naming the
+field (:func:`decode_body`). Responses and SSE chunks encode with msgspec too.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, TypeVar
+
+import msgspec
+from msgspec import Struct, field
+
+from gateway.errors import BadRequestError
+
+T = TypeVar("T")
+
+# -- requests ---------------------------------------------------------------------
+
+
+class StreamOptions(Struct, kw_only=True):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class ContentPart(Struct, kw_only=True):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(Struct, kw_only=True, omit_defaults=True):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class SamplingFields(Struct, kw_only=True):
+    """Fields common to chat and completions: OpenAI's, then vLLM's extras."""
+
+    model: str | None = None
+    n: int = 1
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    # vLLM extras
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+
+
+class ChatCompletionRequest(SamplingFields, kw_only=True):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+PromptInput = str | list[str | int | list[int]]
+
+
+class CompletionRequest(SamplingFields, kw_only=True):
+    prompt: PromptInput
+    logprobs: int | None = None
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+    add_special_tokens: bool = True
+
+
+class TokenizeRequest(Struct, kw_only=True):
+    """vLLM's /tokenize: a prompt, or chat messages rendered with the template."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+    tools: list[dict[str, Any]] | None = None
+    return_token_strs: bool = False
+
+
+class DetokenizeRequest(Struct, kw_only=True):
+    model: str | None = None
+    tokens: list[int]
+
+
+class AbortRequestsRequest(Struct, kw_only=True):
+    """Operator abort: these request ids (an empty list aborts every request)."""
+
+    request_ids: list[str] = field(default_factory=list)
+
+
+REQUEST_TYPES: tuple[type, ...] = (
+    ChatCompletionRequest,
+    CompletionRequest,
+    TokenizeRequest,
+    DetokenizeRequest,
+    AbortRequestsRequest,
+)
+
+# -- responses --------------------------------------------------------------------
+
+
+class Usage(Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class TopLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class ChatTokenLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(Struct):
+    content: list[ChatTokenLogprob] | None
+    refusal: None = None
+
+
+class CompletionLogprobs(Struct):
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+class AssistantMessage(Struct, omit_defaults=True):
+    role: str
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChatChoice(Struct):
+    index: int
+    message: AssistantMessage
+    logprobs: ChatLogprobs | None
+    finish_reason: str | None
+
+
+class ChatCompletion(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    object: str = "chat.completion"
+    system_fingerprint: str | None = None
+
+
+class Delta(Struct, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(Struct):
+    index: int
+    delta: Delta
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    object: str = "chat.completion.chunk"
+    usage: Usage | None = None
+
+
+class CompletionChoice(Struct):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class Completion(Struct):
+    """A text completion, or one chunk of a streamed one (``object`` says which)."""
+
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    object: str = "text_completion"
+    usage: Usage | None = None
+
+
+class ModelCard(Struct):
+    id: str
+    created: int
+    max_model_len: int
+    root: str
+    object: str = "model"
+    owned_by: str = "agentgate"
+    parent: str | None = None
+
+
+class ModelList(Struct):
+    data: list[ModelCard]
+    object: str = "list"
+
+
+class TokenizeResponse(Struct):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeResponse(Struct):
+    prompt: str
+
+
+class AbortResponse(Struct):
+    aborted: list[str]
+    all: bool = False
+
+
+class PauseResponse(Struct):
+    is_paused: bool
+    mode: Literal["abort", "wait", "keep"] | None = None
+
+
+# -- decoding ---------------------------------------------------------------------
+
+_decoders: dict[type, msgspec.json.Decoder] = {}
+_AT_PATH = re.compile(r" - at `(?:key` in `)?\$\.?([^`]*)`$")
+_MISSING = re.compile(r"Object missing required field `([^`]+)`")
+
+
+def decode_body(body: bytes, kind: type[T]) -> T:
+    """Decode a JSON body into ``kind``; BadRequestError naming the field on a bad type."""
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
+    if not body.strip():
+        raise BadRequestError("the request body is empty; expected a JSON object", code="invalid_json")
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        message, param = _explain(str(exc))
+        raise BadRequestError(message, param=param, code="invalid_type") from None
+    except msgspec.DecodeError as exc:
+        raise BadRequestError(f"malformed JSON: {exc}", code="invalid_json") from None
+
+
+def _explain(message: str) -> tuple[str, str | None]:
+    """(message, param) of a msgspec validation error: "Expected `int`, got `str` - at `$.n`"."""
+    match = _AT_PATH.search(message)
+    path = match.group(1) if match else ""
+    what = message[: match.start()] if match else message
+    missing = _MISSING.match(what)
+    if missing:
+        param = f"{path}.{missing.group(1)}" if path else missing.group(1)
+        return f"missing required field `{param}`", param
+    if not path:
+        return f"invalid request body: {what}", None
+    return f"invalid value for `{path}`: {what}", path
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode(value: Any) -> bytes:
+    return _encoder.encode(value)

@@ -1,0 +1,127 @@
+"""Server-sent events: OpenAI's framing over sse-starlette.
+
+Each event is ``data: <json>`` and a blank line, encoded once with msgspec
+and handed to sse-starlette as bytes (sent as they are); the stream ends
+with ``data: [DONE]``. An error after the stream has started cannot change
+the status any more, so it is sent as an event holding the OpenAI error body,
+then ``[DONE]``.
+
+Each token is one chunk. When the stream fell behind the engine, the tokens
+that queued up arrive as one engine output (the client merges them); their
+chunks are then written together, in one send, which saves the gateway and
+the client a wake-up and a read per token.
+
+One choice streams straight from its engine stream. Several choices (n > 1,
+or a batch of prompts) each run in a task writing into one memory stream,
+which the response reads; the response's task group cancels them when the
+client goes away.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
+
+import anyio
+from sse_starlette import EventSourceResponse
+from starlette.types import Receive, Scope, Send
+
+from engine.errors import EngineError
+from gateway.errors import error_json
+
+if TYPE_CHECKING:
+    from gateway.generation import Choice, ChoiceEvent, Generation
+
+DONE = b"data: [DONE]\r\n\r\n"
+PING_SECONDS = 15
+
+
+def sse(payload: bytes) -> bytes:
+    """One SSE event carrying ``payload`` (JSON, which holds no raw newline)."""
+    return b"data: " + payload + b"\r\n\r\n"
+
+
+class StreamFormat(Protocol):
+    include_usage: bool
+
+    def opening(self) -> bytes: ...
+    def chunk(self, choice: Choice, event: ChoiceEvent) -> bytes | None: ...
+    def usage_chunk(self) -> bytes: ...
+
+
+class GenerationResponse(EventSourceResponse):
+    """An SSE response that closes its generation however the response ends,
+    even when the client left before the body was ever iterated."""
+
+    def __init__(
+        self, gen: Generation, body: AsyncIterable[bytes], data_sender: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        super().__init__(body, ping=PING_SECONDS, sep="\r\n", data_sender_callable=data_sender)
+        self._generation = gen
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._generation.close()
+
+
+def stream_generation(gen: Generation, fmt: StreamFormat) -> GenerationResponse:
+    """The SSE response of a streaming request."""
+    if len(gen.choices) == 1:
+        return GenerationResponse(gen, _single(gen, fmt))
+    send, receive = anyio.create_memory_object_stream[bytes](math.inf)
+
+    async def produce() -> None:
+        async with send:
+            try:
+                opening = fmt.opening()
+                if opening:
+                    send.send_nowait(opening)
+
+                async def run(choice: Choice) -> None:
+                    async for events in choice.events(per_token=True):
+                        data = _chunks(fmt, choice, events)
+                        if data:
+                            send.send_nowait(data)
+
+                async with anyio.create_task_group() as tasks:
+                    for choice in gen.choices:
+                        tasks.start_soon(gen.run_choice, lambda c=choice: run(c))
+                if gen.error is not None:
+                    send.send_nowait(sse(error_json(gen.error)))
+                elif fmt.include_usage:
+                    send.send_nowait(fmt.usage_chunk())
+            finally:
+                gen.close()
+            send.send_nowait(DONE)
+
+    return GenerationResponse(gen, receive, data_sender=produce)
+
+
+def _chunks(fmt: StreamFormat, choice: Choice, events: list[ChoiceEvent]) -> bytes:
+    """The SSE chunks of one engine output: one per token, written at once."""
+    if len(events) == 1:
+        return fmt.chunk(choice, events[0]) or b""
+    return b"".join(data for event in events if (data := fmt.chunk(choice, event)) is not None)
+
+
+async def _single(gen: Generation, fmt: StreamFormat) -> AsyncIterator[bytes]:
+    choice = gen.choices[0]
+    try:
+        opening = fmt.opening()
+        if opening:
+            yield opening
+        async for events in choice.events(per_token=True):
+            data = _chunks(fmt, choice, events)
+            if data:
+                yield data
+        if fmt.include_usage:
+            yield fmt.usage_chunk()
+    except EngineError as exc:
+        gen.error = exc
+        yield sse(error_json(exc))
+    finally:
+        gen.close()
+    yield DONE

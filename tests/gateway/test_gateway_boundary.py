@@ -1,0 +1,24 @@
+"""The gateway is a client of the engine: importing it loads no torch and no engine core."""
+
+import subprocess
+import sys
+
+FORBIDDEN = ["torch", "engine.core", "engine.scheduler", "engine.runner", "engine.models", "engine.llm"]
+
+
+def _loaded_after(statement: str) -> list[str]:
+    code = f"import sys\n{statement}\nprint(','.join(m for m in {FORBIDDEN!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return [m for m in out.stdout.strip().split(",") if m]
+
+
+def test_importing_the_app_loads_no_torch_and_no_engine_core():
+    assert _loaded_after("import gateway.app") == []
+
+
+def test_importing_the_cli_loads_no_torch():
+    assert _loaded_after("import gateway.cli") == []
+
+
+def test_the_check_itself_sees_torch_when_it_is_imported():
+    assert "torch" in _loaded_after("import engine.core")

@@ -1,0 +1,124 @@
+"""Each error case: its status and an OpenAI error body (null server:
+max_model_len 1024, 64 KiB body limit)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from gateway_helpers import chat_body
+
+CHAT = "/v1/chat/completions"
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+CASES = [
+    # (name, path, raw body or json, status, param, code)
+    ("malformed JSON", CHAT, b'{"messages": [', 400, None, "invalid_json"),
+    ("empty body", CHAT, b"", 400, None, "invalid_json"),
+    ("not an object", CHAT, b"[1, 2]", 400, None, "invalid_type"),
+    ("wrong type", CHAT, {"messages": MESSAGES, "max_tokens": "ten"}, 400, "max_tokens", "invalid_type"),
+    ("nested wrong type", CHAT, {"messages": [{"role": 1, "content": "x"}]}, 400, "messages[0].role", "invalid_type"),
+    ("missing field", CHAT, {"max_tokens": 3}, 400, "messages", "invalid_type"),
+    ("no messages", CHAT, {"messages": []}, 400, "messages", None),
+    ("bad value", CHAT, {"messages": MESSAGES, "top_p": 0}, 400, "top_p", None),
+    ("n out of range", CHAT, {"messages": MESSAGES, "n": 0}, 400, "n", None),
+    ("top_logprobs alone", CHAT, {"messages": MESSAGES, "top_logprobs": 2}, 400, "top_logprobs", None),
+    ("logit bias outside the vocabulary", CHAT, {"messages": MESSAGES, "logit_bias": {"99999999": 1}}, 400,
+     "logit_bias", None),
+    ("unknown model", CHAT, {"model": "gpt-9", "messages": MESSAGES}, 404, "model", "model_not_found"),
+    ("prompt + max_tokens over the context", CHAT, {"messages": MESSAGES, "max_tokens": 1020}, 400, "max_tokens",
+     "context_length_exceeded"),
+    ("prompt over the context", "/v1/completions", {"prompt": [5] * 1024, "max_tokens": 1}, 400, "prompt",
+     "context_length_exceeded"),
+    ("prompt ids outside the vocabulary", "/v1/completions", {"prompt": [1, 10**6]}, 400, "prompt", None),
+    ("mixed prompt batch", "/v1/completions", {"prompt": ["a", [1]]}, 400, "prompt", None),
+    ("echo with logprobs", "/v1/completions", {"prompt": "a", "echo": True, "logprobs": 1}, 400, "echo", None),
+    ("tokenize neither form", "/tokenize", {"model": None}, 400, "prompt", None),
+    ("detokenize bad ids", "/detokenize", {"tokens": [-1]}, 400, "tokens", None),
+]  # fmt: skip
+
+
+def _check(r: httpx.Response, status: int, param, code) -> dict:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/json" and r.headers.get("x-request-id")
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert error["param"] == param
+    if code is not None:
+        assert error["code"] == code
+    return error
+
+
+@pytest.mark.parametrize(("name", "path", "body", "status", "param", "code"), CASES, ids=[c[0] for c in CASES])
+def test_error_case(null, name, path, body, status, param, code):
+    kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+    r = httpx.post(f"{null.url}{path}", headers=null.headers, timeout=30, **kwargs)
+    error = _check(r, status, param, code)
+    assert error["type"] == "invalid_request_error"
+
+
+def test_errors_in_a_stream_request_come_back_before_it_streams(null):
+    r = httpx.post(f"{null.url}{CHAT}", json={**chat_body(2000), "stream": True}, headers=null.headers)
+    _check(r, 400, "max_tokens", "context_length_exceeded")
+
+
+def test_oversized_body_is_a_413(null):
+    big = {"messages": [{"role": "user", "content": "x" * 70_000}]}
+    r = httpx.post(f"{null.url}{CHAT}", json=big, headers=null.headers)
+    _check(r, 413, None, "request_too_large")
+
+    def chunks():  # no Content-Length: the limit applies while reading
+        for _ in range(20):
+            yield b" " * 4096
+
+    r = httpx.post(f"{null.url}{CHAT}", content=chunks(), headers=null.headers)
+    _check(r, 413, None, "request_too_large")
+
+
+def test_unknown_route_and_method(null):
+    r = httpx.get(f"{null.url}/v1/nothing", headers=null.headers)
+    assert r.status_code == 404 and r.json()["error"]["message"]
+    r = httpx.get(f"{null.url}{CHAT}", headers=null.headers)
+    assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_unknown_fields_are_ignored(null):
+    body = {**chat_body(2, stream=False), "some_future_field": {"x": 1}, "metadata": {"a": "b"}, "store": False}
+    assert httpx.post(f"{null.url}{CHAT}", json=body, headers=null.headers).status_code == 200
+
+
+def test_tools_tool_choice_and_response_format_are_accepted(null):
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    body = {**chat_body(2, stream=False), "tools": tools, "tool_choice": "auto", "parallel_tool_calls": True,
+            "response_format": {"type": "json_object"}}  # fmt: skip
+    r = httpx.post(f"{null.url}{CHAT}", json=body, headers=null.headers)
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_tools_reach_the_chat_template_unless_tool_choice_is_none():
+    from gateway.prompts import chat_prompt
+    from gateway.schemas import ChatCompletionRequest, decode_body
+
+    seen = []
+
+    class Template:
+        def apply_chat_template(self, messages, tools=None, add_generation_prompt=True, tokenize=True, **kw):
+            seen.append((messages, tools, add_generation_prompt))
+            return [1, 2, 3]
+
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    request = decode_body(
+        msgspec_json({"messages": [{"role": "user", "content": parts}], "tools": tools}), ChatCompletionRequest
+    )
+    assert chat_prompt(Template(), request) == [1, 2, 3]
+    assert seen[-1] == ([{"role": "user", "content": "ab"}], tools, True)
+    request = decode_body(msgspec_json({"messages": [{"role": "user"}], "tools": tools, "tool_choice": "none"}),
+                          ChatCompletionRequest)  # fmt: skip
+    chat_prompt(Template(), request)
+    assert seen[-1] == ([{"role": "user", "content": ""}], None, True)
+
+
+def msgspec_json(value) -> bytes:
+    import msgspec
+
+    return msgspec.json.encode(value)

@@ -1,0 +1,126 @@
+"""Generation and Choice without a server: a stub engine stands in for the
+engine client, so merged outputs, stop strings and bookkeeping are exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.model_path import default_model_path
+from engine.protocol import EngineCoreOutput, TokenLogprobs
+from engine.sampling_params import SamplingParams
+from engine.tokenizer import load_tokenizer
+from gateway.admission import Admission
+from gateway.engines import EnginePool
+from gateway.errors import ConflictError, QueueFullError
+from gateway.generation import Generation
+from gateway.metrics import Metrics
+from gateway.responses import ChatFormat
+from gateway.streaming import _chunks
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(default_model_path())
+
+
+class StubEngine:
+    """Yields the given outputs; records whether the stream was left early (an abort)."""
+
+    address = "stub"
+    dead_reason = None
+    is_dead = False
+
+    def __init__(self, outputs: list[EngineCoreOutput]) -> None:
+        self.outputs = outputs
+        self.left_early = False
+        self.open: set[str] = set()
+
+    @property
+    def num_streams(self) -> int:
+        return len(self.open)
+
+    def owns(self, request_id: str) -> bool:
+        return request_id in self.open
+
+    async def generate(self, request_id, prompt_ids, params, eos):
+        self.open.add(request_id)
+        finished = False
+        try:
+            for out in self.outputs:
+                finished = out.finish_reason is not None
+                yield out
+        finally:
+            self.open.discard(request_id)
+            self.left_early = not finished
+
+
+def _generation(tokenizer, engine, params, metrics=None, admission=None, request_id="r", n=1):
+    admission = admission or Admission(0)
+    return Generation(
+        request_id=request_id, pool=EnginePool([engine]), tokenizer=tokenizer, metrics=metrics or Metrics(),
+        ticket=admission.enter(), arrival=0.0, prompts=[[1, 2, 3]], params=params, n=n,
+    )  # fmt: skip
+
+
+async def test_a_merged_output_streams_one_chunk_per_token_and_a_stop_string_aborts(tokenizer):
+    ids = tokenizer.encode(" one two three four five", add_special_tokens=False)
+    assert len(ids) == 5
+    lps = [TokenLogprobs(-0.5, [], []) for _ in ids]
+    engine = StubEngine([
+        EngineCoreOutput("r", ids[:1], logprobs=lps[:1], queue_time=0.25),
+        EngineCoreOutput("r", ids[1:], logprobs=lps[1:]),  # four tokens queued up, merged by the client
+    ])  # fmt: skip
+    metrics = Metrics()
+    gen = _generation(tokenizer, engine, SamplingParams(max_tokens=10, stop=["four"], logprobs=0), metrics)
+    choice = gen.choices[0]
+    batches = [events async for events in choice.events(per_token=True)]
+    assert [len(b) for b in batches] == [1, 3]  # " two", " three", then " four" hits the stop string
+    texts = [e.text for b in batches for e in b]
+    assert "".join(texts) == " one two three "
+    assert batches[-1][-1].finish_reason == "stop" and choice.finish_reason == "stop"
+    assert all(len(e.token_ids) == 1 and len(e.logprobs) == 1 for b in batches for e in b)
+    assert engine.left_early, "the engine request was not aborted after the stop string"
+    fmt = ChatFormat(gen, "m", include_usage=False)
+    data = _chunks(fmt, choice, batches[1])
+    assert data.count(b"data: ") == 3 and data.endswith(b"\r\n\r\n")
+    gen.close()
+    samples = {s.name: s.value for m in metrics.registry.collect() for s in m.samples}
+    assert samples["agentgate_time_to_first_token_seconds_count"] == 1
+    assert samples["agentgate_request_queue_time_seconds_sum"] == 0.25
+    assert samples["agentgate_inter_token_latency_seconds_count"] == 3
+    assert samples["agentgate_generation_tokens_total"] == 4
+    assert samples["agentgate_prompt_tokens_total"] == 3
+
+
+async def test_non_streaming_collect_keeps_text_tokens_and_logprobs(tokenizer):
+    ids = tokenizer.encode(" alpha beta gamma", add_special_tokens=False)
+    engine = StubEngine([EngineCoreOutput("r", ids[:2]), EngineCoreOutput("r", ids[2:], "length")])
+    gen = _generation(tokenizer, engine, SamplingParams(max_tokens=len(ids)))
+    await gen.choices[0].collect()
+    assert gen.choices[0].text == " alpha beta gamma" and gen.choices[0].token_ids == ids
+    assert gen.choices[0].finish_reason == "length" and not engine.left_early
+    assert gen.usage.completion_tokens == len(ids) and gen.usage.prompt_tokens == 3
+
+
+async def test_tickets_and_ids_are_released_whatever_happens(tokenizer):
+    admission = Admission(1)
+    engine = StubEngine([EngineCoreOutput("x", [5], "length")])
+    gen = _generation(tokenizer, engine, SamplingParams(), admission=admission, request_id="x")
+    with pytest.raises(QueueFullError):
+        admission.enter()
+    with pytest.raises(ConflictError):
+        Generation(request_id="x", pool=gen.pool, tokenizer=tokenizer, metrics=Metrics(), ticket=Admission(0).enter(),
+                   arrival=0.0, prompts=[[1]], params=SamplingParams(), n=1)  # fmt: skip
+    gen.close()
+    gen.close()  # idempotent
+    assert admission.waiting == 0 and gen.pool.num_requests == 0
+    admission.enter()
+
+
+async def test_n_choices_get_suffixed_engine_ids(tokenizer):
+    gen = _generation(tokenizer, StubEngine([]), SamplingParams(), request_id="abc", n=3)
+    assert [c.request_id for c in gen.choices] == ["abc-0", "abc-1", "abc-2"]
+    assert [c.index for c in gen.choices] == [0, 1, 2]
+    gen.close()

@@ -1,0 +1,128 @@
+"""Servers of their own: backpressure (429), a dead engine (503), and shutdown
+on SIGTERM / SIGINT that leaves no engine process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import anyio
+import httpx
+import pytest
+from gateway_helpers import REPO, StreamRecorder, alive, chat_body, check_chat_stream, parse_sse, start_server, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def fragile(tmp_path_factory):
+    server = start_server(
+        tmp_path_factory.mktemp("fragile"),
+        "--runner", "null", "--null-step-seconds", "0.004", "--max-waiting", "2", "--max-model-len", "1024",
+    )  # fmt: skip
+    yield server
+    server.stop()
+
+
+@pytest.mark.anyio
+async def test_a_full_waiting_queue_answers_429_with_retry_after(fragile):
+    url = f"{fragile.url}/v1/chat/completions"
+    async with httpx.AsyncClient(timeout=30) as client:
+        assert (await client.post(f"{fragile.url}/pause", params={"mode": "keep"})).status_code == 200
+        waiting = [StreamRecorder(), StreamRecorder()]
+        async with anyio.create_task_group() as tasks:
+            for recorder in waiting:
+                tasks.start_soon(recorder.run, client, url, chat_body(4), {})
+            with anyio.fail_after(5):
+                while any(r.status is None for r in waiting):
+                    await anyio.sleep(0.01)
+            r = await client.post(url, json=chat_body(4, stream=False))
+            assert r.status_code == 429 and r.headers["retry-after"] == "1"
+            error = r.json()["error"]
+            assert error["type"] == "rate_limit_error" and error["code"] == "queue_full"
+            await client.post(f"{fragile.url}/resume")
+        for recorder in waiting:
+            assert check_chat_stream(recorder.payloads())["finish"] == {0: "length"}
+        assert (await client.post(url, json=chat_body(4, stream=False))).status_code == 200
+
+
+@pytest.mark.anyio
+async def test_a_dead_engine_is_a_503_and_ends_open_streams_with_an_error(fragile):
+    url = f"{fragile.url}/v1/chat/completions"
+    [engine] = fragile.engine_pids()
+    recorder = StreamRecorder()
+    async with httpx.AsyncClient(timeout=30) as client, anyio.create_task_group() as tasks:
+        tasks.start_soon(recorder.run, client, url, chat_body(900), {})
+        with anyio.fail_after(5):
+            while recorder.events < 3:
+                await anyio.sleep(0.01)
+        os.kill(engine, signal.SIGKILL)
+    payloads = parse_sse(recorder.raw)
+    assert payloads[-1] == "[DONE]" and '"error"' in payloads[-2] and "engine" in payloads[-2]
+    wait_for(lambda: httpx.get(f"{fragile.url}/health").status_code == 503, timeout=5, message="/health 503")
+    health = httpx.get(f"{fragile.url}/health").json()["error"]
+    assert health["type"] == "service_unavailable" and "died" in health["message"]
+    r = httpx.post(url, json=chat_body(4, stream=False))
+    assert r.status_code == 503 and r.json()["error"]["code"] == "engine_dead"
+    assert httpx.post(f"{fragile.url}/pause").status_code == 503
+    assert httpx.get(f"{fragile.url}/metrics").status_code == 200  # still scrapeable
+    # the gateway itself still shuts down cleanly
+    assert fragile.stop() in (0, -signal.SIGTERM)
+    assert not any(alive(p) for p in fragile.all_descendants())
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_shutdown_signal_drains_streams_and_stops_the_engine(tmp_path, sig):
+    """A signal: requests that finish within --drain-seconds finish; the rest
+    are aborted and end cleanly ([DONE]); the engine process goes too."""
+    server = await anyio.to_thread.run_sync(
+        lambda: start_server(
+            tmp_path,
+            "--runner",
+            "null",
+            "--null-step-seconds",
+            "0.004",
+            "--max-model-len",
+            "1024",
+            "--drain-seconds",
+            "0.6",
+        )  # fmt: skip
+    )
+    try:
+        [engine] = server.engine_pids()
+        tree = server.all_descendants()
+        assert alive(engine)
+        url = f"{server.url}/v1/chat/completions"
+        short, long = StreamRecorder(), StreamRecorder()
+        async with httpx.AsyncClient(timeout=30) as client, anyio.create_task_group() as tasks:
+            tasks.start_soon(short.run, client, url, chat_body(60), {})
+            tasks.start_soon(long.run, client, url, chat_body(900), {})
+            with anyio.fail_after(10):
+                while short.events < 2 or long.events < 2:
+                    await anyio.sleep(0.01)
+            server.process.send_signal(sig)
+        assert check_chat_stream(short.payloads())["finish"] == {0: "length"}
+        assert check_chat_stream(long.payloads())["finish"] == {0: "abort"}
+        code = await anyio.to_thread.run_sync(server.process.wait, 20)
+        assert code in (0, 130, -sig)
+        log = server.log()
+        assert "agentgate ready at" in log and "KV cache" in log and "aborting 1 request" in log
+        await anyio.to_thread.run_sync(
+            lambda: wait_for(lambda: not any(alive(p) for p in tree), timeout=10, message="every child to exit")
+        )
+    finally:
+        if server.process.poll() is None:
+            server.kill()
+
+
+def test_start_up_fails_cleanly_on_a_missing_model(tmp_path):
+    process = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--runner", "sync", "--model", str(tmp_path / "missing.gguf"),
+         "--port", "0"],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert process.returncode != 0
+    assert "missing.gguf" in process.stdout + process.stderr

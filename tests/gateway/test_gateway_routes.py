@@ -1,0 +1,91 @@
+"""Tokenize/detokenize, models, metrics, version and OpenAPI (null server)."""
+
+from __future__ import annotations
+
+import httpx
+from gateway_helpers import chat_body, metrics
+
+from gateway.schemas import REQUEST_TYPES
+
+METRIC_NAMES = [
+    "agentgate_requests_running",
+    "agentgate_requests_waiting",
+    "agentgate_kv_cache_usage_ratio",
+    "agentgate_prefix_cache_queries_tokens_total",
+    "agentgate_prefix_cache_hits_tokens_total",
+    "agentgate_preemptions_total",
+    "agentgate_time_to_first_token_seconds_count",
+    "agentgate_inter_token_latency_seconds_count",
+    "agentgate_request_queue_time_seconds_count",
+    "agentgate_prompt_tokens_total",
+    "agentgate_generation_tokens_total",
+]
+
+
+def test_tokenize_prompt_and_messages_and_detokenize(null):
+    h = null.headers
+    r = httpx.post(f"{null.url}/tokenize", json={"prompt": "Hello world", "return_token_strs": True}, headers=h)
+    body = r.json()
+    assert r.status_code == 200 and body["count"] == len(body["tokens"]) > 0 and body["max_model_len"] == 1024
+    assert len(body["token_strs"]) == body["count"]
+    back = httpx.post(f"{null.url}/detokenize", json={"tokens": body["tokens"]}, headers=h).json()
+    assert back == {"prompt": "Hello world"}
+    messages = [{"role": "user", "content": "Hello there"}]
+    counted = httpx.post(f"{null.url}/tokenize", json={"messages": messages}, headers=h).json()
+    chat = httpx.post(f"{null.url}/v1/chat/completions", json=chat_body(2, stream=False), headers=h).json()
+    assert counted["count"] == chat["usage"]["prompt_tokens"]
+    text = httpx.post(f"{null.url}/detokenize", json={"tokens": counted["tokens"]}, headers=h).json()["prompt"]
+    assert text.startswith("<|im_start|>system") and text.endswith("<|im_start|>assistant\n")
+
+
+def test_models(null):
+    data = httpx.get(f"{null.url}/v1/models", headers=null.headers).json()
+    assert data["object"] == "list"
+    [card] = data["data"]
+    assert card["id"] == "SmolLM2-135M-Instruct" and card["object"] == "model" and card["max_model_len"] == 1024
+
+
+def test_metrics_names_and_counts_follow_requests(null):
+    before = metrics(null.url)
+    for name in METRIC_NAMES:
+        assert name in before, f"{name} missing from /metrics"
+    r = httpx.post(f"{null.url}/v1/completions", json={"prompt": [1, 2, 3, 4, 5], "max_tokens": 7, "ignore_eos": True,
+                                                        "n": 2}, headers=null.headers)  # fmt: skip
+    assert r.status_code == 200
+    after = metrics(null.url)
+    assert after["agentgate_prompt_tokens_total"] - before["agentgate_prompt_tokens_total"] == 5
+    assert after["agentgate_generation_tokens_total"] - before["agentgate_generation_tokens_total"] == 14
+    for name, delta in [("agentgate_time_to_first_token_seconds_count", 2),
+                        ("agentgate_request_queue_time_seconds_count", 2),
+                        ("agentgate_inter_token_latency_seconds_count", 12),
+                        ("agentgate_prefix_cache_queries_tokens_total", 10)]:  # fmt: skip
+        assert after[name] - before[name] == delta, name
+    length = 'agentgate_requests_total{finish_reason="length"}'
+    assert after[length] - before[length] == 2
+    assert r.headers["content-type"] == "application/json"
+    assert httpx.get(f"{null.url}/metrics").headers["content-type"].startswith("text/plain")
+
+
+def test_version_and_health(null):
+    assert httpx.get(f"{null.url}/version").json()["version"]
+    assert httpx.get(f"{null.url}/health").json() == {"status": "ok", "engines": 1}
+
+
+def test_openapi_describes_every_route(null):
+    doc = httpx.get(f"{null.url}/openapi.json").json()
+    assert doc["openapi"].startswith("3.")
+    expected = {
+        "/v1/chat/completions": "post", "/v1/completions": "post", "/v1/models": "get", "/tokenize": "post",
+        "/detokenize": "post", "/pause": "post", "/resume": "post", "/is_paused": "get", "/abort_requests": "post",
+        "/v1/requests/{request_id}": "delete", "/health": "get", "/metrics": "get", "/version": "get",
+        "/openapi.json": "get",
+    }  # fmt: skip
+    assert {path: next(iter(ops)) for path, ops in doc["paths"].items()} == expected
+    schemas = doc["components"]["schemas"]
+    for kind in REQUEST_TYPES:
+        assert kind.__name__ in schemas
+    chat = schemas["ChatCompletionRequest"]
+    assert {"messages", "max_tokens", "stream", "logprobs", "tools"} <= set(chat["properties"])
+    assert chat["required"] == ["messages"]
+    ref = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref == "#/components/schemas/ChatCompletionRequest"

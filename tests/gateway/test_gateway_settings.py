@@ -1,0 +1,69 @@
+"""Settings: every CLI flag of `agentgate serve` also reads from an AGENTGATE_* variable."""
+
+import dataclasses
+
+import pytest
+
+from gateway.cli import build_parser, settings_from_args
+from gateway.settings import Settings, env_name, flag_name
+
+
+def _serve_args(argv, monkeypatch, env=None):
+    for key in list(__import__("os").environ):
+        if key.startswith("AGENTGATE_"):
+            monkeypatch.delenv(key)
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    return settings_from_args(build_parser().parse_args(["serve", *argv]))
+
+
+def test_defaults(monkeypatch):
+    s = _serve_args([], monkeypatch)
+    assert (s.host, s.port, s.runner, s.api_keys, s.admin_key, s.max_waiting) == (
+        "127.0.0.1",
+        8000,
+        "overlap",
+        (),
+        None,
+        1024,
+    )
+
+
+def test_every_flag_has_an_environment_variable(monkeypatch):
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
+    options = {o for action in serve._actions for o in action.option_strings}
+    samples = {"tuple": "a,b", "bool": "true", "int": "7", "float": "0.5"}
+    for f in dataclasses.fields(Settings):
+        assert "--" + flag_name(f) in options, f"--{flag_name(f)} is not a flag of serve"
+        kind = str(f.type).split("[")[0].split(" ")[0]
+        raw = samples.get(kind, "sync" if f.name == "runner" else "x")
+        s = _serve_args([], monkeypatch, {env_name(f): raw})
+        value = getattr(s, f.name)
+        expected = {"tuple": ("a", "b"), "bool": True, "int": 7, "float": 0.5}.get(kind, raw)
+        assert value == expected, f"{env_name(f)}={raw!r} gave {f.name}={value!r}"
+
+
+def test_flags_win_over_the_environment_and_repeat(monkeypatch):
+    s = _serve_args(
+        ["--port", "9001", "--api-key", "k1", "--api-key", "k2,k3", "--allow-credentials", "--max-model-len", "512"],
+        monkeypatch,
+        {"AGENTGATE_PORT": "9000", "AGENTGATE_API_KEY": "env-key", "AGENTGATE_RUNNER": "sync"},
+    )
+    assert s.port == 9001 and s.api_keys == ("k1", "k2", "k3") and s.allow_credentials and s.runner == "sync"
+    assert s.max_model_len == 512
+
+
+def test_engine_config_carries_the_engine_flags(monkeypatch):
+    s = _serve_args(["--runner", "null", "--max-num-seqs", "8", "--null-step-seconds", "0.01"], monkeypatch)
+    config = s.engine_config()
+    assert (config.runner, config.max_num_seqs, config.null_step_seconds, config.model) == ("null", 8, 0.01, None)
+
+
+def test_keys_stay_out_of_repr():
+    assert "secret" not in repr(Settings(api_keys=("secret",), admin_key="secret"))
+
+
+@pytest.mark.parametrize("argv", [["--runner", "warp"], ["--port", "x"], ["--max-waiting", "-1"]])
+def test_bad_values_are_rejected(monkeypatch, argv):
+    with pytest.raises((ValueError, SystemExit)):
+        _serve_args(argv, monkeypatch)
