@@ -13,6 +13,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+@pytest.fixture
+def anyio_backend():
+    """anyio tests run on asyncio, as the gateway does under uvicorn."""
+    return "asyncio"
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

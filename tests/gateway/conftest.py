@@ -16,11 +16,6 @@ import pytest
 from gateway_helpers import ADMIN_KEY, ALLOWED_ORIGIN, USER_KEY, USER_KEY_2, LiveServer, start_server
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
 @pytest.fixture(scope="session")
 def model_server(tmp_path_factory: pytest.TempPathFactory):
     server = start_server(

@@ -22,11 +22,6 @@ NULL = EngineConfig(runner="null", block_size=16, num_kv_blocks=4096, max_num_ba
 SLOW_NULL = NULL.with_changes(null_step_seconds=0.002)
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
 async def collect(client, rid, prompt, params):
     tokens, reason = [], None
     async with aclosing(client.generate(rid, prompt, params)) as outs:
