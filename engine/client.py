@@ -36,6 +36,7 @@ from engine.protocol import (
     EngineCoreOutput,
     EngineInfo,
     EngineOutputs,
+    Heartbeat,
     Hello,
     Ready,
     SchedulerStats,
@@ -48,6 +49,9 @@ from engine.protocol import (
 from engine.sampling_params import SamplingParams
 
 WATCH_INTERVAL_S = 0.05
+# An engine we cannot watch as a process is dead after this long without a
+# message (it sends a heartbeat every 0.5 s, busy or idle).
+HEARTBEAT_TIMEOUT_S = 5.0
 
 
 class _Call:
@@ -66,6 +70,7 @@ class EngineClient:
         self.info: EngineInfo | None = None
         self.last_stats: SchedulerStats | None = None
         self.dead_reason: str | None = None
+        self._last_seen = time.monotonic()
         self._context = zmq.asyncio.Context()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.IDENTITY, f"fe-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
@@ -107,8 +112,7 @@ class EngineClient:
             await client._handshake(startup_timeout)
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(client._dispatch)
-                if process is not None:
-                    tasks.start_soon(client._watch_process)
+                tasks.start_soon(client._watch_process if process is not None else client._watch_heartbeats)
                 try:
                     yield client
                 finally:
@@ -126,6 +130,7 @@ class EngineClient:
                 message = decode_from_engine(await self._socket.recv())
                 if isinstance(message, Ready):
                     self.info = message.info
+                    self._last_seen = time.monotonic()
                     return
                 if isinstance(message, StartupFailed):
                     raise EngineDeadError(f"the engine failed to start: {message.message}")
@@ -234,7 +239,10 @@ class EngineClient:
     async def _dispatch(self) -> None:
         while True:
             message = decode_from_engine(await self._socket.recv())
-            if isinstance(message, EngineOutputs):
+            self._last_seen = time.monotonic()
+            if isinstance(message, Heartbeat):
+                self.last_stats = message.stats
+            elif isinstance(message, EngineOutputs):
                 if message.stats is not None:
                     self.last_stats = message.stats
                 for out in message.outputs:
@@ -253,6 +261,11 @@ class EngineClient:
         while self.process.is_alive():
             await anyio.sleep(WATCH_INTERVAL_S)
         self._fail_everyone(f"the engine process died (exit code {self.process.exitcode})")
+
+    async def _watch_heartbeats(self) -> None:
+        while time.monotonic() - self._last_seen < HEARTBEAT_TIMEOUT_S:
+            await anyio.sleep(WATCH_INTERVAL_S * 4)
+        self._fail_everyone(f"the engine at {self.address} stopped answering (no heartbeat for {HEARTBEAT_TIMEOUT_S:.0f} s)")
 
     def _fail_everyone(self, reason: str) -> None:
         if self.dead_reason is None:
@@ -308,7 +321,7 @@ def start_engine_process(
 
     process = multiprocessing.get_context("spawn").Process(
         target=run_engine_process,
-        args=(config, address, model_name or model_display_name(config.model)),
+        args=(config, address, model_name or model_display_name(config.model), os.getpid()),
         name="agentgate-engine",
         daemon=True,
     )

@@ -27,6 +27,7 @@ from engine.protocol import (
     AddRequest,
     EngineCoreOutput,
     EngineOutputs,
+    Heartbeat,
     Hello,
     Ready,
     StartupFailed,
@@ -39,6 +40,9 @@ from engine.protocol import (
 log = logging.getLogger("agentgate.engine")
 
 IDLE_POLL_MS = 100
+HEARTBEAT_INTERVAL_S = 0.5
+# prctl(PR_SET_PDEATHSIG): the signal Linux sends us when our parent dies.
+_PR_SET_PDEATHSIG = 1
 
 
 class EngineServer:
@@ -58,6 +62,8 @@ class EngineServer:
         self.stopping = False
         self._owners: dict[str, bytes] = {}
         self._pending_wait: list[tuple[bytes, int]] = []
+        self._front_ends: set[bytes] = set()
+        self._next_heartbeat = 0.0
 
     def serve_forever(self) -> None:
         try:
@@ -69,6 +75,7 @@ class EngineServer:
                 if self.core.has_work:
                     self._send_outputs(self._safe_step())
                 self._answer_pause_waiters()
+                self._heartbeat()
         finally:
             self.socket.close(linger=1000)
             self.context.term()
@@ -93,6 +100,7 @@ class EngineServer:
 
     def _handle(self, identity: bytes, message: Any) -> None:
         if isinstance(message, Hello):
+            self._front_ends.add(identity)
             if self.core is None:
                 self._send(identity, StartupFailed(self.startup_error or "engine failed to start"))
                 self.stopping = True
@@ -159,6 +167,15 @@ class EngineServer:
                 self._send(identity, UtilityResult(call_id, True))
             self._pending_wait.clear()
 
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if now < self._next_heartbeat or not self._front_ends:
+            return
+        self._next_heartbeat = now + HEARTBEAT_INTERVAL_S
+        beat = Heartbeat(self.core.stats(), time.time())
+        for identity in self._front_ends:
+            self._send(identity, beat)
+
     # -- outbox ------------------------------------------------------------
     def _safe_step(self) -> list[EngineCoreOutput]:
         try:
@@ -191,9 +208,27 @@ class EngineServer:
             log.warning("could not reach front end %r", identity)
 
 
-def run_engine_process(config: EngineConfig, address: str, model_name: str) -> None:
-    """Entry point of the engine process (spawned, or `agentgate engine`)."""
+def _exit_with_parent(parent_pid: int) -> None:
+    """Have Linux send us SIGTERM when the process that started us dies, so a
+    killed gateway leaves no engine behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        log.warning("cannot ask to be stopped with the parent process on this platform")
+    if os.getppid() != parent_pid:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_engine_process(
+    config: EngineConfig, address: str, model_name: str, parent_pid: int | None = None
+) -> None:
+    """Entry point of the engine process (spawned, or `agentgate engine`).
+    With ``parent_pid``, the engine stops when that process dies."""
     logging.basicConfig(level=os.environ.get("AGENTGATE_LOG_LEVEL", "INFO"), format="%(asctime)s engine %(levelname)s %(message)s")
+    if parent_pid is not None:
+        _exit_with_parent(parent_pid)
     core, error = None, None
     try:
         core = EngineCore(config)

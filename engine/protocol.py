@@ -3,7 +3,7 @@
 Every message is a msgspec struct encoded as msgpack (``array_like`` keeps
 them compact). Front end -> engine: AddRequest, AbortRequests, UtilityCall,
 Hello. Engine -> front end: Ready, StartupFailed, EngineOutputs,
-UtilityResult. Token ids travel, never text.
+UtilityResult, Heartbeat. Token ids travel, never text.
 """
 
 from __future__ import annotations
@@ -113,6 +113,15 @@ class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True, omit_default
     timestamp: float = 0.0
 
 
+class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True):
+    """Sent to every front end twice a second, busy or idle: proof of life
+    for front ends that cannot watch the engine's process, and fresh stats
+    for routing."""
+
+    stats: SchedulerStats
+    timestamp: float
+
+
 class UtilityResult(msgspec.Struct, tag="result", array_like=True, omit_defaults=True):
     call_id: int
     result: Any = None
@@ -120,7 +129,7 @@ class UtilityResult(msgspec.Struct, tag="result", array_like=True, omit_defaults
 
 
 ToEngine = Hello | AddRequest | AbortRequests | UtilityCall
-FromEngine = Ready | StartupFailed | EngineOutputs | UtilityResult
+FromEngine = Ready | StartupFailed | EngineOutputs | UtilityResult | Heartbeat
 
 _encoder = msgspec.msgpack.Encoder()
 _to_engine = msgspec.msgpack.Decoder(ToEngine)

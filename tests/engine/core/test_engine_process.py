@@ -125,3 +125,66 @@ async def test_a_failed_start_is_reported_with_its_cause(tmp_path):
     with pytest.raises(EngineDeadError, match="failed to start"):
         async with EngineClient.spawn(EngineConfig(model=str(tmp_path / "missing.gguf"), runner="sync")):
             pass
+
+
+async def test_an_engine_connected_by_address_alone_is_declared_dead_when_it_stops_answering():
+    from engine.client import HEARTBEAT_TIMEOUT_S, private_address, start_engine_process, stop_engine_process
+
+    address = private_address()
+    process = start_engine_process(SLOW_NULL, address)
+    try:
+        async with EngineClient.connect(address) as client:  # no process handle: heartbeats only
+            await anyio.sleep(1.5)  # heartbeats keep an idle engine alive
+            assert not client.is_dead
+            errors = []
+
+            async def run():
+                try:
+                    await collect(client, "r", [1, 2], SamplingParams(max_tokens=10**7, ignore_eos=True))
+                except EngineDeadError as exc:
+                    errors.append((time.monotonic(), exc))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                await anyio.sleep(0.3)
+                killed_at = time.monotonic()
+                os.kill(process.pid, signal.SIGKILL)
+            assert errors and "stopped answering" in str(errors[0][1])
+            assert errors[0][0] - killed_at < HEARTBEAT_TIMEOUT_S + 1.0
+    finally:
+        stop_engine_process(process)
+
+
+def test_the_engine_stops_when_the_process_that_started_it_is_killed(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "from engine.client import private_address, start_engine_process\n"
+        "from engine.config import EngineConfig\n"
+        "if __name__ == '__main__':\n"
+        "    p = start_engine_process(EngineConfig(runner='null', num_kv_blocks=64), private_address())\n"
+        "    print(p.pid, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        engine_pid = int(parent.stdout.readline())
+        time.sleep(1.0)
+        os.kill(engine_pid, 0)  # running
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(engine_pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(engine_pid, signal.SIGKILL)
+            raise AssertionError("the engine outlived its parent")
+    finally:
+        parent.kill()
