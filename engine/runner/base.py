@@ -98,10 +98,12 @@ class TorchModelRunner(ModelRunner):
         if cfg.num_kv_blocks is not None:
             num_blocks = cfg.num_kv_blocks
         elif self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            activations = self._profile_activation_bytes()
             free, _ = torch.cuda.mem_get_info(self.device)
             total = torch.cuda.get_device_properties(self.device).total_memory
-            budget = free - (1.0 - cfg.gpu_memory_utilization) * total
+            # Keep room for the peak of a full step's activations, plus a
+            # margin for CUDA graphs and the sampler's temporaries.
+            budget = free - (1.0 - cfg.gpu_memory_utilization) * total - 1.2 * activations - (256 << 20)
             num_blocks = int(budget // self._bytes_per_block())
         else:
             num_blocks = (cfg.kv_cache_bytes or CPU_KV_CACHE_BYTES) // self._bytes_per_block()
@@ -117,6 +119,41 @@ class TorchModelRunner(ModelRunner):
             model_len = min(model_len, CPU_MAX_MODEL_LEN)
         model_len = min(model_len, num_blocks * cfg.block_size)
         return KVCacheSpec(num_blocks=num_blocks, block_size=cfg.block_size, max_model_len=model_len)
+
+    @torch.inference_mode()
+    def _profile_activation_bytes(self) -> int:
+        """Peak memory of one full-budget prefill step (forward, logits for
+        every sequence slot), measured on a throwaway KV cache."""
+        from engine.attention import AttentionMetadata
+
+        cfg, dev = self.config, self.device
+        num_tokens = min(cfg.max_num_batched_tokens, self.model_config.max_position_embeddings)
+        num_blocks = -(-num_tokens // cfg.block_size)
+        caches = self._allocate_kv_cache(num_blocks)
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        before = torch.cuda.memory_allocated(dev)
+        lens = torch.tensor([num_tokens], dtype=torch.int32)
+        qsl = torch.tensor([0, num_tokens], dtype=torch.int32)
+        meta = AttentionMetadata(
+            slot_mapping=torch.arange(num_tokens, device=dev),
+            query_start_loc=qsl.to(dev),
+            seq_lens=lens.to(dev),
+            block_tables=torch.arange(num_blocks, dtype=torch.int32, device=dev)[None, :],
+            max_query_len=num_tokens,
+            max_seq_len=num_tokens,
+            query_start_loc_cpu=qsl,
+            seq_lens_cpu=lens,
+        )
+        positions = torch.arange(num_tokens, device=dev)
+        hidden = self.model(torch.zeros(num_tokens, dtype=torch.long, device=dev), positions, meta, caches)
+        rows = torch.arange(min(cfg.max_num_seqs, num_tokens), device=dev)
+        self.model.compute_logits(hidden[rows]).softmax(-1)
+        torch.cuda.synchronize(dev)
+        peak = torch.cuda.max_memory_allocated(dev) - before
+        del caches, hidden
+        torch.cuda.empty_cache()
+        return peak
 
     def _allocate_kv_cache(self, num_blocks: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         c = self.model_config
