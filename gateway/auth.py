@@ -2,7 +2,9 @@
 
 Route groups:
 
-- open: ``/health``, ``/metrics``, ``/version``, ``/openapi.json``;
+- open: ``/health``, ``/metrics``, ``/version``, ``/openapi.json``, and the
+  playground page (``GET /``, ``/playground``, ``/static/...``: it holds no
+  secret; the keys are typed into it and sent to the API like any client's);
 - admin: ``/pause``, ``/resume``, ``/is_paused``, ``/abort_requests`` and
   ``DELETE /v1/requests/{id}``: the admin key, required whenever any key is
   configured (with API keys but no admin key, nobody may call them);
@@ -26,6 +28,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.errors import AuthenticationError, GatewayError, PermissionDeniedError, error_response
 
 OPEN_PATHS = frozenset({"/health", "/metrics", "/version", "/openapi.json", "/ping"})
+PAGE_PATHS = frozenset({"/", "/playground"})
+PAGE_PREFIX = "/static/"
 ADMIN_PATHS = frozenset({"/pause", "/resume", "/is_paused", "/abort_requests"})
 ADMIN_DELETE_PREFIX = "/v1/requests/"
 
@@ -44,6 +48,8 @@ class Role(enum.IntEnum):
 
 def route_access(method: str, path: str) -> Access:
     if path in OPEN_PATHS:
+        return Access.OPEN
+    if method in ("GET", "HEAD") and (path in PAGE_PATHS or path.startswith(PAGE_PREFIX)):
         return Access.OPEN
     if path in ADMIN_PATHS or (method == "DELETE" and path.startswith(ADMIN_DELETE_PREFIX)):
         return Access.ADMIN

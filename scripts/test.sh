@@ -4,4 +4,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test
+# The playground's browser tests drive Debian's chromium. Install it when it is
+# missing and this runs as root with apt-get (as CI does); otherwise those tests
+# skip and say why.
+if ! command -v chromium >/dev/null 2>&1 && [ -z "${AGENTGATE_CHROMIUM:-}" ] \
+  && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing chromium for the browser tests (apt-get)..."
+  apt_log="$(mktemp)"
+  if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >"$apt_log" 2>&1; then
+    rm -f "$apt_log"
+  else
+    echo "chromium did not install (log: $apt_log); the browser tests will skip"
+  fi
+fi
 exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,93 @@
+// The gateway's HTTP API, as the page uses it. Every call takes a connection
+// {base, apiKey, adminKey}: base "" means this page's own origin.
+
+import { sseEvents } from "./sse.js";
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.name = "ApiError";
+    this.status = status;
+  }
+}
+
+export function apiUrl(conn, path) {
+  return (conn.base || "").replace(/\/+$/, "") + path;
+}
+
+function headers(key, json = false) {
+  const h = {};
+  if (key) h.Authorization = `Bearer ${key}`;
+  if (json) h["Content-Type"] = "application/json";
+  return h;
+}
+
+async function errorFrom(response) {
+  let message = "";
+  try {
+    message = (await response.json()).error?.message || "";
+  } catch {
+    // not an OpenAI error body
+  }
+  return new ApiError(response.status, message || `${response.status} ${response.statusText}`.trim());
+}
+
+async function request(conn, path, { key, method = "GET", body } = {}) {
+  const response = await fetch(apiUrl(conn, path), {
+    method,
+    headers: headers(key, body !== undefined),
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (!response.ok) throw await errorFrom(response);
+  return response;
+}
+
+/** Streams /v1/chat/completions: yields each chat.completion.chunk. Abort with `signal`. */
+export async function* streamChat(conn, body, signal) {
+  const response = await fetch(apiUrl(conn, "/v1/chat/completions"), {
+    method: "POST",
+    headers: headers(conn.apiKey, true),
+    body: JSON.stringify({ ...body, stream: true }),
+    signal,
+  });
+  if (!response.ok) throw await errorFrom(response);
+  for await (const event of sseEvents(response.body)) {
+    if (event.data === "[DONE]") return;
+    const chunk = JSON.parse(event.data);
+    if (chunk.error) throw new ApiError(chunk.error.code || 500, chunk.error.message || "stream error");
+    yield chunk;
+  }
+}
+
+export async function listModels(conn) {
+  return (await (await request(conn, "/v1/models", { key: conn.apiKey })).json()).data;
+}
+
+export async function isPaused(conn) {
+  return (await (await request(conn, "/is_paused", { key: conn.adminKey })).json()).is_paused;
+}
+
+export async function pause(conn, mode) {
+  const path = `/pause?mode=${encodeURIComponent(mode)}`;
+  return (await request(conn, path, { key: conn.adminKey, method: "POST" })).json();
+}
+
+export async function resume(conn) {
+  return (await request(conn, "/resume", { key: conn.adminKey, method: "POST" })).json();
+}
+
+/** /metrics (open, no key) as {name or name{labels}: value}. */
+export async function fetchMetrics(conn) {
+  return parsePrometheus(await (await request(conn, "/metrics")).text());
+}
+
+/** Prometheus text exposition format: one sample per line, `# ...` lines skipped. */
+export function parsePrometheus(text) {
+  const samples = {};
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith("#")) continue;
+    const cut = line.lastIndexOf(" ");
+    if (cut > 0) samples[line.slice(0, cut).trim()] = Number(line.slice(cut + 1));
+  }
+  return samples;
+}

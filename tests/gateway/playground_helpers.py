@@ -1,0 +1,152 @@
+"""Helpers for the playground's browser tests: finding Chromium, launching it
+headless through Playwright, and a scripted site on loopback (the page's own
+routes plus a fake chat endpoint) for what a real server cannot yet produce
+on demand, and as a second origin for the CORS test."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from gateway.routes import playground
+
+# As the machine notes prescribe for Debian's Chromium run as root in a closed
+# network; Playwright adds a fresh temporary --user-data-dir itself.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+CHROMIUM_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def find_chromium() -> str | None:
+    """``$AGENTGATE_CHROMIUM``, else Debian's /usr/bin/chromium, else one on PATH."""
+    explicit = os.environ.get("AGENTGATE_CHROMIUM")
+    if explicit:
+        return explicit if Path(explicit).is_file() else None
+    if Path("/usr/bin/chromium").is_file():
+        return "/usr/bin/chromium"
+    for name in CHROMIUM_CANDIDATES:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+NO_CHROMIUM = (
+    "no Chromium installed (looked for $AGENTGATE_CHROMIUM, /usr/bin/chromium, chromium on PATH): "
+    "scripts/test.sh installs Debian's chromium package when it runs as root with apt-get"
+)
+
+
+def sample(read: Callable[[], object], *, every: float, until: Callable[[], bool], timeout: float) -> list:
+    """Calls ``read`` every ``every`` seconds until ``until()`` or ``timeout``."""
+    values = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        values.append(read())
+        if until():
+            break
+        time.sleep(every)
+    return values
+
+
+# -- a scripted site ------------------------------------------------------------------
+
+
+def chunk(delta: dict | None = None, finish: str | None = None, usage: dict | None = None) -> dict:
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+    return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake-model",
+            "choices": choices, "usage": usage}  # fmt: skip
+
+
+@dataclass
+class ScriptedSite:
+    """A loopback server with the playground's routes and a fake
+    ``/v1/chat/completions``: each request takes the next script, a list of
+    chunks (dicts) and ``"gate"`` markers, where it waits for :meth:`release`."""
+
+    scripts: list[list] = field(default_factory=list)
+    requests: list[dict] = field(default_factory=list)
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        self._gate = threading.Event()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def release(self) -> None:
+        self._gate.set()
+
+    async def _chat(self, request: Request) -> StreamingResponse:
+        self.requests.append(json.loads(await request.body()))
+        script = (
+            self.scripts.pop(0) if self.scripts else [chunk({"role": "assistant", "content": "(no script)"}, "stop")]
+        )
+
+        async def events():
+            for item in script:
+                if item == "gate":
+                    self._gate.clear()
+                    while not self._gate.is_set():
+                        await anyio.sleep(0.01)
+                    continue
+                # \r\n line ends, as sse-starlette writes them.
+                yield f"data: {json.dumps(item)}\r\n\r\n".encode()
+                await anyio.sleep(0.02)
+            yield b"data: [DONE]\r\n\r\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def _models(self, request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
+    def start(self, port: int) -> ScriptedSite:
+        self.port = port
+        app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                *playground.routes,
+            ]
+        )
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="scripted-site", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the scripted site did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._gate.set()
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
