@@ -42,27 +42,41 @@ def paged_attention(
     meta: AttentionMetadata,
     scale: float,
 ) -> torch.Tensor:
-    """Causal attention of ``query`` over the paged cache (see AttentionBackend)."""
+    """Causal attention of ``query`` over the paged cache (see AttentionBackend).
+
+    Rows with one query token (decodes) go through one batched call; longer
+    rows (prefill, chunks, extends) through SDPA one sequence at a time."""
     if meta.is_pure_decode:
-        return _decode_attention(query, k_cache, v_cache, meta, scale)
+        return _decode_attention(query, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, scale)
     out = torch.zeros_like(query)
     starts = meta.query_start_loc_cpu.tolist()
     lens = meta.seq_lens_cpu.tolist()
+    decode_rows = [i for i, n in enumerate(lens) if n > 0 and starts[i + 1] - starts[i] == 1]
+    if decode_rows:
+        rows = torch.tensor(decode_rows, device=query.device)
+        tokens = torch.tensor([starts[i] for i in decode_rows], device=query.device)
+        out[tokens] = _decode_attention(
+            query[tokens], k_cache, v_cache, meta.block_tables[rows], meta.seq_lens[rows],
+            max(lens[i] for i in decode_rows), scale,
+        )
     for i, seq_len in enumerate(lens):
         begin, end = starts[i], starts[i + 1]
-        if seq_len == 0 or end == begin:
+        if seq_len == 0 or end - begin <= 1:
             continue
+        q_len = end - begin
         q = query[begin:end].transpose(0, 1)  # [heads, q_len, dim]
         k = _gather_context(k_cache, meta.block_tables[i], seq_len).transpose(0, 1)
         v = _gather_context(v_cache, meta.block_tables[i], seq_len).transpose(0, 1)
-        q_len = end - begin
-        # Query j sits at position seq_len - q_len + j and sees keys 0..that.
-        q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
-        k_pos = torch.arange(seq_len, device=query.device)
-        mask = k_pos[None, :] <= q_pos[:, None]
-        attn = F.scaled_dot_product_attention(
-            q.to(k.dtype), k, v, attn_mask=mask, scale=scale, enable_gqa=True
-        )
+        if q_len == seq_len:  # no cached prefix: plain causal attention
+            attn = F.scaled_dot_product_attention(q.to(k.dtype), k, v, is_causal=True, scale=scale, enable_gqa=True)
+        else:
+            # Query j sits at position seq_len - q_len + j and sees keys 0..that.
+            # An additive float mask: CPU SDPA is much slower with a boolean one.
+            q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
+            k_pos = torch.arange(seq_len, device=query.device)
+            mask = torch.zeros(q_len, seq_len, dtype=k.dtype, device=query.device)
+            mask.masked_fill_(k_pos[None, :] > q_pos[:, None], float("-inf"))
+            attn = F.scaled_dot_product_attention(q.to(k.dtype), k, v, attn_mask=mask, scale=scale, enable_gqa=True)
         out[begin:end] = attn.transpose(0, 1).to(out.dtype)
     return out
 
@@ -71,7 +85,9 @@ def _decode_attention(
     query: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    meta: AttentionMetadata,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_seq_len: int,
     scale: float,
 ) -> torch.Tensor:
     """One query per sequence: gather every context to the batch's longest and
@@ -80,12 +96,12 @@ def _decode_attention(
     num_seqs, num_heads, head_dim = query.shape
     num_kv_heads = k_cache.shape[2]
     group = num_heads // num_kv_heads
-    length = max(meta.max_seq_len, 1)
-    k = _gather_context(k_cache, meta.block_tables, length).float().permute(0, 2, 3, 1)  # [B, Hkv, D, L]
-    v = _gather_context(v_cache, meta.block_tables, length).float().transpose(1, 2)  # [B, Hkv, L, D]
+    length = max(max_seq_len, 1)
+    k = _gather_context(k_cache, block_tables, length).float().permute(0, 2, 3, 1)  # [B, Hkv, D, L]
+    v = _gather_context(v_cache, block_tables, length).float().transpose(1, 2)  # [B, Hkv, L, D]
     q = query.float().view(num_seqs, num_kv_heads, group, head_dim) * scale
     scores = torch.matmul(q, k)  # [B, Hkv, group, L]
-    valid = torch.arange(length, device=query.device)[None, :] < meta.seq_lens[:, None]
+    valid = torch.arange(length, device=query.device)[None, :] < seq_lens[:, None]
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     # Padded rows (seq_len 0) attend to nothing: softmax gives NaN there.
     probs = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
