@@ -4,7 +4,9 @@ before step N's tokens are waited for."""
 
 from __future__ import annotations
 
+import os
 import random
+import uuid
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -65,6 +67,7 @@ class EngineCore:
         )
         self._in_flight: deque[_InFlight] = deque()
         self._seeds = random.Random(config.seed)
+        self.engine_id = uuid.uuid4().hex[:12]
         self._grammars = None  # GrammarCompiler, made on the first constrained request
         self._compiling: list[tuple[Request, Future]] = []
 
@@ -80,6 +83,8 @@ class EngineCore:
             runner=self.config.runner,
             device=str(runner.device),
             dtype=str(runner.dtype).removeprefix("torch."),
+            pid=os.getpid(),
+            engine_id=self.engine_id,
         )
 
     # -- requests --------------------------------------------------------------

@@ -226,7 +226,10 @@ def run_engine_process(
 ) -> None:
     """Entry point of the engine process (spawned, or `agentgate engine`).
     With ``parent_pid``, the engine stops when that process dies."""
-    logging.basicConfig(level=os.environ.get("AGENTGATE_LOG_LEVEL", "INFO"), format="%(asctime)s engine %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("AGENTGATE_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s engine %(levelname)s %(message)s",
+    )
     if parent_pid is not None:
         _exit_with_parent(parent_pid)
     core, error = None, None
@@ -241,7 +244,9 @@ def run_engine_process(
         server.stopping = True
 
     signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    # An engine started by a gateway shares its terminal's process group: a
+    # Ctrl-C is the gateway's to handle (it drains, then stops the engine).
+    signal.signal(signal.SIGINT, signal.SIG_IGN if parent_pid is not None else stop)
     if core is not None:
         info = core.info(model_name)
         log.info(

@@ -45,6 +45,9 @@ class UtilityCall(msgspec.Struct, tag="call", array_like=True):
 
 
 class EngineInfo(msgspec.Struct, array_like=True, omit_defaults=True):
+    """What a front end learns about an engine at the handshake. ``engine_id``
+    is unique per engine process, whatever address it is reached by."""
+
     model: str
     architecture: str
     vocab_size: int
@@ -55,6 +58,7 @@ class EngineInfo(msgspec.Struct, array_like=True, omit_defaults=True):
     device: str
     dtype: str
     pid: int = 0
+    engine_id: str = ""
 
     @property
     def kv_capacity_tokens(self) -> int:

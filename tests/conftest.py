@@ -5,12 +5,17 @@ must be set before any ``@triton.jit`` executes, so it is set here, first.
 """
 
 import os
+import tempfile
 
 import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Servers the tests start keep their state (embedded Redis files) under
+# XDG_STATE_HOME: a throwaway directory, not the user's home.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="agentgate-tests-")
 
 
 @pytest.fixture
