@@ -49,6 +49,9 @@ class EngineConfig:
     seed: int = 0
     # The null runner only: seconds each step takes, to emulate a model.
     null_step_seconds: float = 0.0
+    # CPU threads for the model's math; None: all cores in-process (LLM),
+    # all but one in an engine process, whose front end needs a core too.
+    cpu_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:

@@ -59,16 +59,20 @@ def paged_attention(
             query[tokens], k_cache, v_cache, meta.block_tables[rows], meta.seq_lens[rows],
             max(lens[i] for i in decode_rows), scale,
         )
+    group = query.shape[1] // k_cache.shape[2]
     for i, seq_len in enumerate(lens):
         begin, end = starts[i], starts[i + 1]
         if seq_len == 0 or end - begin <= 1:
             continue
         q_len = end - begin
-        q = query[begin:end].transpose(0, 1)  # [heads, q_len, dim]
-        k = _gather_context(k_cache, meta.block_tables[i], seq_len).transpose(0, 1)
-        v = _gather_context(v_cache, meta.block_tables[i], seq_len).transpose(0, 1)
+        # [1, heads, len, dim], KV heads repeated for the query groups: CPU
+        # SDPA's fused kernel wants 4-D inputs without GQA (about 2x faster).
+        q = query[begin:end].transpose(0, 1)[None]
+        k = _gather_context(k_cache, meta.block_tables[i], seq_len).transpose(0, 1).repeat_interleave(group, 0)[None]
+        v = _gather_context(v_cache, meta.block_tables[i], seq_len).transpose(0, 1).repeat_interleave(group, 0)[None]
+        q = q.to(k.dtype)
         if q_len == seq_len:  # no cached prefix: plain causal attention
-            attn = F.scaled_dot_product_attention(q.to(k.dtype), k, v, is_causal=True, scale=scale, enable_gqa=True)
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
         else:
             # Query j sits at position seq_len - q_len + j and sees keys 0..that.
             # An additive float mask: CPU SDPA is much slower with a boolean one.
@@ -76,8 +80,8 @@ def paged_attention(
             k_pos = torch.arange(seq_len, device=query.device)
             mask = torch.zeros(q_len, seq_len, dtype=k.dtype, device=query.device)
             mask.masked_fill_(k_pos[None, :] > q_pos[:, None], float("-inf"))
-            attn = F.scaled_dot_product_attention(q.to(k.dtype), k, v, attn_mask=mask, scale=scale, enable_gqa=True)
-        out[begin:end] = attn.transpose(0, 1).to(out.dtype)
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        out[begin:end] = attn[0].transpose(0, 1).to(out.dtype)
     return out
 
 
