@@ -79,16 +79,20 @@ class KVCacheManager:
             self._num_offered[request.request_id] = len(cached_prefix)
         return [b.block_id for b in added]
 
-    def cache_full_blocks(self, request: Request) -> None:
+    def cache_full_blocks(self, request: Request, num_computed: int | None = None) -> None:
         """Register blocks whose every token id is known and whose KV the
-        scheduled steps write. Safe at schedule time: any later reader runs
-        after the writing step."""
+        scheduled steps write (up to ``num_computed`` tokens, by default the
+        request's count). Safe at schedule time: a later reader runs after
+        the writing step, or in the same step, whose every layer writes all
+        its keys and values before attending."""
         if not self.enable_prefix_caching:
             return
         held = self._blocks.get(request.request_id)
         if not held:
             return
-        num_full = min(request.num_computed_tokens, request.num_tokens) // self.block_size
+        if num_computed is None:
+            num_computed = request.num_computed_tokens
+        num_full = min(num_computed, request.num_tokens) // self.block_size
         offered = self._num_offered.get(request.request_id, 0)
         if num_full <= offered:
             return

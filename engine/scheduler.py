@@ -199,6 +199,11 @@ class Scheduler:
             )
             rows[request.request_id] = num_tokens
             budget -= num_tokens
+            # Offer its blocks now, so requests admitted after it in this very
+            # step (agents sharing a system prompt) hit them instead of
+            # computing the same prefix again. Only here: a new admission can
+            # no longer be preempted within this schedule.
+            self.kv.cache_full_blocks(request, num_cached + num_tokens)
 
     def _preempt(self, request: Request) -> None:
         """Free the request's blocks and requeue it first in line; it is

@@ -1,10 +1,12 @@
 """Gateway settings: one frozen dataclass, filled from CLI flags or ``AGENTGATE_*`` variables.
 
-Every field is a flag of ``agentgate serve`` (``--field-name``, or the name in
-its ``flag`` metadata) and an environment variable (``AGENTGATE_FIELD_NAME``,
-the flag's name in upper case). Tuple fields are repeatable flags; in the
-environment they are comma-separated. A flag given on the command line wins
-over the environment.
+Every field is a flag (``--field-name``, or the name in its ``flag``
+metadata) of the commands in its ``commands`` metadata (``serve``, ``gateway``,
+``engine``) and an environment variable (``AGENTGATE_FIELD_NAME``, the flag's
+name in upper case). Engine fields belong to ``serve`` and ``engine``; the
+rest to ``serve`` and ``gateway`` unless said otherwise. Tuple fields are
+repeatable flags; in the environment they are comma-separated. A flag given
+on the command line wins over the environment.
 """
 
 from __future__ import annotations
@@ -20,11 +22,24 @@ if TYPE_CHECKING:
 
 ENV_PREFIX = "AGENTGATE_"
 RUNNERS = ("overlap", "sync", "null")
+COMMANDS = ("serve", "gateway", "engine")
+RATE_LIMIT_REDIS_DOWN = ("allow", "reject")
 
 
-def _opt(help: str, *, flag: str | None = None, secret: bool = False, engine: bool = False, **kw: Any) -> Any:
-    """A field with its CLI help; ``flag`` overrides the derived flag name."""
-    metadata = {"help": help, "flag": flag, "engine": engine}
+def _opt(
+    help: str,
+    *,
+    flag: str | None = None,
+    secret: bool = False,
+    engine: bool = False,
+    commands: tuple[str, ...] | None = None,
+    **kw: Any,
+) -> Any:
+    """A field with its CLI help; ``flag`` overrides the derived flag name;
+    ``commands``: the commands that take it (default: by ``engine``)."""
+    if commands is None:
+        commands = ("serve", "engine") if engine else ("serve", "gateway")
+    metadata = {"help": help, "flag": flag, "engine": engine, "commands": commands}
     return field(metadata=metadata, repr=not secret, **kw)
 
 
@@ -32,16 +47,26 @@ def _opt(help: str, *, flag: str | None = None, secret: bool = False, engine: bo
 class Settings:
     # -- the model and the engine -------------------------------------------------
     model: str | None = _opt(
-        "model: a .gguf file or an HF directory (default: the default model)", default=None, engine=True
+        "model: a .gguf file or an HF directory (default: the default model); a gateway reads its tokenizer",
+        default=None,
+        engine=True,
+        commands=COMMANDS,
     )
     served_model_name: tuple[str, ...] = _opt(
-        "name(s) the model is served under (default: derived from --model); the first is reported", default=()
+        "name(s) the model is served under (default: derived from --model); the first is reported",
+        default=(),
     )
     runner: str = _opt(
-        "engine runner: overlap, sync or null (no model, for benchmarks)", default="overlap", engine=True
+        "engine runner: overlap, sync or null (no model, for benchmarks)",
+        default="overlap",
+        engine=True,
     )
     max_num_seqs: int = _opt("most sequences the engine runs at once", default=64, engine=True)
-    max_model_len: int | None = _opt("context length (default: the model's, capped on CPU)", default=None, engine=True)
+    max_model_len: int | None = _opt(
+        "context length (default: the model's, capped on CPU)",
+        default=None,
+        engine=True,
+    )
     max_num_batched_tokens: int | None = _opt(
         "tokens per engine step (default: the engine's)", default=None, engine=True
     )
@@ -49,16 +74,43 @@ class Settings:
     device: str = _opt("engine device: auto, cpu, cuda, cuda:N", default="auto", engine=True)
     dtype: str = _opt("engine dtype: auto, float32, float16, bfloat16", default="auto", engine=True)
     null_step_seconds: float = _opt("null runner only: seconds each step takes", default=0.0, engine=True)
+    cpu_threads: int | None = _opt(
+        "CPU threads for the engine's math (default: all cores but one, left to the gateway)",
+        default=None,
+        engine=True,
+    )
+    enforce_eager: bool = _opt(
+        "overlap runner on CUDA: run every step eagerly, no CUDA graphs", default=False, engine=True
+    )
+    gpu_memory_utilization: float = _opt(
+        "CUDA: fraction of the GPU's memory the engine may use (the KV cache takes what is left)",
+        default=0.85,
+        engine=True,
+    )
+    enable_prefix_caching: bool = _opt(
+        "reuse the KV of shared prompt prefixes (turn off with --no-enable-prefix-caching)",
+        default=True,
+        engine=True,
+    )
     # -- HTTP -----------------------------------------------------------------------
     host: str = _opt("address to listen on", default="127.0.0.1")
     port: int = _opt("port to listen on", default=8000)
     max_waiting: int = _opt(
-        "most requests waiting for their first token; more get 429 with Retry-After (0: unbounded)", default=1024
+        "most requests waiting for their first token; more get 429 with Retry-After (0: unbounded)",
+        default=1024,
     )
     max_body_bytes: int = _opt("largest request body accepted; larger ones get 413", default=8 * 1024 * 1024)
+    tool_call_parser: str | None = _opt(
+        "how tool calls are read from the model's text: hermes (<tool_call> blocks) or llama3_json "
+        "(default: chosen from the chat template)",
+        default=None,
+    )
     # -- auth and CORS ----------------------------------------------------------
     api_keys: tuple[str, ...] = _opt(
-        "API key for /v1/*, /tokenize, /detokenize (repeatable; none: open)", flag="api-key", secret=True, default=()
+        "API key for /v1/*, /tokenize, /detokenize (repeatable; none: open)",
+        flag="api-key",
+        secret=True,
+        default=(),
     )
     admin_key: str | None = _opt(
         "key for /pause, /resume, /is_paused, /abort_requests, DELETE /v1/requests/{id}; "
@@ -72,11 +124,48 @@ class Settings:
     allow_credentials: bool = _opt("CORS: allow credentials", default=False)
     # -- operations -----------------------------------------------------------------
     drain_seconds: float = _opt(
-        "on SIGTERM/SIGINT, seconds requests in flight get to finish before they are aborted", default=5.0
+        "on SIGTERM/SIGINT, seconds requests in flight get to finish before they are aborted",
+        default=5.0,
     )
-    log_level: str = _opt("log level: debug, info, warning, error", default="info")
+    log_level: str = _opt("log level: debug, info, warning, error", default="info", commands=COMMANDS)
     access_log: bool = _opt("log every request (uvicorn's access log)", default=False)
     startup_timeout: float = _opt("seconds to wait for the engine to load its model", default=600.0)
+    # -- processes ------------------------------------------------------------------
+    engines: int = _opt(
+        "serve: engine processes to start on this machine",
+        default=1,
+        commands=("serve",),
+    )
+    gateway_workers: int = _opt(
+        "gateway processes sharing the port (SO_REUSEPORT; 1: the gateway runs in this process)",
+        default=1,
+    )
+    # -- shared state (Redis) -----------------------------------------------------------
+    redis_url: str | None = _opt(
+        "Redis shared by every replica (redis://HOST:PORT/DB, unix:///PATH); default: an embedded "
+        "redis-server on a private unix socket, started and stopped with agentgate",
+        default=None,
+        secret=True,
+    )
+    redis_dir: str | None = _opt(
+        "embedded Redis: data directory (sessions survive restarts); default ~/.local/state/agentgate/redis-PORT "
+        "(a temporary one with --port 0)",
+        default=None,
+    )
+    redis_prefix: str = _opt("prefix of every Redis key and channel of agentgate", default="agentgate")
+    session_ttl: float = _opt("seconds a session lives after its last activity", default=3600.0)
+    rate_limit_rpm: int = _opt("requests per minute per API key (0: unlimited)", default=0)
+    rate_limit_tpm: int = _opt("tokens (prompt + completion) per minute per API key (0: unlimited)", default=0)
+    key_rate_limits: tuple[str, ...] = _opt(
+        "limits of one key, KEY:RPM:TPM (repeatable; 0: unlimited); overrides --rate-limit-rpm/-tpm for it",
+        flag="key-rate-limit",
+        secret=True,
+        default=(),
+    )
+    rate_limit_redis_down: str = _opt(
+        "rate-limited requests while Redis is unreachable: allow (serve them unlimited) or reject (503)",
+        default="allow",
+    )
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
@@ -88,6 +177,28 @@ class Settings:
             raise ValueError("max_waiting must be 0 (unbounded) or positive")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.tool_call_parser is not None:
+            from gateway.tools.parsers import TOOL_PARSERS
+
+            if self.tool_call_parser not in TOOL_PARSERS:
+                raise ValueError(
+                    f"tool_call_parser must be one of {tuple(TOOL_PARSERS)}, got {self.tool_call_parser!r}"
+                )
+        if self.engines < 1 or self.gateway_workers < 1:
+            raise ValueError("engines and gateway_workers must be positive")
+        if self.session_ttl <= 0:
+            raise ValueError("session_ttl must be positive")
+        if self.rate_limit_rpm < 0 or self.rate_limit_tpm < 0:
+            raise ValueError("rate limits must be 0 (unlimited) or positive")
+
+    def check_shared_state(self) -> None:
+        """ValueError for shared-state settings a gateway cannot run with (checked when one starts)."""
+        if self.rate_limit_redis_down not in RATE_LIMIT_REDIS_DOWN:
+            raise ValueError(f"rate_limit_redis_down must be one of {RATE_LIMIT_REDIS_DOWN}")
+        if self.key_rate_limits:
+            from gateway.ratelimit import parse_key_limits
+
+            parse_key_limits(self.key_rate_limits)
 
     @property
     def any_key(self) -> bool:

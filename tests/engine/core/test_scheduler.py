@@ -254,3 +254,16 @@ def test_max_num_seqs_and_token_budget_are_respected():
         core.step()
         seen_running = max(seen_running, core.stats().num_running)
     assert seen_running == 3
+
+
+def test_requests_admitted_together_share_a_prefix_computed_in_that_same_step():
+    rng = random.Random(5)
+    shared = prompt(rng, 64)  # 16 blocks of 4
+    core = make_core(block_size=4, max_num_batched_tokens=512)
+    for i in range(4):
+        core.add_request(f"r{i}", shared + prompt(rng, 6), SamplingParams(temperature=0, max_tokens=1))
+    run_all(core)
+    # The first computes all 70 tokens; the other three hit its 16 blocks in
+    # the same step and compute only their 6-token suffixes.
+    assert core.stats().prefix_hits_tokens == 3 * 64
+    assert core.runner.num_tokens_computed == 70 + 3 * 6

@@ -16,7 +16,7 @@ VOCAB = 512
 
 def make_core(model_dir, runner, **overrides):
     config = EngineConfig(
-        model=str(model_dir), load_format="dummy", runner=runner, block_size=4,
+        model=str(model_dir), load_format="dummy", runner=runner, block_size=4, dtype="float32",
         max_num_seqs=8, max_num_batched_tokens=32, num_kv_blocks=overrides.pop("num_kv_blocks", 36),
         **overrides,
     )
