@@ -3,13 +3,18 @@
     app = create_app(settings, engines=[EngineTarget(address, process, owned=True)])
 
 The lifespan loads the tokenizer, connects to every engine (waiting for it
-to load its model), and yields the :class:`~gateway.state.GatewayState` the
-routes read as ``request.state.gateway``. On shutdown it disconnects and
-stops the engine processes it owns.
+to load its model), connects to Redis when ``settings.redis_url`` is set
+(sessions, request registry, pause state, rate limits, the control channel:
+``gateway.redis_state``, ``gateway.cluster``), pauses its engines if the
+cluster is paused, and yields the :class:`~gateway.state.GatewayState` the
+routes read as ``request.state.gateway``. On shutdown it flushes what it
+still has to write to Redis, disconnects and stops the engine processes it
+owns.
 
 Middleware, outermost first: request id (and a last-resort 500 with an
 OpenAI body), CORS (when origins are configured), API keys (when keys are
-configured), body size limit. All pure ASGI.
+configured), body size limit, request context (rate limits and sessions of
+generation requests). All pure ASGI.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from gateway.engines import EnginePool, EngineTarget
 from gateway.errors import EngineError, GatewayError, HTTPException, handle_exception
 from gateway.metrics import Metrics
 from gateway.middleware import BodyLimitMiddleware, RequestIdMiddleware
-from gateway.routes import openai, ops, tokenize
+from gateway.request_context import RequestContextMiddleware, StateHolder
+from gateway.routes import openai, ops, sessions, tokenize
 from gateway.settings import Settings
 from gateway.state import GatewayState
 
@@ -51,8 +57,10 @@ def create_app(
     ``clients`` (already connected, owned by the caller)."""
     if not engines and not clients:
         raise ValueError("create_app needs at least one engine (engines=[EngineTarget(...)] or clients=[...])")
+    settings.check_shared_state()
     metrics = Metrics()
     keys = KeyChecker(settings.api_keys, settings.admin_key)
+    holder = StateHolder()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, GatewayState]]:
@@ -85,11 +93,15 @@ def create_app(
                 admission=admission,
                 model_names=settings.served_model_name or (pool.info.model,),
                 model_root=str(model_path),
+                keys=keys,
             )
+            await _connect_shared_state(stack, settings, state)
             app.state.gateway = state  # for the server's graceful drain (gateway.cli)
+            holder.state = state
             log.info(startup_line(settings, state, keys))
             yield {"gateway": state}
             log.info("agentgate shutting down")
+            holder.state = None
 
     middleware = [Middleware(RequestIdMiddleware)]
     if settings.allowed_origins:
@@ -106,9 +118,12 @@ def create_app(
     if keys.enabled:
         middleware.append(Middleware(AuthMiddleware, keys=keys))
     middleware.append(Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes))
+    middleware.append(Middleware(RequestContextMiddleware, holder=holder))
+
+    from gateway.routes import playground  # the web playground: /, /playground, /static/
 
     return Starlette(
-        routes=[*openai.routes, *tokenize.routes, *ops.routes],
+        routes=[*openai.routes, *tokenize.routes, *ops.routes, *sessions.routes, *playground.routes],
         middleware=middleware,
         exception_handlers={
             GatewayError: handle_exception,
@@ -117,6 +132,74 @@ def create_app(
         },
         lifespan=lifespan,
     )
+
+
+async def _connect_shared_state(stack: AsyncExitStack, settings: Settings, state: GatewayState) -> None:
+    """Redis, the cluster's control plane and their background tasks (a gateway
+    without ``redis_url`` runs alone: no sessions, local operator calls)."""
+    from gateway.cluster import Cluster
+    from gateway.ratelimit import RateLimiter, parse_key_limits
+    from gateway.redis_state import SharedState, make_replica_id
+    from gateway.sessions import SessionStore
+
+    pool = state.pool
+    state.replica_id = make_replica_id(settings.port)
+    if settings.redis_url is not None:
+        shared = SharedState(
+            settings.redis_url,
+            prefix=settings.redis_prefix,
+            replica_id=state.replica_id,
+            session_ttl=settings.session_ttl,
+        )
+        shared.replica_info = {"host": settings.host, "port": settings.port, "engines": pool.addresses}
+        stack.push_async_callback(shared.close)
+        state.shared = shared
+        state.sessions = SessionStore(shared)
+        limiter = RateLimiter(
+            shared,
+            rpm=settings.rate_limit_rpm,
+            tpm=settings.rate_limit_tpm,
+            per_key=parse_key_limits(settings.key_rate_limits),
+            redis_down=settings.rate_limit_redis_down,
+        )
+        state.limiter = limiter if limiter.enabled else None
+        if not await shared.ping():
+            log.warning("redis at %s is unreachable: serving stateless requests; sessions and operator routes "
+                        "answer 503 until it is back", shared.display_url)  # fmt: skip
+        state.metrics.registry.register(_SharedStateCollector(state))
+    state.cluster = Cluster(pool, state.shared)
+    pool.listener = state
+    tasks = await stack.enter_async_context(anyio.create_task_group())
+
+    async def stop_tasks() -> None:
+        if state.shared is not None:
+            await state.shared.flush()
+        tasks.cancel_scope.cancel()
+
+    stack.push_async_callback(stop_tasks)
+    await tasks.start(state.cluster.run)
+    await state.cluster.sync_pause()  # a gateway started while the cluster is paused starts paused
+
+
+class _SharedStateCollector:
+    def __init__(self, state: GatewayState) -> None:
+        self._state = state
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        shared, limiter = self._state.shared, self._state.limiter
+        yield GaugeMetricFamily("agentgate_redis_up", "Whether Redis (shared state) is reachable.",
+                                value=float(shared.up and shared.subscribed))  # fmt: skip
+        yield CounterMetricFamily("agentgate_redis_errors", "Redis calls that failed.", value=shared.errors)
+        yield CounterMetricFamily("agentgate_redis_dropped_writes",
+                                  "Background Redis writes dropped (Redis unreachable).",
+                                  value=shared.dropped_writes)  # fmt: skip
+        yield CounterMetricFamily("agentgate_rate_limited", "Requests refused by a rate limit.",
+                                  value=limiter.refused if limiter else 0)  # fmt: skip
+
+    def describe(self):
+        return []
 
 
 def startup_line(settings: Settings, state: GatewayState, keys: KeyChecker) -> str:
@@ -128,10 +211,11 @@ def startup_line(settings: Settings, state: GatewayState, keys: KeyChecker) -> s
         auth = ", ".join(parts)
     cors = ", ".join(settings.allowed_origins) or "off"
     engines = len(state.pool.engines)
+    redis = state.shared.display_url if state.shared is not None else "none"
     return (
         f"agentgate ready at http://{settings.host}:{settings.port} serving {state.model_name} "
         f"| runner {info.runner} on {info.device} ({info.dtype}) "
         f"| KV cache {info.kv_capacity_tokens:,} tokens ({info.num_kv_blocks} blocks x {info.block_size}) "
         f"| max_model_len {info.max_model_len:,} | {engines} engine{'s' if engines > 1 else ''} "
-        f"| auth: {auth} | CORS: {cors}"
+        f"| auth: {auth} | CORS: {cors} | redis: {redis} | replica {state.replica_id}"
     )

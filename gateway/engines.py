@@ -1,23 +1,34 @@
 """The engines behind one gateway: routing, the request registry, and fan-out
 of operator calls (pause, resume, abort) to every engine.
 
-Today ``agentgate serve`` runs one engine; the pool already holds a list, so
-several engines (issue 8) only need more entries. Each request goes to the
-least loaded live engine (fewest open requests of this gateway).
+Routing: a request of a session goes to the engine the session is bound to
+(its prefix is cached there) when this gateway reaches it and it is alive;
+any other request goes to the least loaded live engine (fewest open requests
+of this gateway; ties taken in turn, so idle engines share the work).
+
+The registry holds this gateway's requests in flight, each with its
+:class:`~gateway.request_context.RequestContext` (key, session). A listener
+(``GatewayState``) hears when a request is registered and when it ends, and
+files both in Redis off the request's path.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
-from collections.abc import Sequence
-from dataclasses import dataclass
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
 import anyio
 
 from engine.client import EngineClient
 from engine.errors import EngineDeadError
 from engine.protocol import EngineInfo, SchedulerStats
+from gateway.request_context import CURRENT, RequestContext
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -29,8 +40,31 @@ class EngineTarget:
     """An engine to connect to. ``owned``: the gateway stops ``process`` when it shuts down."""
 
     address: str
-    process: multiprocessing.process.BaseProcess | None = None
+    process: multiprocessing.process.BaseProcess | WatchedPid | None = None
     owned: bool = False
+
+
+class WatchedPid:
+    """An engine process this process did not start (a sibling under ``agentgate
+    serve --gateway-workers``), watched by pid: enough for the engine client's
+    death watch (``is_alive``, ``exitcode``). Linux (/proc)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.exitcode: int | None = None
+
+    def is_alive(self) -> bool:
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except (OSError, IndexError):
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                return True
+            return not Path("/proc").is_dir()
+        return state not in ("Z", "X")
 
 
 @dataclass
@@ -39,6 +73,14 @@ class Registered:
 
     engine: EngineClient
     engine_request_ids: list[str]
+    context: RequestContext | None = None
+    generation: Any = None  # the Generation, attached by GatewayState.start
+    started: float = field(default_factory=time.time)
+
+
+class PoolListener(Protocol):
+    def request_started(self, request_id: str, registered: Registered) -> None: ...
+    def request_finished(self, request_id: str, registered: Registered) -> None: ...
 
 
 class EnginePool:
@@ -48,6 +90,8 @@ class EnginePool:
         self.engines = list(engines)
         self.stats: list[SchedulerStats | None] = [None] * len(self.engines)
         self._requests: dict[str, Registered] = {}
+        self.listener: PoolListener | None = None
+        self._turn = 0
 
     @property
     def info(self) -> EngineInfo:
@@ -57,14 +101,30 @@ class EnginePool:
         return info
 
     # -- routing -----------------------------------------------------------------
+    @property
+    def addresses(self) -> list[str]:
+        return [e.address for e in self.engines]
+
     def pick(self) -> EngineClient:
-        """The least loaded live engine; EngineDeadError when none is left."""
+        """The session's engine (see the module doc), else the least loaded live
+        engine; EngineDeadError when none is left."""
+        ctx = CURRENT.get()
+        if ctx is not None and ctx.engine is not None:
+            for engine in self.engines:
+                if engine.address == ctx.engine and not engine.is_dead:
+                    return engine
+        engines = self.engines
+        n = len(engines)
+        self._turn = (self._turn + 1) % n
         best: EngineClient | None = None
-        for engine in self.engines:
+        for i in range(n):
+            engine = engines[(self._turn + i) % n]
             if not engine.is_dead and (best is None or engine.num_streams < best.num_streams):
                 best = engine
         if best is None:
             raise EngineDeadError(self.engines[0].dead_reason or "no engine is alive")
+        if ctx is not None:
+            ctx.engine = best.address  # the session is bound here from now on
         return best
 
     @property
@@ -78,11 +138,28 @@ class EnginePool:
             return False
         if any(e.owns(i) for e in self.engines for i in engine_request_ids):
             return False
-        self._requests[request_id] = Registered(engine, engine_request_ids)
+        registered = self._requests[request_id] = Registered(engine, engine_request_ids, CURRENT.get())
+        if self.listener is not None:
+            self.listener.request_started(request_id, registered)
         return True
 
+    def attach(self, request_id: str, generation: Any) -> None:
+        """Keep the request's Generation with its entry (for its usage when it ends)."""
+        registered = self._requests.get(request_id)
+        if registered is not None:
+            registered.generation = generation
+
     def unregister(self, request_id: str) -> None:
-        self._requests.pop(request_id, None)
+        registered = self._requests.pop(request_id, None)
+        if registered is not None and self.listener is not None:
+            try:
+                self.listener.request_finished(request_id, registered)
+            except Exception:
+                log.exception("recording the end of request %s failed", request_id)
+
+    def matching(self, predicate: Callable[[Registered], bool]) -> list[str]:
+        """Ids of this gateway's requests in flight that match."""
+        return [rid for rid, r in self._requests.items() if predicate(r)]
 
     @property
     def num_requests(self) -> int:
@@ -106,14 +183,15 @@ class EnginePool:
                     break
         return found
 
-    async def abort_all(self) -> None:
-        await self._each(lambda engine: engine.abort_all())
+    async def abort_all(self, skip: Iterable[str] = ()) -> None:
+        """Abort every request of every engine (``skip``: addresses already done)."""
+        await self._each(lambda engine: engine.abort_all(), skip)
 
-    async def pause(self, mode: str) -> None:
-        await self._each(lambda engine: engine.pause(mode))
+    async def pause(self, mode: str, skip: Iterable[str] = ()) -> None:
+        await self._each(lambda engine: engine.pause(mode), skip)
 
-    async def resume(self) -> None:
-        await self._each(lambda engine: engine.resume())
+    async def resume(self, skip: Iterable[str] = ()) -> None:
+        await self._each(lambda engine: engine.resume(), skip)
 
     async def is_paused(self) -> bool:
         results = await self._gather(lambda engine: engine.is_paused())
@@ -156,12 +234,16 @@ class EnginePool:
                 tasks.start_soon(one, engine)
         return problems
 
-    async def _each(self, call) -> None:
-        await self._gather(call)
+    async def _each(self, call, skip: Iterable[str] = ()) -> None:
+        skip = set(skip)
+        if skip and all(e.address in skip for e in self.engines):
+            return
+        await self._gather(call, skip)
 
-    async def _gather(self, call) -> list:
+    async def _gather(self, call, skip: Iterable[str] = ()) -> list:
         """``call(engine)`` on every engine at once; the first error is raised."""
-        live = [e for e in self.engines if not e.is_dead]
+        skip = set(skip)
+        live = [e for e in self.engines if not e.is_dead and e.address not in skip]
         if not live:
             raise EngineDeadError(self.engines[0].dead_reason or "no engine is alive")
         results: list = [None] * len(live)

@@ -10,19 +10,26 @@ A :class:`Choice` turns one engine request's outputs into text events:
 incremental detokenizing and stop strings (``OutputProcessor``). A stop
 string ends the choice; leaving the engine stream early aborts the engine
 request, so its KV blocks are freed within one step.
+
+A constrained request (a grammar: tool_choice required/named, response_format)
+can fail in the engine before its first token, when the grammar does not
+compile. :meth:`Generation.prime` submits every choice and waits for its first
+output, so a streaming response can still answer that with a 400 instead of
+an error event inside a 200 stream; ``constraint_param`` names the request
+field such an error is about.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import NamedTuple
 
 import anyio
 
 from engine.client import EngineClient
-from engine.errors import EngineError
+from engine.errors import EngineError, InvalidRequestError
 from engine.output_processor import OutputProcessor
 from engine.protocol import EngineCoreOutput, TokenLogprobs
 from engine.sampling_params import SamplingParams
@@ -46,7 +53,7 @@ class ChoiceEvent(NamedTuple):
 class Choice:
     __slots__ = (
         "index", "request_id", "prompt_index", "prompt_ids", "params", "_processor", "num_tokens",
-        "finish_reason", "texts", "token_ids", "logprobs", "_generation", "_last_time",
+        "finish_reason", "texts", "token_ids", "logprobs", "_generation", "_last_time", "_outputs", "_first",
     )  # fmt: skip
 
     def __init__(
@@ -72,6 +79,30 @@ class Choice:
         self.token_ids: list[int] = []
         self.logprobs: list[TokenLogprobs] = []
         self._last_time = 0.0
+        self._outputs: AsyncGenerator[EngineCoreOutput, None] | None = None
+        self._first: EngineCoreOutput | None = None  # taken by prime(), not yet turned into events
+
+    def _engine_outputs(self) -> AsyncGenerator[EngineCoreOutput, None]:
+        """The engine request's outputs; the first call submits it."""
+        if self._outputs is None:
+            gen = self._generation
+            self._outputs = gen.engine.generate(self.request_id, self.prompt_ids, self.params, gen.tokenizer.eos_token_ids)
+        return self._outputs
+
+    async def prime(self) -> None:
+        """Submit the engine request and wait for its first output (kept for :meth:`events`):
+        an engine error that comes before any token (a grammar that does not compile) raises here."""
+        outputs = self._engine_outputs()
+        if self._first is None and self.finish_reason is None:
+            self._first = await outputs.__anext__()
+
+    async def aclose(self) -> None:
+        """End the engine stream (aborting the engine request if it is still running)."""
+        if self._outputs is not None:
+            try:
+                await self._outputs.aclose()
+            except RuntimeError:  # being iterated by a task that is ending it anyway
+                pass
 
     async def events(self, per_token: bool = False) -> AsyncIterator[list[ChoiceEvent]]:
         """The choice's text, an engine output at a time, until it finishes.
@@ -81,16 +112,22 @@ class Choice:
         into one event per token (one SSE chunk each, written together),
         else it is one event. Leaving early (a stop string, a disconnect)
         aborts the engine request."""
-        gen = self._generation
-        outputs = gen.engine.generate(self.request_id, self.prompt_ids, self.params, gen.tokenizer.eos_token_ids)
+        outputs = self._engine_outputs()
         async with aclosing(outputs):
-            async for out in outputs:
-                if per_token and len(out.new_token_ids) > 1:
-                    yield self._split(out)
-                else:
-                    yield [self._update(out.new_token_ids, out.logprobs, out.finish_reason, out.queue_time)]
+            if self._first is not None:
+                out, self._first = self._first, None
+                yield self._events(out, per_token)
                 if self.finish_reason is not None:
                     return
+            async for out in outputs:
+                yield self._events(out, per_token)
+                if self.finish_reason is not None:
+                    return
+
+    def _events(self, out: EngineCoreOutput, per_token: bool) -> list[ChoiceEvent]:
+        if per_token and len(out.new_token_ids) > 1:
+            return self._split(out)
+        return [self._update(out.new_token_ids, out.logprobs, out.finish_reason, out.queue_time)]
 
     async def collect(self) -> None:
         """Run to the end, keeping the text, tokens and logprobs (non-streaming)."""
@@ -183,6 +220,7 @@ class Generation:
         self.prompts = prompts
         self.error: BaseException | None = None
         self.disconnected = False
+        self.constraint_param: str | None = None  # the field a grammar the engine rejects comes from
         total = len(prompts) * n
         self.choices = [
             Choice(
@@ -238,8 +276,44 @@ class Generation:
         try:
             await run()
         except EngineError as exc:
-            if self.error is None:
-                self.error = exc
+            self.record_error(exc)
+
+    def record_error(self, exc: EngineError) -> EngineError:
+        """Keep the first engine error in ``error``; returns it as the client should see it.
+
+        The engine rejects a request before its first token only for its
+        grammar: that becomes a 400 on ``constraint_param`` (tools, response_format)."""
+        if isinstance(exc, InvalidRequestError) and self.constraint_param is not None and exc.param is None:
+            what = "the tool schemas" if self.constraint_param == "tools" else "the response_format schema"
+            exc = InvalidRequestError(f"{what} cannot be enforced: {exc}", param=self.constraint_param)
+        if self.error is None:
+            self.error = exc
+        return self.error  # type: ignore[return-value]
+
+    async def prime(self, receive) -> None:
+        """Submit every choice and wait for its first output, watching ``receive`` for the
+        client's disconnect (sets ``disconnected``). An engine error lands in ``error``."""
+        async with anyio.create_task_group() as tasks:
+
+            async def watch() -> None:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        self.disconnected = True
+                        tasks.cancel_scope.cancel()
+                        return
+
+            tasks.start_soon(watch)
+            async with anyio.create_task_group() as inner:
+                for choice in self.choices:
+                    inner.start_soon(self.run_choice, choice.prime)
+            tasks.cancel_scope.cancel()
+
+    async def aclose(self) -> None:
+        """End every choice's engine stream (shielded: runs while being cancelled too)."""
+        with anyio.CancelScope(shield=True):
+            for choice in self.choices:
+                await choice.aclose()
 
     def close(self) -> None:
         """Release the admission ticket and the request id; record the request's metrics. Idempotent."""

@@ -1,34 +1,115 @@
 """From an OpenAI request to what the engine takes: prompt token ids and
 validated SamplingParams. Everything here raises 400-class errors naming the
-field, so a bad request never reaches the engine."""
+field, so a bad request never reaches the engine.
+
+Chat requests with tools: the prompt presents them through the chat template
+(or the ``<tools>`` fallback, see :mod:`gateway.tools.render`), and
+:func:`tool_plan` decides how the reply is read (which tool-call parser, if
+any) and what the engine enforces (:mod:`gateway.tools.constraints`).
+"""
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any
 
-from engine.sampling_params import MAX_LOGPROBS, SamplingParams
+from engine.sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutput
 from engine.tokenizer import Tokenizer
-from gateway.errors import BadRequestError
+from gateway.errors import BadRequestError, GatewayError
 from gateway.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from gateway.tools import StreamingToolParser, render_chat_prompt, resolve_tool_choice, select_tool_parser, validate_tools
+from gateway.tools.constraints import parse_response_format, structured_output
 
 MAX_N = 128
 
 
 def chat_prompt(tokenizer: Tokenizer, request: ChatCompletionRequest) -> list[int]:
-    """The conversation rendered with the model's chat template, as token ids."""
+    """The conversation rendered with the model's chat template, as token ids: the tools
+    presented as ``tool_choice`` says, past tool calls and tool results rendered back."""
     if not request.messages:
         raise BadRequestError("`messages` must hold at least one message", param="messages")
-    messages = [message_dict(m, i) for i, m in enumerate(request.messages)]
-    tools = request.tools if request.tools and request.tool_choice != "none" else None
-    ids = tokenizer.apply_chat_template(
-        messages,
-        tools=tools,
+    text = render_messages(
+        tokenizer,
+        request.messages,
+        tools=request.tools,
+        tool_choice=request.tool_choice,
         add_generation_prompt=request.add_generation_prompt,
-        tokenize=True,
-        **(request.chat_template_kwargs or {}),
+        template_kwargs=request.chat_template_kwargs,
     )
-    assert isinstance(ids, list)
-    return ids
+    return tokenizer.encode(text, add_special_tokens=False)  # the template writes the special tokens
+
+
+def render_messages(
+    tokenizer: Tokenizer,
+    messages: list[ChatMessage],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    add_generation_prompt: bool = True,
+    template_kwargs: dict[str, Any] | None = None,
+) -> str:
+    """The prompt text of chat ``messages`` with ``tools`` (also what /tokenize counts)."""
+    return render_chat_prompt(
+        tokenizer,
+        [message_dict(m, i) for i, m in enumerate(messages)],
+        tools=tools,
+        tool_choice=tool_choice,
+        add_generation_prompt=add_generation_prompt,
+        **(template_kwargs or {}),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPlan:
+    """How a chat request's reply is read and constrained.
+
+    ``parser``: the tool-call parser reading the reply (None: the reply is
+    plain content: no tools, or ``tool_choice`` none); ``max_calls``: 1 with
+    ``parallel_tool_calls: false``; ``structured``: what the engine enforces;
+    ``constraint_param``: the request field that constraint comes from.
+    """
+
+    parser: type[StreamingToolParser] | None = None
+    max_calls: int | None = None
+    structured: StructuredOutput | None = None
+    constraint_param: str | None = None
+
+
+NO_TOOLS = ToolPlan()
+
+
+def tool_plan(tokenizer: Tokenizer, request: ChatCompletionRequest, parser_override: str | None = None) -> ToolPlan:
+    """Decide a chat request's tool-call parsing and constrained decoding (400s name the field).
+
+    The parser comes from the chat template (``--tool-call-parser`` overrides
+    it); ``tool_choice`` required/named and ``response_format`` are enforced
+    by the engine (see :mod:`gateway.tools.constraints`).
+    """
+    tools = validate_tools(request.tools)
+    choice = resolve_tool_choice(request.tool_choice, tools)
+    response_format = parse_response_format(request.response_format)
+    parallel = request.parallel_tool_calls is not False
+    parser = parser_for(tokenizer.get_chat_template([]), parser_override) if choice.mode != "none" else None
+    structured = structured_output(
+        tools, choice, response_format, parser=parser.name if parser else "hermes", parallel=parallel
+    )
+    if structured is None:
+        param = None
+    elif structured.structural_tag is not None:
+        param = "tools"
+    else:
+        param = "response_format"
+    return ToolPlan(parser, None if parallel else 1, structured, param)
+
+
+@functools.lru_cache(maxsize=16)
+def parser_for(template: str, override: str | None) -> type[StreamingToolParser]:
+    """The tool-call parser of a chat template (or the ``--tool-call-parser`` override)."""
+    try:
+        return select_tool_parser(template, override)
+    except ValueError as exc:  # a bad --tool-call-parser (the CLI rejects it before start-up)
+        raise GatewayError(f"this server is misconfigured: {exc}") from None
 
 
 def message_dict(message: ChatMessage, index: int) -> dict[str, Any]:
@@ -115,7 +196,12 @@ def chat_logprobs(request: ChatCompletionRequest) -> int | None:
 
 
 def sampling_params(
-    request: SamplingFields, *, max_tokens: int | None, logprobs: int | None, vocab_size: int
+    request: SamplingFields,
+    *,
+    max_tokens: int | None,
+    logprobs: int | None,
+    vocab_size: int,
+    structured: StructuredOutput | None = None,
 ) -> SamplingParams:
     """The engine's SamplingParams for ``request``, validated (400 naming the field)."""
     stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
@@ -137,5 +223,6 @@ def sampling_params(
         stop=stop,
         include_stop_str_in_output=request.include_stop_str_in_output,
         skip_special_tokens=request.skip_special_tokens,
+        structured=structured,
     )
     return params.validate(vocab_size)

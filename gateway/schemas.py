@@ -182,6 +182,7 @@ class ChatCompletion(Struct):
 class Delta(Struct, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # OpenAI's deltas: index, then id/type/name, then arguments
 
 
 class ChatChunkChoice(Struct):

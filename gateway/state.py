@@ -1,12 +1,19 @@
 """What every route needs, built once the engines are connected: the lifespan
-yields it and routes read it as ``request.state.gateway``."""
+yields it and routes read it as ``request.state.gateway``.
+
+It is also the engine pool's listener: when a request is registered or ends,
+it files that in Redis (the request registry, the session's turn, the key's
+tokens) through the shared state's background writer, off the request's path.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -14,11 +21,19 @@ from engine.errors import EngineError
 from engine.sampling_params import SamplingParams
 from engine.tokenizer import Tokenizer
 from gateway.admission import Admission
-from gateway.engines import EnginePool
+from gateway.engines import EnginePool, Registered
 from gateway.errors import NotFoundError
 from gateway.generation import Generation
 from gateway.metrics import Metrics
+from gateway.request_context import ANONYMOUS, CURRENT
 from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from gateway.auth import KeyChecker
+    from gateway.cluster import Cluster
+    from gateway.ratelimit import RateLimiter
+    from gateway.redis_state import SharedState
+    from gateway.sessions import SessionStore
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -33,6 +48,12 @@ class GatewayState:
     model_names: tuple[str, ...]
     model_root: str
     created: int = field(default_factory=lambda: int(time.time()))
+    keys: KeyChecker | None = None
+    shared: SharedState | None = None  # None: no Redis configured (sessions and cross-replica routes answer 503)
+    sessions: SessionStore | None = None
+    limiter: RateLimiter | None = None  # None: no rate limit configured
+    cluster: Cluster | None = None
+    replica_id: str = ""
 
     @property
     def model_name(self) -> str:
@@ -61,7 +82,7 @@ class GatewayState:
         """Admit a validated request (429 when too many wait) and route it to an engine."""
         ticket = self.admission.enter()
         try:
-            return Generation(
+            gen = Generation(
                 request_id=request_id,
                 pool=self.pool,
                 tokenizer=self.tokenizer,
@@ -75,6 +96,42 @@ class GatewayState:
         except BaseException:
             ticket.close()
             raise
+        ctx = CURRENT.get()
+        if ctx is not None and ctx.session_id is not None:
+            gen.engine = _RecordingEngine(gen.engine, ctx.outputs)  # the reply, for the session's messages
+        self.pool.attach(request_id, gen)
+        return gen
+
+    # -- the engine pool's listener ----------------------------------------------------
+    def request_started(self, request_id: str, registered: Registered) -> None:
+        if self.shared is None:
+            return
+        ctx = registered.context
+        self.shared.request_started(
+            request_id,
+            registered.engine.address,
+            registered.engine_request_ids,
+            ctx.key if ctx is not None else ANONYMOUS,
+            ctx.session_id if ctx is not None else None,
+        )
+
+    def request_finished(self, request_id: str, registered: Registered) -> None:
+        if self.shared is None:
+            return
+        ctx, gen = registered.context, registered.generation
+        usage = (gen.usage.prompt_tokens, gen.usage.completion_tokens) if gen is not None else (0, 0)
+        key = ctx.key if ctx is not None else ANONYMOUS
+        if self.limiter is not None:
+            self.limiter.debit(key, usage[0] + usage[1])
+        messages = None
+        session_id = ctx.session_id if ctx is not None else None
+        if session_id is not None and gen is not None and gen.choices:
+            from gateway.sessions import conversation
+
+            first = gen.choices[0]
+            stop = list(first.params.stop or ())
+            messages = lambda: conversation(ctx, first.request_id, self.tokenizer, stop)
+        self.shared.request_finished(request_id, key, session_id, usage, messages)
 
     async def drain(self, timeout: float, give_up: Callable[[], bool] = lambda: False) -> None:
         """For a graceful shutdown: let requests in flight finish for up to
@@ -90,9 +147,29 @@ class GatewayState:
             return
         log.info("aborting %d request(s) still in flight", pool.num_requests)
         try:
-            await pool.abort_all()
+            await pool.abort(pool.matching(lambda _: True))  # only this gateway's: engines may be shared
         except EngineError:
             return  # a dead engine has ended them already
         with anyio.move_on_after(2.0):
             while pool.num_requests and not give_up():
                 await anyio.sleep(0.02)
+
+
+class _RecordingEngine:
+    """The engine client as a session's request sees it: the same, but each
+    choice's tokens are kept (one list extend per output) for the session's
+    messages, decoded in the background when the request ends."""
+
+    def __init__(self, engine: Any, sink: dict[str, list[int]]) -> None:
+        self._engine = engine
+        self._sink = sink
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def generate(self, request_id: str, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        tokens = self._sink.setdefault(request_id, [])
+        async with aclosing(self._engine.generate(request_id, *args, **kwargs)) as outputs:
+            async for out in outputs:
+                tokens.extend(out.new_token_ids)
+                yield out

@@ -15,6 +15,12 @@ One choice streams straight from its engine stream. Several choices (n > 1,
 or a batch of prompts) each run in a task writing into one memory stream,
 which the response reads; the response's task group cancels them when the
 client goes away.
+
+A constrained request is *primed* before the response starts: its choices
+are submitted and their first outputs awaited (``Generation.prime``), so a
+grammar the engine cannot compile is a 400 with an OpenAI error body, like
+the same request without ``stream``, rather than an error event in a 200
+stream. The first chunk then goes out with the headers.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from sse_starlette import EventSourceResponse
 from starlette.types import Receive, Scope, Send
 
 from engine.errors import EngineError
-from gateway.errors import error_json
+from gateway.errors import error_json, error_response
 
 if TYPE_CHECKING:
     from gateway.generation import Choice, ChoiceEvent, Generation
@@ -55,22 +61,38 @@ class GenerationResponse(EventSourceResponse):
     even when the client left before the body was ever iterated."""
 
     def __init__(
-        self, gen: Generation, body: AsyncIterable[bytes], data_sender: Callable[[], Awaitable[None]] | None = None
+        self,
+        gen: Generation,
+        body: AsyncIterable[bytes],
+        data_sender: Callable[[], Awaitable[None]] | None = None,
+        *,
+        prime: bool = False,
     ) -> None:
         super().__init__(body, ping=PING_SECONDS, sep="\r\n", data_sender_callable=data_sender)
         self._generation = gen
+        self._prime = prime
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gen = self._generation
         try:
+            if self._prime:
+                await gen.prime(receive)
+                if gen.disconnected:
+                    return
+                if gen.error is not None:
+                    await error_response(gen.error)(scope, receive, send)
+                    return
             await super().__call__(scope, receive, send)
         finally:
-            self._generation.close()
+            await gen.aclose()
+            gen.close()
 
 
-def stream_generation(gen: Generation, fmt: StreamFormat) -> GenerationResponse:
-    """The SSE response of a streaming request."""
+def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False) -> GenerationResponse:
+    """The SSE response of a streaming request; ``prime``: wait for the first outputs before
+    answering (constrained requests, see the module docstring)."""
     if len(gen.choices) == 1:
-        return GenerationResponse(gen, _single(gen, fmt))
+        return GenerationResponse(gen, _single(gen, fmt), prime=prime)
     send, receive = anyio.create_memory_object_stream[bytes](math.inf)
 
     async def produce() -> None:
@@ -97,7 +119,7 @@ def stream_generation(gen: Generation, fmt: StreamFormat) -> GenerationResponse:
                 gen.close()
             send.send_nowait(DONE)
 
-    return GenerationResponse(gen, receive, data_sender=produce)
+    return GenerationResponse(gen, receive, data_sender=produce, prime=prime)
 
 
 def _chunks(fmt: StreamFormat, choice: Choice, events: list[ChoiceEvent]) -> bytes:
@@ -120,8 +142,7 @@ async def _single(gen: Generation, fmt: StreamFormat) -> AsyncIterator[bytes]:
         if fmt.include_usage:
             yield fmt.usage_chunk()
     except EngineError as exc:
-        gen.error = exc
-        yield sse(error_json(exc))
+        yield sse(error_json(gen.record_error(exc)))
     finally:
         gen.close()
     yield DONE

@@ -1,4 +1,10 @@
-"""OpenAI-compatible generation routes: chat completions, completions, models."""
+"""OpenAI-compatible generation routes: chat completions, completions, models.
+
+Chat completions take ``tools``, ``tool_choice``, ``parallel_tool_calls`` and
+``response_format``: the prompt presents the tools, the reply's tool-call
+markup becomes ``tool_calls``, and forced calls and response formats are
+enforced by constrained decoding (see :func:`gateway.prompts.tool_plan`).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from gateway.prompts import (
     check_n,
     completion_prompts,
     sampling_params,
+    tool_plan,
 )
 from gateway.responses import ChatFormat, CompletionFormat
 from gateway.schemas import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, decode_body, encode
@@ -34,14 +41,18 @@ async def chat_completions(request: Request) -> Response:
     gw.check_model(body.model)
     check_n(body.n)
     prompt = chat_prompt(gw.tokenizer, body)
+    plan = tool_plan(gw.tokenizer, body, getattr(gw.settings, "tool_call_parser", None))
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     check_context(len(prompt), max_tokens, gw.max_model_len, "messages")
-    params = sampling_params(body, max_tokens=max_tokens, logprobs=chat_logprobs(body), vocab_size=gw.vocab_size)
+    params = sampling_params(
+        body, max_tokens=max_tokens, logprobs=chat_logprobs(body), vocab_size=gw.vocab_size, structured=plan.structured
+    )
     gen = gw.start(request_id_of(request.scope), arrival, [prompt], params, body.n)
+    gen.constraint_param = plan.constraint_param
     include_usage = body.stream_options is not None and body.stream_options.include_usage
-    fmt = ChatFormat(gen, body.model or gw.model_name, include_usage=include_usage)
+    fmt = ChatFormat(gen, body.model or gw.model_name, include_usage=include_usage, tools=plan)
     if body.stream:
-        return stream_generation(gen, fmt)
+        return stream_generation(gen, fmt, prime=plan.structured is not None)
     return await _complete(request, gen, fmt.body)
 
 

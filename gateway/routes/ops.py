@@ -1,4 +1,11 @@
-"""Operational routes: pause/resume/abort (admin), health, metrics, version, OpenAPI."""
+"""Operational routes: pause/resume/abort (admin), health, metrics, version, OpenAPI.
+
+Pause, resume and aborts apply to every replica through Redis (``gateway.cluster``):
+pause or resume through any gateway reaches every engine; an abort reaches
+the replica that holds the request. ``/abort_requests`` takes
+``{"request_ids": [...], "session_id": "...", "api_key": "..."}`` (any of
+them; none, or an empty list alone, aborts everything).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,8 @@ from gateway import package_version
 from gateway.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from gateway.metrics import CONTENT_TYPE_LATEST
 from gateway.openapi import openapi_json
-from gateway.schemas import AbortRequestsRequest, AbortResponse, PauseResponse, decode_body, encode
+from gateway.request_context import key_digest
+from gateway.schemas import AbortResponse, PauseResponse, decode_body, encode
 from gateway.state import GatewayState
 
 JSON = "application/json"
@@ -21,6 +29,16 @@ PAUSE_MODES = ("abort", "wait", "keep")
 class _Status(msgspec.Struct):
     status: str
     engines: int
+    redis: str  # up, down, or off (no Redis configured)
+    replica: str
+
+
+class AbortFilter(msgspec.Struct, kw_only=True):
+    """What to abort: request ids, a session's requests, a key's requests (any together)."""
+
+    request_ids: list[str] = msgspec.field(default_factory=list)
+    session_id: str | None = None
+    api_key: str | None = None
 
 
 class _Version(msgspec.Struct):
@@ -38,13 +56,13 @@ async def pause(request: Request) -> Response:
     mode = request.query_params.get("mode", "abort")
     if mode not in PAUSE_MODES:
         raise BadRequestError(f"mode must be one of {', '.join(PAUSE_MODES)}, got {mode!r}", param="mode")
-    await gw.pool.pause(mode)
+    await gw.cluster.pause(mode)
     return _json(PauseResponse(True, mode))  # type: ignore[arg-type]
 
 
 async def resume(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
-    await gw.pool.resume()
+    await gw.cluster.resume()
     return _json(PauseResponse(False))
 
 
@@ -54,30 +72,41 @@ async def is_paused(request: Request) -> Response:
 
 
 async def abort_requests(request: Request) -> Response:
-    """Abort by request id (X-Request-Id, or an engine id such as ``<id>-1``); an empty list aborts all."""
+    """Abort by request id (X-Request-Id, or an engine id such as ``<id>-1``), by
+    ``session_id`` or by ``api_key``, on whichever replica holds them; nothing named aborts all."""
     gw: GatewayState = request.state.gateway
     raw = await request.body()
-    body = decode_body(raw, AbortRequestsRequest) if raw.strip() else AbortRequestsRequest()
-    if not body.request_ids:
-        await gw.pool.abort_all()
+    body = decode_body(raw, AbortFilter) if raw.strip() else AbortFilter()
+    if not body.request_ids and body.session_id is None and body.api_key is None:
+        await gw.cluster.abort_all()
         return _json(AbortResponse([], all=True))
-    return _json(AbortResponse(await gw.pool.abort(body.request_ids)))
+    key = key_digest(body.api_key) if body.api_key is not None else None
+    return _json(AbortResponse(await gw.cluster.abort(body.request_ids, body.session_id, key)))
 
 
 async def delete_request(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
     request_id = request.path_params["request_id"]
-    if not await gw.pool.abort([request_id]):
-        raise NotFoundError(f"no request {request_id!r} is in flight", param="request_id", code="request_not_found")
+    if not await gw.cluster.abort([request_id]):
+        raise NotFoundError(
+            f"no request {request_id!r} is in flight",
+            param="request_id",
+            code="request_not_found",
+        )
     return _json(AbortResponse([request_id]))
 
 
 async def health(request: Request) -> Response:
+    """200 while every engine answers (whether Redis is up or not: stateless requests are
+    served either way; ``redis`` says which), else 503."""
     gw: GatewayState = request.state.gateway
     problems = await gw.pool.health()
     if problems:
         raise ServiceUnavailableError("; ".join(problems), code="engine_dead")
-    return _json(_Status("ok", len(gw.pool.engines)))
+    redis = "off"
+    if gw.shared is not None:
+        redis = "up" if gw.shared.up and gw.shared.subscribed else "down"
+    return _json(_Status("ok", len(gw.pool.engines), redis, gw.replica_id))
 
 
 async def metrics(request: Request) -> Response:

@@ -7,7 +7,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.errors import BadRequestError
-from gateway.prompts import message_dict
+from gateway.prompts import render_messages
 from gateway.schemas import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -29,11 +29,10 @@ async def tokenize(request: Request) -> Response:
     if (body.prompt is None) == (body.messages is None):
         raise BadRequestError("give either `prompt` or `messages`", param="prompt")
     if body.messages is not None:
-        messages = [message_dict(m, i) for i, m in enumerate(body.messages)]
-        text = tokenizer.apply_chat_template(
-            messages, tools=body.tools, add_generation_prompt=body.add_generation_prompt, tokenize=False
+        # the prompt chat completions would build (tools presented, past calls rendered back)
+        text = render_messages(
+            tokenizer, body.messages, tools=body.tools, add_generation_prompt=body.add_generation_prompt
         )
-        assert isinstance(text, str)
         ids = tokenizer.encode(text, add_special_tokens=bool(body.add_special_tokens))  # the template writes them
     else:
         add_special = True if body.add_special_tokens is None else body.add_special_tokens

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ToolChoice",
+    "check_json_schema",
     "render_chat_prompt",
     "resolve_tool_choice",
     "template_supports_tools",
@@ -107,16 +108,22 @@ def validate_tools(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def _check_parameters(schema: Any, where: str) -> None:
+def check_json_schema(schema: Any, where: str, *, param: str) -> None:
+    """InvalidRequestError (on ``param``) unless ``schema`` is a JSON Schema object valid against its
+    metaschema (the draft its ``$schema`` names, else 2020-12); ``where`` names it in the message."""
     if not isinstance(schema, dict):
-        raise InvalidRequestError(f"{where} must be a JSON Schema object, got {type(schema).__name__}", param="tools")
+        raise InvalidRequestError(f"{where} must be a JSON Schema object, got {type(schema).__name__}", param=param)
     try:
         key = json.dumps(schema, sort_keys=True)
     except (TypeError, ValueError) as e:
-        raise InvalidRequestError(f"{where} is not JSON: {e}", param="tools") from e
+        raise InvalidRequestError(f"{where} is not JSON: {e}", param=param) from e
     problem = _schema_problem(key)
     if problem:
-        raise InvalidRequestError(f"{where} is not a valid JSON Schema: {problem}", param="tools")
+        raise InvalidRequestError(f"{where} is not a valid JSON Schema: {problem}", param=param)
+
+
+def _check_parameters(schema: Any, where: str) -> None:
+    check_json_schema(schema, where, param="tools")
     kind = schema.get("type", "object")
     if kind != "object" and not (isinstance(kind, list) and "object" in kind):
         raise InvalidRequestError(f'{where} must describe an object (type "object"), got type {kind!r}', param="tools")

@@ -89,33 +89,33 @@ def test_unknown_fields_are_ignored(null):
 def test_tools_tool_choice_and_response_format_are_accepted(null):
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
     body = {**chat_body(2, stream=False), "tools": tools, "tool_choice": "auto", "parallel_tool_calls": True,
-            "response_format": {"type": "json_object"}}  # fmt: skip
+            "response_format": {"type": "text"}}  # fmt: skip
     r = httpx.post(f"{null.url}{CHAT}", json=body, headers=null.headers)
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+    # A constraint needs a grammar, which the null runner (no tokenizer) cannot compile: a 400 that says so.
+    r = httpx.post(f"{null.url}{CHAT}", json={**body, "response_format": {"type": "json_object"}}, headers=null.headers)
+    assert r.status_code == 400 and "cannot be enforced" in r.json()["error"]["message"], r.text
 
 
 def test_tools_reach_the_chat_template_unless_tool_choice_is_none():
+    from engine.model_path import default_model_path
+    from engine.tokenizer import load_tokenizer
     from gateway.prompts import chat_prompt
     from gateway.schemas import ChatCompletionRequest, decode_body
 
-    seen = []
-
-    class Template:
-        def apply_chat_template(self, messages, tools=None, add_generation_prompt=True, tokenize=True, **kw):
-            seen.append((messages, tools, add_generation_prompt))
-            return [1, 2, 3]
-
+    tokenizer = load_tokenizer(default_model_path())
     tools = [{"type": "function", "function": {"name": "f"}}]
     parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
     request = decode_body(
         msgspec_json({"messages": [{"role": "user", "content": parts}], "tools": tools}), ChatCompletionRequest
     )
-    assert chat_prompt(Template(), request) == [1, 2, 3]
-    assert seen[-1] == ([{"role": "user", "content": "ab"}], tools, True)
+    text = tokenizer.decode(chat_prompt(tokenizer, request), skip_special_tokens=False)
+    assert '<tools>\n{"type": "function", "function": {"name": "f"}}\n</tools>' in text
+    assert text.endswith("<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n")
     request = decode_body(msgspec_json({"messages": [{"role": "user"}], "tools": tools, "tool_choice": "none"}),
                           ChatCompletionRequest)  # fmt: skip
-    chat_prompt(Template(), request)
-    assert seen[-1] == ([{"role": "user", "content": ""}], None, True)
+    text = tokenizer.decode(chat_prompt(tokenizer, request), skip_special_tokens=False)
+    assert "<tools>" not in text and text.endswith("<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n")
 
 
 def msgspec_json(value) -> bytes:

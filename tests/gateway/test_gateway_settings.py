@@ -36,7 +36,7 @@ def test_every_flag_has_an_environment_variable(monkeypatch):
     for f in dataclasses.fields(Settings):
         assert "--" + flag_name(f) in options, f"--{flag_name(f)} is not a flag of serve"
         kind = str(f.type).split("[")[0].split(" ")[0]
-        raw = samples.get(kind, "sync" if f.name == "runner" else "x")
+        raw = samples.get(kind, {"runner": "sync", "tool_call_parser": "hermes"}.get(f.name, "x"))
         s = _serve_args([], monkeypatch, {env_name(f): raw})
         value = getattr(s, f.name)
         expected = {"tuple": ("a", "b"), "bool": True, "int": 7, "float": 0.5}.get(kind, raw)

@@ -1,0 +1,220 @@
+"""What an operator asks of one replica, done on every replica: pause,
+resume and aborts, over Redis (state + the control channel).
+
+- **Pause / resume**: the replica that is asked writes the pause state
+  (``P:pause``) and publishes it, then pauses its own engines. Every other
+  replica pauses the engines the first one does not reach (an engine is
+  known by its address; pausing applies to the whole engine, whoever sent
+  the requests). A replica that starts, or gets Redis back after an outage,
+  while the state says paused, pauses its engines that are not paused yet
+  (``keep`` as ``keep``; ``abort`` and ``wait`` as ``wait``, which admits
+  nothing new and aborts nothing). Nothing is ever resumed by a sync: only a
+  resume does that.
+- **Aborts** by request id: the replica's own requests are aborted at once
+  (no Redis needed); ids it does not hold are looked up in the request
+  registry and, when a live replica holds them, the abort is published and
+  that replica aborts them (within one engine step: pub/sub is a
+  sub-millisecond hop). By session or API key: published to every replica,
+  each aborting its own. All: published, and each replica aborts every
+  request of the engines the first one does not reach.
+
+Publishing needs Redis: without it these routes answer 503
+(``redis_unavailable``) before doing anything, so a pause is never half
+applied; aborting a request this replica holds still works.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from engine.errors import EngineDeadError, EngineError
+from gateway.engines import EnginePool
+from gateway.redis_state import RedisUnavailableError, SharedState
+
+log = logging.getLogger("agentgate.cluster")
+
+
+class Cluster:
+    def __init__(self, pool: EnginePool, shared: SharedState | None) -> None:
+        self.pool = pool
+        self.shared = shared
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    # -- pause ------------------------------------------------------------------------
+    async def pause(self, mode: str) -> None:
+        if self.shared is not None:
+            state = json.dumps({"mode": mode, "at": time.time(), "by": self.shared.replica_id})
+            message = json.dumps({"op": "pause", "mode": mode, "engines": self.pool.addresses,
+                                  "origin": self.shared.replica_id})  # fmt: skip
+            await self._write_and_publish("pausing every replica", lambda p: p.set(self.shared.keys.pause, state),
+                                          message)  # fmt: skip
+        await self.pool.pause(mode)
+
+    async def resume(self) -> None:
+        if self.shared is not None:
+            message = json.dumps(
+                {
+                    "op": "resume",
+                    "engines": self.pool.addresses,
+                    "origin": self.shared.replica_id,
+                }
+            )
+            await self._write_and_publish("resuming every replica", lambda p: p.delete(self.shared.keys.pause),
+                                          message)  # fmt: skip
+        await self.pool.resume()
+
+    async def _write_and_publish(self, what: str, write, message: str) -> None:
+        shared = self.shared
+
+        async def run() -> None:
+            async with shared.client.pipeline(transaction=True) as pipe:
+                write(pipe)
+                pipe.publish(shared.keys.control, message)
+                await pipe.execute()
+
+        await shared.guard(what, run())
+
+    async def paused_state(self) -> dict[str, Any] | None:
+        """The pause state in Redis (None: not paused, or no Redis)."""
+        if self.shared is None:
+            return None
+        raw = await self.shared.guard("reading the pause state", self.shared.client.get(self.shared.keys.pause))
+        return json.loads(raw) if raw else None
+
+    async def sync_pause(self) -> None:
+        """Pause this replica's engines that are not paused while the shared state says paused."""
+        try:
+            state = await self.paused_state()
+        except RedisUnavailableError:
+            log.warning("cannot read the pause state from redis; this replica starts as its engines are")
+            return
+        if state is None:
+            return
+        mode = "keep" if state.get("mode") == "keep" else "wait"
+        for engine in self.pool.engines:
+            if engine.is_dead:
+                continue
+            try:
+                if await engine.is_paused():
+                    continue
+                log.info("the cluster is paused (mode %s since %s): pausing the engine at %s",
+                         state.get("mode"), state.get("at"), engine.address)  # fmt: skip
+                await self._call_soon(engine.pause, mode)
+            except EngineError as exc:
+                log.warning("could not pause the engine at %s: %s", engine.address, exc)
+
+    async def _call_soon(self, call, *args: Any) -> None:
+        """Start an engine call (a pause in wait mode answers only once drained) and
+        return once its message is sent: calls to one engine stay in order."""
+        if self._tasks is None:
+            await call(*args)
+            return
+
+        async def run() -> None:
+            try:
+                await call(*args)
+            except EngineError as exc:
+                log.warning("engine call failed: %s", exc)
+
+        self._tasks.start_soon(run)
+        await anyio.lowlevel.checkpoint()  # the task sends its message before this returns
+
+    # -- aborts ------------------------------------------------------------------------
+    async def abort(
+        self,
+        request_ids: list[str] = (),
+        session_id: str | None = None,
+        key: str | None = None,
+    ) -> list[str]:
+        """Abort by request ids, a session and/or a key digest, on every replica; the ids found."""
+        pool, shared = self.pool, self.shared
+        found = set(await pool.abort(list(request_ids))) if request_ids else set()
+        remaining = [i for i in request_ids if i not in found]
+        if shared is None:
+            if session_id is not None:
+                found |= set(await self._abort_local(session_id=session_id))
+            if key is not None:
+                found |= set(await self._abort_local(key=key))
+            return sorted(found)
+        if remaining:
+            elsewhere = await shared.lookup_requests(remaining)
+            if elsewhere:
+                await shared.publish(
+                    {"op": "abort", "ids": sorted(elsewhere)},
+                    "aborting on other replicas",
+                )
+                found |= set(elsewhere)
+        if session_id is not None:
+            ids = await shared.requests_of(shared.keys.session_requests(session_id))
+            await shared.publish({"op": "abort_session", "session": session_id}, "aborting a session")
+            found |= set(ids) | set(await self._abort_local(session_id=session_id))
+        if key is not None:
+            ids = await shared.requests_of(shared.keys.key_requests(key))
+            await shared.publish({"op": "abort_key", "key": key}, "aborting a key's requests")
+            found |= set(ids) | set(await self._abort_local(key=key))
+        return sorted(found)
+
+    async def abort_all(self) -> None:
+        if self.shared is not None:
+            await self.shared.publish(
+                {"op": "abort_all", "engines": self.pool.addresses},
+                "aborting on every replica",
+            )
+        await self.pool.abort_all()
+
+    async def _abort_local(self, *, session_id: str | None = None, key: str | None = None) -> list[str]:
+        def match(r) -> bool:
+            ctx = r.context
+            if ctx is None:
+                return False
+            return (session_id is not None and ctx.session_id == session_id) or (key is not None and ctx.key == key)
+
+        ids = self.pool.matching(match)
+        if ids:
+            await self.pool.abort(ids)
+        return ids
+
+    # -- the control channel --------------------------------------------------------------
+    async def on_message(self, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        skip = message.get("engines") or ()
+        try:
+            if op == "abort":
+                await self.pool.abort(list(message.get("ids") or ()))
+            elif op == "abort_session":
+                await self._abort_local(session_id=message.get("session"))
+            elif op == "abort_key":
+                await self._abort_local(key=message.get("key"))
+            elif op == "abort_all":
+                await self.pool.abort_all(skip)
+            elif op == "pause":
+                mode = message.get("mode", "abort")
+                if mode == "wait":
+                    await self._call_soon(self.pool.pause, mode, skip)
+                else:
+                    await self.pool.pause(mode, skip)
+            elif op == "resume":
+                await self.pool.resume(skip)
+            else:
+                log.warning("unknown control message %r", message)
+        except EngineDeadError as exc:
+            log.warning("control message %s: %s", op, exc)
+
+    async def run(self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The shared state's background tasks, with this replica's handlers; until cancelled."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                if self.shared is not None:
+                    await tasks.start(lambda task_status: self.shared.run(
+                        task_status, on_message=self.on_message, on_connect=self.sync_pause))  # fmt: skip
+                task_status.started()
+                await anyio.sleep_forever()
+            finally:
+                self._tasks = None

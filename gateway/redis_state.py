@@ -1,0 +1,448 @@
+"""The gateway's shared state in Redis: the connection, its health, the key
+layout, the request registry, the replica heartbeat, a background writer and
+the control channel (pub/sub) every replica listens on.
+
+One code path: ``redis.asyncio`` against whatever ``--redis-url`` names, the
+embedded ``redis-server`` included (``unix://`` URL).
+
+Faults. Every Redis call goes through :meth:`SharedState.guard`, which turns
+a Redis error into :class:`RedisUnavailableError` (503, OpenAI body, code
+``redis_unavailable``) and keeps :attr:`SharedState.up` current. Timeouts are
+short and a command is retried once (a pooled connection that went stale
+when Redis restarted reconnects), so a dead Redis costs a request
+milliseconds, never the 5 s x 10 retries of redis-py's defaults; once Redis
+is back the next call simply works. Requests that need no shared state
+(no session, no rate limit) make no Redis call on their way, and what they
+write afterwards (registry entries, usage) goes through the background
+writer, which drops its work while Redis is away instead of failing anyone.
+
+Keys (``P`` is ``--redis-prefix``, default ``agentgate``)::
+
+    P:session:{id}            hash: owner, created, last_activity, turns, prompt_tokens,
+                              completion_tokens, engine, messages (JSON); TTL --session-ttl
+    P:session:{id}:requests   set of request ids in flight (same TTL)
+    P:sessions                zset: session id -> last activity (listing; pruned lazily)
+    P:request:{rid}           hash: replica, engine, session, key, started, engine_ids
+    P:key:{digest}:requests   set of the key's request ids in flight
+    P:replica:{replica}       JSON about a live replica, TTL 15 s, refreshed every 5 s
+    P:pause                   JSON {mode, at, by} while paused
+    P:rl:{digest}:requests / :tokens   rate-limit buckets (gateway.ratelimit)
+    channel P:control         JSON control messages (gateway.cluster)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+import anyio
+import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from gateway.errors import ServiceUnavailableError
+
+log = logging.getLogger("agentgate.redis")
+
+T = TypeVar("T")
+
+SOCKET_TIMEOUT_S = 1.0
+REPLICA_TTL_S = 15
+HEARTBEAT_S = 5.0
+REQUEST_TTL_S = 24 * 3600  # a registry entry outlives any request; removed when the request ends
+WRITER_QUEUE = 100_000
+RESUBSCRIBE_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+class RedisUnavailableError(ServiceUnavailableError):
+    code = "redis_unavailable"
+
+
+def make_replica_id(port: int) -> str:
+    return f"{socket.gethostname()}:{port}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Keys:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.sessions = f"{prefix}:sessions"
+        self.pause = f"{prefix}:pause"
+        self.control = f"{prefix}:control"
+
+    def session(self, session_id: str) -> str:
+        return f"{self.prefix}:session:{session_id}"
+
+    def session_requests(self, session_id: str) -> str:
+        return f"{self.prefix}:session:{session_id}:requests"
+
+    def request(self, request_id: str) -> str:
+        return f"{self.prefix}:request:{request_id}"
+
+    def key_requests(self, digest: str) -> str:
+        return f"{self.prefix}:key:{digest}:requests"
+
+    def replica(self, replica_id: str) -> str:
+        return f"{self.prefix}:replica:{replica_id}"
+
+    def rate(self, digest: str, kind: str) -> str:
+        return f"{self.prefix}:rl:{digest}:{kind}"
+
+
+# KEYS: request hash, key's request set, session hash ('' key skipped: no session), session's request set
+# ARGV: request id, replica, engine, session id, key digest, started, engine ids (JSON), request ttl, session ttl
+_REQUEST_STARTED = """
+redis.call('HSET', KEYS[1], 'replica', ARGV[2], 'engine', ARGV[3], 'session', ARGV[4], 'key', ARGV[5],
+           'started', ARGV[6], 'engine_ids', ARGV[7])
+redis.call('EXPIRE', KEYS[1], ARGV[8])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[8])
+if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('HSET', KEYS[3], 'engine', ARGV[3])
+  redis.call('SADD', KEYS[4], ARGV[1])
+  redis.call('EXPIRE', KEYS[4], ARGV[9])
+end
+return 1
+"""
+
+# KEYS: request hash, key's request set, session hash, session's request set, sessions index
+# ARGV: request id, session id ('' none), prompt tokens, completion tokens, now, session ttl, messages JSON ('' keep)
+# A session deleted meanwhile stays deleted: nothing is written back into it.
+_REQUEST_FINISHED = """
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[1])
+if ARGV[2] == '' then return 0 end
+redis.call('SREM', KEYS[4], ARGV[1])
+if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[3], 'turns', 1)
+redis.call('HINCRBY', KEYS[3], 'prompt_tokens', ARGV[3])
+redis.call('HINCRBY', KEYS[3], 'completion_tokens', ARGV[4])
+redis.call('HSET', KEYS[3], 'last_activity', ARGV[5])
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[3], 'messages', ARGV[7]) end
+redis.call('EXPIRE', KEYS[3], ARGV[6])
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('EXPIRE', KEYS[4], ARGV[6]) end
+redis.call('ZADD', KEYS[5], ARGV[5], ARGV[2])
+return 1
+"""
+
+# KEYS: request hashes; ARGV[1]: the replica key prefix. Returns, per request, its replica when that
+# replica is alive, else '' (unknown, or its replica is gone: a stale entry).
+_LOOKUP_REQUESTS = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local replica = redis.call('HGET', key, 'replica')
+  if replica and redis.call('EXISTS', ARGV[1] .. replica) == 1 then out[i] = replica else out[i] = '' end
+end
+return out
+"""
+
+
+class SharedState:
+    """One replica's handle on Redis."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "agentgate",
+        replica_id: str,
+        session_ttl: float,
+    ) -> None:
+        self.url = url
+        self.keys = Keys(prefix)
+        self.replica_id = replica_id
+        self.session_ttl = max(1, math.ceil(session_ttl))
+        self.client = aioredis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            socket_connect_timeout=SOCKET_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 1),
+            health_check_interval=30,
+        )
+        self.up = True  # optimistic until a call says otherwise
+        self.subscribed = False
+        self._resync = False  # a failure since the subscriber last synced
+        self.errors = 0
+        self.dropped_writes = 0
+        self._pending_writes = 0
+        self._down_logged = False
+        self._writes, self._write_queue = anyio.create_memory_object_stream[Callable[[], Awaitable[Any]]](WRITER_QUEUE)
+        self._request_started = self.client.register_script(_REQUEST_STARTED)
+        self._request_finished = self.client.register_script(_REQUEST_FINISHED)
+        self._lookup = self.client.register_script(_LOOKUP_REQUESTS)
+        self.replica_info: dict[str, Any] = {}
+
+    @property
+    def display_url(self) -> str:
+        """The URL without a password."""
+        scheme, sep, rest = self.url.partition("://")
+        if "@" in rest:
+            rest = "***@" + rest.split("@", 1)[1]
+        return f"{scheme}{sep}{rest}"
+
+    # -- calls and faults ---------------------------------------------------------
+    async def guard(self, what: str, call: Awaitable[T]) -> T:
+        """Await a Redis call; a Redis failure becomes RedisUnavailableError (503)."""
+        try:
+            result = await call
+        except (RedisError, OSError) as exc:
+            self._failed(exc)
+            raise RedisUnavailableError(
+                f"{what} needs the shared state store (Redis at {self.display_url}), which cannot be reached "
+                f"right now ({type(exc).__name__}: {exc}). Requests without X-Session-Id are still served; "
+                "retry later.",
+            ) from None
+        self._succeeded()
+        return result
+
+    def _failed(self, exc: BaseException) -> None:
+        self.errors += 1
+        self._resync = True
+        if isinstance(exc, (RedisConnectionError, RedisTimeoutError, OSError)):
+            self.up = False
+            if not self._down_logged:
+                self._down_logged = True
+                log.warning("redis at %s is unreachable (%s); session, rate-limit and cross-replica routes answer "
+                            "503 until it is back", self.display_url, exc)  # fmt: skip
+        else:
+            log.warning("redis error: %s", exc)
+
+    def _succeeded(self) -> None:
+        if not self.up or self._down_logged:
+            log.info("redis at %s is reachable again", self.display_url)
+        self.up = True
+        self._down_logged = False
+
+    async def ping(self) -> bool:
+        try:
+            await self.guard("ping", self.client.ping())
+        except RedisUnavailableError:
+            return False
+        return True
+
+    # -- the background writer ------------------------------------------------------
+    def enqueue(self, write: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``write()`` soon, in order, off the request's path; dropped (and counted) if it cannot be."""
+        try:
+            self._writes.send_nowait(write)
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self.dropped_writes += 1
+            return
+        self._pending_writes += 1
+
+    async def _writer(self) -> None:
+        async for write in self._write_queue:
+            try:
+                await self.guard("a background write", write())
+            except RedisUnavailableError:
+                self.dropped_writes += 1
+            except Exception:
+                log.exception("background redis write failed")
+            finally:
+                self._pending_writes -= 1
+
+    async def flush(self, timeout: float = 2.0) -> None:
+        """Wait (a little) until the writer has written everything queued."""
+        with anyio.move_on_after(timeout):
+            while self._pending_writes:
+                await anyio.sleep(0.01)
+
+    # -- the request registry -------------------------------------------------------
+    def request_started(
+        self,
+        request_id: str,
+        engine: str,
+        engine_ids: list[str],
+        key: str,
+        session_id: str | None,
+    ) -> None:
+        k = self.keys
+        session = session_id or ""
+        keys = [k.request(request_id), k.key_requests(key), k.session(session) if session else k.request(request_id),
+                k.session_requests(session) if session else k.request(request_id)]  # fmt: skip
+        args = [request_id, self.replica_id, engine, session, key, f"{time.time():.3f}", json.dumps(engine_ids),
+                REQUEST_TTL_S, self.session_ttl]  # fmt: skip
+        self.enqueue(lambda: self._request_started(keys=keys, args=args))
+
+    def request_finished(
+        self,
+        request_id: str,
+        key: str,
+        session_id: str | None = None,
+        usage: tuple[int, int] = (0, 0),
+        messages: Callable[[], str] | None = None,
+    ) -> None:
+        """``messages`` is called in the writer (it may parse and detokenize)."""
+        k = self.keys
+        session = session_id or ""
+
+        async def write() -> Any:
+            text = ""
+            if session and messages is not None:
+                try:
+                    text = messages()
+                except Exception:
+                    log.exception("could not record the messages of session %s", session)
+            keys = [k.request(request_id), k.key_requests(key), k.session(session) if session else k.sessions,
+                    k.session_requests(session) if session else k.sessions, k.sessions]  # fmt: skip
+            args = [
+                request_id,
+                session,
+                usage[0],
+                usage[1],
+                f"{time.time():.3f}",
+                self.session_ttl,
+                text,
+            ]
+            return await self._request_finished(keys=keys, args=args)
+
+        self.enqueue(write)
+
+    async def lookup_requests(self, request_ids: Iterable[str]) -> dict[str, str]:
+        """request id -> the live replica that holds it, for the ids some live replica holds."""
+        ids = list(request_ids)
+        if not ids:
+            return {}
+        replicas = await self.guard(
+            "finding requests on other replicas",
+            self._lookup(keys=[self.keys.request(i) for i in ids], args=[self.keys.replica("")]),
+        )
+        return {i: r for i, r in zip(ids, replicas, strict=True) if r}
+
+    async def requests_of(self, set_key: str) -> list[str]:
+        """Request ids in a registry set (a session's or a key's), held by live replicas."""
+        ids = await self.guard("finding requests", self.client.smembers(set_key))
+        return sorted(await self.lookup_requests(ids))
+
+    async def list_requests(self, limit: int = 1000) -> list[dict[str, str]]:
+        """Every registered request (scan), for operators."""
+        found: list[dict[str, str]] = []
+
+        async def scan() -> None:
+            pattern = self.keys.request("*")
+            async for key in self.client.scan_iter(match=pattern, count=500):
+                if len(found) >= limit:
+                    return
+                entry = await self.client.hgetall(key)
+                if entry and await self.client.exists(self.keys.replica(entry.get("replica", ""))):
+                    entry["id"] = key[len(self.keys.request("")) :]
+                    found.append(entry)
+
+        await self.guard("listing requests", scan())
+        return found
+
+    # -- replicas -----------------------------------------------------------------------
+    async def _heartbeat(self) -> None:
+        key = self.keys.replica(self.replica_id)
+        while True:
+            info = json.dumps({**self.replica_info, "seen": time.time()})
+            try:
+                await self.guard(
+                    "the replica heartbeat",
+                    self.client.set(key, info, ex=REPLICA_TTL_S),
+                )
+            except RedisUnavailableError:
+                pass
+            await anyio.sleep(HEARTBEAT_S if self.up else 0.5)
+
+    async def replicas(self) -> list[dict[str, Any]]:
+        async def read() -> list[dict[str, Any]]:
+            out = []
+            async for key in self.client.scan_iter(match=self.keys.replica("*"), count=500):
+                raw = await self.client.get(key)
+                if raw:
+                    out.append({"id": key[len(self.keys.replica("")) :], **json.loads(raw)})
+            return out
+
+        return await self.guard("listing replicas", read())
+
+    # -- control channel ----------------------------------------------------------------
+    async def publish(self, message: dict[str, Any], what: str = "reaching the other replicas") -> int:
+        payload = json.dumps({**message, "origin": self.replica_id})
+        return await self.guard(what, self.client.publish(self.keys.control, payload))
+
+    async def _subscriber(
+        self,
+        on_message: Callable[[dict[str, Any]], Awaitable[None]],
+        on_connect: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Listen on the control channel for ever, resubscribing after a Redis outage.
+        Messages from this replica itself are skipped (it acted already)."""
+        failures = 0
+        while True:
+            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.keys.control)
+                self.subscribed = True
+                failures = 0
+                self._succeeded()
+                self._resync = False
+                await on_connect()
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    if self._resync:  # Redis failed somewhere meanwhile: what was published then is lost
+                        self._resync = False
+                        await on_connect()
+                    if message is None or message.get("type") != "message":
+                        continue
+                    try:
+                        data = json.loads(message["data"])
+                    except (TypeError, ValueError):
+                        log.warning(
+                            "dropping a malformed control message: %r",
+                            message.get("data"),
+                        )
+                        continue
+                    if data.get("origin") == self.replica_id:
+                        continue
+                    try:
+                        await on_message(data)
+                    except Exception:
+                        log.exception("control message %r failed", data)
+            except (RedisError, OSError) as exc:
+                self.subscribed = False
+                self._failed(exc)
+            finally:
+                self.subscribed = False
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await pubsub.aclose()
+                    except (RedisError, OSError):
+                        pass
+            await anyio.sleep(RESUBSCRIBE_BACKOFF_S[min(failures, len(RESUBSCRIBE_BACKOFF_S) - 1)])
+            failures += 1
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def run(
+        self,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+        *,
+        on_message: Callable[[dict[str, Any]], Awaitable[None]],
+        on_connect: Callable[[], Awaitable[None]],
+    ) -> None:
+        """The writer, the heartbeat and the subscriber; runs until cancelled."""
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._writer)
+            tasks.start_soon(self._heartbeat)
+            tasks.start_soon(self._subscriber, on_message, on_connect)
+            task_status.started()
+
+    async def close(self) -> None:
+        self._writes.close()
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.move_on_after(1.0):
+                    await self.client.delete(self.keys.replica(self.replica_id))
+            except (RedisError, OSError):
+                pass
+            await self.client.aclose()

@@ -1,0 +1,142 @@
+"""The Redis pieces on a real redis-server, in process: rate-limit buckets,
+sessions (owner, delete, no resurrection), faults and recovery, the
+embedded server."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+from multi_helpers import RedisServer
+
+from gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
+from gateway.errors import PermissionDeniedError
+from gateway.ratelimit import RateLimitedError, RateLimiter, parse_key_limits
+from gateway.redis_state import RedisUnavailableError, SharedState
+from gateway.request_context import key_digest
+from gateway.sessions import SessionStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def shared(redis_server, request):
+    state = SharedState(
+        redis_server.url,
+        prefix=f"t{time.monotonic_ns()}",
+        replica_id="r1",
+        session_ttl=60,
+    )
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(state._writer)
+        yield state
+        await state.flush()
+        tasks.cancel_scope.cancel()
+    await state.close()
+
+
+async def test_request_buckets_refuse_with_retry_after(shared):
+    limiter = RateLimiter(shared, rpm=3)
+    for _ in range(3):
+        await limiter.admit("k")
+    with pytest.raises(RateLimitedError) as refused:
+        await limiter.admit("k")
+    assert refused.value.status_code == 429 and refused.value.code == "rate_limit_exceeded"
+    assert 19 <= int(refused.value.headers["Retry-After"]) <= 20  # one request refills in 60 / 3 s
+    await limiter.admit("other")  # per key
+    status = await limiter.status("k")
+    assert status["requests"] == {"limit_per_minute": 3, "remaining": 0}
+    assert status["tokens"]["limit_per_minute"] is None
+
+
+async def test_token_buckets_go_negative_and_make_the_key_wait(shared):
+    limiter = RateLimiter(shared, tpm=600)  # 10 tokens a second
+    await limiter.admit("k")
+    limiter.debit("k", 650)  # more than the bucket: the key is in debt
+    await shared.flush()
+    with pytest.raises(RateLimitedError) as refused:
+        await limiter.admit("k")
+    assert "tokens per minute" in refused.value.message
+    assert 5 <= int(refused.value.headers["Retry-After"]) <= 6  # 51 tokens to refill at 10/s
+    assert (await limiter.status("k"))["tokens"]["remaining"] <= -49
+
+
+def test_key_limits_parse():
+    assert parse_key_limits(["a:b:5:0"]) == {key_digest("a:b"): (5, 0)}
+    with pytest.raises(ValueError):
+        parse_key_limits(["nolimits"])
+    with pytest.raises(ValueError):
+        parse_key_limits(["k:-1:0"])
+
+
+async def test_sessions_are_owned_and_a_deleted_one_stays_deleted(shared):
+    store = SessionStore(shared)
+    assert await store.open("s", "owner", admin=False) is None
+    with pytest.raises(PermissionDeniedError):
+        await store.open("s", "someone-else", admin=False)
+    assert await store.open("s", "admin-digest", admin=True) is None  # admins may use any session
+    shared.request_started("r1", "ipc:///engine-a", ["r1"], "owner", "s")
+    await shared.flush()
+    assert await store.open("s", "owner", admin=False) == "ipc:///engine-a"  # affinity
+    assert (await store.get("s", "owner", admin=False))["engine"] == "ipc:///engine-a"
+    assert await store.delete("s", "owner", admin=False) == ["r1"]
+    shared.request_finished("r1", "owner", "s", (10, 5), lambda: "[]")  # the aborted request ends afterwards
+    await shared.flush()
+    assert not await shared.client.exists(shared.keys.session("s"))
+    assert not await shared.client.exists(shared.keys.request("r1"))
+
+
+async def test_a_turn_is_recorded_and_listed(shared):
+    store = SessionStore(shared)
+    await store.open("t", "owner", admin=False)
+    shared.request_started("q1", "e", ["q1"], "owner", "t")
+    shared.request_finished("q1", "owner", "t", (7, 3), lambda: '[{"role": "user", "content": "hi"}]')
+    await shared.flush()
+    session = await store.get("t", "owner", admin=False)
+    assert session["turns"] == 1 and session["usage"] == {"prompt_tokens": 7, "completion_tokens": 3,
+                                                         "total_tokens": 10}  # fmt: skip
+    assert session["messages"] == [{"role": "user", "content": "hi"}] and session["requests_in_flight"] == []
+    assert 0 < session["expires_at"] - time.time() <= 61
+    assert [s["id"] for s in await store.list()] == ["t"]
+
+
+async def test_redis_down_is_a_quick_503_and_recovery_needs_no_restart(redis_server, shared):
+    store = SessionStore(shared)
+    await store.open("x", "o", admin=False)
+    allow = RateLimiter(shared, rpm=100)
+    reject = RateLimiter(shared, rpm=100, redis_down="reject")
+    redis_server.kill()
+    try:
+        began = time.monotonic()
+        with pytest.raises(RedisUnavailableError) as down:
+            await store.open("x", "o", admin=False)
+        assert time.monotonic() - began < 1.5
+        assert down.value.status_code == 503 and down.value.code == "redis_unavailable"
+        assert "X-Session-Id" in down.value.message and not shared.up
+        await allow.admit("k")  # served unlimited
+        with pytest.raises(RedisUnavailableError):
+            await reject.admit("k")
+        shared.request_finished("gone", "o")  # dropped, not raised
+        await shared.flush()
+        assert shared.dropped_writes >= 1
+    finally:
+        redis_server.start()
+    assert await store.open("x", "o", admin=False) is None and shared.up  # the same client, reconnected
+
+
+def test_the_embedded_server_runs_on_a_private_socket_and_locks_its_directory(tmp_path):
+    with EmbeddedRedis(tmp_path / "data") as redis:
+        assert redis.url.startswith("unix://") and ping(redis.socket_path)
+        with pytest.raises(EmbeddedRedisError, match="another agentgate"):
+            EmbeddedRedis(tmp_path / "data").start()
+        process = redis.process
+    assert process.poll() is not None
+    assert (tmp_path / "data" / "appendonly.aof").exists()

@@ -1,0 +1,256 @@
+"""What the gateway asks the engine to enforce for tool calls and response_format: the JSON it
+builds compiles in xgrammar (as the engine compiles it), accepts exactly the replies it should,
+and the parser reads every accepted reply back as the calls it holds. No model, no server."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import pytest
+from tools_schemas import random_tool
+
+from engine.errors import InvalidRequestError
+from engine.model_path import default_model_path
+from engine.sampling_params import StructuredOutput
+from gateway.prompts import tool_plan
+from gateway.responses import ToolReader
+from gateway.schemas import ChatCompletionRequest, decode_body
+from gateway.tools import (
+    HermesToolParser,
+    Llama3JsonToolParser,
+    ToolChoice,
+    accumulate,
+    validate_tools,
+)
+from gateway.tools.constraints import parse_response_format, structured_output
+
+xgr = pytest.importorskip("xgrammar")
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+PARIS = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
+CALL = f"<tool_call>\n{PARIS}\n</tool_call>"
+TIME_CALL = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def compiler():
+    from engine.structured_output import GrammarCompiler
+
+    try:
+        path = default_model_path()
+    except Exception as e:  # noqa: BLE001 - no default model here
+        pytest.skip(str(e))
+    from engine.tokenizer import load_tokenizer
+
+    return GrammarCompiler(path, load_tokenizer(path).vocab_size)
+
+
+def accepts(compiler, spec: StructuredOutput, text: str) -> bool:
+    """Whether the grammar accepts ``text`` as a whole reply (it may end right after it)."""
+    matcher = xgr.GrammarMatcher(compiler.submit(spec).result())
+    return matcher.accept_string(text) and matcher.is_completed()
+
+
+def enforce(tools, choice, response_format=None, *, parser="hermes", parallel=True) -> StructuredOutput:
+    spec = structured_output(validate_tools(tools), choice, response_format, parser=parser, parallel=parallel)
+    assert spec is not None
+    return spec
+
+
+def test_required_one_call_and_nothing_else(compiler):
+    spec = enforce([WEATHER, TIME], ToolChoice("required"), parallel=False)
+    assert accepts(compiler, spec, CALL)
+    assert accepts(compiler, spec, TIME_CALL)
+    assert not accepts(compiler, spec, "")  # a call is required
+    assert not accepts(compiler, spec, "Sure! " + CALL)  # no text around it
+    assert not accepts(compiler, spec, CALL + "\n" + TIME_CALL)  # one call only
+    assert not accepts(compiler, spec, CALL.replace('"celsius"', '"kelvin"'))  # enum
+    assert not accepts(compiler, spec, CALL.replace('"name": "get_weather"', '"name": "get_wind"'))
+    assert not accepts(compiler, spec, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+
+
+def test_required_parallel_calls(compiler):
+    spec = enforce([WEATHER, TIME], ToolChoice("required"), parallel=True)
+    both = CALL + "\n" + TIME_CALL
+    assert accepts(compiler, spec, CALL) and accepts(compiler, spec, both)
+    parsed = HermesToolParser.parse(both)
+    assert [c.name for c in parsed.tool_calls] == ["get_weather", "get_time"] and parsed.content is None
+
+
+def test_named_forces_that_function_once(compiler):
+    spec = enforce([WEATHER, TIME], ToolChoice("named", "get_time"), parallel=True)
+    assert accepts(compiler, spec, TIME_CALL)
+    assert not accepts(compiler, spec, CALL)
+    assert not accepts(compiler, spec, TIME_CALL + "\n" + TIME_CALL)
+
+
+def test_whitespace_inside_arguments_is_bounded(compiler):
+    spec = enforce([WEATHER], ToolChoice("required"), parallel=False)
+    pretty = '<tool_call>\n{"name": "get_weather", "arguments": {\n    "city": "Paris",\n    "unit": "celsius"\n}}\n</tool_call>'
+    assert accepts(compiler, spec, pretty)
+    assert not accepts(compiler, spec, pretty.replace("{\n", "{\n" + " " * 40))
+
+
+def test_llama3_json_format(compiler):
+    spec = enforce([WEATHER, TIME], ToolChoice("required"), parser="llama3_json", parallel=True)
+    one = '{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}'
+    two = one + '; {"name": "get_time", "parameters": {}}'
+    assert accepts(compiler, spec, one) and accepts(compiler, spec, two)
+    assert not accepts(compiler, spec, "<tool_call>\n" + one)
+    parsed = Llama3JsonToolParser.parse(two)
+    assert [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls] == [
+        ("get_weather", {"city": "Paris", "unit": "celsius"}),
+        ("get_time", {}),
+    ]
+
+
+def test_auto_with_a_strict_tool_checks_the_calls_it_makes(compiler):
+    strict = {**WEATHER, "function": {**WEATHER["function"], "strict": True}}
+    spec = enforce([strict], ToolChoice("auto"), parallel=True)
+    assert accepts(compiler, spec, "Hello! No call needed.")
+    assert accepts(compiler, spec, "Let me look.\n" + CALL)
+    assert not accepts(compiler, spec, "Let me look.\n" + CALL.replace('"celsius"', '"kelvin"'))
+    assert structured_output(validate_tools([WEATHER]), ToolChoice("auto"), None, parser="hermes", parallel=True) is None
+
+
+def test_auto_with_response_format_answers_or_calls(compiler):
+    rf = parse_response_format({"type": "json_schema", "json_schema": {"name": "a", "schema": {
+        "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}})  # fmt: skip
+    spec = enforce([WEATHER], ToolChoice("auto"), rf)
+    assert accepts(compiler, spec, '{"answer": "sunny"}')
+    assert accepts(compiler, spec, CALL)
+    assert not accepts(compiler, spec, "It is sunny.")
+
+
+def test_response_format_alone():
+    rf = parse_response_format({"type": "json_object"})
+    assert structured_output(None, ToolChoice("none"), rf, parser="hermes", parallel=True) == StructuredOutput(
+        json_object=True
+    )
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    rf = parse_response_format({"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}})
+    spec = structured_output(None, ToolChoice("none"), rf, parser="hermes", parallel=True)
+    assert json.loads(spec.json_schema) == schema
+    assert parse_response_format({"type": "text"}) is None and parse_response_format(None) is None
+
+
+@pytest.mark.parametrize(
+    ("response_format", "needle"),
+    [
+        ({"type": "xml"}, "response_format.type"),
+        ({"type": "json_schema"}, "response_format.json_schema must be an object"),
+        ({"type": "json_schema", "json_schema": {"name": "x"}}, "schema is missing"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strnig"}}}, "not a valid JSON Schema"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "strict": "yes"}}, "strict must be a boolean"),
+    ],
+)
+def test_bad_response_formats_name_the_problem(response_format, needle):
+    with pytest.raises(InvalidRequestError, match=needle) as info:
+        parse_response_format(response_format)
+    assert info.value.param == "response_format"
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_random_schemas_compile_and_accept_a_valid_call(compiler, seed):
+    """Each random tool's structural tag compiles, and a call with arguments drawn to fit the
+    schema is accepted and parsed back to the same arguments."""
+    tool = random_tool(seed)
+    spec = enforce([tool], ToolChoice("required"), parallel=False)
+    arguments = _instance(tool["function"]["parameters"], random.Random(seed))
+    jsonschema.validate(arguments, tool["function"]["parameters"])
+    text = f'<tool_call>\n{{"name": "{tool["function"]["name"]}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+    assert accepts(compiler, spec, text), text
+    [call] = HermesToolParser.parse(text).tool_calls
+    assert json.loads(call.arguments) == arguments
+
+
+def _instance(schema, rng):
+    """A value valid against the generator's schemas (all properties written, in order)."""
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    kind = schema["type"]
+    if kind == "object":
+        return {k: _instance(v, rng) for k, v in schema["properties"].items()}
+    if kind == "array":
+        return [_instance(schema["items"], rng) for _ in range(rng.randint(1, 3))]
+    if kind == "string":
+        return "abc"[: schema.get("maxLength", 3)]
+    if kind == "integer":
+        return rng.randint(schema.get("minimum", 0), schema.get("maximum", 9))
+    if kind == "number":
+        return 2.5
+    return True
+
+
+# --- the plan a request gets ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from engine.tokenizer import load_tokenizer
+
+    try:
+        return load_tokenizer(default_model_path())
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(str(e))
+
+
+def _request(**fields) -> ChatCompletionRequest:
+    body = {"messages": [{"role": "user", "content": "hi"}], **fields}
+    return decode_body(json.dumps(body).encode(), ChatCompletionRequest)
+
+
+def test_tool_plan(tokenizer):
+    plain = tool_plan(tokenizer, _request())
+    assert plain.parser is None and plain.structured is None
+    auto = tool_plan(tokenizer, _request(tools=[WEATHER]))
+    assert auto.parser is HermesToolParser and auto.structured is None and auto.max_calls is None
+    none = tool_plan(tokenizer, _request(tools=[WEATHER], tool_choice="none"))
+    assert none.parser is None and none.structured is None
+    required = tool_plan(tokenizer, _request(tools=[WEATHER], tool_choice="required", parallel_tool_calls=False))
+    assert required.structured.structural_tag is not None and required.max_calls == 1
+    assert required.constraint_param == "tools"
+    named = tool_plan(tokenizer, _request(tools=[WEATHER, TIME], tool_choice={"type": "function", "function": {"name": "get_time"}}))
+    tag = json.loads(named.structured.structural_tag)["format"]
+    assert tag["type"] == "tag" and '"get_time"' in tag["begin"]
+    rf = tool_plan(tokenizer, _request(response_format={"type": "json_object"}))
+    assert rf.structured == StructuredOutput(json_object=True) and rf.constraint_param == "response_format"
+    assert tool_plan(tokenizer, _request(tools=[WEATHER]), "llama3_json").parser is Llama3JsonToolParser
+
+
+def test_parallel_false_keeps_the_first_call_only():
+    text = "Checking.\n" + CALL + "\n" + TIME_CALL + "\nDone."
+    reader = ToolReader(HermesToolParser, 1)
+    deltas = [d for ch in text for d in reader.feed(ch)] + reader.finish()
+    parsed = accumulate(deltas)
+    assert [c.name for c in parsed.tool_calls] == ["get_weather"] and reader.num_calls == 1
+    assert parsed.content == "Checking.Done."
+    assert accumulate(ToolReader(HermesToolParser, None).feed(text)).tool_calls[1].name == "get_time"
+
+
+def test_tool_call_parser_setting(monkeypatch):
+    from gateway.cli import build_parser, settings_from_args
+    from gateway.settings import Settings
+
+    monkeypatch.delenv("AGENTGATE_TOOL_CALL_PARSER", raising=False)
+    args = build_parser().parse_args(["serve", "--tool-call-parser", "llama3_json"])
+    assert settings_from_args(args).tool_call_parser == "llama3_json"
+    monkeypatch.setenv("AGENTGATE_TOOL_CALL_PARSER", "hermes")
+    assert settings_from_args(build_parser().parse_args(["serve"])).tool_call_parser == "hermes"
+    assert Settings().tool_call_parser is None
+    with pytest.raises(ValueError, match="tool_call_parser must be one of"):
+        Settings(tool_call_parser="mistral")

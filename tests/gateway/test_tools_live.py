@@ -1,0 +1,295 @@
+"""Tool calls and structured outputs through `agentgate serve` with the default model on the
+overlapped runner: forced calls always parse and match their schema (streaming and not), the
+OpenAI SDK reads them, a two-turn tool loop runs end to end, response_format is enforced, and
+bad definitions are 400s naming the problem."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import anyio
+import httpx
+import jsonschema
+import openai
+import pytest
+from gateway_helpers import LiveServer, parse_sse, start_server
+from tools_schemas import random_tool
+
+pytestmark = pytest.mark.anyio
+
+NUM_SCHEMAS = 50
+SYSTEM = {"role": "system", "content": "You are an assistant that calls functions."}
+ASK = {"role": "user", "content": "Call the function with example arguments."}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "web_search",
+        "description": "Search the web",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string", "maxLength": 30}}, "required": ["query"]},
+    },
+}
+PARIS = [{"role": "user", "content": "What's the weather like in Paris right now?"}]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    server = start_server(
+        tmp_path_factory.mktemp("tools-server"),
+        "--runner", "overlap", "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "64",
+    )  # fmt: skip
+    yield server
+    server.stop()
+
+
+def chat(server: LiveServer, **body) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=600)
+
+
+def stream_calls(payloads: list[str]) -> tuple[str, list[dict], str | None]:
+    """(content, calls, finish_reason) of a chat stream, accumulated the way agent frameworks
+    do: content concatenated, tool calls by index (id/type/name from the first delta, arguments
+    concatenated). Checks OpenAI's delta shape on the way."""
+    assert payloads[-1] == "[DONE]"
+    content, calls, finish = "", {}, None
+    for payload in payloads[:-1]:
+        chunk = json.loads(payload)
+        assert "error" not in chunk, chunk
+        for choice in chunk["choices"]:
+            delta = choice["delta"]
+            content += delta.get("content") or ""
+            for tc in delta.get("tool_calls") or ():
+                if tc["index"] not in calls:  # the first delta of a call carries id, type and name
+                    assert tc["id"].startswith("call_") and tc["type"] == "function" and tc["function"]["name"]
+                    calls[tc["index"]] = {"id": tc["id"], "name": "", "arguments": ""}
+                else:
+                    assert "id" not in tc and "name" not in tc["function"]
+                calls[tc["index"]]["name"] += tc["function"].get("name") or ""
+                calls[tc["index"]]["arguments"] += tc["function"].get("arguments") or ""
+            if choice["finish_reason"] is not None:
+                finish = choice["finish_reason"]
+    assert sorted(calls) == list(range(len(calls)))
+    return content, [calls[i] for i in sorted(calls)], finish
+
+
+async def _post(client: httpx.AsyncClient, body: dict) -> tuple[int, dict | list[str]]:
+    if not body.get("stream"):
+        r = await client.post("/v1/chat/completions", json=body)
+        return r.status_code, r.json()
+    async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        raw = (await r.aread()).decode()
+    return r.status_code, parse_sse(raw) if r.status_code == 200 else json.loads(raw)
+
+
+async def _all(server: LiveServer, bodies: list[dict]) -> list[tuple[int, dict | list[str]]]:
+    results: list = [None] * len(bodies)
+    async with httpx.AsyncClient(base_url=server.url, timeout=900, limits=httpx.Limits(max_connections=128)) as client:
+
+        async def one(i: int) -> None:
+            results[i] = await _post(client, bodies[i])
+
+        async with anyio.create_task_group() as tasks:
+            for i in range(len(bodies)):
+                tasks.start_soon(one, i)
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # about a minute on two idle cores; far more on a loaded machine
+async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(server):
+    tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
+
+    def body(seed: int, stream: bool) -> dict:
+        return {
+            "messages": [SYSTEM, ASK], "tools": [tools[seed]], "tool_choice": "required",
+            "parallel_tool_calls": False, "max_tokens": 160, "temperature": 0.7, "seed": seed, "stream": stream,
+        }  # fmt: skip
+
+    started = time.monotonic()
+    plain = await _all(server, [body(seed, False) for seed in range(NUM_SCHEMAS)])
+    middle = time.monotonic()
+    streamed = await _all(server, [body(seed, True) for seed in range(NUM_SCHEMAS)])
+    print(f"\n{NUM_SCHEMAS} schemas: non-streaming {middle - started:.1f} s, streaming {time.monotonic() - middle:.1f} s")
+    for seed, ((status, completion), (stream_status, payloads)) in enumerate(zip(plain, streamed)):
+        tool = tools[seed]["function"]
+        assert status == 200 and stream_status == 200, (completion, payloads)
+        [choice] = completion["choices"]
+        assert choice["finish_reason"] == "tool_calls", (seed, choice)
+        assert choice["message"]["content"] is None
+        [call] = choice["message"]["tool_calls"]
+        assert call["type"] == "function" and call["id"].startswith("call_")
+        assert call["function"]["name"] == tool["name"]
+        arguments = json.loads(call["function"]["arguments"])
+        jsonschema.validate(arguments, tool["parameters"])
+
+        content, [streamed_call], finish = stream_calls(payloads)
+        assert content == "" and finish == "tool_calls"
+        assert (streamed_call["name"], streamed_call["arguments"]) == (tool["name"], call["function"]["arguments"]), seed
+
+
+def test_openai_sdk_parses_named_tool_calls(server):
+    """Named tool_choice forces that function; the SDK parses the call, and streaming deltas
+    accumulated as agent frameworks do give the same call."""
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=600)
+    forced = {"type": "function", "function": {"name": "web_search"}}
+    args = {"model": "SmolLM2-135M-Instruct", "messages": PARIS, "tools": [WEATHER, SEARCH], "tool_choice": forced,
+                "max_tokens": 60, "temperature": 0}  # fmt: skip
+    completion = client.chat.completions.create(**args)
+    [choice] = completion.choices
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert call.type == "function" and call.function.name == "web_search"
+    jsonschema.validate(json.loads(call.function.arguments), SEARCH["function"]["parameters"])
+
+    calls: dict[int, dict] = {}
+    finish = None
+    for chunk in client.chat.completions.create(**args, stream=True):
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        for tc in delta.tool_calls or ():
+            entry = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            entry["id"] = tc.id or entry["id"]
+            if tc.function is not None:
+                entry["name"] += tc.function.name or ""
+                entry["arguments"] += tc.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls"
+    [streamed] = calls.values()
+    assert streamed["id"].startswith("call_")
+    assert (streamed["name"], streamed["arguments"]) == ("web_search", call.function.arguments)
+
+
+def test_two_turn_tool_loop(server):
+    """call -> tool result -> final answer, the way an agent loop sends it."""
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=600)
+    messages = list(PARIS)
+    first = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct", messages=messages, tools=[WEATHER], tool_choice="required",
+        parallel_tool_calls=False, max_tokens=60, temperature=0,
+    )  # fmt: skip
+    [call] = first.choices[0].message.tool_calls
+    assert call.function.name == "get_weather"
+    messages.append(first.choices[0].message.model_dump(exclude_none=True))  # content None, tool_calls
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 18, "sky": "sunny"})})
+
+    tokens = httpx.post(f"{server.url}/tokenize", json={"messages": messages, "tools": [WEATHER]}).json()["tokens"]
+    prompt = httpx.post(f"{server.url}/detokenize", json={"tokens": tokens}).json()["prompt"]
+    assert f'<tool_call>\n{{"name": "get_weather", "arguments": {call.function.arguments}}}\n</tool_call>' in prompt
+    assert '<tool_response>\n{"temperature_c": 18, "sky": "sunny"}\n</tool_response>' in prompt
+
+    final = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct", messages=messages, tools=[WEATHER], max_tokens=40, temperature=0
+    )
+    [choice] = final.choices
+    print(f"\nturn 1: {call.function.name}({call.function.arguments})\nturn 2: {choice.message.content!r}")
+    assert not choice.message.tool_calls and choice.finish_reason in ("stop", "length")
+    assert choice.message.content.strip()
+    assert final.usage.prompt_tokens == len(tokens)
+
+
+def test_tool_choice_none_presents_no_tools_and_parses_none(server):
+    auto = chat(server, messages=PARIS, tools=[WEATHER], max_tokens=1, temperature=0).json()
+    body = {"messages": PARIS, "tools": [WEATHER], "tool_choice": "none", "max_tokens": 30, "temperature": 0}
+    none = chat(server, **body).json()
+    bare = chat(server, messages=PARIS, max_tokens=30, temperature=0).json()
+    assert none["usage"]["prompt_tokens"] == bare["usage"]["prompt_tokens"] < auto["usage"]["prompt_tokens"]
+    [choice] = none["choices"]
+    assert "tool_calls" not in choice["message"] and choice["finish_reason"] in ("stop", "length")
+    assert isinstance(choice["message"]["content"], str)
+
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 30},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "email": {"type": "string", "maxLength": 40},
+        "skills": {"type": "array", "items": {"type": "string", "maxLength": 20}, "minItems": 1, "maxItems": 3},
+    },
+    "required": ["name", "age", "email", "skills"],
+    "additionalProperties": False,
+}
+PERSON_PROMPT = [{"role": "user", "content": "Describe a software engineer called Ada."}]
+
+
+def _valid(text: str | None, schema: dict) -> bool:
+    try:
+        jsonschema.validate(json.loads(text or ""), schema)
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
+
+
+async def test_response_format_json_schema_is_enforced(server):
+    response_format = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    common = {"messages": PERSON_PROMPT, "max_tokens": 120, "temperature": 0}
+    cat = [{"role": "user", "content": "Give me a JSON object about a cat."}]
+    (_, constrained), (_, free), (_, streamed), (_, obj) = await _all(server, [
+        {**common, "response_format": response_format},
+        {**common, "max_tokens": 60},
+        {**common, "response_format": response_format, "stream": True},
+        {"messages": cat, "response_format": {"type": "json_object"}, "max_tokens": 100, "temperature": 0},
+    ])  # fmt: skip
+    constrained, free, obj = (body["choices"][0] for body in (constrained, free, obj))
+    print(f"\nwith response_format: {constrained['message']['content']!r}\nwithout: {free['message']['content']!r}")
+    assert constrained["finish_reason"] == "stop"
+    assert _valid(constrained["message"]["content"], PERSON)
+    assert not _valid(free["message"]["content"], PERSON)  # the same prompt, unconstrained, does not validate
+
+    content, calls, finish = stream_calls(streamed)
+    assert calls == [] and finish == "stop" and _valid(content, PERSON)
+    assert obj["finish_reason"] == "stop" and isinstance(json.loads(obj["message"]["content"]), dict)
+
+
+BAD_SCHEMA = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strnig"}}}}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "needle"),
+    [
+        ({"tools": [BAD_SCHEMA], "tool_choice": "required"}, "tools", "tools[0].function.parameters is not a valid JSON Schema"),
+        ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools", "tools[0].function.name"),
+        ({"tools": [WEATHER, WEATHER]}, "tools", "defined twice"),
+        ({"tools": [{"type": "retrieval"}]}, "tools", 'tools[0].type must be "function"'),
+        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "'nope'"),
+        ({"tool_choice": "required"}, "tool_choice", "needs tools"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 7}}}},
+         "response_format", "not a valid JSON Schema"),
+        ({"response_format": {"type": "yaml"}}, "response_format", "response_format.type"),
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_invalid_tools_are_400s_naming_the_problem(server, fields, param, needle, stream):
+    r = chat(server, messages=PARIS, max_tokens=5, stream=stream, **fields)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert needle in error["message"], error["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_schema_the_grammar_compiler_rejects_is_a_400(server, stream):
+    """Valid JSON Schema that cannot be enforced (an empty range) fails in the engine's grammar
+    compiler; streaming or not, the client gets a 400 on tools, not a broken stream."""
+    impossible = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 1}}}}}  # fmt: skip
+    r = chat(server, messages=PARIS, tools=[impossible], tool_choice="required", max_tokens=5, stream=stream)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "tools" and "cannot be enforced" in error["message"] and "minimum" in error["message"]
+    ok = chat(server, messages=PARIS, max_tokens=2)  # the engine carries on
+    assert ok.status_code == 200
