@@ -49,8 +49,7 @@ class EngineConfig:
     seed: int = 0
     # The null runner only: seconds each step takes, to emulate a model.
     null_step_seconds: float = 0.0
-    # CPU threads for the model's math; None: all cores in-process (LLM),
-    # all but one in an engine process, whose front end needs a core too.
+    # CPU threads for the model's math; None: torch's default (every core).
     cpu_threads: int | None = None
 
     def __post_init__(self) -> None:

@@ -75,7 +75,7 @@ class Settings:
     dtype: str = _opt("engine dtype: auto, float32, float16, bfloat16", default="auto", engine=True)
     null_step_seconds: float = _opt("null runner only: seconds each step takes", default=0.0, engine=True)
     cpu_threads: int | None = _opt(
-        "CPU threads for the engine's math (default: all cores but one, left to the gateway)",
+        "CPU threads for the engine's math (default: every core; fewer when other busy processes share them)",
         default=None,
         engine=True,
     )
