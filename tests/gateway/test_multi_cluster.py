@@ -349,6 +349,12 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
     url_a, url_b = cluster.a.url, cluster.b.url
     streams = [StreamRecorder() for _ in range(16)]
     async with _client() as client:
+        # a session written before the outage (Redis syncs its file on every write here)
+        saved = {**USER, "X-Session-Id": "outage-survivor"}
+        assert (await client.post(f"{url_a}/v1/chat/completions", json=chat(), headers=saved)).status_code == 200
+        with anyio.fail_after(5):
+            while (await client.get(f"{url_a}/v1/sessions/outage-survivor", headers=USER)).status_code != 200:
+                await anyio.sleep(0.05)
         async with anyio.create_task_group() as tasks:
             for i, recorder in enumerate(streams):
                 url = (url_a, url_b)[i % 2]
@@ -365,7 +371,7 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
                 error = r.json()["error"]
                 assert error["code"] == "redis_unavailable" and "Redis" in error["message"]
                 assert error["type"] == "service_unavailable"
-                assert (await client.get(f"{url}/v1/sessions/survivor", headers=USER)).status_code == 503
+                assert (await client.get(f"{url}/v1/sessions/outage-survivor", headers=USER)).status_code == 503
                 assert (await client.post(f"{url}/pause", params={"mode": "keep"}, headers=ADMIN)).status_code == 503
                 r = await client.post(f"{url}/v1/chat/completions", json=chat(), headers=USER)
                 assert r.status_code == 200
@@ -394,4 +400,4 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
             await _until(lambda: recorder.raw.endswith("data: [DONE]\r\n\r\n"), timeout=2)
         assert _finish(recorder) == "abort"
         # the session written before the outage is still there (append-only file)
-        assert (await client.get(f"{url_a}/v1/sessions/survivor", headers=USER)).status_code == 200
+        assert (await client.get(f"{url_a}/v1/sessions/outage-survivor", headers=USER)).status_code == 200
