@@ -252,6 +252,15 @@ class Generation:
         """Run every choice to its end (non-streaming), watching ``receive``
         for the client's disconnect: on one, every engine request is aborted
         and ``disconnected`` is set. Engine errors land in ``error``."""
+        await self._each_choice(receive, lambda choice: choice.collect)
+
+    async def prime(self, receive) -> None:
+        """Submit every choice and wait for its first output, watching ``receive`` for the
+        client's disconnect (sets ``disconnected``). An engine error lands in ``error``."""
+        await self._each_choice(receive, lambda choice: choice.prime)
+
+    async def _each_choice(self, receive, method) -> None:
+        """Run ``method(choice)()`` for every choice while watching for a disconnect."""
         async with anyio.create_task_group() as tasks:
 
             async def watch() -> None:
@@ -264,11 +273,11 @@ class Generation:
 
             tasks.start_soon(watch)
             if len(self.choices) == 1:
-                await self.run_choice(self.choices[0].collect)
+                await self.run_choice(method(self.choices[0]))
             else:
                 async with anyio.create_task_group() as inner:
                     for choice in self.choices:
-                        inner.start_soon(self.run_choice, choice.collect)
+                        inner.start_soon(self.run_choice, method(choice))
             tasks.cancel_scope.cancel()
 
     async def run_choice(self, run) -> None:
@@ -289,25 +298,6 @@ class Generation:
         if self.error is None:
             self.error = exc
         return self.error  # type: ignore[return-value]
-
-    async def prime(self, receive) -> None:
-        """Submit every choice and wait for its first output, watching ``receive`` for the
-        client's disconnect (sets ``disconnected``). An engine error lands in ``error``."""
-        async with anyio.create_task_group() as tasks:
-
-            async def watch() -> None:
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        self.disconnected = True
-                        tasks.cancel_scope.cancel()
-                        return
-
-            tasks.start_soon(watch)
-            async with anyio.create_task_group() as inner:
-                for choice in self.choices:
-                    inner.start_soon(self.run_choice, choice.prime)
-            tasks.cancel_scope.cancel()
 
     async def aclose(self) -> None:
         """End every choice's engine stream (shielded: runs while being cancelled too)."""

@@ -33,10 +33,18 @@ def test_stop_string_ends_the_text_and_the_request(llm):
     assert cut.text == free.text[: free.text.index(stop)]
 
 
-def test_seeded_sampling_is_reproducible_across_batches(llm):
+@pytest.fixture(scope="module")
+def llm_fp32():
+    return LLM(dtype="float32")
+
+
+def test_seeded_sampling_is_reproducible_across_batches(llm_fp32):
+    """The noise depends only on (seed, position). In float32 the logits of a
+    row barely depend on the batch around it; in bfloat16 the matmul kernels'
+    blocking changes with the batch shape, enough to flip near-ties."""
     params = SamplingParams(temperature=1.0, seed=1234, max_tokens=16, ignore_eos=True)
-    [alone] = llm.generate(["Tell me a story."], params)
-    mixed = llm.generate(["Hello", "Tell me a story.", "Goodbye"], [SamplingParams(max_tokens=5), params, SamplingParams(temperature=0.5, max_tokens=9)])
+    [alone] = llm_fp32.generate(["Tell me a story."], params)
+    mixed = llm_fp32.generate(["Hello", "Tell me a story.", "Goodbye"], [SamplingParams(max_tokens=5), params, SamplingParams(temperature=0.5, max_tokens=9)])
     assert mixed[1].token_ids == alone.token_ids
 
 
