@@ -63,7 +63,15 @@ class KVCacheManager:
         and ``num_new_tokens`` more. Returns the ids of the blocks added (hit
         blocks first), or None, taking nothing, when the pool is short."""
         held = self._blocks.setdefault(request.request_id, [])
-        cached_prefix = cached_prefix or []
+        if not cached_prefix:  # the common case: a running request's next tokens
+            num_new_blocks = -(-(request.num_computed_tokens + num_new_tokens) // self.block_size) - len(held)
+            if num_new_blocks <= 0:
+                return []
+            fresh = self.pool.allocate(num_new_blocks)
+            if fresh is None:
+                return None
+            held.extend(fresh)
+            return [b.block_id for b in fresh]
         needed_tokens = request.num_computed_tokens + len(cached_prefix) * self.block_size + num_new_tokens
         num_new_blocks = -(-needed_tokens // self.block_size) - len(held) - len(cached_prefix)
         # Hit blocks that sit free count against the pool too, until touched.
@@ -75,8 +83,7 @@ class KVCacheManager:
         fresh = self.pool.allocate(max(num_new_blocks, 0)) or []
         added = cached_prefix + fresh
         held.extend(added)
-        if cached_prefix:
-            self._num_offered[request.request_id] = len(cached_prefix)
+        self._num_offered[request.request_id] = len(cached_prefix)
         return [b.block_id for b in added]
 
     def cache_full_blocks(self, request: Request, num_computed: int | None = None) -> None:
