@@ -55,3 +55,22 @@ def test_bad_inputs_give_one_clear_error(llm, tmp_path):
         LLM(tmp_path / "nope.gguf")
     [ok] = llm.generate(["hi"], SamplingParams(max_tokens=2))
     assert len(ok.token_ids) == 2
+
+
+def test_a_shared_1000_token_prefix_is_computed_once_and_changes_nothing(llm_fp32):
+    """The real model through the paged cache: the second request computes
+    only its suffix (the stats say so) and answers as with the cache off."""
+    words = ("agent tool call result cache block token prefix engine gateway " * 120).split()
+    prefix = llm_fp32.tokenizer.encode(" ".join(words))[:1000]
+    first = prefix + llm_fp32.tokenizer.encode(" First question: what is a cache?")
+    second = prefix + llm_fp32.tokenizer.encode(" Second question: what is a token?")
+    greedy = SamplingParams(temperature=0, max_tokens=12)
+    llm_fp32.generate([first], greedy)
+    hits_before = llm_fp32.core.stats().prefix_hits_tokens
+    [cached] = llm_fp32.generate([second], greedy)
+    block = llm_fp32.config.block_size
+    assert cached.num_cached_tokens == 1000 // block * block  # every full block of the shared prefix
+    assert llm_fp32.core.stats().prefix_hits_tokens - hits_before == cached.num_cached_tokens
+    [uncached] = LLM(dtype="float32", enable_prefix_caching=False).generate([second], greedy)
+    assert uncached.num_cached_tokens == 0
+    assert cached.token_ids == uncached.token_ids
