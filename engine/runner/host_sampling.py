@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.runner.noise import as_int64
 from engine.runner.sampling_batch import SamplingBatch
 from engine.sampling_params import SamplingParams
 
@@ -66,7 +67,7 @@ def build_sampling_batch(rows: list[SamplingRow], vocab_size: int, device: torch
         top_k=torch.tensor([max(p.top_k, 0) for p in params], dtype=torch.int32, device=device),
         top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
         min_p=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
-        seed=torch.tensor([_as_int64(r.seed) for r in rows], dtype=torch.long, device=device),
+        seed=torch.tensor([as_int64(r.seed) for r in rows], dtype=torch.long, device=device),
         position=torch.tensor([r.position for r in rows], dtype=torch.long, device=device),
         presence_penalty=torch.tensor([p.presence_penalty for p in params], dtype=torch.float32, device=device),
         frequency_penalty=torch.tensor([p.frequency_penalty for p in params], dtype=torch.float32, device=device),
@@ -84,8 +85,3 @@ def build_sampling_batch(rows: list[SamplingRow], vocab_size: int, device: torch
         any_penalties=any_penalties,
         max_num_logprobs=max(logprobs, default=-1),
     )
-
-
-def _as_int64(seed: int) -> int:
-    """Seeds are 64-bit; fold unsigned values into int64's range."""
-    return seed - (1 << 64) if seed >= (1 << 63) else seed

@@ -27,14 +27,14 @@ from torch import Tensor
 _U64 = 1 << 64
 
 
-def _signed(value: int) -> int:
-    """An unsigned 64-bit constant as the int64 with the same bits."""
+def as_int64(value: int) -> int:
+    """An unsigned 64-bit value (a seed, a constant) as the int64 with the same bits."""
     return value - _U64 if value >= 1 << 63 else value
 
 
-GAMMA = _signed(0x9E3779B97F4A7C15)  # SplitMix64 increment (golden ratio)
-MIX1 = _signed(0xBF58476D1CE4E5B9)
-MIX2 = _signed(0x94D049BB133111EB)
+GAMMA = as_int64(0x9E3779B97F4A7C15)  # SplitMix64 increment (golden ratio)
+MIX1 = as_int64(0xBF58476D1CE4E5B9)
+MIX2 = as_int64(0x94D049BB133111EB)
 
 UNIFORM_BITS = 23
 

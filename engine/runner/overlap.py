@@ -27,6 +27,7 @@ from engine.attention import AttentionMetadata
 from engine.kernels import input_prep
 from engine.runner.base import TorchModelRunner
 from engine.runner.cuda_graphs import DecodeGraphs
+from engine.runner.noise import as_int64
 from engine.runner.sampler import sample
 from engine.runner.sampling_batch import SamplerOutput, SamplingBatch
 from engine.runner.slot_state import MAX_LOGIT_BIAS, MAX_STOP_IDS, SlotState
@@ -114,7 +115,7 @@ class OverlapRunner(TorchModelRunner):
             slot_ids.append(slot)
             floats.append([p.temperature, p.top_p, p.min_p, p.presence_penalty, p.frequency_penalty, p.repetition_penalty])
             ints.append([len(new.token_ids), new.num_computed_tokens, new.num_prompt_tokens, max(p.top_k, 0), p.min_tokens])
-            seeds.append(new.seed - (1 << 64) if new.seed >= (1 << 63) else new.seed)
+            seeds.append(as_int64(new.seed))
             stop = sorted(set(new.eos_token_ids) | set(p.stop_token_ids))[:MAX_STOP_IDS]
             stops.append(stop + [-1] * (MAX_STOP_IDS - len(stop)))
             bias = p.logit_bias or {}
