@@ -15,7 +15,6 @@ import itertools
 import math
 import multiprocessing
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -30,6 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from engine.config import EngineConfig
 from engine.errors import EngineDeadError, EngineError, InvalidRequestError
+from engine.ipc import private_address, remove_socket_file
 from engine.protocol import (
     AbortRequests,
     AddRequest,
@@ -96,6 +96,7 @@ class EngineClient:
                 yield client
         finally:
             await anyio.to_thread.run_sync(stop_engine_process, process)
+            remove_socket_file(address)
 
     @classmethod
     @asynccontextmanager
@@ -305,11 +306,6 @@ def _merge_queued(
             queue_time=item.queue_time if item.queue_time is not None else more.queue_time,
         )
     return item, None
-
-
-def private_address() -> str:
-    """A fresh IPC address in the temp directory, for an engine on this machine."""
-    return f"ipc://{tempfile.gettempdir()}/agentgate-engine-{uuid.uuid4().hex}.sock"
 
 
 def start_engine_process(

@@ -22,6 +22,7 @@ import zmq
 from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.errors import EngineError
+from engine.ipc import remove_socket_file
 from engine.protocol import (
     AbortRequests,
     AddRequest,
@@ -59,6 +60,7 @@ class EngineServer:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self.socket.bind(address)
+        self.address = address
         self.stopping = False
         self._owners: dict[str, bytes] = {}
         self._pending_wait: list[tuple[bytes, int]] = []
@@ -79,6 +81,7 @@ class EngineServer:
         finally:
             self.socket.close(linger=1000)
             self.context.term()
+            remove_socket_file(self.address)
             if self.core is not None:
                 self.core.shutdown()
 

@@ -29,6 +29,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
 from engine.client import EngineClient, stop_engine_process
+from engine.ipc import remove_socket_file
 from engine.model_path import resolve_model_path
 from engine.tokenizer import load_tokenizer
 from gateway.admission import Admission
@@ -68,6 +69,7 @@ def create_app(
             connected = list(clients)
             for target in engines:
                 if target.owned and target.process is not None:
+                    stack.callback(remove_socket_file, target.address)  # runs after the engine stopped
                     stack.push_async_callback(anyio.to_thread.run_sync, stop_engine_process, target.process)
                 client = await stack.enter_async_context(
                     EngineClient.connect(

@@ -204,7 +204,8 @@ def _logging(level: str) -> None:
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     settings = _setup(args, parser)
     engine_config = settings.engine_config()
-    from engine.client import private_address, start_engine_process, stop_engine_process
+    from engine.client import start_engine_process, stop_engine_process
+    from engine.ipc import private_address, remove_socket_file
     from gateway.engines import EngineTarget
 
     with contextlib.ExitStack() as stack:
@@ -215,6 +216,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             log.info("starting engine %d/%d (runner %s, model %s) on %s", i + 1, settings.engines,
                      engine_config.runner, engine_config.model or "default", address)  # fmt: skip
             process = start_engine_process(engine_config, address)
+            stack.callback(remove_socket_file, address)  # runs after the engine stopped
             stack.callback(stop_engine_process, process)
             targets.append(EngineTarget(address, process, owned=True))
         return _run_gateways(settings, targets)

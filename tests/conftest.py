@@ -4,7 +4,9 @@ Triton kernels run under the interpreter when there is no GPU; the variable
 must be set before any ``@triton.jit`` executes, so it is set here, first.
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -15,7 +17,8 @@ if not torch.cuda.is_available():
 
 # Servers the tests start keep their state (embedded Redis files) under
 # XDG_STATE_HOME: a throwaway directory, not the user's home.
-os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="agentgate-tests-")
+os.environ["XDG_STATE_HOME"] = _state_home = tempfile.mkdtemp(prefix="agentgate-tests-")
+atexit.register(shutil.rmtree, _state_home, ignore_errors=True)
 
 
 @pytest.fixture

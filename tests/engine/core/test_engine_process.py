@@ -46,6 +46,9 @@ async def test_handshake_generate_and_stats():
         stats = await client.stats()
         assert stats.num_running == 0 and stats.kv_usage == 0.0
         assert await client.health()
+        socket_file = client.address.removeprefix("ipc://")
+        assert os.path.exists(socket_file)
+    assert not os.path.exists(socket_file), "a stopped engine leaves no socket file behind"
 
 
 async def test_bad_input_is_rejected_and_the_engine_keeps_serving():
@@ -128,7 +131,8 @@ async def test_a_failed_start_is_reported_with_its_cause(tmp_path):
 
 
 async def test_an_engine_connected_by_address_alone_is_declared_dead_when_it_stops_answering():
-    from engine.client import HEARTBEAT_TIMEOUT_S, private_address, start_engine_process, stop_engine_process
+    from engine.client import HEARTBEAT_TIMEOUT_S, start_engine_process, stop_engine_process
+    from engine.ipc import private_address, remove_socket_file
 
     address = private_address()
     process = start_engine_process(SLOW_NULL, address)
@@ -153,6 +157,7 @@ async def test_an_engine_connected_by_address_alone_is_declared_dead_when_it_sto
             assert errors[0][0] - killed_at < HEARTBEAT_TIMEOUT_S + 1.0
     finally:
         stop_engine_process(process)
+        remove_socket_file(address)
 
 
 def test_the_engine_stops_when_the_process_that_started_it_is_killed(tmp_path):
@@ -162,7 +167,8 @@ def test_the_engine_stops_when_the_process_that_started_it_is_killed(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys, time\n"
-        "from engine.client import private_address, start_engine_process\n"
+        "from engine.client import start_engine_process\n"
+        "from engine.ipc import private_address\n"
         "from engine.config import EngineConfig\n"
         "if __name__ == '__main__':\n"
         "    p = start_engine_process(EngineConfig(runner='null', num_kv_blocks=64), private_address())\n"
