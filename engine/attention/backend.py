@@ -17,6 +17,9 @@ class AttentionBackend(Protocol):
     """
 
     name: str
+    # Whether `paged_attention` uses AttentionMetadata.shared_prefix_blocks
+    # (runners skip the host work of finding it otherwise).
+    reads_shared_prefix: bool
 
     def write_kv(
         self,

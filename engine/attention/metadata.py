@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +36,12 @@ class AttentionMetadata:
       query_start_loc_cpu, seq_lens_cpu: host copies of the two device
                        tensors, for backends that loop over sequences on the
                        host (the CPU reference). Reading them never syncs.
+      shared_prefix_blocks: the first this-many entries of every row of
+                       ``block_tables`` name the same physical blocks (a
+                       prefix every sequence of the batch shares, such as a
+                       common system prompt held once by the prefix cache).
+                       Filled by runners whose backend ``reads_shared_prefix``;
+                       0 = unknown, always correct.
     """
 
     slot_mapping: torch.Tensor
@@ -45,6 +52,7 @@ class AttentionMetadata:
     max_seq_len: int
     query_start_loc_cpu: torch.Tensor
     seq_lens_cpu: torch.Tensor
+    shared_prefix_blocks: int = 0
 
     @property
     def num_seqs(self) -> int:
@@ -53,3 +61,19 @@ class AttentionMetadata:
     @property
     def is_pure_decode(self) -> bool:
         return self.max_query_len == 1
+
+
+def count_shared_prefix_blocks(block_tables: Sequence[Sequence[int]]) -> int:
+    """How many leading physical blocks every one of ``block_tables`` shares.
+    The common prefix of a set of sequences is the common prefix of its
+    lexicographically smallest and largest members, so two C-level
+    comparisons of lists and one short walk do it."""
+    if not block_tables:
+        return 0
+    smallest, largest = min(block_tables), max(block_tables)
+    shared = 0
+    for a, b in zip(smallest, largest):
+        if a != b:
+            break
+        shared += 1
+    return shared

@@ -47,7 +47,10 @@ def paged_attention(
     Rows with one query token (decodes) go through one batched call; longer
     rows (prefill, chunks, extends) through SDPA one sequence at a time."""
     if meta.is_pure_decode:
-        return _decode_attention(query, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, scale)
+        return _decode_attention(
+            query, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, scale,
+            meta.shared_prefix_blocks,
+        )
     out = torch.zeros_like(query)
     starts = meta.query_start_loc_cpu.tolist()
     lens = meta.seq_lens_cpu.tolist()
@@ -57,7 +60,7 @@ def paged_attention(
         tokens = torch.tensor([starts[i] for i in decode_rows], device=query.device)
         out[tokens] = _decode_attention(
             query[tokens], k_cache, v_cache, meta.block_tables[rows], meta.seq_lens[rows],
-            max(lens[i] for i in decode_rows), scale,
+            max(lens[i] for i in decode_rows), scale, meta.shared_prefix_blocks,
         )
     group = query.shape[1] // k_cache.shape[2]
     for i, seq_len in enumerate(lens):
@@ -93,28 +96,46 @@ def _decode_attention(
     seq_lens: torch.Tensor,
     max_seq_len: int,
     scale: float,
+    shared_blocks: int = 0,
 ) -> torch.Tensor:
     """One query per sequence: gather every context's whole blocks (up to the
     batch's longest) with one index_select per cache, mask the tail, and do
-    the batch as two batched matmuls in the cache's dtype, softmax in
-    float32. On a CPU this step streams the whole KV context of the batch
-    once per layer, so bytes decide: measured 4x faster than gathering into
-    float32 (16 x 550-token contexts, bf16)."""
+    the batch as batched matmuls in the cache's dtype, softmax in float32.
+    On a CPU this step streams the whole KV context of the batch once per
+    layer, so bytes decide: measured 4x faster than gathering into float32
+    (16 x 550-token contexts, bf16).
+
+    The first ``shared_blocks`` blocks, the same for every row, are read
+    once and scored for all rows in one matmul (cascade attention): agents
+    that share a 300-token system prompt then stream their own suffixes
+    only. The two parts' scores meet in one softmax, so the result is the
+    same attention."""
     num_seqs, num_heads, head_dim = query.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
     num_blocks = max(-(-max_seq_len // block_size), 1)
-    blocks = block_tables[:, :num_blocks].reshape(-1).long()
-    shape = (num_seqs, num_blocks * block_size, num_kv_heads, head_dim)
-    k = k_cache.index_select(0, blocks).view(shape)
-    v = v_cache.index_select(0, blocks).view(shape)
+    shared = min(shared_blocks, num_blocks)
+    own = block_tables[:, shared:num_blocks].reshape(-1).long()
+    shape = (num_seqs, (num_blocks - shared) * block_size, num_kv_heads, head_dim)
+    k = k_cache.index_select(0, own).view(shape)
+    v = v_cache.index_select(0, own).view(shape)
     q = (query.view(num_seqs, num_kv_heads, group, head_dim) * scale).to(k.dtype)
-    scores = torch.einsum("bhgd,blhd->bhgl", q, k).float()
-    valid = torch.arange(shape[1], device=query.device)[None, :] < seq_lens[:, None]
+    scores = torch.einsum("bhgd,blhd->bhgl", q, k)
+    if shared:
+        prefix = block_tables[0, :shared].long()
+        prefix_shape = (shared * block_size, num_kv_heads, head_dim)
+        k_prefix = k_cache.index_select(0, prefix).view(prefix_shape)
+        v_prefix = v_cache.index_select(0, prefix).view(prefix_shape)
+        scores = torch.cat([torch.einsum("bhgd,lhd->bhgl", q, k_prefix), scores], dim=-1)
+    scores = scores.float()
+    valid = torch.arange(scores.shape[-1], device=query.device)[None, :] < seq_lens[:, None]
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     # Padded rows (seq_len 0) attend to nothing: softmax gives NaN there.
     probs = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0).to(k.dtype)
-    out = torch.einsum("bhgl,blhd->bhgd", probs, v)
+    prefix_len = shared * block_size
+    out = torch.einsum("bhgl,blhd->bhgd", probs[..., prefix_len:], v)
+    if shared:
+        out += torch.einsum("bhgl,lhd->bhgd", probs[..., :prefix_len], v_prefix)
     return out.reshape(num_seqs, num_heads, head_dim).to(query.dtype)
 
 
@@ -122,6 +143,7 @@ class TorchAttentionBackend:
     """The reference backend: `write_kv` and `paged_attention` above."""
 
     name = "torch"
+    reads_shared_prefix = True
 
     def write_kv(self, key, value, k_cache, v_cache, slot_mapping) -> None:
         write_kv(key, value, k_cache, v_cache, slot_mapping)

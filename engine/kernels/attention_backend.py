@@ -19,6 +19,7 @@ class TritonAttentionBackend:
     graph and replayed with other ``seq_lens`` and block tables."""
 
     name = "triton"
+    reads_shared_prefix = False
 
     def write_kv(
         self,

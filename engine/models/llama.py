@@ -110,6 +110,7 @@ class CausalLM(nn.Module):
     def __init__(self, config: ModelConfig, attention: AttentionBackend) -> None:
         super().__init__()
         self.config = config
+        self.attention = attention
         # An explicit (uninitialised) weight skips nn.Embedding's normal_()
         # init, which on the meta device imports torch._dynamo (seconds).
         self.embed_tokens = nn.Embedding(

@@ -81,6 +81,8 @@ class TorchModelRunner(ModelRunner):
         self.architecture = self.model_config.architecture
         self.dtype = next(self.model.parameters()).dtype
         self.vocab_size = self.model_config.vocab_size
+        # Find the batch's shared prefix blocks only for a backend that uses them.
+        self.reads_shared_prefix = self.model.attention.reads_shared_prefix
         self.kv_spec = self._plan_kv_cache()
         self.kv_caches = self._allocate_kv_cache(self.kv_spec.num_blocks)
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from engine.attention import AttentionMetadata
+from engine.attention.metadata import count_shared_prefix_blocks
 from engine.kernels import input_prep
 from engine.runner.base import TorchModelRunner
 from engine.runner.cuda_graphs import DecodeGraphs
@@ -42,7 +43,7 @@ class _Live:
     slot: int
     new: NewRequestData
     num_computed: int
-    num_blocks: int
+    block_ids: list[int]  # the slot's block-table row
     has_penalties: bool
 
 
@@ -110,7 +111,7 @@ class OverlapRunner(TorchModelRunner):
         for new in new_requests:
             slot = s.acquire()
             penalties = _has_penalties(new)
-            self._live[new.request_id] = _Live(slot, new, new.num_computed_tokens, len(new.block_ids), penalties)
+            self._live[new.request_id] = _Live(slot, new, new.num_computed_tokens, list(new.block_ids), penalties)
             p = new.params
             slot_ids.append(slot)
             floats.append([p.temperature, p.top_p, p.min_p, p.presence_penalty, p.frequency_penalty, p.repetition_penalty])
@@ -172,9 +173,9 @@ class OverlapRunner(TorchModelRunner):
         for request_id, block_ids in step.new_block_ids.items():
             live = self._live[request_id]
             writes[0].extend([live.slot] * len(block_ids))
-            writes[1].extend(range(live.num_blocks, live.num_blocks + len(block_ids)))
+            writes[1].extend(range(len(live.block_ids), len(live.block_ids) + len(block_ids)))
             writes[2].extend(block_ids)
-            live.num_blocks += len(block_ids)
+            live.block_ids.extend(block_ids)
 
         idx, lens, sample_rows, seq_lens_host, sampled_ids = [], [], [], [], []
         lives = []
@@ -198,7 +199,10 @@ class OverlapRunner(TorchModelRunner):
         if bucket is not None:
             hidden, logits_indices = self.graphs.run(idx_d, lens_d, rows_d, num_rows, bucket, len(sample_rows))
         else:
-            hidden, logits_indices = self._eager_forward(idx_d, lens_d, rows_d, num_tokens, lens, seq_lens_host)
+            shared = count_shared_prefix_blocks([live.block_ids for live in lives]) if self.reads_shared_prefix else 0
+            hidden, logits_indices = self._eager_forward(
+                idx_d, lens_d, rows_d, num_tokens, lens, seq_lens_host, shared
+            )
 
         s = self.slots
         if not sample_rows:  # every row is a prefill chunk that does not finish its prompt
@@ -245,6 +249,7 @@ class OverlapRunner(TorchModelRunner):
         num_tokens: int,
         lens: list[int],
         seq_lens_host: list[int],
+        shared_prefix_blocks: int,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         num_rows, dev = len(lens), self.device
         input_ids = torch.empty(num_tokens, dtype=torch.long, device=dev)
@@ -268,6 +273,7 @@ class OverlapRunner(TorchModelRunner):
             max_seq_len=max(seq_lens_host),
             query_start_loc_cpu=torch.from_numpy(np.cumsum([0, *lens], dtype=np.int32)),
             seq_lens_cpu=torch.tensor(seq_lens_host, dtype=torch.int32),
+            shared_prefix_blocks=shared_prefix_blocks,
         )
         return self.model(input_ids, positions, meta, self.kv_caches), logits_indices
 

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from engine.attention import AttentionMetadata
+from engine.attention.metadata import count_shared_prefix_blocks
 from engine.runner.base import TorchModelRunner
 from engine.runner.host_sampling import SamplingRow, build_sampling_batch
 from engine.runner.sampler import sample
@@ -101,6 +102,7 @@ class SyncRunner(TorchModelRunner):
             max_seq_len=max(seq_lens),
             query_start_loc_cpu=qsl,
             seq_lens_cpu=lens,
+            shared_prefix_blocks=count_shared_prefix_blocks(tables) if self.reads_shared_prefix else 0,
         )
         hidden = self.model(
             torch.tensor(input_ids, dtype=torch.long, device=dev),

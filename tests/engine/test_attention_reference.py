@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from engine.attention.metadata import AttentionMetadata
+from engine.attention.metadata import AttentionMetadata, count_shared_prefix_blocks
 from engine.attention.reference import paged_attention, write_kv
 
 
@@ -107,3 +107,105 @@ def test_padded_decode_rows_are_finite():
     write_kv(b["new_k"], b["new_v"], b["k_cache"], b["v_cache"], meta.slot_mapping)
     out = paged_attention(b["query"], b["k_cache"], b["v_cache"], meta, scale=0.5)
     assert torch.isfinite(out).all()
+
+
+def build_shared_prefix_batch(prefix_blocks, own_lens, num_heads, num_kv_heads, head_dim, block_size, seed=0):
+    """Decode rows whose block tables start with the same ``prefix_blocks``
+    physical blocks (a prefix-cache hit), then blocks of their own; the
+    cache already holds every position but each row's last."""
+    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    prefix_len = prefix_blocks * block_size
+    totals = [prefix_len + n for n in own_lens]
+    own_blocks = [-(-t // block_size) - prefix_blocks for t in totals]
+    perm = list(range(prefix_blocks + sum(own_blocks) + 2))
+    rng.shuffle(perm)
+    k_cache = torch.zeros(len(perm), block_size, num_kv_heads, head_dim)
+    v_cache = torch.zeros_like(k_cache)
+    shared_ids = [perm.pop() for _ in range(prefix_blocks)]
+    prefix_k = torch.randn(prefix_len, num_kv_heads, head_dim, generator=gen)
+    prefix_v = torch.randn(prefix_len, num_kv_heads, head_dim, generator=gen)
+    tables = torch.zeros(len(own_lens), prefix_blocks + max(own_blocks), dtype=torch.int32)
+    full_k, full_v, slots = [], [], []
+    for i, total in enumerate(totals):
+        ids = shared_ids + [perm.pop() for _ in range(own_blocks[i])]
+        tables[i, : len(ids)] = torch.tensor(ids, dtype=torch.int32)
+        k = torch.cat([prefix_k, torch.randn(total - prefix_len, num_kv_heads, head_dim, generator=gen)])
+        v = torch.cat([prefix_v, torch.randn(total - prefix_len, num_kv_heads, head_dim, generator=gen)])
+        pos_slots = torch.tensor([ids[p // block_size] * block_size + p % block_size for p in range(total)])
+        write_kv(k, v, k_cache, v_cache, pos_slots)
+        full_k.append(k)
+        full_v.append(v)
+        slots.append(pos_slots[-1:])
+    qsl = torch.arange(len(own_lens) + 1, dtype=torch.int32)
+    seq_lens = torch.tensor(totals, dtype=torch.int32)
+    meta = AttentionMetadata(
+        slot_mapping=torch.cat(slots), query_start_loc=qsl, seq_lens=seq_lens, block_tables=tables,
+        max_query_len=1, max_seq_len=max(totals), query_start_loc_cpu=qsl.clone(), seq_lens_cpu=seq_lens.clone(),
+        shared_prefix_blocks=count_shared_prefix_blocks([row[: -(-t // block_size)] for row, t in zip(tables.tolist(), totals)]),
+    )
+    query = torch.randn(len(own_lens), num_heads, head_dim, generator=gen)
+    return meta, k_cache, v_cache, query, full_k, full_v
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (9, 3), (8, 1)])
+@pytest.mark.parametrize(
+    "prefix_blocks,own_lens",
+    [
+        (3, [1, 16, 17, 40]),  # own parts ending on and just past block edges
+        (1, [5]),  # one row: its whole table is "shared"
+        (4, [2, 2, 31, 33, 64, 1]),
+    ],
+)
+def test_decode_reads_a_shared_prefix_once_and_gives_the_same_attention(prefix_blocks, own_lens, num_heads, num_kv_heads):
+    meta, k_cache, v_cache, query, full_k, full_v = build_shared_prefix_batch(
+        prefix_blocks, own_lens, num_heads, num_kv_heads, head_dim=8, block_size=16
+    )
+    assert meta.shared_prefix_blocks >= prefix_blocks
+    out = paged_attention(query, k_cache, v_cache, meta, scale=0.3)
+    for i, (k, v) in enumerate(zip(full_k, full_v)):
+        torch.testing.assert_close(out[i : i + 1], dense_causal(query[i : i + 1], k, v, 0.3), atol=1e-5, rtol=1e-5)
+    meta.shared_prefix_blocks = 0
+    torch.testing.assert_close(out, paged_attention(query, k_cache, v_cache, meta, scale=0.3), atol=1e-5, rtol=1e-5)
+
+
+def test_decode_rows_of_a_mixed_batch_use_the_shared_prefix_too():
+    """An extend row (5 new tokens after the same cached 2-block prefix)
+    beside the decode rows: the decode rows go through the batched path with
+    the shared prefix, the extend row through SDPA."""
+    meta, k_cache, v_cache, query, full_k, full_v = build_shared_prefix_batch(2, [3, 20, 9], 4, 2, 8, 16, seed=3)
+    gen = torch.Generator().manual_seed(9)
+    own_block = k_cache.shape[0]
+    k_cache = torch.cat([k_cache, torch.zeros(1, *k_cache.shape[1:])])
+    v_cache = torch.cat([v_cache, torch.zeros(1, *v_cache.shape[1:])])
+    new_k, new_v = torch.randn(5, 2, 8, generator=gen), torch.randn(5, 2, 8, generator=gen)
+    new_q = torch.randn(5, 4, 8, generator=gen)
+    new_slots = torch.arange(5) + own_block * 16
+    write_kv(new_k, new_v, k_cache, v_cache, new_slots)
+    row = torch.zeros(1, meta.block_tables.shape[1], dtype=torch.int32)
+    row[0, :3] = torch.tensor([*meta.block_tables[0, :2].tolist(), own_block])
+    tables = torch.cat([meta.block_tables, row])
+    qsl = torch.tensor([0, 1, 2, 3, 8], dtype=torch.int32)
+    seq_lens = torch.cat([meta.seq_lens, torch.tensor([37], dtype=torch.int32)])
+    mixed = AttentionMetadata(
+        slot_mapping=torch.cat([meta.slot_mapping, new_slots]), query_start_loc=qsl,
+        seq_lens=seq_lens, block_tables=tables, max_query_len=5,
+        max_seq_len=int(seq_lens.max()), query_start_loc_cpu=qsl.clone(), seq_lens_cpu=seq_lens.clone(),
+        shared_prefix_blocks=count_shared_prefix_blocks([r[: -(-n // 16)] for r, n in zip(tables.tolist(), seq_lens.tolist())]),
+    )
+    assert mixed.shared_prefix_blocks == 2
+    out = paged_attention(torch.cat([query, new_q]), k_cache, v_cache, mixed, scale=0.5)
+    for i, (k, v) in enumerate(zip(full_k, full_v)):
+        torch.testing.assert_close(out[i : i + 1], dense_causal(query[i : i + 1], k, v, 0.5), atol=1e-5, rtol=1e-5)
+    extend_k = torch.cat([full_k[0][:32], new_k])
+    extend_v = torch.cat([full_v[0][:32], new_v])
+    torch.testing.assert_close(out[3:], dense_causal(new_q, extend_k, extend_v, 0.5), atol=1e-5, rtol=1e-5)
+
+
+def test_count_shared_prefix_blocks():
+    assert count_shared_prefix_blocks([]) == 0
+    assert count_shared_prefix_blocks([[4, 5, 6]]) == 3
+    assert count_shared_prefix_blocks([[4, 5, 6, 9], [4, 5, 7], [4, 5, 6]]) == 2
+    assert count_shared_prefix_blocks([[4, 5], [4, 5, 6, 7]]) == 2  # a shorter row bounds it
+    assert count_shared_prefix_blocks([[1, 2], [3, 2]]) == 0
+    assert count_shared_prefix_blocks([[7, 1], [2, 1], [7, 1]]) == 0  # the middle row differs first

@@ -74,3 +74,30 @@ def test_a_shared_1000_token_prefix_is_computed_once_and_changes_nothing(llm_fp3
     [uncached] = LLM(dtype="float32", enable_prefix_caching=False).generate([second], greedy)
     assert uncached.num_cached_tokens == 0
     assert cached.token_ids == uncached.token_ids
+
+
+def test_agents_sharing_a_prompt_prefix_decode_together_as_they_would_apart(llm_fp32, monkeypatch):
+    """Four requests admitted together share a 600-token prefix: the prefix
+    cache holds it once, so their decode steps score it once for all rows
+    (cascade attention). Their tokens equal those of runs with the cache off,
+    where no two rows share a block."""
+    from engine.attention import reference
+
+    seen = []
+    original = reference._decode_attention
+
+    def recording(*args):
+        seen.append(args[7] if len(args) > 7 else 0)
+        return original(*args)
+
+    monkeypatch.setattr(reference, "_decode_attention", recording)
+    words = ("tools: search(query) returns documents; calculator(expression) returns a number. " * 60).split()
+    prefix = llm_fp32.tokenizer.encode(" ".join(words))[:600]
+    prompts = [prefix + llm_fp32.tokenizer.encode(f" Question {i}: what is {i} plus {i}?") for i in range(4)]
+    greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    shared = llm_fp32.generate(prompts, greedy)
+    block = llm_fp32.config.block_size
+    assert max(seen) == 600 // block, "the decode steps read the shared prefix once"
+    monkeypatch.setattr(reference, "_decode_attention", original)
+    apart = LLM(dtype="float32", enable_prefix_caching=False).generate(prompts, greedy)
+    assert [out.token_ids for out in shared] == [out.token_ids for out in apart]
