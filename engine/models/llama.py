@@ -20,6 +20,7 @@ from engine.attention.backend import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
 from engine.errors import ModelLoadError
 from engine.models.config import ModelConfig
+from engine.models.cpu_linear import PackedLinear, can_pack, pack_linears
 from engine.models.rope import apply_rope, rope_tables
 
 
@@ -147,8 +148,20 @@ class CausalLM(nn.Module):
 
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """[N, hidden] → [N, vocab] float32."""
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        logits = F.linear(hidden, self.embed_tokens.weight) if self.lm_head is None else self.lm_head(hidden)
+        return logits.float()
+
+    def pack_for_cpu(self) -> bool:
+        """Run every projection and the LM head through weights packed for
+        oneDNN (`engine.models.cpu_linear`); a tied LM head gets its own
+        packed copy of the embeddings. False, and nothing changed, where
+        that does not apply (not bf16, no native bf16 in oneDNN)."""
+        if not can_pack(self.embed_tokens.weight.dtype):
+            return False
+        pack_linears(self)
+        if self.lm_head is None:
+            self.lm_head = PackedLinear(self.embed_tokens.weight, None)
+        return True
 
 
 def fuse_hf_weights(

@@ -77,6 +77,8 @@ class TorchModelRunner(ModelRunner):
             config.model, dtype=config.dtype, device=self.device, load_format=config.load_format
         )
         self.model = self.loaded.model
+        if self.device.type == "cpu":
+            self.model.pack_for_cpu()
         self.model_config = self.loaded.config
         self.architecture = self.model_config.architecture
         self.dtype = next(self.model.parameters()).dtype
