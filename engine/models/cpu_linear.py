@@ -5,7 +5,8 @@ its blocked layout on every call. Packing once at load time skips that: on a
 2-core AVX512-BF16 CPU, the default model's projections ran 1.3-2.5x faster
 for 1-64 rows (1.1x at 256) with bit-identical results. The packing ops are
 the ones PyTorch's own CPU compiler uses (``torch.ops.mkldnn``); where they
-are missing or misbehave, `pack_linears` leaves the model as it was.
+are missing or misbehave, `can_pack` says so and the model keeps F.linear
+(see ``CausalLM.pack_for_cpu``).
 """
 
 from __future__ import annotations
@@ -51,12 +52,10 @@ def can_pack(dtype: torch.dtype) -> bool:
         return False
 
 
-def pack_linears(model: nn.Module) -> int:
+def pack_linears(model: nn.Module) -> None:
     """Replace every ``nn.Linear`` inside ``model`` with a `PackedLinear`
-    (dropping the plain weights). Returns how many; the caller checks
-    `can_pack` first."""
+    (dropping the plain weights); the caller checks `can_pack` first."""
     linears = [(name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)]
     for name, module in linears:
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, PackedLinear(module.weight, module.bias))
-    return len(linears)
