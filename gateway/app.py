@@ -35,7 +35,7 @@ from engine.tokenizer import load_tokenizer
 from gateway.admission import Admission
 from gateway.auth import AuthMiddleware, KeyChecker
 from gateway.engines import EnginePool, EngineTarget
-from gateway.errors import EngineError, GatewayError, HTTPException, handle_exception
+from gateway.errors import EXCEPTION_HANDLERS
 from gateway.metrics import Metrics
 from gateway.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from gateway.request_context import RequestContextMiddleware, StateHolder
@@ -127,11 +127,7 @@ def create_app(
     return Starlette(
         routes=[*openai.routes, *tokenize.routes, *ops.routes, *sessions.routes, *playground.routes],
         middleware=middleware,
-        exception_handlers={
-            GatewayError: handle_exception,
-            EngineError: handle_exception,
-            HTTPException: handle_exception,
-        },
+        exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
 

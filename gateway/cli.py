@@ -390,10 +390,9 @@ def _supervise(settings: Settings, targets: list) -> int:
 
 
 def _redacted(url: str | None) -> str:
-    if not url:
-        return "none"
-    scheme, sep, rest = url.partition("://")
-    return f"{scheme}{sep}***@{rest.split('@', 1)[1]}" if "@" in rest else url
+    from gateway.redis_state import redact_url
+
+    return redact_url(url) if url else "none"
 
 
 def _server_class(uvicorn):

@@ -114,7 +114,6 @@ class EmbeddedRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock()
         self._socket_dir = tempfile.mkdtemp(prefix="agentgate-redis-")
-        os.chmod(self._socket_dir, 0o700)
         log_path = self.data_dir / "redis.log"
         command = [
             redis_server_binary(),

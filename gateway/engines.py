@@ -17,9 +17,8 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -75,7 +74,6 @@ class Registered:
     engine_request_ids: list[str]
     context: RequestContext | None = None
     generation: Any = None  # the Generation, attached by GatewayState.start
-    started: float = field(default_factory=time.time)
 
 
 class PoolListener(Protocol):

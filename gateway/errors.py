@@ -149,5 +149,4 @@ EXCEPTION_HANDLERS = {
     GatewayError: handle_exception,
     EngineError: handle_exception,
     HTTPException: handle_exception,
-    Exception: handle_exception,
 }

@@ -53,7 +53,7 @@ class ChoiceEvent(NamedTuple):
 class Choice:
     __slots__ = (
         "index", "request_id", "prompt_index", "prompt_ids", "params", "_processor", "num_tokens",
-        "finish_reason", "texts", "token_ids", "logprobs", "_generation", "_last_time", "_outputs", "_first",
+        "finish_reason", "keep_text", "texts", "token_ids", "logprobs", "_generation", "_last_time", "_outputs", "_first",
     )  # fmt: skip
 
     def __init__(
@@ -74,7 +74,9 @@ class Choice:
         self._processor = OutputProcessor(generation.tokenizer, params)
         self.num_tokens = 0
         self.finish_reason: str | None = None
-        # filled by collect() only (non-streaming responses)
+        # The text, kept when keep_text (collect() sets it; a session keeps its
+        # first choice's reply); tokens and logprobs by collect() only.
+        self.keep_text = False
         self.texts: list[str] = []
         self.token_ids: list[int] = []
         self.logprobs: list[TokenLogprobs] = []
@@ -132,9 +134,8 @@ class Choice:
     async def collect(self) -> None:
         """Run to the end, keeping the text, tokens and logprobs (non-streaming)."""
         want_logprobs = self.params.logprobs is not None
+        self.keep_text = True
         async for [event] in self.events():
-            if event.text:
-                self.texts.append(event.text)
             self.token_ids += event.token_ids
             if want_logprobs and event.logprobs:
                 self.logprobs += event.logprobs
@@ -187,6 +188,8 @@ class Choice:
             self._last_time = now
             self.num_tokens += len(new)
         delta = self._processor.push(new, engine_finish is not None)
+        if self.keep_text and delta.text:
+            self.texts.append(delta.text)
         reason = "stop" if delta.stopped else engine_finish
         if reason is not None:
             self.finish_reason = reason

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.errors import PayloadTooLargeError, error_response
 
 REQUEST_ID_HEADER = b"x-request-id"
-_USABLE_ID = re.compile(rb"[!-~]{1,128}")  # printable ASCII, no spaces
+USABLE_ID = re.compile(rb"[!-~]{1,128}")  # printable ASCII, no spaces: request and session ids
 
 
 def request_id_of(scope: Scope) -> str:
@@ -36,7 +36,7 @@ class RequestIdMiddleware:
         raw = None
         for name, value in scope["headers"]:
             if name == REQUEST_ID_HEADER:
-                raw = value if _USABLE_ID.fullmatch(value) else None
+                raw = value if USABLE_ID.fullmatch(value) else None
                 break
         if raw is None:
             raw = uuid.uuid4().hex.encode()

@@ -113,7 +113,6 @@ class RateLimiter:
         self.per_key = per_key or {}
         self.reject_when_down = redis_down == "reject"
         self.refused = 0
-        self.unchecked = 0  # admitted unlimited because Redis was down
         self._script = shared.client.register_script(_BUCKETS)
 
     @property
@@ -142,8 +141,7 @@ class RateLimiter:
         except RedisUnavailableError:
             if self.reject_when_down:
                 raise
-            self.unchecked += 1
-            return
+            return  # admitted unlimited while Redis is down
         if not ok:
             self.refused += 1
             retry_after = max(1, math.ceil(int(value) / 1000))

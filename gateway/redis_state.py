@@ -146,6 +146,14 @@ return out
 """
 
 
+def redact_url(url: str) -> str:
+    """``url`` with its credentials (``user:password@``) masked, for logs."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.split("@", 1)[1]
+    return f"{scheme}{sep}{rest}"
+
+
 class SharedState:
     """One replica's handle on Redis."""
 
@@ -185,10 +193,7 @@ class SharedState:
     @property
     def display_url(self) -> str:
         """The URL without a password."""
-        scheme, sep, rest = self.url.partition("://")
-        if "@" in rest:
-            rest = "***@" + rest.split("@", 1)[1]
-        return f"{scheme}{sep}{rest}"
+        return redact_url(self.url)
 
     # -- calls and faults ---------------------------------------------------------
     async def guard(self, what: str, call: Awaitable[T]) -> T:
@@ -410,7 +415,6 @@ class SharedState:
                     except Exception:
                         log.exception("control message %r failed", data)
             except (RedisError, OSError) as exc:
-                self.subscribed = False
                 self._failed(exc)
             finally:
                 self.subscribed = False

@@ -20,9 +20,8 @@ Requests without a session and without rate limits make no Redis call here.
 from __future__ import annotations
 
 import hashlib
-import re
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -34,6 +33,7 @@ from gateway.errors import (
     ServiceUnavailableError,
     error_response,
 )
+from gateway.middleware import USABLE_ID
 
 if TYPE_CHECKING:
     from gateway.state import GatewayState
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 SESSION_HEADER = b"x-session-id"
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 ANONYMOUS = "anonymous"
-_USABLE_SESSION_ID = re.compile(rb"[!-~]{1,128}")  # printable ASCII, no spaces, like request ids
 
 
 @dataclass(slots=True)
@@ -50,9 +49,7 @@ class RequestContext:
     path: str = ""
     session_id: str | None = None
     engine: str | None = None  # the engine (address) the session is bound to, None: any
-    bound_engine: str | None = None  # what Redis said before this request (to notice a move)
     body: list[bytes] | None = None  # the request body, kept for a session's messages
-    outputs: dict[str, list[int]] = field(default_factory=dict)  # engine request id -> tokens (sessions)
 
 
 CURRENT: ContextVar[RequestContext | None] = ContextVar("agentgate_request_context", default=None)
@@ -65,7 +62,7 @@ def key_digest(key: str | None) -> str:
 def session_id_of(scope: Scope) -> str | None:
     for name, value in scope["headers"]:
         if name == SESSION_HEADER:
-            if not _USABLE_SESSION_ID.fullmatch(value):
+            if not USABLE_ID.fullmatch(value):
                 raise BadRequestError(
                     "X-Session-Id must be 1-128 printable ASCII characters without spaces",
                     param="X-Session-Id",
@@ -106,7 +103,7 @@ class RequestContextMiddleware:
                     )
                 admin = gw.keys.role(token) is Role.ADMIN if gw.keys.enabled else True
                 ctx.session_id = session_id
-                ctx.bound_engine = ctx.engine = await gw.sessions.open(session_id, ctx.key, admin)
+                ctx.engine = await gw.sessions.open(session_id, ctx.key, admin)
         except GatewayError as exc:
             await error_response(exc)(scope, receive, send)
             return

@@ -31,7 +31,7 @@ from gateway.redis_state import SharedState
 from gateway.request_context import ANONYMOUS, RequestContext
 
 if TYPE_CHECKING:
-    from engine.tokenizer import Tokenizer
+    pass
 
 # KEYS: session hash, sessions index. ARGV: session id, owner digest, now, ttl, '1' when the caller is admin
 _OPEN = """
@@ -195,24 +195,17 @@ def _view(
     return view
 
 
-def conversation(
-    ctx: RequestContext,
-    reply_request_id: str | None,
-    tokenizer: Tokenizer,
-    stop: list[str],
-) -> str:
+def conversation(ctx: RequestContext, reply: str | None) -> str:
     """The session's messages after a turn, as JSON: what the client sent
     (chat: its messages; completions: the prompt as a user message), then
-    the reply (the first choice's text). Runs in the background writer."""
+    ``reply`` (the first choice's text as the client got it; None: the
+    engine produced nothing). Runs in the background writer."""
     body = json.loads(b"".join(ctx.body or []) or b"{}")
     if ctx.path.endswith("/chat/completions"):
         messages = list(body.get("messages") or [])
     else:
         prompt = body.get("prompt")
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else []
-    tokens = ctx.outputs.get(reply_request_id) if reply_request_id is not None else None
-    if tokens is not None:
-        text = tokenizer.decode(tokens, skip_special_tokens=True)
-        cut = min((at for s in stop if s and (at := text.find(s)) >= 0), default=None)
-        messages.append({"role": "assistant", "content": text if cut is None else text[:cut]})
+    if reply is not None:
+        messages.append({"role": "assistant", "content": reply})
     return json.dumps(messages, ensure_ascii=False)

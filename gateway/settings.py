@@ -200,10 +200,6 @@ class Settings:
 
             parse_key_limits(self.key_rate_limits)
 
-    @property
-    def any_key(self) -> bool:
-        return bool(self.api_keys) or self.admin_key is not None
-
     def engine_config(self) -> EngineConfig:
         """The EngineConfig these settings describe (the engine's own defaults where unset)."""
         from engine.config import EngineConfig

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -97,8 +96,8 @@ class GatewayState:
             ticket.close()
             raise
         ctx = CURRENT.get()
-        if ctx is not None and ctx.session_id is not None:
-            gen.engine = _RecordingEngine(gen.engine, ctx.outputs)  # the reply, for the session's messages
+        if ctx is not None and ctx.session_id is not None and gen.choices:
+            gen.choices[0].keep_text = True  # the reply, for the session's messages
         self.pool.attach(request_id, gen)
         return gen
 
@@ -129,8 +128,8 @@ class GatewayState:
             from gateway.sessions import conversation
 
             first = gen.choices[0]
-            stop = list(first.params.stop or ())
-            messages = lambda: conversation(ctx, first.request_id, self.tokenizer, stop)
+            reply = first.text if first.num_tokens or first.finish_reason else None
+            messages = lambda: conversation(ctx, reply)
         self.shared.request_finished(request_id, key, session_id, usage, messages)
 
     async def drain(self, timeout: float, give_up: Callable[[], bool] = lambda: False) -> None:
@@ -154,22 +153,3 @@ class GatewayState:
             while pool.num_requests and not give_up():
                 await anyio.sleep(0.02)
 
-
-class _RecordingEngine:
-    """The engine client as a session's request sees it: the same, but each
-    choice's tokens are kept (one list extend per output) for the session's
-    messages, decoded in the background when the request ends."""
-
-    def __init__(self, engine: Any, sink: dict[str, list[int]]) -> None:
-        self._engine = engine
-        self._sink = sink
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    async def generate(self, request_id: str, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        tokens = self._sink.setdefault(request_id, [])
-        async with aclosing(self._engine.generate(request_id, *args, **kwargs)) as outputs:
-            async for out in outputs:
-                tokens.extend(out.new_token_ids)
-                yield out
