@@ -10,6 +10,8 @@
   few comparisons per network read, since a load generator runs it per token.
 - :class:`ChatAccumulator` / :class:`CompletionAccumulator`: chunk dicts in,
   typed events out; tool-call deltas accumulate into complete calls.
+- :class:`StreamParser`: a streamed response's bytes in, events out (the two
+  above, plus ``data: [DONE]``); both stream classes drive it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import json
 import os
 import random
 import time
-from collections.abc import Generator
-from dataclasses import dataclass, field
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from agents.errors import StreamError
+from agents.errors import APIConnectionError, StreamError
 from agents.events import (
     ChatResult,
     Choice,
@@ -86,6 +88,11 @@ class Resp:
 
 
 Op = Generator[Req, Resp, Any]
+
+
+def json_op(req: Req) -> Op:
+    """The one-request call: send ``req``, return its JSON body."""
+    return (yield req).json()
 
 
 def error_body(body: bytes) -> Any:
@@ -211,7 +218,7 @@ class ChatAccumulator:
         return state
 
     def push(self, chunk: dict[str, Any]) -> list[Event]:
-        if "error" in chunk and chunk["error"]:
+        if chunk.get("error"):
             _raise_stream_error(chunk)
         if not self.id:
             self.id, self.model = chunk.get("id", ""), chunk.get("model", "")
@@ -294,14 +301,16 @@ class CompletionAccumulator:
         self.finish_reasons: dict[int, str | None] = {}
 
     def push(self, chunk: dict[str, Any]) -> list[Event]:
-        if "error" in chunk and chunk["error"]:
+        if chunk.get("error"):
             _raise_stream_error(chunk)
         if not self.id:
             self.id, self.model = chunk.get("id", ""), chunk.get("model", "")
         events: list[Event] = []
         for raw in chunk.get("choices") or ():
             index = raw.get("index", 0)
-            parts = self.texts.setdefault(index, [])
+            parts = self.texts.get(index)
+            if parts is None:
+                parts = self.texts[index] = []
             text = raw.get("text")
             if text:
                 parts.append(text)
@@ -331,15 +340,38 @@ class CompletionAccumulator:
         )
 
 
+class StreamParser:
+    """A streamed response's body in, events out: SSE decoding, ``data: [DONE]``, and an accumulator.
+
+    :meth:`feed` is lazy (a generator), so the events of a network read before a
+    bad chunk (an error chunk, invalid JSON) are still delivered before it raises.
+    Payloads after ``[DONE]`` are ignored; a last event without its blank line is
+    not read."""
+
+    __slots__ = ("accumulator", "decoder", "done")
+
+    def __init__(self, accumulator: ChatAccumulator | CompletionAccumulator) -> None:
+        self.accumulator = accumulator
+        self.decoder = SSEDecoder()
+        self.done = False  # data: [DONE] arrived
+
+    def feed(self, chunk: bytes) -> Iterator[Event]:
+        """The events of one network read."""
+        push, loads = self.accumulator.push, json.loads
+        for payload in self.decoder.feed(chunk):
+            if payload == b"[DONE]":
+                self.done = True
+            elif not self.done:
+                yield from push(loads(payload))
+
+    def end(self) -> list[Event]:
+        """The events left when the body has ended; APIConnectionError when it ended before ``[DONE]``."""
+        if not self.done:
+            raise APIConnectionError("the stream ended before data: [DONE]")
+        return self.accumulator.finish()
+
+
 # -- request bodies -------------------------------------------------------------------------
-
-
-@dataclass
-class StreamSpec:
-    """What a streaming call sends, and how its chunks are read."""
-
-    req: Req
-    accumulator: ChatAccumulator | CompletionAccumulator = field(default_factory=ChatAccumulator)
 
 
 def drop_none(values: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ calls (``_run``), and opens streaming responses (``_open``)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import os
 import ssl
@@ -69,7 +70,7 @@ class _Base:
         if retry is None:
             retry = RetryPolicy() if max_retries is None else RetryPolicy(max_retries=max_retries)
         elif max_retries is not None:
-            retry = RetryPolicy(max_retries, retry.backoff, retry.max_backoff, retry.max_retry_after, retry.statuses)
+            retry = dataclasses.replace(retry, max_retries=max_retries)
         self.retry = retry
         self.headers: dict[str, str] = {"User-Agent": USER_AGENT}
         if self.api_key:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from agents import prometheus
-from agents._core import Op, Req, RetryPolicy
+from agents._core import Op, Req, RetryPolicy, json_op
 from agents._transport import AsyncTransport, SyncTransport, TimeoutLike
 from agents.errors import UnsupportedError
 
@@ -57,7 +57,9 @@ class Status:
 
 def _status(url: str, health: Any, health_ok: bool, paused: Any, version: Any, samples: dict, errors: list) -> Status:
     v = prometheus.value
-    queries = v(samples, "agentgate_prefix_cache_queries_tokens_total", v(samples, "agentgate_prefix_cache_queries_tokens"))
+    queries = v(
+        samples, "agentgate_prefix_cache_queries_tokens_total", v(samples, "agentgate_prefix_cache_queries_tokens")
+    )
     hits = v(samples, "agentgate_prefix_cache_hits_tokens_total", v(samples, "agentgate_prefix_cache_hits_tokens"))
     reasons: dict[str, float] = {}
     for key, value in samples.items():
@@ -98,22 +100,13 @@ class AdminApi:
         if mode not in PAUSE_MODES:
             raise ValueError(f"mode must be one of {PAUSE_MODES}, got {mode!r}")
 
-        def op() -> Op:
-            return (yield Req("POST", "/pause", params={"mode": mode}, retry=False)).json()
-
-        return self._run(op())
+        return self._run(json_op(Req("POST", "/pause", params={"mode": mode}, retry=False)))
 
     def resume(self):
-        def op() -> Op:
-            return (yield Req("POST", "/resume", retry=False)).json()
-
-        return self._run(op())
+        return self._run(json_op(Req("POST", "/resume", retry=False)))
 
     def is_paused(self):
-        def op() -> Op:
-            return bool((yield Req("GET", "/is_paused")).json()["is_paused"])
-
-        return self._run(op())
+        return self._run(self._is_paused_op())
 
     def _abort_fields(self) -> Op:
         """The fields the server's ``/abort_requests`` body accepts, from its OpenAPI document (read once)."""
@@ -157,45 +150,25 @@ class AdminApi:
                         f"{sorted(fields) or 'no documented fields'}); it needs the sessions feature (issue 8)"
                     )
                 body = {name: value}
-            return (yield Req("POST", "/abort_requests", body, retry=False)).json()
+            return (yield from json_op(Req("POST", "/abort_requests", body, retry=False)))
 
         return self._run(op())
 
     def abort_request(self, request_id: str):
         """``DELETE /v1/requests/{id}``; NotFoundError when it is not in flight."""
-
-        def op() -> Op:
-            return (yield Req("DELETE", f"/v1/requests/{request_id}", retry=False)).json()
-
-        return self._run(op())
+        return self._run(json_op(Req("DELETE", f"/v1/requests/{request_id}", retry=False)))
 
     def health(self):
-        """``(ok, body)``: ok is False on 503 (an engine is dead), body the server's JSON."""
-
-        def op() -> Op:
-            resp = yield Req("GET", "/health", accept=(503,), retry=False)
-            try:
-                body = resp.json()
-            except ValueError:
-                body = resp.text
-            return resp.status_code == 200, body
-
-        return self._run(op())
+        """``(ok, body)``: ok is False on 503 (an engine is dead), body the server's JSON (its text if not JSON)."""
+        return self._run(self._health_op())
 
     def metrics(self):
         """``/metrics`` parsed: ``name{labels}`` -> value."""
-
-        def op() -> Op:
-            return prometheus.parse((yield Req("GET", "/metrics")).text)
-
-        return self._run(op())
+        return self._run(self._metrics_op())
 
     def version(self):
-        def op() -> Op:
-            resp = yield Req("GET", "/version", accept=(404,))
-            return resp.json().get("version") if resp.status_code == 200 else None
-
-        return self._run(op())
+        """The server's version (``/version``); None when it has no such endpoint."""
+        return self._run(self._version_op())
 
     def status(self):
         """:class:`Status`: health, pause state, engine load, KV usage, prefix-cache hit rate, TTFT."""
@@ -228,16 +201,10 @@ class AdminApi:
         return self._run(op())
 
     def get_session(self, session_id: str):
-        def op() -> Op:
-            return (yield Req("GET", f"/v1/sessions/{session_id}")).json()
-
-        return self._run(op())
+        return self._run(json_op(Req("GET", f"/v1/sessions/{session_id}")))
 
     def delete_session(self, session_id: str):
-        def op() -> Op:
-            return (yield Req("DELETE", f"/v1/sessions/{session_id}", retry=False)).json()
-
-        return self._run(op())
+        return self._run(json_op(Req("DELETE", f"/v1/sessions/{session_id}", retry=False)))
 
     # the ops status is built from these (generators, so status() is one driven call)
     def _health_op(self) -> Op:

@@ -120,10 +120,7 @@ class Agent:
             result.finish_reason = reply.finish_reason
             result.output = reply.content
             calls = [self._with_id(call, turn, i) for i, call in enumerate(reply.tool_calls)]
-            message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-            if calls:
-                message["tool_calls"] = [c.to_json() for c in calls]
-            messages.append(message)
+            messages.append(reply.message())  # the calls in it carry the ids _with_id gave them
             if not calls:
                 result.stop_reason = "answer"
                 return result

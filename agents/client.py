@@ -26,7 +26,6 @@ raises; so are failures to connect. A stream is retried only until it starts.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
@@ -34,9 +33,17 @@ from typing import Any
 import anyio
 import httpx
 
-from agents._core import ChatAccumulator, CompletionAccumulator, Op, Req, RetryPolicy, SSEDecoder, drop_none
+from agents._core import (
+    ChatAccumulator,
+    CompletionAccumulator,
+    Op,
+    Req,
+    RetryPolicy,
+    StreamParser,
+    drop_none,
+    json_op,
+)
 from agents._transport import AsyncTransport, TimeoutLike, transport_error
-from agents.errors import APIConnectionError
 from agents.events import ChatResult, CompletionResult, Event
 
 SESSION_HEADER = "X-Session-Id"
@@ -56,12 +63,35 @@ def tool_choice_json(choice: Any) -> Any:
 
 
 class ClientApi:
-    """The calls, written once (sans-I/O) for both twins; ``_run`` and ``_stream_class`` come from the transport."""
+    """The calls, written once (sans-I/O) for both twins; ``_run``, ``_configure`` and ``_connect``
+    come from the transport, ``_stream_class`` from the twin."""
 
     model: str | None
     session_id: str | None
     headers: dict[str, str]
     _stream_class: type
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        session_id: str | None = None,
+        timeout: TimeoutLike = 120.0,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        headers: dict[str, str] | None = None,
+        http_client: httpx.AsyncClient | httpx.Client | None = None,
+        limits: httpx.Limits | None = None,
+    ) -> None:
+        """See :class:`AsyncClient`; ``http_client`` is the twin's kind (``httpx.AsyncClient`` or ``httpx.Client``)."""
+        self._configure(base_url, api_key, timeout, retry, max_retries, headers)
+        self.model = model
+        self.session_id = session_id
+        if session_id:
+            self.headers[SESSION_HEADER] = session_id
+        self._connect(http_client, limits)
 
     # -- request building ------------------------------------------------------------
     def _headers(self, request_id: str | None, extra: dict[str, str] | None) -> dict[str, str] | None:
@@ -194,23 +224,17 @@ class ClientApi:
             raise ValueError("this client has no session: use client.session(id) first")
         return f"/v1/sessions/{self.session_id}"
 
+    def _session_op(self, method: str) -> Op:
+        """``method`` on this session's path; the path (and its ValueError) is made when the call runs."""
+        return (yield from json_op(Req(method, self._session_path())))
+
     def session_info(self):
         """This session's state from the server (``GET /v1/sessions/{id}``), as a dict."""
-
-        def op() -> Op:
-            resp = yield Req("GET", self._session_path())
-            return resp.json()
-
-        return self._run(op())
+        return self._run(self._session_op("GET"))
 
     def delete_session(self):
         """Remove this session (its requests in flight are aborted): ``DELETE /v1/sessions/{id}``."""
-
-        def op() -> Op:
-            resp = yield Req("DELETE", self._session_path())
-            return resp.json()
-
-        return self._run(op())
+        return self._run(self._session_op("DELETE"))
 
 
 class AsyncStream:
@@ -224,10 +248,15 @@ class AsyncStream:
         self._client = client
         self._req = req
         self.accumulator = accumulator
+        self._parser = StreamParser(accumulator)
         self._events: AsyncIterator[Event] | None = None
         self.request_id: str | None = req.headers.get(REQUEST_ID_HEADER) if req.headers else None
         self.response: httpx.Response | None = None
-        self.done = False  # data: [DONE] arrived
+
+    @property
+    def done(self) -> bool:
+        """Whether ``data: [DONE]`` arrived."""
+        return self._parser.done
 
     def __aiter__(self) -> AsyncIterator[Event]:
         if self._events is None:
@@ -237,21 +266,15 @@ class AsyncStream:
     async def _iterate(self) -> AsyncIterator[Event]:
         response = self.response = await self._client._open(self._req)
         self.request_id = response.headers.get("x-request-id", self.request_id)
-        accumulator, decoder, loads = self.accumulator, SSEDecoder(), json.loads
+        parser = self._parser
         try:
             try:
                 async for chunk in response.aiter_bytes():
-                    for payload in decoder.feed(chunk):
-                        if payload == b"[DONE]":
-                            self.done = True
-                        elif not self.done:
-                            for event in accumulator.push(loads(payload)):
-                                yield event
+                    for event in parser.feed(chunk):
+                        yield event
             except httpx.HTTPError as exc:
                 raise transport_error(exc, self._client.base_url) from exc
-            if not self.done:
-                raise APIConnectionError("the stream ended before data: [DONE]")
-            for event in accumulator.finish():
+            for event in parser.end():
                 yield event
         finally:
             with anyio.CancelScope(shield=True):
@@ -268,7 +291,7 @@ class AsyncStream:
     async def aclose(self) -> None:
         """Stop reading; an unfinished stream's connection is closed (the server aborts the request)."""
         if self._events is not None:
-            await self._events.aclose()  # type: ignore[attr-defined]
+            await self._events.aclose()
         elif self.response is not None:
             await self.response.aclose()
 
@@ -288,24 +311,3 @@ class AsyncClient(ClientApi, AsyncTransport):
     ``http_client``: an ``httpx.AsyncClient`` to share (not closed by this one)."""
 
     _stream_class = AsyncStream
-
-    def __init__(
-        self,
-        base_url: str | None = None,
-        *,
-        api_key: str | None = None,
-        model: str | None = None,
-        session_id: str | None = None,
-        timeout: TimeoutLike = 120.0,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        headers: dict[str, str] | None = None,
-        http_client: httpx.AsyncClient | None = None,
-        limits: httpx.Limits | None = None,
-    ) -> None:
-        self._configure(base_url, api_key, timeout, retry, max_retries, headers)
-        self.model = model
-        self.session_id = session_id
-        if session_id:
-            self.headers[SESSION_HEADER] = session_id
-        self._connect(http_client, limits)

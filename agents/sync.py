@@ -9,15 +9,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import httpx
 
-from agents._core import ChatAccumulator, CompletionAccumulator, Req, RetryPolicy, SSEDecoder
-from agents._transport import SyncTransport, TimeoutLike, transport_error
-from agents.client import REQUEST_ID_HEADER, SESSION_HEADER, ClientApi
-from agents.errors import APIConnectionError
+from agents._core import ChatAccumulator, CompletionAccumulator, Req, StreamParser
+from agents._transport import SyncTransport, transport_error
+from agents.client import REQUEST_ID_HEADER, ClientApi
 from agents.events import Event
 
 
@@ -28,10 +26,15 @@ class Stream:
         self._client = client
         self._req = req
         self.accumulator = accumulator
+        self._parser = StreamParser(accumulator)
         self._events: Iterator[Event] | None = None
         self.request_id: str | None = req.headers.get(REQUEST_ID_HEADER) if req.headers else None
         self.response: httpx.Response | None = None
-        self.done = False
+
+    @property
+    def done(self) -> bool:
+        """Whether ``data: [DONE]`` arrived."""
+        return self._parser.done
 
     def __iter__(self) -> Iterator[Event]:
         if self._events is None:
@@ -41,20 +44,14 @@ class Stream:
     def _iterate(self) -> Iterator[Event]:
         response = self.response = self._client._open(self._req)
         self.request_id = response.headers.get("x-request-id", self.request_id)
-        accumulator, decoder, loads = self.accumulator, SSEDecoder(), json.loads
+        parser = self._parser
         try:
             try:
                 for chunk in response.iter_bytes():
-                    for payload in decoder.feed(chunk):
-                        if payload == b"[DONE]":
-                            self.done = True
-                        elif not self.done:
-                            yield from accumulator.push(loads(payload))
+                    yield from parser.feed(chunk)
             except httpx.HTTPError as exc:
                 raise transport_error(exc, self._client.base_url) from exc
-            if not self.done:
-                raise APIConnectionError("the stream ended before data: [DONE]")
-            yield from accumulator.finish()
+            yield from parser.end()
         finally:
             response.close()
 
@@ -83,24 +80,3 @@ class Client(ClientApi, SyncTransport):
     """Synchronous client; the arguments are :class:`agents.client.AsyncClient`'s."""
 
     _stream_class = Stream
-
-    def __init__(
-        self,
-        base_url: str | None = None,
-        *,
-        api_key: str | None = None,
-        model: str | None = None,
-        session_id: str | None = None,
-        timeout: TimeoutLike = 120.0,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        headers: dict[str, str] | None = None,
-        http_client: httpx.Client | None = None,
-        limits: httpx.Limits | None = None,
-    ) -> None:
-        self._configure(base_url, api_key, timeout, retry, max_retries, headers)
-        self.model = model
-        self.session_id = session_id
-        if session_id:
-            self.headers[SESSION_HEADER] = session_id
-        self._connect(http_client, limits)

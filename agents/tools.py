@@ -76,12 +76,7 @@ def json_schema(hint: Any) -> dict[str, Any]:
                 schema.update(extra)
         return schema
     if origin is Literal:
-        values = list(args)
-        schema: dict[str, Any] = {"enum": values}
-        kinds = {type(v) for v in values}
-        if len(kinds) == 1 and next(iter(kinds)) in _PRIMITIVES:
-            schema = {**_PRIMITIVES[next(iter(kinds))], **schema}
-        return schema
+        return _enum_schema(list(args))
     if origin in (Union, types.UnionType):
         options = [json_schema(a) for a in args]
         non_null = [o for o in options if o != {"type": "null"}]
@@ -89,7 +84,6 @@ def json_schema(hint: Any) -> dict[str, Any]:
             inner = non_null[0]
             if set(inner) == {"type"} and isinstance(inner["type"], str):
                 return {"type": [inner["type"], "null"]}
-            return {"anyOf": options}
         return {"anyOf": options}
     if origin in (list, Sequence, set, frozenset, typing.AbstractSet) or hint in (list, set, frozenset):
         schema = {"type": "array"}
@@ -109,12 +103,7 @@ def json_schema(hint: Any) -> dict[str, Any]:
             schema["additionalProperties"] = json_schema(args[1])
         return schema
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        values = [m.value for m in hint]
-        schema = {"enum": values}
-        kinds = {type(v) for v in values}
-        if len(kinds) == 1 and next(iter(kinds)) in _PRIMITIVES:
-            schema = {**_PRIMITIVES[next(iter(kinds))], **schema}
-        return schema
+        return _enum_schema([m.value for m in hint])
     if isinstance(hint, type) and typing.is_typeddict(hint):
         hints = typing.get_type_hints(hint, include_extras=True)
         return {
@@ -133,6 +122,15 @@ def json_schema(hint: Any) -> dict[str, Any]:
                 properties[f.name]["default"] = _jsonable(f.default)
         return {"type": "object", "properties": properties, "required": required}
     return {}
+
+
+def _enum_schema(values: list[Any]) -> dict[str, Any]:
+    """``{"enum": values}``, with their ``type`` when they are all of one primitive type."""
+    schema: dict[str, Any] = {"enum": values}
+    kinds = {type(v) for v in values}
+    if len(kinds) == 1 and next(iter(kinds)) in _PRIMITIVES:
+        schema = {**_PRIMITIVES[next(iter(kinds))], **schema}
+    return schema
 
 
 def _jsonable(value: Any) -> Any:
@@ -285,9 +283,10 @@ class Tool:
             if param.default is param.empty:
                 required.append(param.name)
             elif param.default is not None or "null" in str(schema.get("type", "")) or not schema:
+                default = _jsonable(param.default)
                 try:
-                    json.dumps(_jsonable(param.default))
-                    schema["default"] = _jsonable(param.default)
+                    json.dumps(default)
+                    schema["default"] = default
                 except (TypeError, ValueError):
                     pass
             properties[param.name] = schema
