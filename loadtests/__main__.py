@@ -124,16 +124,18 @@ class ProgressView:
         self._seen = 0
         self._ttfts: list[float] = []
         self._tokens = 0
+        self._ok = 0
 
     def __call__(self, state: RunState) -> None:
         records = state.records
         for r in records[self._seen :]:
+            self._ok += r.ok
             if r.ok and r.ttft is not None:
                 self._ttfts.append(r.ttft)
             self._tokens += len(r.token_times)
         self._seen = len(records)
         now = state.now()
-        ok = sum(r.ok for r in records)
+        ok = self._ok
         bad = len(records) - ok
         tokens = self._tokens  # of finished requests
         p50 = percentile(self._ttfts[-200:], 50)

@@ -55,7 +55,9 @@ def grammar(kind: str) -> StructuredOutput:
     return StructuredOutput(json_schema=json.dumps(LONG_ARRAY))
 
 
-def run(core: EngineCore, prompts: list[list[int]], params: list[SamplingParams], eos: frozenset[int], tag: str) -> tuple[float, int]:
+def run(
+    core: EngineCore, prompts: list[list[int]], params: list[SamplingParams], eos: frozenset[int], tag: str
+) -> tuple[float, int]:
     """(output tokens/s, tokens) for the batch, from the first add to the last output."""
     start = time.perf_counter()
     for i, (prompt, p) in enumerate(zip(prompts, params)):

@@ -16,6 +16,7 @@ difference between the outputs, per dtype.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import statistics
 import time
@@ -68,7 +69,7 @@ def _time(fn, iters: int) -> float:
 def run(batch: int, shared: int, iters: int, dtype: torch.dtype) -> None:
     meta, k_cache, v_cache, query = _agent_batch(batch, shared, dtype)
     scale = HEAD_DIM**-0.5
-    apart = AttentionMetadata(**{**meta.__dict__, "shared_prefix_blocks": 0})
+    apart = dataclasses.replace(meta, shared_prefix_blocks=0)
     every_row = lambda: paged_attention(query, k_cache, v_cache, apart, scale)  # noqa: E731
     once = lambda: paged_attention(query, k_cache, v_cache, meta, scale)  # noqa: E731
     diff = (every_row().float() - once().float()).abs().max().item()

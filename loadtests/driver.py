@@ -9,9 +9,11 @@ counted as dropped). Either way no new turn starts after ``duration`` (with
 turns); what is in flight then finishes (the drain), so no stream is cut short
 by the run.
 
-Each agent has its own ``agents.AsyncClient`` (its own connection), as real
-agents do. Per chunk the client does an SSE split, a ``json.loads`` and an
-append of a timestamp; everything else happens per request.
+Each agent (in the open loop: each conversation) has its own
+``agents.AsyncClient`` (its own connections), as real agents do, so the
+retries counted for a request are its own. Per chunk the client does an SSE
+split, a ``json.loads`` and an append of a timestamp; everything else happens
+per request.
 """
 
 from __future__ import annotations
@@ -95,7 +97,6 @@ class Runner:
         self.config = config
         self.on_progress = on_progress
         self.state = RunState(time.perf_counter())
-        self.deadline = config.duration
         self._rng = random.Random(f"{config.seed}/storms")
 
     # -- one request ---------------------------------------------------------------------
@@ -145,7 +146,7 @@ class Runner:
         config, state = self.config, self.state
         conv = Conversation(config.workload, config.seed, agent, number)
         state.conversations += 1
-        while not conv.done and (state.now() < self.deadline or config.complete_conversations):
+        while not conv.done and (state.now() < config.duration or config.complete_conversations):
             for attempt in range(MAX_ATTEMPTS):
                 record, text = await self.request(client, conv, attempt)
                 if record.status != "aborted":
@@ -170,7 +171,7 @@ class Runner:
     async def closed_agent(self, agent: int) -> None:
         async with self._client(2) as client:
             number = 0
-            while self.state.now() < self.deadline:
+            while self.state.now() < self.config.duration:
                 self.state.active += 1
                 try:
                     await self.conversation(client, agent, number)
@@ -182,7 +183,7 @@ class Runner:
 
     async def open_loop(self) -> None:
         config, state = self.config, self.state
-        async with self._client(config.max_concurrency) as client, anyio.create_task_group() as tasks:
+        async with anyio.create_task_group() as tasks:
             number = 0
             gaps = Arrivals(config.rate, config.seed).gaps()
             next_start = 0.0
@@ -190,13 +191,14 @@ class Runner:
             async def one(n: int) -> None:
                 state.active += 1
                 try:
-                    await self.conversation(client, n, 0)
+                    async with self._client(2) as client:
+                        await self.conversation(client, n, 0)
                 finally:
                     state.active -= 1
 
             while True:
                 next_start += next(gaps)
-                if next_start >= self.deadline:
+                if next_start >= config.duration:
                     break
                 await anyio.sleep(max(0.0, next_start - state.now()))
                 if state.active >= config.max_concurrency:
@@ -220,7 +222,7 @@ class Runner:
         config, state = self.config, self.state
         while True:
             await anyio.sleep(config.abort_every)  # type: ignore[arg-type]
-            if state.now() >= self.deadline:
+            if state.now() >= config.duration:
                 return
             victims = list(state.in_flight)
             k = math.ceil(len(victims) * config.abort_fraction) if victims else 0

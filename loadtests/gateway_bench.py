@@ -1,7 +1,7 @@
 """Gateway overhead: the gateway in front of an instant engine vs a bare
 Starlette + sse-starlette app emitting the same chunks.
 
-    python loadtests/gateway_bench.py [--streams 256] [--chunks 64]
+    python -m loadtests.gateway_bench [--streams 256] [--chunks 64]
 
 Both servers run as subprocesses (uvicorn on 127.0.0.1, free ports); the
 client (httpx, in this process) opens ``--streams`` concurrent streaming chat
@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from loadtests.metrics import percentile
+from loadtests.server import free_port, stop_process, tree_cpu_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 MESSAGES = [{"role": "user", "content": "Tell me about the sea."}]
@@ -85,12 +87,6 @@ def serve_bare(port: int, num_chunks: int) -> None:
 # -- servers -----------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start(command: list[str], port: int, health: str, timeout: float = 180.0) -> subprocess.Popen:
     import httpx
 
@@ -109,30 +105,7 @@ def start(command: list[str], port: int, health: str, timeout: float = 180.0) ->
     raise RuntimeError(f"{command} did not start")
 
 
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-
-
 # -- the client --------------------------------------------------------------------------
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) of a process and its descendants so far (Linux /proc)."""
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(") ", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            for task in Path(f"/proc/{current}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
 
 
 @dataclass
@@ -153,9 +126,10 @@ class Result:
     def chunks_per_s(self) -> float:
         return self.chunks / self.seconds
 
-    def percentile(self, q: float) -> float:
-        values = sorted(self.ttfc)
-        return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+    def ttfc_percentile(self, q: float) -> float:
+        """Time to first chunk, q in [0, 100]; nan when no stream succeeded."""
+        value = percentile(self.ttfc, q)
+        return float("nan") if value is None else value
 
 
 async def drive(name: str, url: str, streams: int, num_chunks: int, server_pid: int | None = None) -> Result:
@@ -222,7 +196,7 @@ def report(results: list[Result]) -> float:
     print("{:<10} {:>10} {:>10} {:>14} {:>10} {:>10} {:>18} {:>7}".format(*header))
     for r in results:
         per_stream = r.chunks / max(1, r.streams - r.failures)
-        ttfc = f"{r.percentile(0.5) * 1000:>8.1f}ms {r.percentile(0.99) * 1000:>8.1f}ms"
+        ttfc = f"{r.ttfc_percentile(50) * 1000:>8.1f}ms {r.ttfc_percentile(99) * 1000:>8.1f}ms"
         cpu = f"{r.server_cpu / r.streams * 1000:>16.2f}ms"
         rates = f"{r.streams_per_s:>10.1f} {r.chunks_per_s:>10.0f} {per_stream:>14.1f}"
         print(f"{r.name:<10} {rates} {ttfc} {cpu} {r.failures:>7}")
@@ -260,8 +234,11 @@ def main() -> int:
              "--log-level", "warning"],
             gateway_port, f"GET http://127.0.0.1:{gateway_port}/health",
         ))  # fmt: skip
-        servers.append(start([sys.executable, __file__, "--bare-server", str(bare_port), "--chunks", str(args.chunks)],
-                             bare_port, f"POST http://127.0.0.1:{bare_port}/v1/chat/completions"))  # fmt: skip
+        servers.append(start(
+            [sys.executable, "-m", "loadtests.gateway_bench", "--bare-server", str(bare_port), "--chunks",
+             str(args.chunks)],
+            bare_port, f"POST http://127.0.0.1:{bare_port}/v1/chat/completions",
+        ))  # fmt: skip
         urls = {
             "gateway": f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
             "bare": f"http://127.0.0.1:{bare_port}/v1/chat/completions",
@@ -285,7 +262,7 @@ def main() -> int:
             )
     finally:
         for server in servers:
-            stop(server)
+            stop_process(server)
     return 0
 
 

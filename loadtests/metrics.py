@@ -55,10 +55,9 @@ class RequestRecord:
         times = self.token_times
         return [b - a for a, b in zip(times, times[1:])]
 
-    def to_json(self, with_times: bool = False) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        if not with_times:
-            data.pop("token_times")
+        data.pop("token_times")
         data["e2e"] = self.e2e
         data["tpot"] = self.tpot
         return data

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agents import prometheus
-from loadtests.metrics import RequestRecord
+from loadtests.metrics import RequestRecord, percentile
 
 
 def server_view(samples: list[dict[str, float]]) -> dict[str, Any]:
@@ -96,8 +96,8 @@ def figures_table(report: dict[str, Any]) -> Table:
     prompt = tokens["prompt"]
     by_turn = ", ".join(f"turn {int(t) + 1}: {m:.0f}" for t, m in tokens["prompt_mean_by_turn"].items())
     if prompt["count"]:
-        table.add_row("prompt tokens", f"min..max {prompt_min(report)}..{prompt['max']:.0f}, mean {prompt['mean']:.0f}"
-                                       f" ({by_turn})")  # fmt: skip
+        table.add_row("prompt tokens", f"min..max {tokens['prompt_min']}..{prompt['max']:.0f}, "
+                                       f"mean {prompt['mean']:.0f} ({by_turn})")  # fmt: skip
         completion = tokens["completion"]
         table.add_row("reply tokens", f"p50 {completion['p50']:.0f}, max {completion['max']:.0f}")
     by_turn_ttft = s["latency_s"].get("ttft_p50_by_turn") or {}
@@ -124,10 +124,6 @@ def figures_table(report: dict[str, Any]) -> Table:
     return table
 
 
-def prompt_min(report: dict[str, Any]) -> str:
-    return str(report["summary"]["tokens"].get("prompt_min", "?"))
-
-
 def write_json(report: dict[str, Any], records: list[RequestRecord], out: Path) -> Path:
     data = dict(report)
     data["requests"] = [r.to_json() for r in records]
@@ -136,7 +132,9 @@ def write_json(report: dict[str, Any], records: list[RequestRecord], out: Path) 
     return path
 
 
-def plot(report: dict[str, Any], records: list[RequestRecord], samples: list[dict[str, float]], out: Path) -> list[Path]:
+def plot(
+    report: dict[str, Any], records: list[RequestRecord], samples: list[dict[str, float]], out: Path
+) -> list[Path]:
     """The PNG plots; [] (and a note in the report) when matplotlib is missing."""
     try:
         import matplotlib
@@ -162,9 +160,8 @@ def plot(report: dict[str, Any], records: list[RequestRecord], samples: list[dic
         if values:
             ys = [(i + 1) / len(values) for i in range(len(values))]
             ax.step(values, ys, where="post")
-            for q, style in ((0.5, ":"), (0.99, "--")):
-                ax.axvline(values[min(len(values) - 1, int(q * len(values)))], color="grey", linestyle=style,
-                           linewidth=0.8, label=f"p{int(q * 100)}")  # fmt: skip
+            for q, style in ((50, ":"), (99, "--")):
+                ax.axvline(percentile(values, q), color="grey", linestyle=style, linewidth=0.8, label=f"p{q}")
         if name.startswith("TTFT"):
             ax.axvline(slo["ttft_s"], color="red", linewidth=0.8, label="SLO")
         if name.startswith("TPOT"):

@@ -81,7 +81,8 @@ def graph_replay_vs_step(core: EngineCore, output_len: int) -> None:
     torch.cuda.synchronize()
     replay_s = (time.perf_counter() - start) / replays
 
-    core.add_request("step-probe", list(range(100, 116)), SamplingParams(temperature=0.0, max_tokens=output_len + 64, ignore_eos=True))
+    probe = SamplingParams(temperature=0.0, max_tokens=output_len + 64, ignore_eos=True)
+    core.add_request("step-probe", list(range(100, 116)), probe)
     for _ in range(8):  # admit, prefill, settle into decode
         core.step()
     from torch.profiler import ProfilerActivity, profile
@@ -108,13 +109,15 @@ def graph_replay_vs_step(core: EngineCore, output_len: int) -> None:
     core.abort_requests(["step-probe"])
     while core.has_work:
         core.step()
-    print(f"batch-1 decode step {step_s * 1e3:.3f} ms vs graph replay {replay_s * 1e3:.3f} ms: ratio {step_s / replay_s:.3f} (target <= 1.15)")
+    print(f"batch-1 decode step {step_s * 1e3:.3f} ms vs graph replay {replay_s * 1e3:.3f} ms: "
+          f"ratio {step_s / replay_s:.3f} (target <= 1.15)")
     print(f"GPU idle between decode steps: {100 * idle:.1f}% of the time (target < 5%)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="default", help="'default', 'qwen3', 'smollm2-dummy' (random weights of real shapes) or a path")
+    parser.add_argument("--model", default="default",
+                        help="'default', 'qwen3', 'smollm2-dummy' (random weights of real shapes) or a path")
     parser.add_argument("--batch-sizes", default="1,4,16,64")
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=64)
@@ -127,7 +130,8 @@ def main() -> None:
         dtype = "bfloat16"
     cores = {runner: make_core(args.model, runner, dtype, max(batches)) for runner in ("sync", "overlap")}
     device = cores["overlap"].runner.device
-    print(f"model={args.model} device={device} dtype={cores['overlap'].runner.dtype} prompt={args.prompt_len} output={args.output_len}")
+    print(f"model={args.model} device={device} dtype={cores['overlap'].runner.dtype} "
+          f"prompt={args.prompt_len} output={args.output_len}")
     for core in cores.values():  # warm up: kernels, allocator, graphs
         run_batch(core, 2, args.prompt_len, 8, "warm")
     ratios = []
@@ -135,10 +139,12 @@ def main() -> None:
         best = {"sync": 0.0, "overlap": 0.0}
         for repeat in range(args.repeats):
             for runner in ("sync", "overlap") if repeat % 2 == 0 else ("overlap", "sync"):
-                best[runner] = max(best[runner], run_batch(cores[runner], batch, args.prompt_len, args.output_len, f"b{batch}r{repeat}"))
+                rate = run_batch(cores[runner], batch, args.prompt_len, args.output_len, f"b{batch}r{repeat}")
+                best[runner] = max(best[runner], rate)
         ratio = best["overlap"] / best["sync"]
         ratios.append(ratio)
-        print(f"batch {batch:3d}: sync {best['sync']:9.1f} tok/s  overlap {best['overlap']:9.1f} tok/s  ratio {ratio:.3f}")
+        print(f"batch {batch:3d}: sync {best['sync']:9.1f} tok/s  overlap {best['overlap']:9.1f} tok/s  "
+              f"ratio {ratio:.3f}")
     if device.type == "cuda":
         graph_replay_vs_step(cores["overlap"], args.output_len)
     geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))

@@ -65,6 +65,22 @@ def machine_busy_seconds() -> tuple[float, float]:
     return (total - idle) / TICKS, total / TICKS
 
 
+def stop_process(process: subprocess.Popen, timeout: float = 30.0) -> int | None:
+    """SIGTERM, then after ``timeout`` seconds SIGKILL to the process and its descendants."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            for pid in reversed(process_tree(process.pid)):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            process.wait(10)
+    return process.returncode
+
+
 @dataclass
 class Server:
     """``agentgate serve`` in a subprocess on a free port of 127.0.0.1."""
@@ -83,18 +99,7 @@ class Server:
         return self.process.pid
 
     def stop(self, timeout: float = 30.0) -> int | None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                for pid in reversed(process_tree(self.process.pid)):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                self.process.wait(10)
-        return self.process.returncode
+        return stop_process(self.process, timeout)
 
 
 def start_server(args: list[str], log_dir: Path, timeout: float = 600.0) -> Server:

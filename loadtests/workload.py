@@ -72,6 +72,7 @@ PEOPLE = ["alice", "bob", "chen", "dana", "emeka", "fatima", "goran", "hana"]
 CITIES = ["Paris", "Lagos", "Lima", "Osaka", "Oslo", "Pune", "Quito", "Tunis"]
 WORDS = ("latency error budget owner region cache queue report page shard replica index job deploy metric alert "
          "window quota user trace log table row column day week").split()  # fmt: skip
+TASK_WORDS = 24  # random words in each conversation's task
 
 
 def _signature(t: dict[str, Any]) -> str:
@@ -100,7 +101,6 @@ class WorkloadConfig:
     tool_latency: tuple[float, float] = (0.05, 0.4)  # seconds, uniform, per call (the turn waits for the slowest)
     think_time: float = 0.0  # seconds between a conversation's end and the next one's start (closed loop)
     format: str = "text"  # "text" or "openai"
-    task_words: int = 24
 
     def __post_init__(self) -> None:
         if self.format not in ("text", "openai"):
@@ -150,7 +150,7 @@ class Conversation:
         task = (
             f"Task {agent}-{number}: {self.rng.choice(SUBJECTS)} {self.rng.choice(VERBS)}. "
             f"Please investigate with {self.rng.choice(PEOPLE)} and report on "
-            + " ".join(self.rng.choices(WORDS, k=config.task_words))
+            + " ".join(self.rng.choices(WORDS, k=TASK_WORDS))
             + "."
         )
         self.messages: list[dict[str, Any]] = [
