@@ -83,7 +83,8 @@ def chunk(delta: dict | None = None, finish: str | None = None, usage: dict | No
 class ScriptedSite:
     """A loopback server with the playground's routes and a fake
     ``/v1/chat/completions``: each request takes the next script, a list of
-    chunks (dicts) and ``"gate"`` markers, where it waits for :meth:`release`."""
+    chunks (dicts) and ``"gate"`` markers, where it waits for :meth:`release`
+    (once released, a request's later gates are open)."""
 
     scripts: list[list] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
@@ -102,6 +103,10 @@ class ScriptedSite:
         self._gate.set()
 
     async def _chat(self, request: Request) -> StreamingResponse:
+        # Closed when the request arrives, not at the "gate" marker: a test
+        # that releases as soon as it sees the chunk before the marker may
+        # do so before this stream reaches it, and that release must hold.
+        self._gate.clear()
         self.requests.append(json.loads(await request.body()))
         script = (
             self.scripts.pop(0) if self.scripts else [chunk({"role": "assistant", "content": "(no script)"}, "stop")]
@@ -110,7 +115,6 @@ class ScriptedSite:
         async def events():
             for item in script:
                 if item == "gate":
-                    self._gate.clear()
                     while not self._gate.is_set():
                         await anyio.sleep(0.01)
                     continue
