@@ -9,11 +9,11 @@ Pure HTTP (httpx + anyio): nothing here imports ``engine`` or ``gateway``.
 - ``agentgate ops``: the operator CLI (:mod:`agents.ops_cli`).
 """
 
-from agents._core import RetryPolicy
-from agents.admin import Admin, AsyncAdmin, Status
-from agents.agent import Agent, AgentResult
-from agents.client import AsyncClient, AsyncStream
-from agents.errors import (
+from agentgate.agents._core import RetryPolicy
+from agentgate.agents.admin import Admin, AsyncAdmin, Status
+from agentgate.agents.agent import Agent, AgentResult
+from agentgate.agents.client import AsyncClient, AsyncStream
+from agentgate.agents.errors import (
     AgentGateError,
     APIConnectionError,
     APIStatusError,
@@ -23,7 +23,7 @@ from agents.errors import (
     StreamError,
     UnsupportedError,
 )
-from agents.events import (
+from agentgate.agents.events import (
     ChatResult,
     CompletionResult,
     ContentDelta,
@@ -34,8 +34,8 @@ from agents.events import (
     Usage,
     UsageEvent,
 )
-from agents.sync import Client, Stream
-from agents.tools import Tool, ToolResult, tool
+from agentgate.agents.sync import Client, Stream
+from agentgate.agents.tools import Tool, ToolResult, tool
 
 __all__ = [
     "APIConnectionError",

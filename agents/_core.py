@@ -25,8 +25,8 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agents.errors import APIConnectionError, StreamError
-from agents.events import (
+from agentgate.agents.errors import APIConnectionError, StreamError
+from agentgate.agents.events import (
     ChatResult,
     Choice,
     CompletionResult,

@@ -18,8 +18,8 @@ from typing import Any
 import anyio
 import httpx
 
-from agents._core import USER_AGENT, Op, Req, Resp, RetryPolicy, error_body, normalize_url
-from agents.errors import AgentGateError, APIConnectionError, APITimeoutError, status_error
+from agentgate.agents._core import USER_AGENT, Op, Req, Resp, RetryPolicy, error_body, normalize_url
+from agentgate.agents.errors import AgentGateError, APIConnectionError, APITimeoutError, status_error
 
 TimeoutLike = float | httpx.Timeout | None
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import httpx
 
-from agents import prometheus
-from agents._core import Op, Req, RetryPolicy, json_op
-from agents._transport import AsyncTransport, SyncTransport, TimeoutLike
-from agents.errors import UnsupportedError
+from agentgate.agents import prometheus
+from agentgate.agents._core import Op, Req, RetryPolicy, json_op
+from agentgate.agents._transport import AsyncTransport, SyncTransport, TimeoutLike
+from agentgate.agents.errors import UnsupportedError
 
 PAUSE_MODES = ("abort", "wait", "keep")
 
@@ -227,7 +227,7 @@ class AdminApi:
 
 def _call(op: Op, errors: list[str], default: Any) -> Op:
     """Run a sub-call, keeping its error as text (status shows what it could read)."""
-    from agents.errors import AgentGateError
+    from agentgate.agents.errors import AgentGateError
 
     try:
         return (yield from op)

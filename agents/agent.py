@@ -26,9 +26,9 @@ from typing import Any
 
 import anyio
 
-from agents.client import AsyncClient
-from agents.events import ChatResult, Event, ToolCall, Usage
-from agents.tools import Tool, ToolResult, as_tool
+from agentgate.agents.client import AsyncClient
+from agentgate.agents.events import ChatResult, Event, ToolCall, Usage
+from agentgate.agents.tools import Tool, ToolResult, as_tool
 
 ToolChoice = Any  # "auto" | "none" | "required" | name | Tool | dict
 

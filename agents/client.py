@@ -33,7 +33,7 @@ from typing import Any
 import anyio
 import httpx
 
-from agents._core import (
+from agentgate.agents._core import (
     ChatAccumulator,
     CompletionAccumulator,
     Op,
@@ -43,8 +43,8 @@ from agents._core import (
     drop_none,
     json_op,
 )
-from agents._transport import AsyncTransport, TimeoutLike, transport_error
-from agents.events import ChatResult, CompletionResult, Event
+from agentgate.agents._transport import AsyncTransport, TimeoutLike, transport_error
+from agentgate.agents.events import ChatResult, CompletionResult, Event
 
 SESSION_HEADER = "X-Session-Id"
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -123,7 +123,7 @@ class ClientApi:
             raise TypeError("pass no `stream` option: use chat() for a whole answer, chat_stream() for events")
         body: dict[str, Any] = {"messages": list(messages)}
         if tools:
-            from agents.tools import openai_tools
+            from agentgate.agents.tools import openai_tools
 
             body["tools"] = openai_tools(tools)
         body.update(

@@ -27,9 +27,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from agents._core import DEFAULT_URL
-from agents.admin import PAUSE_MODES, Admin, Status
-from agents.errors import AgentGateError, APIStatusError
+from agentgate.agents._core import DEFAULT_URL
+from agentgate.agents.admin import PAUSE_MODES, Admin, Status
+from agentgate.agents.errors import AgentGateError, APIStatusError
 
 
 def build_parser() -> argparse.ArgumentParser:

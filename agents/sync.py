@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import httpx
 
-from agents._core import ChatAccumulator, CompletionAccumulator, Req, StreamParser
-from agents._transport import SyncTransport, transport_error
-from agents.client import REQUEST_ID_HEADER, ClientApi
-from agents.events import Event
+from agentgate.agents._core import ChatAccumulator, CompletionAccumulator, Req, StreamParser
+from agentgate.agents._transport import SyncTransport, transport_error
+from agentgate.agents.client import REQUEST_ID_HEADER, ClientApi
+from agentgate.agents.events import Event
 
 
 class Stream:

@@ -43,8 +43,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 import anyio
 import anyio.to_thread
 
-from agents.errors import ToolError
-from agents.events import ToolCall
+from agentgate.agents.errors import ToolError
+from agentgate.agents.events import ToolCall
 
 __all__ = ["Tool", "ToolResult", "openai_tools", "tool", "json_schema"]
 

@@ -6,10 +6,10 @@
 
 from typing import TYPE_CHECKING
 
-from engine.sampling_params import SamplingParams
+from agentgate.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from engine.llm import LLM, RequestOutput
+    from agentgate.engine.llm import LLM, RequestOutput
 
 __all__ = ["LLM", "RequestOutput", "SamplingParams"]
 
@@ -18,7 +18,7 @@ def __getattr__(name: str):
     # LLM pulls in torch and the model code; front ends that only need the
     # protocol should not pay for that on import.
     if name in ("LLM", "RequestOutput"):
-        from engine import llm
+        from agentgate.engine import llm
 
         return getattr(llm, name)
     raise AttributeError(name)

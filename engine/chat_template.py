@@ -24,7 +24,7 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from engine.errors import InvalidRequestError
+from agentgate.engine.errors import InvalidRequestError
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 

@@ -27,10 +27,10 @@ import zmq
 import zmq.asyncio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from engine.config import EngineConfig
-from engine.errors import EngineDeadError, EngineError, InvalidRequestError
-from engine.ipc import private_address, remove_socket_file
-from engine.protocol import (
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.errors import EngineDeadError, EngineError, InvalidRequestError
+from agentgate.engine.ipc import private_address, remove_socket_file
+from agentgate.engine.protocol import (
     AbortRequests,
     AddRequest,
     EngineCoreOutput,
@@ -46,7 +46,7 @@ from engine.protocol import (
     decode_from_engine,
     encode,
 )
-from engine.sampling_params import SamplingParams
+from agentgate.engine.sampling_params import SamplingParams
 
 WATCH_INTERVAL_S = 0.05
 # An engine we cannot watch as a process is dead after this long without a
@@ -312,8 +312,8 @@ def start_engine_process(
     config: EngineConfig, address: str, model_name: str | None = None
 ) -> multiprocessing.process.BaseProcess:
     """Spawn an engine process serving ``config`` at ``address`` (it binds)."""
-    from engine.model_path import model_display_name
-    from engine.process import run_engine_process
+    from agentgate.engine.model_path import model_display_name
+    from agentgate.engine.process import run_engine_process
 
     process = multiprocessing.get_context("spawn").Process(
         target=run_engine_process,

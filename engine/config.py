@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:  # torch only when a device is resolved: front ends import this module torch-free
     import torch
 
-from engine.errors import InvalidRequestError
+from agentgate.engine.errors import InvalidRequestError
 
 RunnerKind = Literal["overlap", "sync", "null"]
 RUNNERS: tuple[str, ...] = ("overlap", "sync", "null")

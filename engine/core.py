@@ -12,15 +12,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config import EngineConfig
-from engine.errors import InvalidRequestError
-from engine.kv_cache_manager import KVCacheManager
-from engine.protocol import EngineCoreOutput, EngineInfo, SchedulerStats, TokenLogprobs
-from engine.request import FinishReason, Request
-from engine.runner.base import ModelRunner
-from engine.sampling_params import SamplingParams
-from engine.scheduler import PauseState, Scheduler, SchedulerLimits, TokenEvent
-from engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.kv_cache_manager import KVCacheManager
+from agentgate.engine.protocol import EngineCoreOutput, EngineInfo, SchedulerStats, TokenLogprobs
+from agentgate.engine.request import FinishReason, Request
+from agentgate.engine.runner.base import ModelRunner
+from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits, TokenEvent
+from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 PAUSE_MODES = ("abort", "wait", "keep")
 
@@ -34,7 +34,7 @@ class _InFlight:
 
 def make_runner(config: EngineConfig) -> ModelRunner:
     if config.runner == "null":
-        from engine.runner.null import NullRunner
+        from agentgate.engine.runner.null import NullRunner
 
         return NullRunner(
             num_blocks=config.num_kv_blocks or 1 << 16,
@@ -44,10 +44,10 @@ def make_runner(config: EngineConfig) -> ModelRunner:
             step_seconds=config.null_step_seconds,
         )
     if config.runner == "sync":
-        from engine.runner.sync import SyncRunner
+        from agentgate.engine.runner.sync import SyncRunner
 
         return SyncRunner(config)
-    from engine.runner.overlap import OverlapRunner
+    from agentgate.engine.runner.overlap import OverlapRunner
 
     return OverlapRunner(config)
 
@@ -115,8 +115,8 @@ class EngineCore:
 
     def _grammar_compiler(self):
         if self._grammars is None:
-            from engine.model_path import resolve_model_path
-            from engine.structured_output import GrammarCompiler
+            from agentgate.engine.model_path import resolve_model_path
+            from agentgate.engine.structured_output import GrammarCompiler
 
             if self.config.runner == "null":
                 raise InvalidRequestError("structured outputs need a model with a tokenizer", "structured")
@@ -128,7 +128,7 @@ class EngineCore:
         could not be compiled."""
         if not self._compiling:
             return []
-        from engine.structured_output import RequestGrammar
+        from agentgate.engine.structured_output import RequestGrammar
 
         failed, waiting = [], []
         for request, future in self._compiling:
@@ -251,7 +251,7 @@ class EngineCore:
         step before it has resolved, so its grammars are current."""
         if not self._in_flight or not self._in_flight[0].awaiting_bitmask:
             return
-        from engine.structured_output import new_bitmask
+        from agentgate.engine.structured_output import new_bitmask
 
         entry = self._in_flight[0]
         rows = [row for row in entry.step.scheduled if row.samples]

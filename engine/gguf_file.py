@@ -19,7 +19,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from engine.errors import ModelLoadError
+from agentgate.engine.errors import ModelLoadError
 
 _SCALARS: dict[int, str] = {
     gguf.GGUFValueType.UINT8: "<B", gguf.GGUFValueType.INT8: "<b",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from engine.block_pool import Block, BlockPool
-from engine.prefix_cache import extend_block_hashes
-from engine.request import Request
+from agentgate.engine.block_pool import Block, BlockPool
+from agentgate.engine.prefix_cache import extend_block_hashes
+from agentgate.engine.request import Request
 
 
 class KVCacheManager:

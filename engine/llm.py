@@ -1,6 +1,6 @@
 """The offline Python API, for scripts and tests (kept stable):
 
-    from engine import LLM, SamplingParams
+    from agentgate.engine import LLM, SamplingParams
     llm = LLM()                                   # the default model
     [out] = llm.chat([{"role": "user", "content": "Hi"}], SamplingParams(temperature=0))
     print(out.text)
@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config import EngineConfig
-from engine.core import EngineCore
-from engine.errors import EngineError, InvalidRequestError
-from engine.model_path import resolve_model_path
-from engine.output_processor import OutputProcessor
-from engine.protocol import TokenLogprobs
-from engine.sampling_params import SamplingParams
-from engine.tokenizer import Tokenizer, load_tokenizer
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.core import EngineCore
+from agentgate.engine.errors import EngineError, InvalidRequestError
+from agentgate.engine.model_path import resolve_model_path
+from agentgate.engine.output_processor import OutputProcessor
+from agentgate.engine.protocol import TokenLogprobs
+from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
 
 Prompt = str | list[int]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.detokenizer import IncrementalDetokenizer
-from engine.sampling_params import SamplingParams
-from engine.tokenizer import Tokenizer
+from agentgate.engine.detokenizer import IncrementalDetokenizer
+from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.tokenizer import Tokenizer
 
 
 @dataclass

@@ -19,11 +19,11 @@ from typing import Any
 
 import zmq
 
-from engine.config import EngineConfig
-from engine.core import EngineCore
-from engine.errors import EngineError
-from engine.ipc import remove_socket_file
-from engine.protocol import (
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.core import EngineCore
+from agentgate.engine.errors import EngineError
+from agentgate.engine.ipc import remove_socket_file
+from agentgate.engine.protocol import (
     AbortRequests,
     AddRequest,
     EngineCoreOutput,

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from engine.sampling_params import SamplingParams
+from agentgate.engine.sampling_params import SamplingParams
 
 
 class Hello(msgspec.Struct, tag="hello", array_like=True):

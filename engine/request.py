@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import time
 
-from engine.sampling_params import SamplingParams
+from agentgate.engine.sampling_params import SamplingParams
 
 
 class RequestStatus(enum.Enum):

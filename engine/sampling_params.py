@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from engine.errors import InvalidRequestError
+from agentgate.engine.errors import InvalidRequestError
 
 MAX_LOGPROBS = 20
 MAX_STOP_TOKEN_IDS = 32

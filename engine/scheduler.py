@@ -12,10 +12,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from engine.kv_cache_manager import KVCacheManager
-from engine.protocol import SchedulerStats
-from engine.request import FinishReason, Request, RequestStatus
-from engine.scheduler_output import (
+from agentgate.engine.kv_cache_manager import KVCacheManager
+from agentgate.engine.protocol import SchedulerStats
+from agentgate.engine.request import FinishReason, Request, RequestStatus
+from agentgate.engine.scheduler_output import (
     ModelRunnerOutput,
     NewRequestData,
     ScheduledRequest,

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 import xgrammar as xgr
 
-from engine.errors import InvalidRequestError
-from engine.sampling_params import StructuredOutput
+from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.sampling_params import StructuredOutput
 
 
 class GrammarCompiler:
@@ -33,7 +33,7 @@ class GrammarCompiler:
 
     @cached_property
     def _compiler(self) -> xgr.GrammarCompiler:
-        from engine.tokenizer import load_tokenizer
+        from agentgate.engine.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(self.tokenizer_path)
         vocab_type = {

@@ -26,9 +26,9 @@ from tokenizers import (
     processors,
 )
 
-from engine.chat_template import render_chat
-from engine.errors import InvalidRequestError, ModelLoadError
-from engine.gguf_file import read_gguf
+from agentgate.engine.chat_template import render_chat
+from agentgate.engine.errors import InvalidRequestError, ModelLoadError
+from agentgate.engine.gguf_file import read_gguf
 
 VocabType = Literal["byte_level", "byte_fallback", "raw"]
 

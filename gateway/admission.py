@@ -9,7 +9,7 @@ so plain counters suffice.
 
 from __future__ import annotations
 
-from gateway.errors import QueueFullError
+from agentgate.gateway.errors import QueueFullError
 
 RETRY_AFTER_S = 1
 

@@ -28,20 +28,20 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
-from engine.client import EngineClient, stop_engine_process
-from engine.ipc import remove_socket_file
-from engine.model_path import resolve_model_path
-from engine.tokenizer import load_tokenizer
-from gateway.admission import Admission
-from gateway.auth import AuthMiddleware, KeyChecker
-from gateway.engines import EnginePool, EngineTarget
-from gateway.errors import EXCEPTION_HANDLERS
-from gateway.metrics import Metrics
-from gateway.middleware import BodyLimitMiddleware, RequestIdMiddleware
-from gateway.request_context import RequestContextMiddleware, StateHolder
-from gateway.routes import openai, ops, sessions, tokenize
-from gateway.settings import Settings
-from gateway.state import GatewayState
+from agentgate.engine.client import EngineClient, stop_engine_process
+from agentgate.engine.ipc import remove_socket_file
+from agentgate.engine.model_path import resolve_model_path
+from agentgate.engine.tokenizer import load_tokenizer
+from agentgate.gateway.admission import Admission
+from agentgate.gateway.auth import AuthMiddleware, KeyChecker
+from agentgate.gateway.engines import EnginePool, EngineTarget
+from agentgate.gateway.errors import EXCEPTION_HANDLERS
+from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.middleware import BodyLimitMiddleware, RequestIdMiddleware
+from agentgate.gateway.request_context import RequestContextMiddleware, StateHolder
+from agentgate.gateway.routes import openai, ops, sessions, tokenize
+from agentgate.gateway.settings import Settings
+from agentgate.gateway.state import GatewayState
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -122,7 +122,7 @@ def create_app(
     middleware.append(Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes))
     middleware.append(Middleware(RequestContextMiddleware, holder=holder))
 
-    from gateway.routes import playground  # the web playground: /, /playground, /static/
+    from agentgate.gateway.routes import playground  # the web playground: /, /playground, /static/
 
     return Starlette(
         routes=[*openai.routes, *tokenize.routes, *ops.routes, *sessions.routes, *playground.routes],
@@ -135,10 +135,10 @@ def create_app(
 async def _connect_shared_state(stack: AsyncExitStack, settings: Settings, state: GatewayState) -> None:
     """Redis, the cluster's control plane and their background tasks (a gateway
     without ``redis_url`` runs alone: no sessions, local operator calls)."""
-    from gateway.cluster import Cluster
-    from gateway.ratelimit import RateLimiter, parse_key_limits
-    from gateway.redis_state import SharedState, make_replica_id
-    from gateway.sessions import SessionStore
+    from agentgate.gateway.cluster import Cluster
+    from agentgate.gateway.ratelimit import RateLimiter, parse_key_limits
+    from agentgate.gateway.redis_state import SharedState, make_replica_id
+    from agentgate.gateway.sessions import SessionStore
 
     pool = state.pool
     state.replica_id = make_replica_id(settings.port)

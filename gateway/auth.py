@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import AuthenticationError, GatewayError, PermissionDeniedError, error_response
+from agentgate.gateway.errors import AuthenticationError, GatewayError, PermissionDeniedError, error_response
 
 OPEN_PATHS = frozenset({"/health", "/metrics", "/version", "/openapi.json", "/ping"})
 PAGE_PATHS = frozenset({"/", "/playground"})

@@ -46,7 +46,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.settings import (
+from agentgate.gateway.settings import (
     Settings,
     env_name,
     field_kind,
@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["ops"]:
-        from agents.ops_cli import main as ops_main
+        from agentgate.agents.ops_cli import main as ops_main
 
         return ops_main(argv[1:])
     parser = build_parser()
@@ -204,9 +204,9 @@ def _logging(level: str) -> None:
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     settings = _setup(args, parser)
     engine_config = settings.engine_config()
-    from engine.client import start_engine_process, stop_engine_process
-    from engine.ipc import private_address, remove_socket_file
-    from gateway.engines import EngineTarget
+    from agentgate.engine.client import start_engine_process, stop_engine_process
+    from agentgate.engine.ipc import private_address, remove_socket_file
+    from agentgate.gateway.engines import EngineTarget
 
     with contextlib.ExitStack() as stack:
         settings = _with_redis(stack, settings)
@@ -228,7 +228,7 @@ def _gateway(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     addresses = [part.strip() for item in given for part in item.split(",") if part.strip()]
     if not addresses:
         parser.error("agentgate gateway needs at least one --engine ADDRESS (or AGENTGATE_ENGINE)")
-    from gateway.engines import EngineTarget
+    from agentgate.gateway.engines import EngineTarget
 
     with contextlib.ExitStack() as stack:
         settings = _with_redis(stack, settings)
@@ -240,8 +240,8 @@ def _engine(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     address = args.address or os.environ.get("AGENTGATE_ADDRESS")
     if not address:
         parser.error("agentgate engine needs --address (tcp://HOST:PORT or ipc:///PATH)")
-    from engine.model_path import model_display_name
-    from engine.process import run_engine_process
+    from agentgate.engine.model_path import model_display_name
+    from agentgate.engine.process import run_engine_process
 
     config = settings.engine_config()
     log.info("engine (runner %s, model %s) binding %s", config.runner, config.model or "default", address)
@@ -253,7 +253,7 @@ def _with_redis(stack: contextlib.ExitStack, settings: Settings) -> Settings:
     """The settings with a Redis URL: the given one, or an embedded server's (stopped with ``stack``)."""
     if settings.redis_url is not None:
         return settings
-    from gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError
+    from agentgate.gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError
 
     try:
         redis = EmbeddedRedis(settings.redis_dir, port_hint=settings.port).start()
@@ -273,7 +273,7 @@ def _run_gateway(settings: Settings, targets: list, sockets: list[socket.socket]
     """The gateway in this process, under uvicorn, until a signal."""
     import uvicorn
 
-    from gateway.app import create_app
+    from agentgate.gateway.app import create_app
 
     app = create_app(settings, engines=targets)
     config = uvicorn.Config(
@@ -320,7 +320,7 @@ def gateway_worker(
 ) -> None:
     """One gateway process of ``--gateway-workers`` (spawned by the supervisor)."""
     _logging(settings.log_level)
-    from gateway.engines import EngineTarget, WatchedPid
+    from agentgate.gateway.engines import EngineTarget, WatchedPid
 
     def watch_parent() -> None:
         while True:
@@ -390,7 +390,7 @@ def _supervise(settings: Settings, targets: list) -> int:
 
 
 def _redacted(url: str | None) -> str:
-    from gateway.redis_state import redact_url
+    from agentgate.gateway.redis_state import redact_url
 
     return redact_url(url) if url else "none"
 
@@ -436,7 +436,7 @@ def _server_class(uvicorn):
 def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import os
 
-    from engine import LLM, SamplingParams
+    from agentgate.engine import LLM, SamplingParams
 
     options: dict[str, Any] = {
         "runner": args.runner or os.environ.get("AGENTGATE_RUNNER", "overlap"),

@@ -33,9 +33,9 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from engine.errors import EngineDeadError, EngineError
-from gateway.engines import EnginePool
-from gateway.redis_state import RedisUnavailableError, SharedState
+from agentgate.engine.errors import EngineDeadError, EngineError
+from agentgate.gateway.engines import EnginePool
+from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
 
 log = logging.getLogger("agentgate.cluster")
 

@@ -24,10 +24,10 @@ from typing import Any, Protocol
 
 import anyio
 
-from engine.client import EngineClient
-from engine.errors import EngineDeadError
-from engine.protocol import EngineInfo, SchedulerStats
-from gateway.request_context import CURRENT, RequestContext
+from agentgate.engine.client import EngineClient
+from agentgate.engine.errors import EngineDeadError
+from agentgate.engine.protocol import EngineInfo, SchedulerStats
+from agentgate.gateway.request_context import CURRENT, RequestContext
 
 log = logging.getLogger("agentgate.gateway")
 

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from engine.errors import EngineDeadError, EngineError, InvalidRequestError
+from agentgate.engine.errors import EngineDeadError, EngineError, InvalidRequestError
 
 log = logging.getLogger("agentgate.gateway")
 

@@ -28,17 +28,17 @@ from typing import NamedTuple
 
 import anyio
 
-from engine.client import EngineClient
-from engine.errors import EngineError, InvalidRequestError
-from engine.output_processor import OutputProcessor
-from engine.protocol import EngineCoreOutput, TokenLogprobs
-from engine.sampling_params import SamplingParams
-from engine.tokenizer import Tokenizer
-from gateway.admission import Ticket
-from gateway.engines import EnginePool
-from gateway.errors import ConflictError
-from gateway.metrics import Metrics
-from gateway.schemas import Usage
+from agentgate.engine.client import EngineClient
+from agentgate.engine.errors import EngineError, InvalidRequestError
+from agentgate.engine.output_processor import OutputProcessor
+from agentgate.engine.protocol import EngineCoreOutput, TokenLogprobs
+from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway.admission import Ticket
+from agentgate.gateway.engines import EnginePool
+from agentgate.gateway.errors import ConflictError
+from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.schemas import Usage
 
 
 class ChoiceEvent(NamedTuple):

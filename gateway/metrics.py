@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from engine.protocol import SchedulerStats
+from agentgate.engine.protocol import SchedulerStats
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 

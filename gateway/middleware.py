@@ -15,7 +15,7 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import PayloadTooLargeError, error_response
+from agentgate.gateway.errors import PayloadTooLargeError, error_response
 
 REQUEST_ID_HEADER = b"x-request-id"
 USABLE_ID = re.compile(rb"[!-~]{1,128}")  # printable ASCII, no spaces: request and session ids

@@ -8,9 +8,9 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from gateway import package_version
-from gateway import schemas as s
-from gateway.errors import ErrorBody
+from agentgate.gateway import package_version
+from agentgate.gateway import schemas as s
+from agentgate.gateway.errors import ErrorBody
 
 
 class Operation(NamedTuple):

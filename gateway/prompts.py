@@ -14,12 +14,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from engine.sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutput
-from engine.tokenizer import Tokenizer
-from gateway.errors import BadRequestError, GatewayError
-from gateway.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
-from gateway.tools import StreamingToolParser, render_chat_prompt, resolve_tool_choice, select_tool_parser, validate_tools
-from gateway.tools.constraints import parse_response_format, structured_output
+from agentgate.engine.sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutput
+from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway.errors import BadRequestError, GatewayError
+from agentgate.gateway.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from agentgate.gateway.tools import StreamingToolParser, render_chat_prompt, resolve_tool_choice, select_tool_parser, validate_tools
+from agentgate.gateway.tools.constraints import parse_response_format, structured_output
 
 MAX_N = 128
 

@@ -27,9 +27,9 @@ import logging
 import math
 from collections.abc import Iterable
 
-from gateway.errors import GatewayError
-from gateway.redis_state import RedisUnavailableError, SharedState
-from gateway.request_context import key_digest
+from agentgate.gateway.errors import GatewayError
+from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
+from agentgate.gateway.request_context import key_digest
 
 log = logging.getLogger("agentgate.ratelimit")
 

@@ -50,7 +50,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from gateway.errors import ServiceUnavailableError
+from agentgate.gateway.errors import ServiceUnavailableError
 
 log = logging.getLogger("agentgate.redis")
 

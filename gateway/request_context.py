@@ -26,17 +26,17 @@ from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.auth import Role, bearer_token
-from gateway.errors import (
+from agentgate.gateway.auth import Role, bearer_token
+from agentgate.gateway.errors import (
     BadRequestError,
     GatewayError,
     ServiceUnavailableError,
     error_response,
 )
-from gateway.middleware import USABLE_ID
+from agentgate.gateway.middleware import USABLE_ID
 
 if TYPE_CHECKING:
-    from gateway.state import GatewayState
+    from agentgate.gateway.state import GatewayState
 
 SESSION_HEADER = b"x-session-id"
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})

@@ -17,11 +17,11 @@ add up to. With ``parallel_tool_calls: false`` only the first call is kept
 
 from __future__ import annotations
 
-from engine.protocol import TokenLogprobs
-from engine.tokenizer import Tokenizer
-from gateway.generation import Choice, ChoiceEvent, Generation
-from gateway.prompts import NO_TOOLS, ToolPlan
-from gateway.schemas import (
+from agentgate.engine.protocol import TokenLogprobs
+from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway.generation import Choice, ChoiceEvent, Generation
+from agentgate.gateway.prompts import NO_TOOLS, ToolPlan
+from agentgate.gateway.schemas import (
     AssistantMessage,
     ChatChoice,
     ChatChunkChoice,
@@ -36,9 +36,9 @@ from gateway.schemas import (
     TopLogprob,
     encode,
 )
-from gateway.streaming import sse
-from gateway.tools import Delta as ToolDelta
-from gateway.tools import StreamingToolParser, accumulate, finish_reason
+from agentgate.gateway.streaming import sse
+from agentgate.gateway.tools import Delta as ToolDelta
+from agentgate.gateway.tools import StreamingToolParser, accumulate, finish_reason
 
 _EMPTY_DELTA = Delta()
 

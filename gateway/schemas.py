@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 from msgspec import Struct, field
 
-from gateway.errors import BadRequestError
+from agentgate.gateway.errors import BadRequestError
 
 T = TypeVar("T")
 

@@ -26,9 +26,9 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from gateway.errors import NotFoundError, PermissionDeniedError
-from gateway.redis_state import SharedState
-from gateway.request_context import ANONYMOUS, RequestContext
+from agentgate.gateway.errors import NotFoundError, PermissionDeniedError
+from agentgate.gateway.redis_state import SharedState
+from agentgate.gateway.request_context import ANONYMOUS, RequestContext
 
 if TYPE_CHECKING:
     pass

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.config import EngineConfig
+    from agentgate.engine.config import EngineConfig
 
 ENV_PREFIX = "AGENTGATE_"
 RUNNERS = ("overlap", "sync", "null")
@@ -178,7 +178,7 @@ class Settings:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.tool_call_parser is not None:
-            from gateway.tools.parsers import TOOL_PARSERS
+            from agentgate.gateway.tools.parsers import TOOL_PARSERS
 
             if self.tool_call_parser not in TOOL_PARSERS:
                 raise ValueError(
@@ -196,13 +196,13 @@ class Settings:
         if self.rate_limit_redis_down not in RATE_LIMIT_REDIS_DOWN:
             raise ValueError(f"rate_limit_redis_down must be one of {RATE_LIMIT_REDIS_DOWN}")
         if self.key_rate_limits:
-            from gateway.ratelimit import parse_key_limits
+            from agentgate.gateway.ratelimit import parse_key_limits
 
             parse_key_limits(self.key_rate_limits)
 
     def engine_config(self) -> EngineConfig:
         """The EngineConfig these settings describe (the engine's own defaults where unset)."""
-        from engine.config import EngineConfig
+        from agentgate.engine.config import EngineConfig
 
         options = {
             f.name: getattr(self, f.name)

@@ -16,23 +16,23 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from engine.errors import EngineError
-from engine.sampling_params import SamplingParams
-from engine.tokenizer import Tokenizer
-from gateway.admission import Admission
-from gateway.engines import EnginePool, Registered
-from gateway.errors import NotFoundError
-from gateway.generation import Generation
-from gateway.metrics import Metrics
-from gateway.request_context import ANONYMOUS, CURRENT
-from gateway.settings import Settings
+from agentgate.engine.errors import EngineError
+from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway.admission import Admission
+from agentgate.gateway.engines import EnginePool, Registered
+from agentgate.gateway.errors import NotFoundError
+from agentgate.gateway.generation import Generation
+from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.request_context import ANONYMOUS, CURRENT
+from agentgate.gateway.settings import Settings
 
 if TYPE_CHECKING:
-    from gateway.auth import KeyChecker
-    from gateway.cluster import Cluster
-    from gateway.ratelimit import RateLimiter
-    from gateway.redis_state import SharedState
-    from gateway.sessions import SessionStore
+    from agentgate.gateway.auth import KeyChecker
+    from agentgate.gateway.cluster import Cluster
+    from agentgate.gateway.ratelimit import RateLimiter
+    from agentgate.gateway.redis_state import SharedState
+    from agentgate.gateway.sessions import SessionStore
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -125,7 +125,7 @@ class GatewayState:
         messages = None
         session_id = ctx.session_id if ctx is not None else None
         if session_id is not None and gen is not None and gen.choices:
-            from gateway.sessions import conversation
+            from agentgate.gateway.sessions import conversation
 
             first = gen.choices[0]
             reply = first.text if first.num_tokens or first.finish_reason else None

@@ -33,11 +33,11 @@ import anyio
 from sse_starlette import EventSourceResponse
 from starlette.types import Receive, Scope, Send
 
-from engine.errors import EngineError
-from gateway.errors import error_json, error_response
+from agentgate.engine.errors import EngineError
+from agentgate.gateway.errors import error_json, error_response
 
 if TYPE_CHECKING:
-    from gateway.generation import Choice, ChoiceEvent, Generation
+    from agentgate.gateway.generation import Choice, ChoiceEvent, Generation
 
 DONE = b"data: [DONE]\r\n\r\n"
 PING_SECONDS = 15

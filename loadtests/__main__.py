@@ -1,10 +1,10 @@
-"""Agent traffic against agentgate: ``python -m loadtests``.
+"""Agent traffic against agentgate: ``python -m agentgate.loadtests``.
 
-    python -m loadtests --agents 16 --turns 4 --duration 60           # starts `agentgate serve` itself
-    python -m loadtests --url http://127.0.0.1:8000 --agents 8        # a running server
-    python -m loadtests --mode open --rate 2 --duration 30             # Poisson arrivals, 2 conversations/s
-    python -m loadtests --abort-every 5 --abort-fraction 0.3           # abort storms (client disconnects)
-    python -m loadtests --pause-at 20:5:keep                           # pause at 20 s for 5 s, then resume
+    python -m agentgate.loadtests --agents 16 --turns 4 --duration 60           # starts `agentgate serve` itself
+    python -m agentgate.loadtests --url http://127.0.0.1:8000 --agents 8        # a running server
+    python -m agentgate.loadtests --mode open --rate 2 --duration 30             # Poisson arrivals, 2 conversations/s
+    python -m agentgate.loadtests --abort-every 5 --abort-fraction 0.3           # abort storms (client disconnects)
+    python -m agentgate.loadtests --pause-at 20:5:keep                           # pause at 20 s for 5 s, then resume
 
 Writes ``report.json``, ``latency_cdf.png`` and ``throughput.png`` to
 ``--out`` (default ``loadtests/out/<time>``) and prints a summary table. The
@@ -30,11 +30,11 @@ import anyio
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from loadtests import report as reporting
-from loadtests.driver import Pause, RunConfig, Runner, RunState
-from loadtests.metrics import SLO, percentile, summarize
-from loadtests.server import machine_busy_seconds, start_server, tree_cpu_seconds
-from loadtests.workload import WorkloadConfig
+from agentgate.loadtests import report as reporting
+from agentgate.loadtests.driver import Pause, RunConfig, Runner, RunState
+from agentgate.loadtests.metrics import SLO, percentile, summarize
+from agentgate.loadtests.server import machine_busy_seconds, start_server, tree_cpu_seconds
+from agentgate.loadtests.workload import WorkloadConfig
 
 
 SERIES_KEYS = ("t", "agentgate_requests_running", "agentgate_requests_waiting", "agentgate_kv_cache_usage_ratio")
@@ -60,7 +60,7 @@ def _range(text: str) -> tuple[float, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m loadtests", description="Simulated agent traffic against agentgate.")
+    p = argparse.ArgumentParser(prog="python -m agentgate.loadtests", description="Simulated agent traffic against agentgate.")
     target = p.add_argument_group("target")
     target.add_argument("--url", default=None, help="a running server (default: start one, see --serve)")
     target.add_argument("--serve", action="store_true", help="start `agentgate serve` for the run (the default "

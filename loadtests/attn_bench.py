@@ -1,6 +1,6 @@
 """Paged-attention kernels against dense SDPA on the same shapes, side by side.
 
-    python -m loadtests.attn_bench [--iters 50]
+    python -m agentgate.loadtests.attn_bench [--iters 50]
 
 On CUDA, in bf16 with 16-token blocks and shuffled block tables: the KV
 write (against the torch scatter of the reference), decode attention at
@@ -29,9 +29,9 @@ import torch.nn.functional as F
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any @triton.jit runs
 
-from engine.attention import reference  # noqa: E402
-from engine.attention.metadata import AttentionMetadata  # noqa: E402
-from engine.kernels.attention_backend import TritonAttentionBackend  # noqa: E402
+from agentgate.engine.attention import reference  # noqa: E402
+from agentgate.engine.attention.metadata import AttentionMetadata  # noqa: E402
+from agentgate.engine.kernels.attention_backend import TritonAttentionBackend  # noqa: E402
 
 BLOCK_SIZE = 16
 

@@ -19,8 +19,8 @@ bitmasks, accepting tokens, and, with the overlapped runner, sampling a
 constrained step only once its predecessor has resolved (see
 ``engine/core.py`` ``EngineCore.step``).
 
-    python -m loadtests.constrained_bench                    # the default model
-    python -m loadtests.constrained_bench --batch 16 --output-len 64 --grammar json_object
+    python -m agentgate.loadtests.constrained_bench                    # the default model
+    python -m agentgate.loadtests.constrained_bench --batch 16 --output-len 64 --grammar json_object
 
 Grammars need the model's tokenizer: a real model (the default, a .gguf or an
 HF directory), not the dummy configurations.
@@ -34,11 +34,11 @@ import time
 
 import torch
 
-from engine.core import EngineCore
-from engine.model_path import resolve_model_path
-from engine.sampling_params import SamplingParams, StructuredOutput
-from engine.tokenizer import load_tokenizer
-from loadtests.runner_bench import make_core
+from agentgate.engine.core import EngineCore
+from agentgate.engine.model_path import resolve_model_path
+from agentgate.engine.sampling_params import SamplingParams, StructuredOutput
+from agentgate.engine.tokenizer import load_tokenizer
+from agentgate.loadtests.runner_bench import make_core
 
 RUNNERS = ("sync", "overlap")
 MODES = ("unconstrained", "constrained", "half")

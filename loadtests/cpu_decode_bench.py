@@ -1,6 +1,6 @@
 """CPU decode attention over a shared prompt prefix, side by side.
 
-    python -m loadtests.cpu_decode_bench [--batch 16] [--shared 300] [--iters 50]
+    python -m agentgate.loadtests.cpu_decode_bench [--batch 16] [--shared 300] [--iters 50]
 
 The agent workload's decode batch: ``batch`` sequences whose first
 ``--shared`` tokens (a system prompt of tool descriptions) sit in the same
@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata, count_shared_prefix_blocks
-from engine.attention.reference import paged_attention
+from agentgate.engine.attention.metadata import AttentionMetadata, count_shared_prefix_blocks
+from agentgate.engine.attention.reference import paged_attention
 
 BLOCK_SIZE = 16
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 9, 3, 64

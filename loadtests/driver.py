@@ -28,11 +28,11 @@ from typing import Any
 import anyio
 import httpx
 
-from agents import AsyncAdmin, AsyncClient
-from agents.errors import AgentGateError, APIStatusError
-from agents.events import ContentDelta, Finish, UsageEvent
-from loadtests.metrics import SLO, RequestRecord
-from loadtests.workload import Arrivals, Conversation, WorkloadConfig
+from agentgate.agents import AsyncAdmin, AsyncClient
+from agentgate.agents.errors import AgentGateError, APIStatusError
+from agentgate.agents.events import ContentDelta, Finish, UsageEvent
+from agentgate.loadtests.metrics import SLO, RequestRecord
+from agentgate.loadtests.workload import Arrivals, Conversation, WorkloadConfig
 
 MAX_ATTEMPTS = 3  # tries of one turn when it is aborted
 

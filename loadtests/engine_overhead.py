@@ -6,7 +6,7 @@ prefix-cache bookkeeping) and applying the step's sampled tokens. Printed per
 batch size, for both pipelines (one step in flight, as with the sync runner,
 and two, as with the overlapped runner).
 
-    python -m loadtests.engine_overhead
+    python -m agentgate.loadtests.engine_overhead
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import argparse
 import statistics
 import time
 
-from engine.config import EngineConfig
-from engine.core import EngineCore
-from engine.runner.null import NullRunner
-from engine.sampling_params import SamplingParams
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.core import EngineCore
+from agentgate.engine.runner.null import NullRunner
+from agentgate.engine.sampling_params import SamplingParams
 
 
 def time_steps(batch: int, in_flight: int, prompt_len: int, steps: int) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """Gateway overhead: the gateway in front of an instant engine vs a bare
 Starlette + sse-starlette app emitting the same chunks.
 
-    python -m loadtests.gateway_bench [--streams 256] [--chunks 64]
+    python -m agentgate.loadtests.gateway_bench [--streams 256] [--chunks 64]
 
 Both servers run as subprocesses (uvicorn on 127.0.0.1, free ports); the
 client (httpx, in this process) opens ``--streams`` concurrent streaming chat
@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtests.metrics import percentile
-from loadtests.server import free_port, stop_process, tree_cpu_seconds
+from agentgate.loadtests.metrics import percentile
+from agentgate.loadtests.server import free_port, stop_process, tree_cpu_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 MESSAGES = [{"role": "user", "content": "Tell me about the sea."}]
@@ -229,13 +229,13 @@ def main() -> int:
     servers = []
     try:
         servers.append(start(
-            [sys.executable, "-m", "gateway.cli", "serve", "--runner", "null", "--port", str(gateway_port),
+            [sys.executable, "-m", "agentgate.gateway.cli", "serve", "--runner", "null", "--port", str(gateway_port),
              "--max-num-seqs", str(max(args.streams, 64)), "--max-model-len", "2048", "--max-waiting", "0",
              "--log-level", "warning"],
             gateway_port, f"GET http://127.0.0.1:{gateway_port}/health",
         ))  # fmt: skip
         servers.append(start(
-            [sys.executable, "-m", "loadtests.gateway_bench", "--bare-server", str(bare_port), "--chunks",
+            [sys.executable, "-m", "agentgate.loadtests.gateway_bench", "--bare-server", str(bare_port), "--chunks",
              str(args.chunks)],
             bare_port, f"POST http://127.0.0.1:{bare_port}/v1/chat/completions",
         ))  # fmt: skip

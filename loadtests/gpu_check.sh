@@ -29,8 +29,8 @@ timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider \
   tests/engine/kernels tests/engine/runner tests/engine/models 2>&1 | tee "$out/gpu_tests.log"
 
 echo "== runner benchmark: default model's shapes, bf16"
-timeout 90 python3 -m loadtests.runner_bench --model smollm2-dummy --batch-sizes 1,4,16,64 2>&1 | tee "$out/runner_smollm2.log"
+timeout 90 python3 -m agentgate.loadtests.runner_bench --model smollm2-dummy --batch-sizes 1,4,16,64 2>&1 | tee "$out/runner_smollm2.log"
 echo "== runner benchmark: Qwen3-0.6B shapes, bf16"
-timeout 90 python3 -m loadtests.runner_bench --model qwen3 --batch-sizes 1,4,16,64 2>&1 | tee "$out/runner_qwen3.log"
+timeout 90 python3 -m agentgate.loadtests.runner_bench --model qwen3 --batch-sizes 1,4,16,64 2>&1 | tee "$out/runner_qwen3.log"
 echo "== attention kernels against SDPA"
-timeout 60 python3 -m loadtests.attn_bench 2>&1 | tee "$out/attn.log"
+timeout 60 python3 -m agentgate.loadtests.attn_bench 2>&1 | tee "$out/attn.log"

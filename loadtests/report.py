@@ -23,8 +23,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from agents import prometheus
-from loadtests.metrics import RequestRecord, percentile
+from agentgate.agents import prometheus
+from agentgate.loadtests.metrics import RequestRecord, percentile
 
 
 def server_view(samples: list[dict[str, float]]) -> dict[str, Any]:
@@ -182,7 +182,7 @@ def plot(
     plt.close(fig)
     paths.append(path)
 
-    from loadtests.metrics import token_rate_series
+    from agentgate.loadtests.metrics import token_rate_series
 
     end = max((r.end for r in records), default=0.0)
     rate = token_rate_series(records, end, bin_s=1.0)

@@ -10,9 +10,9 @@ On CUDA it also reports, for batch 1, the decode step time against
 back-to-back replays of the same CUDA graph, and the fraction of time the GPU
 sits idle between consecutive decode steps (from the profiler's kernel trace).
 
-    python -m loadtests.runner_bench                       # default model
-    python -m loadtests.runner_bench --model qwen3          # dummy Qwen3-0.6B shapes
-    python -m loadtests.runner_bench --model smollm2-dummy  # the default model's shapes, random weights
+    python -m agentgate.loadtests.runner_bench                       # default model
+    python -m agentgate.loadtests.runner_bench --model qwen3          # dummy Qwen3-0.6B shapes
+    python -m agentgate.loadtests.runner_bench --model smollm2-dummy  # the default model's shapes, random weights
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from engine.config import EngineConfig
-from engine.core import EngineCore
-from engine.sampling_params import SamplingParams
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.core import EngineCore
+from agentgate.engine.sampling_params import SamplingParams
 
 CONFIGS = Path(__file__).parent / "configs"
 # Random weights of real shapes: the same work per step as the real model.

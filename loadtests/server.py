@@ -107,7 +107,7 @@ def start_server(args: list[str], log_dir: Path, timeout: float = 600.0) -> Serv
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "server.log"
-    command = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), *args]
+    command = [sys.executable, "-m", "agentgate.gateway.cli", "serve", "--port", str(port), *args]
     environment = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)

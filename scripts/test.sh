@@ -17,4 +17,6 @@ if ! command -v chromium >/dev/null 2>&1 && [ -z "${AGENTGATE_CHROMIUM:-}" ] \
     echo "chromium did not install (log: $apt_log); the browser tests will skip"
   fi
 fi
-exec .venv/bin/python -m pytest "$@"
+# -P: the repository root is not put on sys.path, so `agents` is the OpenAI Agents
+# SDK and our packages import only as agentgate.* (as installed).
+exec .venv/bin/python -P -m pytest "$@"

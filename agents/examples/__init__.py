@@ -1,8 +1,8 @@
 """Small agents that run against the default model (SmolLM2-135M-Instruct) on a local server.
 
     agentgate serve &
-    python -m agents.examples.calculator "What is 12 * 7 + 3?"
-    python -m agents.examples.file_search "Which file defines the Agent class?" --root agents
+    python -m agentgate.agents.examples.calculator "What is 12 * 7 + 3?"
+    python -m agentgate.agents.examples.file_search "Which file defines the Agent class?" --root agents
 
 Both make the first turn call a tool (``tool_choice="required"``, enforced by
 the server's constrained decoding), then let the model answer. A 135M model

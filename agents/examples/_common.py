@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
-from agents.events import ContentDelta, Event, ToolCallComplete
-from agents.tools import ToolResult
+from agentgate.agents.events import ContentDelta, Event, ToolCallComplete
+from agentgate.agents.tools import ToolResult
 
 
 def parser(description: str, default_task: str) -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """A calculator agent: arithmetic tools, the model decides which to call.
 
-    python -m agents.examples.calculator "What is 12 * 7 + 3?" [--url URL]
+    python -m agentgate.agents.examples.calculator "What is 12 * 7 + 3?" [--url URL]
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import anyio
 
-from agents import Agent, AsyncClient, tool
-from agents.examples._common import Printer, parser
+from agentgate.agents import Agent, AsyncClient, tool
+from agentgate.agents.examples._common import Printer, parser
 
 SYSTEM = (
     "You are a calculator assistant. Use the tools to compute; never do arithmetic in your head. "

@@ -1,6 +1,6 @@
 """A file-search agent: it lists, greps and reads files under one root directory.
 
-    python -m agents.examples.file_search "Which file defines the Agent class?" --root agents [--url URL]
+    python -m agentgate.agents.examples.file_search "Which file defines the Agent class?" --root agents [--url URL]
 
 The tools never leave ``--root`` (paths are resolved and checked), read at
 most a few hundred lines, and skip binary files.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import anyio
 
-from agents import Agent, AsyncClient, Tool
-from agents.examples._common import Printer, parser
+from agentgate.agents import Agent, AsyncClient, Tool
+from agentgate.agents.examples._common import Printer, parser
 
 SYSTEM = (
     "You find things in a directory of files. Use the tools to list files, search their text and read them. "

@@ -5,7 +5,7 @@ The model calls `write_kv` then `paged_attention` through an `AttentionBackend`;
 reference everywhere else.
 """
 
-from engine.attention.backend import AttentionBackend, get_backend
-from engine.attention.metadata import AttentionMetadata
+from agentgate.engine.attention.backend import AttentionBackend, get_backend
+from agentgate.engine.attention.metadata import AttentionMetadata
 
 __all__ = ["AttentionBackend", "AttentionMetadata", "get_backend"]

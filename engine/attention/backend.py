@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata
+from agentgate.engine.attention.metadata import AttentionMetadata
 
 
 class AttentionBackend(Protocol):
@@ -52,9 +52,9 @@ def get_backend(device: torch.device | str) -> AttentionBackend:
     """Triton kernels on CUDA, the plain-torch reference elsewhere."""
     device = torch.device(device)
     if device.type == "cuda":
-        from engine.kernels.attention_backend import TritonAttentionBackend
+        from agentgate.engine.kernels.attention_backend import TritonAttentionBackend
 
         return TritonAttentionBackend()
-    from engine.attention.reference import TorchAttentionBackend
+    from agentgate.engine.attention.reference import TorchAttentionBackend
 
     return TorchAttentionBackend()

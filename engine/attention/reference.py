@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.attention.metadata import AttentionMetadata
+from agentgate.engine.attention.metadata import AttentionMetadata
 
 
 def write_kv(

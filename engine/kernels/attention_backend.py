@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata
-from engine.kernels.decode_attention import decode_attention, num_splits_for
-from engine.kernels.kv_write import write_kv
-from engine.kernels.prefill_attention import prefill_attention
+from agentgate.engine.attention.metadata import AttentionMetadata
+from agentgate.engine.kernels.decode_attention import decode_attention, num_splits_for
+from agentgate.engine.kernels.kv_write import write_kv
+from agentgate.engine.kernels.prefill_attention import prefill_attention
 
 
 class TritonAttentionBackend:

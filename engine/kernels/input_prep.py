@@ -10,13 +10,13 @@ from types import ModuleType
 
 from torch import Tensor
 
-from engine.kernels import input_prep_ref
+from agentgate.engine.kernels import input_prep_ref
 
 
 def _impl(state: Tensor) -> ModuleType:
     """The implementation for tensors on ``state``'s device."""
     if state.is_cuda:
-        from engine.kernels import input_prep_triton
+        from agentgate.engine.kernels import input_prep_triton
 
         return input_prep_triton
     return input_prep_ref

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import torch
 
-from engine.errors import ModelLoadError
-from engine.model_path import default_model_path, resolve_model_path
-from engine.models.config import ModelConfig
-from engine.models.llama import CausalLM
-from engine.models.loader_dummy import load_dummy
-from engine.models.loader_gguf import load_gguf
-from engine.models.loader_hf import load_hf
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.model_path import default_model_path, resolve_model_path
+from agentgate.engine.models.config import ModelConfig
+from agentgate.engine.models.llama import CausalLM
+from agentgate.engine.models.loader_dummy import load_dummy
+from agentgate.engine.models.loader_gguf import load_gguf
+from agentgate.engine.models.loader_hf import load_hf
 
 LOAD_FORMATS = ("auto", "gguf", "safetensors", "dummy")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from engine.errors import ModelLoadError
+from agentgate.engine.errors import ModelLoadError
 
 #: HF `architectures` entries we run, and the family each one belongs to.
 HF_ARCHITECTURES = {

@@ -5,6 +5,6 @@ ends can find the tokenizer without importing the model code; this module
 keeps it reachable beside the loaders.
 """
 
-from engine.model_path import DEFAULT_MODEL_FILE, INSTALL_COMMAND, default_model_path
+from agentgate.engine.model_path import DEFAULT_MODEL_FILE, INSTALL_COMMAND, default_model_path
 
 __all__ = ["DEFAULT_MODEL_FILE", "INSTALL_COMMAND", "default_model_path"]

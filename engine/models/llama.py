@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine.attention.backend import AttentionBackend
-from engine.attention.metadata import AttentionMetadata
-from engine.errors import ModelLoadError
-from engine.models.config import ModelConfig
-from engine.models.cpu_linear import PackedLinear, can_pack, pack_linears
-from engine.models.rope import apply_rope, rope_tables
+from agentgate.engine.attention.backend import AttentionBackend
+from agentgate.engine.attention.metadata import AttentionMetadata
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.models.config import ModelConfig
+from agentgate.engine.models.cpu_linear import PackedLinear, can_pack, pack_linears
+from agentgate.engine.models.rope import apply_rope, rope_tables
 
 
 class RMSNorm(nn.Module):

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import torch
 
-from engine.attention.backend import get_backend
-from engine.errors import ModelLoadError
-from engine.models.config import ModelConfig, read_hf_config, resolve_dtype
-from engine.models.llama import CausalLM, build_model
-from engine.models.loader_gguf import read_gguf_config
+from agentgate.engine.attention.backend import get_backend
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.models.config import ModelConfig, read_hf_config, resolve_dtype
+from agentgate.engine.models.llama import CausalLM, build_model
+from agentgate.engine.models.loader_gguf import read_gguf_config
 
 INIT_STD = 0.02
 

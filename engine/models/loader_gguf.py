@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from engine.attention.backend import get_backend
-from engine.errors import ModelLoadError
-from engine.gguf_file import GGUFFile, read_gguf
-from engine.models.config import ModelConfig, config_from_gguf, resolve_dtype
-from engine.models.llama import CausalLM, build_model, fuse_hf_weights
+from agentgate.engine.attention.backend import get_backend
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.gguf_file import GGUFFile, read_gguf
+from agentgate.engine.models.config import ModelConfig, config_from_gguf, resolve_dtype
+from agentgate.engine.models.llama import CausalLM, build_model, fuse_hf_weights
 
 # GGUF tensor names -> HF names (``model.`` prefix stripped).
 _GLOBAL_NAMES = {

@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from engine.attention.backend import get_backend
-from engine.errors import ModelLoadError
-from engine.models.config import ModelConfig, read_hf_config, resolve_dtype
-from engine.models.llama import CausalLM, build_model, fuse_hf_weights
+from agentgate.engine.attention.backend import get_backend
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.models.config import ModelConfig, read_hf_config, resolve_dtype
+from agentgate.engine.models.llama import CausalLM, build_model, fuse_hf_weights
 
 _INDEX = "model.safetensors.index.json"
 # Buffers some older checkpoints saved alongside the weights.

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from engine.models.config import ModelConfig
+from agentgate.engine.models.config import ModelConfig
 
 
 def inverse_frequencies(config: ModelConfig, device: torch.device | str = "cpu") -> torch.Tensor:

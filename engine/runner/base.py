@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.config import EngineConfig
-from engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 if TYPE_CHECKING:
-    from engine.models import LoadedModel
+    from agentgate.engine.models import LoadedModel
 
 CPU_KV_CACHE_BYTES = 1 << 30
 CPU_MAX_MODEL_LEN = 8192
@@ -69,7 +69,7 @@ class TorchModelRunner(ModelRunner):
     """A runner with a real model and a real paged KV cache."""
 
     def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None) -> None:
-        from engine.models import load_model
+        from agentgate.engine.models import load_model
 
         self.config = config
         self.device = config.resolved_device()
@@ -128,7 +128,7 @@ class TorchModelRunner(ModelRunner):
     def _profile_activation_bytes(self) -> int:
         """Peak memory of one full-budget prefill step (forward, logits for
         every sequence slot), measured on a throwaway KV cache."""
-        from engine.attention import AttentionMetadata
+        from agentgate.engine.attention import AttentionMetadata
 
         cfg, dev = self.config, self.device
         num_tokens = min(cfg.max_num_batched_tokens, self.model_config.max_position_embeddings)

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.attention import AttentionMetadata
-from engine.kernels import input_prep
+from agentgate.engine.attention import AttentionMetadata
+from agentgate.engine.kernels import input_prep
 
 if TYPE_CHECKING:
-    from engine.runner.overlap import OverlapRunner
+    from agentgate.engine.runner.overlap import OverlapRunner
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 

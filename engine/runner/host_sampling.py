@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.runner.noise import as_int64
-from engine.runner.sampling_batch import SamplingBatch
-from engine.sampling_params import SamplingParams
+from agentgate.engine.runner.noise import as_int64
+from agentgate.engine.runner.sampling_batch import SamplingBatch
+from agentgate.engine.sampling_params import SamplingParams
 
 
 @dataclass

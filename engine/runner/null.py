@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.runner.base import KVCacheSpec, ModelRunner
-from engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from agentgate.engine.runner.base import KVCacheSpec, ModelRunner
+from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 
 
 def null_next_token(previous: int, position: int, seed: int, greedy: bool, vocab_size: int) -> int:

@@ -23,17 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.attention import AttentionMetadata
-from engine.attention.metadata import count_shared_prefix_blocks
-from engine.kernels import input_prep
-from engine.runner.base import TorchModelRunner
-from engine.runner.cuda_graphs import DecodeGraphs
-from engine.runner.noise import as_int64
-from engine.runner.sampler import sample
-from engine.runner.sampling_batch import SamplerOutput, SamplingBatch
-from engine.runner.slot_state import MAX_LOGIT_BIAS, MAX_STOP_IDS, SlotState
-from engine.runner.staging import StepStaging
-from engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from agentgate.engine.attention import AttentionMetadata
+from agentgate.engine.attention.metadata import count_shared_prefix_blocks
+from agentgate.engine.kernels import input_prep
+from agentgate.engine.runner.base import TorchModelRunner
+from agentgate.engine.runner.cuda_graphs import DecodeGraphs
+from agentgate.engine.runner.noise import as_int64
+from agentgate.engine.runner.sampler import sample
+from agentgate.engine.runner.sampling_batch import SamplerOutput, SamplingBatch
+from agentgate.engine.runner.slot_state import MAX_LOGIT_BIAS, MAX_STOP_IDS, SlotState
+from agentgate.engine.runner.staging import StepStaging
+from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 
 
 @dataclass

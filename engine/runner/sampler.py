@@ -49,8 +49,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from engine.runner import noise
-from engine.runner.sampling_batch import SamplerOutput, SamplingBatch
+from agentgate.engine.runner import noise
+from agentgate.engine.runner.sampling_batch import SamplerOutput, SamplingBatch
 
 __all__ = ["MAX_CHUNK_ELEMENTS", "SamplerOutput", "SamplingBatch", "sample"]
 

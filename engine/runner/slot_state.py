@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.sampling_params import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
+from agentgate.engine.sampling_params import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
 
 # Stop ids plus the model's EOS ids, suppressed together under min_tokens.
 MAX_STOP_IDS = MAX_STOP_TOKEN_IDS + 16

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.attention import AttentionMetadata
-from engine.attention.metadata import count_shared_prefix_blocks
-from engine.runner.base import TorchModelRunner
-from engine.runner.host_sampling import SamplingRow, build_sampling_batch
-from engine.runner.sampler import sample
-from engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from agentgate.engine.attention import AttentionMetadata
+from agentgate.engine.attention.metadata import count_shared_prefix_blocks
+from agentgate.engine.runner.base import TorchModelRunner
+from agentgate.engine.runner.host_sampling import SamplingRow, build_sampling_batch
+from agentgate.engine.runner.sampler import sample
+from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 
 
 @dataclass

@@ -14,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.errors import BadRequestError
-from gateway.generation import Generation
-from gateway.middleware import request_id_of
-from gateway.prompts import (
+from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.generation import Generation
+from agentgate.gateway.middleware import request_id_of
+from agentgate.gateway.prompts import (
     chat_logprobs,
     chat_prompt,
     check_context,
@@ -26,10 +26,10 @@ from gateway.prompts import (
     sampling_params,
     tool_plan,
 )
-from gateway.responses import ChatFormat, CompletionFormat
-from gateway.schemas import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, decode_body, encode
-from gateway.state import GatewayState
-from gateway.streaming import stream_generation
+from agentgate.gateway.responses import ChatFormat, CompletionFormat
+from agentgate.gateway.schemas import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, decode_body, encode
+from agentgate.gateway.state import GatewayState
+from agentgate.gateway.streaming import stream_generation
 
 JSON = "application/json"
 

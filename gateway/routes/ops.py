@@ -14,13 +14,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway import package_version
-from gateway.errors import BadRequestError, NotFoundError, ServiceUnavailableError
-from gateway.metrics import CONTENT_TYPE_LATEST
-from gateway.openapi import openapi_json
-from gateway.request_context import key_digest
-from gateway.schemas import AbortResponse, PauseResponse, decode_body, encode
-from gateway.state import GatewayState
+from agentgate.gateway import package_version
+from agentgate.gateway.errors import BadRequestError, NotFoundError, ServiceUnavailableError
+from agentgate.gateway.metrics import CONTENT_TYPE_LATEST
+from agentgate.gateway.openapi import openapi_json
+from agentgate.gateway.request_context import key_digest
+from agentgate.gateway.schemas import AbortResponse, PauseResponse, decode_body, encode
+from agentgate.gateway.state import GatewayState
 
 JSON = "application/json"
 PAUSE_MODES = ("abort", "wait", "keep")

@@ -22,16 +22,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.auth import Role, bearer_token
-from gateway.errors import (
+from agentgate.gateway.auth import Role, bearer_token
+from agentgate.gateway.errors import (
     BadRequestError,
     PermissionDeniedError,
     ServiceUnavailableError,
 )
-from gateway.request_context import key_digest
-from gateway.schemas import encode
-from gateway.sessions import owner_label
-from gateway.state import GatewayState
+from agentgate.gateway.request_context import key_digest
+from agentgate.gateway.schemas import encode
+from agentgate.gateway.sessions import owner_label
+from agentgate.gateway.state import GatewayState
 
 JSON = "application/json"
 

@@ -6,9 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.errors import BadRequestError
-from gateway.prompts import render_messages
-from gateway.schemas import (
+from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.prompts import render_messages
+from agentgate.gateway.schemas import (
     DetokenizeRequest,
     DetokenizeResponse,
     TokenizeRequest,
@@ -16,7 +16,7 @@ from gateway.schemas import (
     decode_body,
     encode,
 )
-from gateway.state import GatewayState
+from agentgate.gateway.state import GatewayState
 
 JSON = "application/json"
 

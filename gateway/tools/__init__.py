@@ -21,7 +21,7 @@ both runners (constrained/unconstrained tokens/s per runner, and a half-
 constrained batch).
 """
 
-from gateway.tools.parsers import (
+from agentgate.gateway.tools.parsers import (
     TOOL_PARSERS,
     Delta,
     FunctionDelta,
@@ -36,7 +36,7 @@ from gateway.tools.parsers import (
     new_tool_call_id,
     select_tool_parser,
 )
-from gateway.tools.render import (
+from agentgate.gateway.tools.render import (
     ToolChoice,
     check_json_schema,
     render_chat_prompt,

@@ -54,9 +54,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import InvalidRequestError
-from engine.sampling_params import StructuredOutput
-from gateway.tools.render import ToolChoice, check_json_schema
+from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.sampling_params import StructuredOutput
+from agentgate.gateway.tools.render import ToolChoice, check_json_schema
 
 __all__ = [
     "CALL_FORMATS",

@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from gateway.tools.render import template_supports_tools
+from agentgate.gateway.tools.render import template_supports_tools
 
 __all__ = [
     "TOOL_PARSERS",

@@ -44,11 +44,11 @@ from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.parser import Parser
 
-from engine.chat_template import render_chat
-from engine.errors import InvalidRequestError
+from agentgate.engine.chat_template import render_chat
+from agentgate.engine.errors import InvalidRequestError
 
 if TYPE_CHECKING:
-    from engine.tokenizer import Tokenizer
+    from agentgate.engine.tokenizer import Tokenizer
 
 __all__ = [
     "ToolChoice",

@@ -66,7 +66,7 @@ def start_server(log_dir: Path, *flags: str, api_key: str | None = None, admin_k
         args += ["--admin-key", admin_key]
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), *args],
+            [sys.executable, "-m", "agentgate.gateway.cli", "serve", "--port", str(port), *args],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
         )  # fmt: skip
     server = LiveServer(process, port, log_path, api_key, admin_key)

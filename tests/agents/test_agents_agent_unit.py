@@ -10,7 +10,7 @@ import httpx
 import pytest
 from agents_helpers import ScriptedServer, reply
 
-from agents import Agent, AsyncClient, ContentDelta, ToolCallComplete, tool
+from agentgate.agents import Agent, AsyncClient, ContentDelta, ToolCallComplete, tool
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ import anyio
 import pytest
 from agents_helpers import ADMIN_KEY, USER_KEY, engine_idle, metrics, wait_for
 
-from agents import Admin, AsyncAdmin, AsyncClient, Client, ContentDelta, Finish, UsageEvent
-from agents.errors import APITimeoutError, AuthenticationError, PermissionDeniedError, RateLimitError, UnsupportedError
+from agentgate.agents import Admin, AsyncAdmin, AsyncClient, Client, ContentDelta, Finish, UsageEvent
+from agentgate.agents.errors import APITimeoutError, AuthenticationError, PermissionDeniedError, RateLimitError, UnsupportedError
 
 pytestmark = pytest.mark.anyio
 MESSAGES = [{"role": "user", "content": "Hello there"}]
@@ -199,7 +199,7 @@ async def test_abort_by_session_is_refused_by_a_server_without_sessions(null):
 
 
 def _openapi():
-    from agents._core import Req
+    from agentgate.agents._core import Req
 
     return (yield Req("GET", "/openapi.json")).json()
 

@@ -7,8 +7,8 @@ import json
 import anyio
 import pytest
 
-from agents import ToolCall
-from agents.examples import calculator, file_search
+from agentgate.agents import ToolCall
+from agentgate.agents.examples import calculator, file_search
 
 
 def test_calculator_tools():

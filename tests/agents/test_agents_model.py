@@ -11,7 +11,7 @@ import json
 import jsonschema
 import pytest
 
-from agents import Agent, AsyncClient, ContentDelta, tool
+from agentgate.agents import Agent, AsyncClient, ContentDelta, tool
 
 pytestmark = pytest.mark.anyio
 
@@ -85,7 +85,7 @@ async def test_agent_runs_a_two_tool_task_with_enforced_tool_choice(model_server
 
 @pytest.mark.slow
 async def test_the_calculator_example_runs_on_the_default_model(model_server, capsys):
-    from agents.examples import calculator
+    from agentgate.agents.examples import calculator
 
     async with AsyncClient(model_server.url) as client:
         if not await _tool_calls_supported(client):

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from agents_helpers import ADMIN_KEY, REPO, USER_KEY, metrics, wait_for
 
-from agents.ops_cli import main as ops
+from agentgate.agents.ops_cli import main as ops
 
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 900, "ignore_eos": True, "stream": True}
 
@@ -114,11 +114,11 @@ def test_unreachable_server(capsys):
 
 def test_the_agentgate_console_script_dispatches_ops(null):
     env = dict(os.environ, AGENTGATE_ADMIN_KEY=ADMIN_KEY, AGENTGATE_URL=null.url)
-    done = subprocess.run([sys.executable, "-m", "gateway.cli", "ops", "status", "--json"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "agentgate.gateway.cli", "ops", "status", "--json"], capture_output=True,
                           text=True, env=env, cwd=REPO, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["healthy"] is True
-    helped = subprocess.run([sys.executable, "-m", "gateway.cli", "--help"], capture_output=True, text=True,
+    helped = subprocess.run([sys.executable, "-m", "agentgate.gateway.cli", "--help"], capture_output=True, text=True,
                             cwd=REPO, timeout=60)  # fmt: skip
     assert "ops" in helped.stdout
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from agents_helpers import ScriptedServer, chunk, reply, sse_body, tool_call_chunks
 
-from agents import AsyncClient, Client, RetryPolicy
-from agents._core import ChatAccumulator, SSEDecoder, normalize_url, parse_retry_after
-from agents.errors import (
+from agentgate.agents import AsyncClient, Client, RetryPolicy
+from agentgate.agents._core import ChatAccumulator, SSEDecoder, normalize_url, parse_retry_after
+from agentgate.agents.errors import (
     APIConnectionError,
     AuthenticationError,
     BadRequestError,
@@ -20,7 +20,7 @@ from agents.errors import (
     ServiceUnavailableError,
     StreamError,
 )
-from agents.events import ContentDelta, Finish, ToolCallComplete, ToolCallDelta, UsageEvent
+from agentgate.agents.events import ContentDelta, Finish, ToolCallComplete, ToolCallDelta, UsageEvent
 
 CALLS = [("call_a", "get_weather", {"city": "Paris", "unit": "C"}), ("call_b", "get_time", {"tz": "Europe/Paris"})]
 
@@ -242,8 +242,8 @@ async def test_completions_stream_and_result():
 
 
 def test_httpx_failures_map_to_sdk_errors():
-    from agents._transport import transport_error
-    from agents.errors import APITimeoutError
+    from agentgate.agents._transport import transport_error
+    from agentgate.agents.errors import APITimeoutError
 
     assert isinstance(transport_error(httpx.ReadTimeout("slow"), "u"), APITimeoutError)
     assert isinstance(transport_error(httpx.ConnectTimeout("slow"), "u"), APITimeoutError)

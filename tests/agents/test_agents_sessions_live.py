@@ -9,9 +9,9 @@ import anyio
 import pytest
 from agents_helpers import ADMIN_KEY, USER_KEY, metrics
 
-from agents import AsyncAdmin, AsyncClient
-from agents.errors import NotFoundError, UnsupportedError
-from agents.ops_cli import main as ops
+from agentgate.agents import AsyncAdmin, AsyncClient
+from agentgate.agents.errors import NotFoundError, UnsupportedError
+from agentgate.agents.ops_cli import main as ops
 
 pytestmark = pytest.mark.anyio
 
@@ -76,7 +76,7 @@ async def test_abort_by_session_or_key_through_ops(sessions_server, capsys, monk
                 return {"request_ids", "session_id", "api_key"}
                 yield  # a generator, as the real one
 
-            monkeypatch.setattr("agents.admin.AdminApi._abort_fields", documented)
+            monkeypatch.setattr("agentgate.agents.admin.AdminApi._abort_fields", documented)
     finishes: list = []
     async with AsyncClient(server.url, api_key=USER_KEY) as client:
         async with anyio.create_task_group() as tasks:

@@ -13,9 +13,9 @@ import anyio
 import jsonschema
 import pytest
 
-from agents import Tool, ToolCall, tool
-from agents.errors import ToolError
-from agents.tools import json_schema, openai_tools, parse_docstring
+from agentgate.agents import Tool, ToolCall, tool
+from agentgate.agents.errors import ToolError
+from agentgate.agents.tools import json_schema, openai_tools, parse_docstring
 
 pytestmark = pytest.mark.anyio
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.chat_template import _compile, render_chat
-from engine.errors import InvalidRequestError
-from engine.tokenizer import Tokenizer, load_tokenizer
+from agentgate.engine.chat_template import _compile, render_chat
+from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
 
 transformers = pytest.importorskip("transformers")
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from engine.models.default_model import default_model_path
-from engine.output_processor import OutputProcessor
-from engine.sampling_params import SamplingParams
-from engine.tokenizer import load_tokenizer
+from agentgate.engine.models.default_model import default_model_path
+from agentgate.engine.output_processor import OutputProcessor
+from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")

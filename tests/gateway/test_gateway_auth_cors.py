@@ -7,8 +7,8 @@ import httpx
 import pytest
 from gateway_helpers import ADMIN_KEY, ALLOWED_ORIGIN, USER_KEY, USER_KEY_2
 
-from gateway.auth import Access, KeyChecker, Role, route_access
-from gateway.errors import AuthenticationError, PermissionDeniedError
+from agentgate.gateway.auth import Access, KeyChecker, Role, route_access
+from agentgate.gateway.errors import AuthenticationError, PermissionDeniedError
 
 USER_ROUTES = [
     ("GET", "/v1/models", None),

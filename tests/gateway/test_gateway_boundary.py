@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-FORBIDDEN = ["torch", "engine.core", "engine.scheduler", "engine.runner", "engine.models", "engine.llm"]
+FORBIDDEN = ["torch"] + [f"agentgate.engine.{m}" for m in ("core", "scheduler", "runner", "models", "llm")]
 
 
 def _loaded_after(statement: str) -> list[str]:
@@ -13,12 +13,12 @@ def _loaded_after(statement: str) -> list[str]:
 
 
 def test_importing_the_app_loads_no_torch_and_no_engine_core():
-    assert _loaded_after("import gateway.app") == []
+    assert _loaded_after("import agentgate.gateway.app") == []
 
 
 def test_importing_the_cli_loads_no_torch():
-    assert _loaded_after("import gateway.cli") == []
+    assert _loaded_after("import agentgate.gateway.cli") == []
 
 
 def test_the_check_itself_sees_torch_when_it_is_imported():
-    assert "torch" in _loaded_after("import engine.core")
+    assert "torch" in _loaded_after("import agentgate.engine.core")

@@ -10,7 +10,7 @@ from gateway_helpers import REPO
 @pytest.mark.slow
 def test_generate_prints_the_completion():
     out = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "generate", "What is the capital of France?", "--runner", "sync",
+        [sys.executable, "-m", "agentgate.gateway.cli", "generate", "What is the capital of France?", "--runner", "sync",
          "--max-tokens", "8", "--dtype", "float32"],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )  # fmt: skip
@@ -19,7 +19,7 @@ def test_generate_prints_the_completion():
 
 
 def test_help_lists_the_serve_flags():
-    out = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "agentgate.gateway.cli", "serve", "--help"], capture_output=True, text=True,
                          cwd=REPO, check=True)  # fmt: skip
     for flag in ("--model", "--served-model-name", "--host", "--port", "--api-key", "--admin-key", "--allowed-origins",
                  "--allowed-methods", "--allowed-headers", "--allow-credentials", "--runner", "--max-num-seqs",

@@ -98,10 +98,10 @@ def test_tools_tool_choice_and_response_format_are_accepted(null):
 
 
 def test_tools_reach_the_chat_template_unless_tool_choice_is_none():
-    from engine.model_path import default_model_path
-    from engine.tokenizer import load_tokenizer
-    from gateway.prompts import chat_prompt
-    from gateway.schemas import ChatCompletionRequest, decode_body
+    from agentgate.engine.model_path import default_model_path
+    from agentgate.engine.tokenizer import load_tokenizer
+    from agentgate.gateway.prompts import chat_prompt
+    from agentgate.gateway.schemas import ChatCompletionRequest, decode_body
 
     tokenizer = load_tokenizer(default_model_path())
     tools = [{"type": "function", "function": {"name": "f"}}]

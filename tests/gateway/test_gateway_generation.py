@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from engine.model_path import default_model_path
-from engine.protocol import EngineCoreOutput, TokenLogprobs
-from engine.sampling_params import SamplingParams
-from engine.tokenizer import load_tokenizer
-from gateway.admission import Admission
-from gateway.engines import EnginePool
-from gateway.errors import ConflictError, QueueFullError
-from gateway.generation import Generation
-from gateway.metrics import Metrics
-from gateway.responses import ChatFormat
-from gateway.streaming import _chunks
+from agentgate.engine.model_path import default_model_path
+from agentgate.engine.protocol import EngineCoreOutput, TokenLogprobs
+from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.tokenizer import load_tokenizer
+from agentgate.gateway.admission import Admission
+from agentgate.gateway.engines import EnginePool
+from agentgate.gateway.errors import ConflictError, QueueFullError
+from agentgate.gateway.generation import Generation
+from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.responses import ChatFormat
+from agentgate.gateway.streaming import _chunks
 
 pytestmark = pytest.mark.anyio
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 from gateway_helpers import chat_body, metrics
 
-from gateway.schemas import REQUEST_TYPES
+from agentgate.gateway.schemas import REQUEST_TYPES
 
 METRIC_NAMES = [
     "agentgate_requests_running",

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from gateway.cli import build_parser, settings_from_args
-from gateway.settings import Settings, env_name, flag_name
+from agentgate.gateway.cli import build_parser, settings_from_args
+from agentgate.gateway.settings import Settings, env_name, flag_name
 
 
 def _serve_args(argv, monkeypatch, env=None):

@@ -28,7 +28,7 @@ from gateway_helpers import ADMIN_KEY, USER_KEY, engine_idle, free_port, metrics
 from playground_helpers import CHROMIUM_ARGS, NO_CHROMIUM, ScriptedSite, chunk, find_chromium, sample
 from playwright.sync_api import Page, expect, sync_playwright
 
-from gateway.auth import Access, route_access
+from agentgate.gateway.auth import Access, route_access
 
 needs_chromium = pytest.mark.skipif(find_chromium() is None, reason=NO_CHROMIUM)
 STEP_SECONDS = 0.05

@@ -10,12 +10,12 @@ import anyio
 import pytest
 from multi_helpers import RedisServer
 
-from gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
-from gateway.errors import PermissionDeniedError
-from gateway.ratelimit import RateLimitedError, RateLimiter, parse_key_limits
-from gateway.redis_state import RedisUnavailableError, SharedState
-from gateway.request_context import key_digest
-from gateway.sessions import SessionStore
+from agentgate.gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
+from agentgate.gateway.errors import PermissionDeniedError
+from agentgate.gateway.ratelimit import RateLimitedError, RateLimiter, parse_key_limits
+from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
+from agentgate.gateway.request_context import key_digest
+from agentgate.gateway.sessions import SessionStore
 
 pytestmark = pytest.mark.anyio
 

@@ -11,20 +11,20 @@ import jsonschema
 import pytest
 from tools_schemas import random_tool
 
-from engine.errors import InvalidRequestError
-from engine.model_path import default_model_path
-from engine.sampling_params import StructuredOutput
-from gateway.prompts import tool_plan
-from gateway.responses import ToolReader
-from gateway.schemas import ChatCompletionRequest, decode_body
-from gateway.tools import (
+from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.model_path import default_model_path
+from agentgate.engine.sampling_params import StructuredOutput
+from agentgate.gateway.prompts import tool_plan
+from agentgate.gateway.responses import ToolReader
+from agentgate.gateway.schemas import ChatCompletionRequest, decode_body
+from agentgate.gateway.tools import (
     HermesToolParser,
     Llama3JsonToolParser,
     ToolChoice,
     accumulate,
     validate_tools,
 )
-from gateway.tools.constraints import parse_response_format, structured_output
+from agentgate.gateway.tools.constraints import parse_response_format, structured_output
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -48,13 +48,13 @@ TIME_CALL = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
 
 @pytest.fixture(scope="module")
 def compiler():
-    from engine.structured_output import GrammarCompiler
+    from agentgate.engine.structured_output import GrammarCompiler
 
     try:
         path = default_model_path()
     except Exception as e:  # noqa: BLE001 - no default model here
         pytest.skip(str(e))
-    from engine.tokenizer import load_tokenizer
+    from agentgate.engine.tokenizer import load_tokenizer
 
     return GrammarCompiler(path, load_tokenizer(path).vocab_size)
 
@@ -201,7 +201,7 @@ def _instance(schema, rng):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from engine.tokenizer import load_tokenizer
+    from agentgate.engine.tokenizer import load_tokenizer
 
     try:
         return load_tokenizer(default_model_path())
@@ -243,8 +243,8 @@ def test_parallel_false_keeps_the_first_call_only():
 
 
 def test_tool_call_parser_setting(monkeypatch):
-    from gateway.cli import build_parser, settings_from_args
-    from gateway.settings import Settings
+    from agentgate.gateway.cli import build_parser, settings_from_args
+    from agentgate.gateway.settings import Settings
 
     monkeypatch.delenv("AGENTGATE_TOOL_CALL_PARSER", raising=False)
     args = build_parser().parse_args(["serve", "--tool-call-parser", "llama3_json"])

@@ -1,4 +1,4 @@
-"""`python -m loadtests` end to end against a live gateway (null runner): closed loop with an
+"""`python -m agentgate.loadtests` end to end against a live gateway (null runner): closed loop with an
 abort storm (client disconnects) and a pause, open loop with server-side aborts."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from agents_helpers import ADMIN_KEY, REPO, engine_idle, wait_for
 
 
 def _run(server, out, *flags: str) -> dict:
-    command = [sys.executable, "-m", "loadtests", "--url", server.url, "--admin-key", ADMIN_KEY, "--out", str(out),
+    command = [sys.executable, "-m", "agentgate.loadtests", "--url", server.url, "--admin-key", ADMIN_KEY, "--out", str(out),
                "--no-progress", "--metrics-interval", "0.5", *flags]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from agents import prometheus
-from loadtests.metrics import SLO, RequestRecord, percentile, summarize, token_rate_series
-from loadtests.workload import Arrivals, Conversation, WorkloadConfig, system_prompt
+from agentgate.agents import prometheus
+from agentgate.loadtests.metrics import SLO, RequestRecord, percentile, summarize, token_rate_series
+from agentgate.loadtests.workload import Arrivals, Conversation, WorkloadConfig, system_prompt
 
 
 def _play(config: WorkloadConfig, seed: int, agent: int) -> list[list[dict]]:

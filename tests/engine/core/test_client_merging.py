@@ -10,9 +10,9 @@ from contextlib import aclosing
 import anyio
 import pytest
 
-from engine.client import EngineClient
-from engine.config import EngineConfig
-from engine.sampling_params import SamplingParams
+from agentgate.engine.client import EngineClient
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.sampling_params import SamplingParams
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -10,10 +10,10 @@ from contextlib import aclosing
 import anyio
 import pytest
 
-from engine.client import EngineClient
-from engine.config import EngineConfig
-from engine.errors import EngineDeadError, InvalidRequestError
-from engine.sampling_params import SamplingParams
+from agentgate.engine.client import EngineClient
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.errors import EngineDeadError, InvalidRequestError
+from agentgate.engine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.anyio
 
@@ -131,8 +131,8 @@ async def test_a_failed_start_is_reported_with_its_cause(tmp_path):
 
 
 async def test_an_engine_connected_by_address_alone_is_declared_dead_when_it_stops_answering():
-    from engine.client import HEARTBEAT_TIMEOUT_S, start_engine_process, stop_engine_process
-    from engine.ipc import private_address, remove_socket_file
+    from agentgate.engine.client import HEARTBEAT_TIMEOUT_S, start_engine_process, stop_engine_process
+    from agentgate.engine.ipc import private_address, remove_socket_file
 
     address = private_address()
     process = start_engine_process(SLOW_NULL, address)
@@ -167,9 +167,9 @@ def test_the_engine_stops_when_the_process_that_started_it_is_killed(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys, time\n"
-        "from engine.client import start_engine_process\n"
-        "from engine.ipc import private_address\n"
-        "from engine.config import EngineConfig\n"
+        "from agentgate.engine.client import start_engine_process\n"
+        "from agentgate.engine.ipc import private_address\n"
+        "from agentgate.engine.config import EngineConfig\n"
         "if __name__ == '__main__':\n"
         "    p = start_engine_process(EngineConfig(runner='null', num_kv_blocks=64), private_address())\n"
         "    print(p.pid, flush=True)\n"

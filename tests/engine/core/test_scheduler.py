@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.core import EngineCore
-from engine.errors import InvalidRequestError
-from engine.runner.null import NullRunner
-from engine.sampling_params import SamplingParams
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.core import EngineCore
+from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.runner.null import NullRunner
+from agentgate.engine.sampling_params import SamplingParams
 
 VOCAB = 1000
 

@@ -9,13 +9,13 @@ import os
 import pytest
 import torch
 
-from engine.attention import reference
-from engine.attention.metadata import AttentionMetadata
-from engine.kernels import attention_backend
-from engine.kernels.attention_backend import TritonAttentionBackend
-from engine.kernels.decode_attention import decode_attention
-from engine.kernels.kv_write import write_kv
-from engine.kernels.prefill_attention import prefill_attention
+from agentgate.engine.attention import reference
+from agentgate.engine.attention.metadata import AttentionMetadata
+from agentgate.engine.kernels import attention_backend
+from agentgate.engine.kernels.attention_backend import TritonAttentionBackend
+from agentgate.engine.kernels.decode_attention import decode_attention
+from agentgate.engine.kernels.kv_write import write_kv
+from agentgate.engine.kernels.prefill_attention import prefill_attention
 
 # The interpreter log-sum-exps of empty decode spans on purpose (log2(0) = -inf).
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered in log2")
@@ -247,7 +247,7 @@ def test_backend_dispatch(monkeypatch):
 
 @pytest.mark.gpu
 def test_get_backend_on_cuda_is_triton():
-    from engine.attention import get_backend
+    from agentgate.engine.attention import get_backend
 
     assert get_backend("cuda").name == "triton"
 

@@ -13,7 +13,7 @@ import random
 import pytest
 import torch
 
-from engine.kernels import input_prep, input_prep_ref, input_prep_triton
+from agentgate.engine.kernels import input_prep, input_prep_ref, input_prep_triton
 
 BLOCK_SIZE = 16
 NUM_SLOTS = 80

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.attention.metadata import AttentionMetadata
-from engine.models import CausalLM, ModelConfig, load_model
-from engine.models.default_model import default_model_path
-from engine.models.loader_gguf import read_gguf_checkpoint
+from agentgate.engine.attention.metadata import AttentionMetadata
+from agentgate.engine.models import CausalLM, ModelConfig, load_model
+from agentgate.engine.models.default_model import default_model_path
+from agentgate.engine.models.loader_gguf import read_gguf_checkpoint
 
 TINY = dict(
     vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

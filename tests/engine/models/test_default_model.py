@@ -6,11 +6,11 @@ import importlib.util
 import pytest
 import torch
 
-from engine.attention.reference import TorchAttentionBackend
-from engine.errors import ModelLoadError
-from engine.models import ModelConfig, default_model_path, load_model
-from engine.models.llama import build_model, fuse_hf_weights
-from engine.gguf_file import read_gguf
+from agentgate.engine.attention.reference import TorchAttentionBackend
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.models import ModelConfig, default_model_path, load_model
+from agentgate.engine.models.llama import build_model, fuse_hf_weights
+from agentgate.engine.gguf_file import read_gguf
 
 # "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by
 # Hugging Face<|im_end|>\n<|im_start|>user\nWhat is the capital of

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine.errors import ModelLoadError
-from engine.models import load_model
-from engine.models.default_model import default_model_path
-from engine.gguf_file import read_gguf
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.models import load_model
+from agentgate.engine.models.default_model import default_model_path
+from agentgate.engine.gguf_file import read_gguf
 
 PROMPT = [(5 * i + 1) % 256 for i in range(21)]
 

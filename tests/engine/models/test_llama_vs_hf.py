@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine.models import load_model
-from engine.models.rope import rope_tables
+from agentgate.engine.models import load_model
+from agentgate.engine.models.rope import rope_tables
 
 LLAMA3_ROPE = {
     "rope_type": "llama3", "rope_theta": 10000.0, "factor": 4.0,

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.errors import ModelLoadError
-from engine.models.config import RopeScaling, config_from_hf, read_hf_config, resolve_dtype
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.models.config import RopeScaling, config_from_hf, read_hf_config, resolve_dtype
 
 QWEN3_CONFIG = Path(__file__).parents[3] / "loadtests/configs/qwen3-0.6b/config.json"
 

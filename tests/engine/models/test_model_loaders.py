@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from engine.errors import ModelLoadError
-from engine.models import default_model_path, load_model
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.models import default_model_path, load_model
 
 PROMPT = [(3 * i + 2) % 256 for i in range(17)]
 QWEN3_DIR = Path(__file__).parents[3] / "loadtests/configs/qwen3-0.6b"

@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.core import EngineCore
-from engine.sampling_params import SamplingParams
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.core import EngineCore
+from agentgate.engine.sampling_params import SamplingParams
 
 VOCAB = 512
 

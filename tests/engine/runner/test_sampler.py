@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 import torch
 
-from engine.runner import noise, sampler
-from engine.runner.sampler import SamplingBatch, sample
-from engine.sampling_params import SamplingParams
+from agentgate.engine.runner import noise, sampler
+from agentgate.engine.runner.sampler import SamplingBatch, sample
+from agentgate.engine.sampling_params import SamplingParams
 
 _M64 = (1 << 64) - 1
 

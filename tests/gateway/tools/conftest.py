@@ -2,9 +2,9 @@
 
 import pytest
 
-from engine.errors import ModelLoadError
-from engine.model_path import default_model_path
-from engine.tokenizer import Tokenizer, load_tokenizer
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.model_path import default_model_path
+from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
 
 
 @pytest.fixture(scope="session")

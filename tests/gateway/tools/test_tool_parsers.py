@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from gateway.tools.parsers import (
+from agentgate.gateway.tools.parsers import (
     Delta,
     HermesToolParser,
     Llama3JsonToolParser,

@@ -9,10 +9,10 @@ import json
 import msgspec
 import pytest
 
-from engine.errors import InvalidRequestError
-from engine.tokenizer import Tokenizer
-from gateway.tools.parsers import HermesToolParser
-from gateway.tools.render import (
+from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway.tools.parsers import HermesToolParser
+from agentgate.gateway.tools.render import (
     ToolChoice,
     render_chat_prompt,
     resolve_tool_choice,
