@@ -36,7 +36,6 @@ from agentgate.engine.protocol import (
     EngineCoreOutput,
     EngineInfo,
     EngineOutputs,
-    Heartbeat,
     Hello,
     Ready,
     SchedulerStats,
@@ -68,7 +67,6 @@ class EngineClient:
         self.address = address
         self.process = process
         self.info: EngineInfo | None = None
-        self.last_stats: SchedulerStats | None = None
         self.dead_reason: str | None = None
         self._last_seen = time.monotonic()
         self._context = zmq.asyncio.Context()
@@ -241,11 +239,7 @@ class EngineClient:
         while True:
             message = decode_from_engine(await self._socket.recv())
             self._last_seen = time.monotonic()
-            if isinstance(message, Heartbeat):
-                self.last_stats = message.stats
-            elif isinstance(message, EngineOutputs):
-                if message.stats is not None:
-                    self.last_stats = message.stats
+            if isinstance(message, EngineOutputs):
                 for out in message.outputs:
                     stream = self._streams.get(out.request_id)
                     if stream is not None:

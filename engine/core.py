@@ -15,14 +15,12 @@ from typing import Any
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.kv_cache_manager import KVCacheManager
-from agentgate.engine.protocol import EngineCoreOutput, EngineInfo, SchedulerStats, TokenLogprobs
+from agentgate.engine.protocol import PAUSE_MODES, EngineCoreOutput, EngineInfo, SchedulerStats, TokenLogprobs
 from agentgate.engine.request import FinishReason, Request
 from agentgate.engine.runner.base import ModelRunner
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits, TokenEvent
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
-
-PAUSE_MODES = ("abort", "wait", "keep")
 
 
 @dataclass

@@ -130,7 +130,7 @@ class EngineServer:
             )
         except EngineError as exc:
             failed = EngineCoreOutput(message.request_id, [], "error", error=str(exc), invalid=True)
-            self._send(identity, EngineOutputs([failed], timestamp=time.time()))
+            self._send(identity, EngineOutputs([failed]))
             return
         self._owners[message.request_id] = identity
 
@@ -175,7 +175,7 @@ class EngineServer:
         if now < self._next_heartbeat or not self._front_ends:
             return
         self._next_heartbeat = now + HEARTBEAT_INTERVAL_S
-        beat = Heartbeat(self.core.stats(), time.time())
+        beat = Heartbeat()
         for identity in self._front_ends:
             self._send(identity, beat)
 
@@ -199,10 +199,8 @@ class EngineServer:
             by_owner[owner].append(out)
             if out.finish_reason is not None:
                 del self._owners[out.request_id]
-        stats = self.core.stats()
-        stamp = time.time()
         for owner, batch in by_owner.items():
-            self._send(owner, EngineOutputs(batch, stats, stamp))
+            self._send(owner, EngineOutputs(batch))
 
     def _send(self, identity: bytes, message: Any) -> None:
         try:

@@ -14,6 +14,9 @@ import msgspec
 
 from agentgate.engine.sampling_params import SamplingParams
 
+# abort: end requests in flight; wait: let them finish; keep: freeze them in place.
+PAUSE_MODES = ("abort", "wait", "keep")
+
 
 class Hello(msgspec.Struct, tag="hello", array_like=True):
     """A front end introducing itself; the engine answers with Ready."""
@@ -109,21 +112,16 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     paused: str
 
 
-class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True, omit_defaults=True):
-    """One step's outputs for one front end, with the engine's stats."""
+class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):
+    """One step's outputs for one front end."""
 
     outputs: list[EngineCoreOutput]
-    stats: SchedulerStats | None = None
-    timestamp: float = 0.0
 
 
 class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True):
     """Sent to every front end twice a second, busy or idle: proof of life
-    for front ends that cannot watch the engine's process, and fresh stats
-    for routing."""
-
-    stats: SchedulerStats
-    timestamp: float
+    for front ends that cannot watch the engine's process. (Stats are asked
+    for, when /metrics is scraped: a ``stats`` utility call.)"""
 
 
 class UtilityResult(msgspec.Struct, tag="result", array_like=True, omit_defaults=True):

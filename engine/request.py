@@ -86,19 +86,9 @@ class Request:
         return self.prompt_token_ids + self.output_token_ids
 
     @property
-    def is_finished(self) -> bool:
-        return self.status is RequestStatus.FINISHED
-
-    @property
     def num_pending_outputs(self) -> int:
         """Outputs confirmed plus in flight: what max_tokens is checked against."""
         return len(self.output_token_ids) + self.num_output_placeholders
-
-    def token_at(self, index: int) -> int:
-        prompt_len = len(self.prompt_token_ids)
-        if index < prompt_len:
-            return self.prompt_token_ids[index]
-        return self.output_token_ids[index - prompt_len]
 
     def check_stop(self, token: int) -> FinishReason | None:
         """Whether the confirmed output (ending in ``token``) is complete."""

@@ -79,10 +79,6 @@ class Scheduler:
         return aborted
 
     @property
-    def has_unfinished(self) -> bool:
-        return bool(self.requests)
-
-    @property
     def num_in_flight_admitted(self) -> int:
         """Requests already started (running, or preempted to resume)."""
         return len(self.running) + sum(1 for r in self.waiting if r.ever_scheduled)

@@ -48,16 +48,10 @@ log = logging.getLogger("agentgate.gateway")
 __all__ = ["EngineTarget", "create_app"]
 
 
-def create_app(
-    settings: Settings,
-    *,
-    engines: Sequence[EngineTarget] = (),
-    clients: Sequence[EngineClient] = (),
-) -> Starlette:
-    """The gateway in front of ``engines`` (connected by the lifespan) and
-    ``clients`` (already connected, owned by the caller)."""
-    if not engines and not clients:
-        raise ValueError("create_app needs at least one engine (engines=[EngineTarget(...)] or clients=[...])")
+def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starlette:
+    """The gateway in front of ``engines`` (connected by the lifespan)."""
+    if not engines:
+        raise ValueError("create_app needs at least one engine (engines=[EngineTarget(...)])")
     settings.check_shared_state()
     metrics = Metrics()
     keys = KeyChecker(settings.api_keys, settings.admin_key)
@@ -66,7 +60,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, GatewayState]]:
         async with AsyncExitStack() as stack:
-            connected = list(clients)
+            connected = []
             for target in engines:
                 if target.owned and target.process is not None:
                     stack.callback(remove_socket_file, target.address)  # runs after the engine stopped

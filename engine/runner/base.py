@@ -27,10 +27,6 @@ class KVCacheSpec:
     block_size: int
     max_model_len: int
 
-    @property
-    def capacity_tokens(self) -> int:
-        return self.num_blocks * self.block_size
-
 
 class ModelRunner(ABC):
     """Executes scheduled steps. ``execute`` launches a step and returns a

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.engine.protocol import PAUSE_MODES
 from agentgate.gateway import package_version
 from agentgate.gateway.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from agentgate.gateway.metrics import CONTENT_TYPE_LATEST
@@ -23,7 +24,6 @@ from agentgate.gateway.schemas import AbortResponse, PauseResponse, decode_body,
 from agentgate.gateway.state import GatewayState
 
 JSON = "application/json"
-PAUSE_MODES = ("abort", "wait", "keep")
 
 
 class _Status(msgspec.Struct):

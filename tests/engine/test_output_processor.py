@@ -2,7 +2,7 @@
 
 import pytest
 
-from agentgate.engine.models.default_model import default_model_path
+from agentgate.engine.model_path import default_model_path
 from agentgate.engine.output_processor import OutputProcessor
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import load_tokenizer

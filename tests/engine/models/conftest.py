@@ -14,7 +14,7 @@ import torch
 
 from agentgate.engine.attention.metadata import AttentionMetadata
 from agentgate.engine.models import CausalLM, ModelConfig, load_model
-from agentgate.engine.models.default_model import default_model_path
+from agentgate.engine.model_path import default_model_path
 from agentgate.engine.models.loader_gguf import read_gguf_checkpoint
 
 TINY = dict(

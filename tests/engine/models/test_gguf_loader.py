@@ -10,7 +10,7 @@ import torch
 
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.models import load_model
-from agentgate.engine.models.default_model import default_model_path
+from agentgate.engine.model_path import default_model_path
 from agentgate.engine.gguf_file import read_gguf
 
 PROMPT = [(5 * i + 1) % 256 for i in range(21)]
