@@ -29,9 +29,9 @@ import torch.nn.functional as F
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any @triton.jit runs
 
-from agentgate.engine.attention import reference  # noqa: E402
-from agentgate.engine.attention.metadata import AttentionMetadata  # noqa: E402
-from agentgate.engine.kernels.attention_backend import TritonAttentionBackend  # noqa: E402
+from agentgate.engine.attention import torch as reference  # noqa: E402
+from agentgate.engine.attention.base import AttentionMetadata  # noqa: E402
+from agentgate.engine.attention.triton import TritonAttentionBackend  # noqa: E402
 
 BLOCK_SIZE = 16
 

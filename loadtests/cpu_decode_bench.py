@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from agentgate.engine.attention.metadata import AttentionMetadata, count_shared_prefix_blocks
-from agentgate.engine.attention.reference import paged_attention
+from agentgate.engine.attention.base import AttentionMetadata, count_shared_prefix_blocks
+from agentgate.engine.attention.torch import paged_attention
 
 BLOCK_SIZE = 16
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 9, 3, 64

@@ -1,11 +1,11 @@
 """Paged attention behind one interface.
 
-The model calls `write_kv` then `paged_attention` through an `AttentionBackend`;
-`get_backend(device)` picks the Triton kernels on CUDA and the plain-torch
-reference everywhere else.
+The model calls `write_kv` then `paged_attention` through an `AttentionBackend`
+(`base`); `get_backend(device)` picks the Triton backend (`triton`, over the
+jit kernels in `engine/kernels/`) on CUDA and the plain-torch reference
+(`torch`) everywhere else.
 """
 
-from agentgate.engine.attention.backend import AttentionBackend, get_backend
-from agentgate.engine.attention.metadata import AttentionMetadata
+from agentgate.engine.attention.base import AttentionBackend, AttentionMetadata, get_backend
 
 __all__ = ["AttentionBackend", "AttentionMetadata", "get_backend"]

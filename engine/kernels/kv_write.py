@@ -45,7 +45,7 @@ def write_kv(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    """Same contract as `engine.attention.reference.write_kv`: ``key``/``value``
+    """Same contract as `engine.attention.torch.write_kv`: ``key``/``value``
     are ``[num_tokens, num_kv_heads, head_dim]``; tokens with slot -1 are skipped.
     ``k_cache`` and ``v_cache`` must share their strides."""
     num_tokens = key.shape[0]

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from agentgate.engine.attention.backend import AttentionBackend
-from agentgate.engine.attention.metadata import AttentionMetadata
+from agentgate.engine.attention.base import AttentionBackend
+from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.models.config import ModelConfig
 from agentgate.engine.models.cpu_linear import PackedLinear, can_pack, pack_linears

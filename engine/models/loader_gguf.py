@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from agentgate.engine.attention.backend import get_backend
+from agentgate.engine.attention.base import get_backend
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.gguf_file import GGUFFile, read_gguf
 from agentgate.engine.models.config import ModelConfig, config_from_gguf, resolve_dtype

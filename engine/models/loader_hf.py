@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from agentgate.engine.attention.backend import get_backend
+from agentgate.engine.attention.base import get_backend
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.models.config import ModelConfig, read_hf_config, resolve_dtype
 from agentgate.engine.models.llama import CausalLM, build_model, fuse_hf_weights

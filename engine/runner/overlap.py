@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from agentgate.engine.attention import AttentionMetadata
-from agentgate.engine.attention.metadata import count_shared_prefix_blocks
+from agentgate.engine.attention.base import count_shared_prefix_blocks
 from agentgate.engine.kernels import input_prep
 from agentgate.engine.runner.base import TorchModelRunner
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from agentgate.engine.attention import AttentionMetadata
-from agentgate.engine.attention.metadata import count_shared_prefix_blocks
+from agentgate.engine.attention.base import count_shared_prefix_blocks
 from agentgate.engine.runner.base import TorchModelRunner
 from agentgate.engine.runner.host_sampling import SamplingRow, build_sampling_batch
 from agentgate.engine.runner.sampler import sample

@@ -81,7 +81,7 @@ def test_agents_sharing_a_prompt_prefix_decode_together_as_they_would_apart(llm_
     cache holds it once, so their decode steps score it once for all rows
     (cascade attention). Their tokens equal those of runs with the cache off,
     where no two rows share a block."""
-    from agentgate.engine.attention import reference
+    from agentgate.engine.attention import torch as reference
 
     seen = []
     original = reference._decode_attention

@@ -9,10 +9,10 @@ import os
 import pytest
 import torch
 
-from agentgate.engine.attention import reference
-from agentgate.engine.attention.metadata import AttentionMetadata
-from agentgate.engine.kernels import attention_backend
-from agentgate.engine.kernels.attention_backend import TritonAttentionBackend
+from agentgate.engine.attention import torch as reference
+from agentgate.engine.attention.base import AttentionMetadata
+from agentgate.engine.attention import triton as attention_backend
+from agentgate.engine.attention.triton import TritonAttentionBackend
 from agentgate.engine.kernels.decode_attention import decode_attention
 from agentgate.engine.kernels.kv_write import write_kv
 from agentgate.engine.kernels.prefill_attention import prefill_attention

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentgate.engine.attention.metadata import AttentionMetadata
+from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.models import CausalLM, ModelConfig, load_model
 from agentgate.engine.model_path import default_model_path
 from agentgate.engine.models.loader_gguf import read_gguf_checkpoint

@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 import torch
 
-from agentgate.engine.attention.reference import TorchAttentionBackend
+from agentgate.engine.attention.torch import TorchAttentionBackend
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.models import ModelConfig, default_model_path, load_model
 from agentgate.engine.models.llama import build_model, fuse_hf_weights

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from agentgate.engine.attention.metadata import AttentionMetadata
+from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.kernels.decode_attention import decode_attention, num_splits_for
 from agentgate.engine.kernels.kv_write import write_kv
 from agentgate.engine.kernels.prefill_attention import prefill_attention

@@ -5,8 +5,8 @@ import random
 import pytest
 import torch
 
-from agentgate.engine.attention.metadata import AttentionMetadata, count_shared_prefix_blocks
-from agentgate.engine.attention.reference import paged_attention, write_kv
+from agentgate.engine.attention.base import AttentionMetadata, count_shared_prefix_blocks
+from agentgate.engine.attention.torch import paged_attention, write_kv
 
 
 def dense_causal(q, k, v, scale):

@@ -1,11 +1,11 @@
-"""Plain-torch paged attention: the CPU path and the reference for the kernels."""
+"""Plain-torch paged attention: the CPU path and the reference the Triton kernels are tested against."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from agentgate.engine.attention.metadata import AttentionMetadata
+from agentgate.engine.attention.base import AttentionMetadata
 
 
 def write_kv(
