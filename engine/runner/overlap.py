@@ -5,7 +5,7 @@
 * Each step's few bytes (idx_mapping, query lengths, sampling rows, staged
   block-table writes) are snapshotted into rotating host buffers and copied
   with one non-blocking transfer (`StepStaging`).
-* Input preparation runs on the device (`engine.kernels.input_prep`): input
+* Input preparation runs on the device (`input_prep`): input
   ids come from the slot's token history, where the post-update kernel wrote
   the token sampled at the previous step, so step N+1 can be launched before
   step N's tokens reach the host.
@@ -25,9 +25,15 @@ import torch
 
 from agentgate.engine.attention import AttentionMetadata
 from agentgate.engine.attention.base import count_shared_prefix_blocks
-from agentgate.engine.kernels import input_prep
 from agentgate.engine.runner.base import TorchModelRunner
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
+from agentgate.engine.runner.input_prep import (
+    StepBatch,
+    StepInputs,
+    apply_block_table_writes,
+    post_update,
+    prepare_inputs,
+)
 from agentgate.engine.runner.noise import as_int64
 from agentgate.engine.runner.sampler import sample
 from agentgate.engine.runner.sampling_batch import SamplerOutput, SamplingBatch
@@ -62,9 +68,7 @@ class _Deferred:
     """A launched step whose sampling waits for a grammar bitmask."""
 
     logits: torch.Tensor
-    idx: torch.Tensor
-    lens: torch.Tensor
-    rows: torch.Tensor
+    batch: StepBatch
     lives: list[_Live]
     request_ids: list[str]
     result: _StepHandle | None = None
@@ -91,7 +95,8 @@ class OverlapRunner(TorchModelRunner):
         self._copy_stream = torch.cuda.Stream(self.device) if self._cuda else None
         self.graphs: DecodeGraphs | None = None
         if self._cuda and not self.config.enforce_eager:
-            self.graphs = DecodeGraphs(self, self.config.max_num_seqs)
+            self.graphs = DecodeGraphs(self.model, self.kv_caches, self.config.max_num_seqs,
+                                       self.max_blocks_per_seq, spec.max_model_len, self.device)
             self.graphs.capture()
 
     # -- bookkeeping ---------------------------------------------------------
@@ -192,95 +197,80 @@ class OverlapRunner(TorchModelRunner):
         num_rows, num_tokens = len(idx), sum(lens)
         idx_d, lens_d, rows_d, w_rows, w_cols, w_vals = self.staging.stage([idx, lens, sample_rows, *writes])
         if writes[0]:
-            input_prep.apply_block_table_writes(self.slots.block_table, w_rows, w_cols, w_vals)
+            apply_block_table_writes(self.slots.block_table, w_rows, w_cols, w_vals)
+        batch = StepBatch(idx_d, lens_d, rows_d, num_tokens)
 
         pure_decode = num_tokens == num_rows
         bucket = self.graphs.bucket_for(num_rows) if (self.graphs and pure_decode) else None
         if bucket is not None:
-            hidden, logits_indices = self.graphs.run(idx_d, lens_d, rows_d, num_rows, bucket, len(sample_rows))
+            hidden, logits_indices = self._graph_forward(batch, bucket)
         else:
             shared = count_shared_prefix_blocks([live.block_ids for live in lives]) if self.reads_shared_prefix else 0
-            hidden, logits_indices = self._eager_forward(
-                idx_d, lens_d, rows_d, num_tokens, lens, seq_lens_host, shared
-            )
+            hidden, logits_indices = self._eager_forward(batch, lens, seq_lens_host, shared)
 
-        s = self.slots
         if not sample_rows:  # every row is a prefill chunk that does not finish its prompt
-            nothing = torch.empty(0, dtype=torch.long, device=self.device)
-            input_prep.post_update(idx_d, lens_d, rows_d, nothing, s.token_ids, s.num_tokens, s.num_computed, None)
+            post_update(batch, torch.empty(0, dtype=torch.long, device=self.device), self.slots)
             return _StepHandle([], torch.empty(0, dtype=torch.long), None, None, None, None)
         logits = self.model.compute_logits(hidden[logits_indices])
         sampling_lives = [lives[r] for r in sample_rows]
         if step.needs_bitmask:
-            return _Deferred(logits, idx_d, lens_d, rows_d, sampling_lives, sampled_ids)
-        return self._sample(logits, idx_d, lens_d, rows_d, sampling_lives, sampled_ids, None)
+            return _Deferred(logits, batch, sampling_lives, sampled_ids)
+        return self._sample(logits, batch, sampling_lives, sampled_ids, None)
 
     @torch.inference_mode()
     def complete(self, handle: _Deferred, bitmask: torch.Tensor) -> None:
         """Sample a deferred step; the bitmask (pinned on CUDA) is copied
         without blocking."""
         mask = bitmask.to(self.device, non_blocking=True)
-        handle.result = self._sample(handle.logits, handle.idx, handle.lens, handle.rows, handle.lives,
-                                     handle.request_ids, mask)
+        handle.result = self._sample(handle.logits, handle.batch, handle.lives, handle.request_ids, mask)
 
     def _sample(
         self,
         logits: torch.Tensor,
-        idx_d: torch.Tensor,
-        lens_d: torch.Tensor,
-        rows_d: torch.Tensor,
+        step: StepBatch,
         lives: list[_Live],
         request_ids: list[str],
         bitmask: torch.Tensor | None,
     ) -> _StepHandle:
-        s = self.slots
-        batch = self._sampling_batch(idx_d, rows_d, lives)
+        batch = self._sampling_batch(step, lives)
         batch.allowed_bitmask = bitmask
         result = sample(logits, batch)
-        input_prep.post_update(idx_d, lens_d, rows_d, result.token_ids, s.token_ids, s.num_tokens,
-                               s.num_computed, s.output_counts)
+        post_update(step, result.token_ids, self.slots)
         return self._copy_out(request_ids, result)
 
+    def _graph_forward(self, step: StepBatch, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A pure-decode step through the bucket's CUDA graph: inputs
+        prepared into the graphs' static buffers, then one replay."""
+        graphs, num_rows = self.graphs, step.num_rows
+        graphs.pad(num_rows)
+        prepare_inputs(step, self.slots, self.kv_spec.block_size, graphs.inputs)
+        torch.index_select(self.slots.block_table, 0, step.idx_mapping.long(), out=graphs.block_tables[:num_rows])
+        return graphs.replay(num_rows, bucket), graphs.inputs.logits_indices[: step.num_sampling]
+
     def _eager_forward(
-        self,
-        idx_d: torch.Tensor,
-        lens_d: torch.Tensor,
-        rows_d: torch.Tensor,
-        num_tokens: int,
-        lens: list[int],
-        seq_lens_host: list[int],
-        shared_prefix_blocks: int,
+        self, step: StepBatch, lens: list[int], seq_lens_host: list[int], shared_prefix_blocks: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        num_rows, dev = len(lens), self.device
-        input_ids = torch.empty(num_tokens, dtype=torch.long, device=dev)
-        positions = torch.empty(num_tokens, dtype=torch.long, device=dev)
-        slot_mapping = torch.empty(num_tokens, dtype=torch.long, device=dev)
-        query_start_loc = torch.empty(num_rows + 1, dtype=torch.int32, device=dev)
-        seq_lens = torch.empty(num_rows, dtype=torch.int32, device=dev)
-        logits_indices = torch.empty(rows_d.shape[0], dtype=torch.long, device=dev)
+        inputs = StepInputs.empty(step.num_tokens, step.num_rows, step.num_sampling, self.device)
         s = self.slots
-        input_prep.prepare_inputs(
-            idx_d, lens_d, rows_d, s.token_ids, s.num_computed, s.block_table, self.kv_spec.block_size,
-            num_tokens, input_ids, positions, slot_mapping, query_start_loc, seq_lens, logits_indices,
-        )
+        prepare_inputs(step, s, self.kv_spec.block_size, inputs)
         max_blocks = -(-max(seq_lens_host) // self.kv_spec.block_size)
         meta = AttentionMetadata(
-            slot_mapping=slot_mapping,
-            query_start_loc=query_start_loc,
-            seq_lens=seq_lens,
-            block_tables=s.block_table.index_select(0, idx_d.long())[:, :max_blocks],
+            slot_mapping=inputs.slot_mapping,
+            query_start_loc=inputs.query_start_loc,
+            seq_lens=inputs.seq_lens,
+            block_tables=s.block_table.index_select(0, step.idx_mapping.long())[:, :max_blocks],
             max_query_len=max(lens),
             max_seq_len=max(seq_lens_host),
             query_start_loc_cpu=torch.from_numpy(np.cumsum([0, *lens], dtype=np.int32)),
             seq_lens_cpu=torch.tensor(seq_lens_host, dtype=torch.int32),
             shared_prefix_blocks=shared_prefix_blocks,
         )
-        return self.model(input_ids, positions, meta, self.kv_caches), logits_indices
+        return self.model(inputs.input_ids, inputs.positions, meta, self.kv_caches), inputs.logits_indices
 
-    def _sampling_batch(self, idx_d: torch.Tensor, rows_d: torch.Tensor, lives: list[_Live]) -> SamplingBatch:
+    def _sampling_batch(self, step: StepBatch, lives: list[_Live]) -> SamplingBatch:
         """Gather the sampling rows' parameters from slot state, on the device."""
         s = self.slots
-        slots = idx_d.long()[rows_d.long()]
+        slots = step.idx_mapping.long()[step.sample_rows.long()]
         params = [live.new.params for live in lives]
         any_penalties = any(live.has_penalties for live in lives)
         unmet = (s.num_tokens[slots] - s.num_prompt[slots]) < s.min_tokens[slots]

@@ -13,7 +13,10 @@ import random
 import pytest
 import torch
 
-from agentgate.engine.kernels import input_prep, input_prep_ref, input_prep_triton
+from agentgate.engine.kernels import input_prep as input_prep_triton
+from agentgate.engine.runner import input_prep, input_prep_torch
+from agentgate.engine.runner.input_prep import StepBatch, StepInputs
+from agentgate.engine.runner.slot_state import SlotState
 
 BLOCK_SIZE = 16
 NUM_SLOTS = 80
@@ -62,64 +65,65 @@ def _cases() -> dict[str, list[tuple[int, int, int, bool]]]:
 CASES = _cases()
 
 
-def _state(device: str, seed: int) -> dict[str, torch.Tensor]:
+STATE = ("token_ids", "num_tokens", "num_computed", "block_table", "output_counts")
+
+
+def _state(device: str, seed: int, with_counts: bool = False) -> SlotState:
     g = torch.Generator().manual_seed(seed)
     max_blocks = MAX_LEN // BLOCK_SIZE
-    return {
-        "token_ids": torch.randint(0, VOCAB, (NUM_SLOTS, MAX_LEN + 1), generator=g, dtype=torch.int32).to(device),
-        "num_tokens": torch.randint(0, MAX_LEN, (NUM_SLOTS,), generator=g, dtype=torch.int32).to(device),
-        "num_computed": torch.randint(0, MAX_LEN, (NUM_SLOTS,), generator=g, dtype=torch.int32).to(device),
-        # shuffled block ids: no two slots share a block, no row is in order
-        "block_table": torch.randperm(NUM_SLOTS * max_blocks, generator=g)
-        .to(torch.int32)
-        .view(NUM_SLOTS, max_blocks)
-        .to(device),
-    }
+    slots = SlotState(NUM_SLOTS, MAX_LEN, max_blocks, VOCAB, torch.device(device))
+    slots.token_ids.copy_(torch.randint(0, VOCAB, (NUM_SLOTS, MAX_LEN + 1), generator=g, dtype=torch.int32))
+    slots.num_tokens.copy_(torch.randint(0, MAX_LEN, (NUM_SLOTS,), generator=g, dtype=torch.int32))
+    slots.num_computed.copy_(torch.randint(0, MAX_LEN, (NUM_SLOTS,), generator=g, dtype=torch.int32))
+    # shuffled block ids: no two slots share a block, no row is in order
+    slots.block_table.copy_(torch.randperm(NUM_SLOTS * max_blocks, generator=g).to(torch.int32).view(NUM_SLOTS, -1))
+    if with_counts:
+        slots.ensure_penalty_tables()
+        slots.output_counts.copy_(torch.randint(0, 3, (NUM_SLOTS, VOCAB), generator=g, dtype=torch.int32))
+    return slots
 
 
-def _step(rows, device: str, seed: int, index_dtype=torch.int32):
-    """(idx_mapping, query_lens, sample_rows, state), the state holding each
-    row's ``num_computed``; sample rows in shuffled order."""
-    state = _state(device, seed)
+def _step(rows, device: str, seed: int, index_dtype=torch.int32, with_counts: bool = False):
+    """(StepBatch, slot state), the state holding each row's
+    ``num_computed``; sample rows in shuffled order."""
+    slots = _state(device, seed, with_counts)
     for slot, start, query_len, _ in rows:
-        state["num_computed"][slot] = start
-        state["num_tokens"][slot] = start + query_len
+        slots.num_computed[slot] = start
+        slots.num_tokens[slot] = start + query_len
     sample_rows = [r for r, row in enumerate(rows) if row[3]]
     random.Random(seed).shuffle(sample_rows)
 
     def t(values):
         return torch.tensor(values, dtype=index_dtype, device=device)
 
-    return t([r[0] for r in rows]), t([r[2] for r in rows]), t(sample_rows), state
+    num_tokens = sum(r[2] for r in rows)
+    return StepBatch(t([r[0] for r in rows]), t([r[2] for r in rows]), t(sample_rows), num_tokens), slots
 
 
 def _prepare(impl, rows, device, seed, index_dtype=torch.int32, spare=5):
-    idx, lens, sample_rows, state = _step(rows, device, seed, index_dtype)
-    num_tokens, num_rows = sum(r[2] for r in rows), len(rows)
+    step, slots = _step(rows, device, seed, index_dtype)
 
     def out(n, dtype):  # oversized, as the CUDA-graph buffers are: only the head is written
         return torch.full((n + spare,), SENTINEL, dtype=dtype, device=device)
 
-    outs = {
-        "input_ids": out(num_tokens, torch.long),
-        "positions": out(num_tokens, torch.long),
-        "slot_mapping": out(num_tokens, torch.long),
-        "query_start_loc": out(num_rows + 1, torch.int32),
-        "seq_lens": out(num_rows, torch.int32),
-        "logits_indices": out(sample_rows.shape[0], torch.long),
-    }
-    impl.prepare_inputs(
-        idx, lens, sample_rows, state["token_ids"], state["num_computed"], state["block_table"], BLOCK_SIZE,
-        num_tokens, *outs.values(),
+    num_tokens, num_rows = step.num_tokens, step.num_rows
+    outs = StepInputs(
+        input_ids=out(num_tokens, torch.long),
+        positions=out(num_tokens, torch.long),
+        slot_mapping=out(num_tokens, torch.long),
+        query_start_loc=out(num_rows + 1, torch.int32),
+        seq_lens=out(num_rows, torch.int32),
+        logits_indices=out(step.num_sampling, torch.long),
     )
-    return outs
+    impl.prepare_inputs(step, slots, BLOCK_SIZE, outs)
+    return vars(outs)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", list(CASES))
 def test_prepare_inputs_matches_reference(case, device):
     rows = CASES[case]
-    expected = _prepare(input_prep_ref, rows, device, seed=7)
+    expected = _prepare(input_prep_torch, rows, device, seed=7)
     got = _prepare(kernels(device), rows, device, seed=7)
     for name in expected:
         assert got[name].dtype == expected[name].dtype, name
@@ -130,22 +134,18 @@ def test_prepare_inputs_matches_reference(case, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_prepare_inputs_int64_indices(device):
     rows = CASES["prefill_decode_mixed"]
-    expected = _prepare(input_prep_ref, rows, device, seed=3, index_dtype=torch.long)
+    expected = _prepare(input_prep_torch, rows, device, seed=3, index_dtype=torch.long)
     got = _prepare(kernels(device), rows, device, seed=3, index_dtype=torch.long)
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0, msg=name)
 
 
 def _post_update(impl, rows, device, seed, with_counts):
-    idx, lens, sample_rows, state = _step(rows, device, seed)
+    step, slots = _step(rows, device, seed, with_counts=with_counts)
     g = torch.Generator().manual_seed(seed + 1)
-    sampled = torch.randint(0, VOCAB, (sample_rows.shape[0],), generator=g, dtype=torch.long).to(device)
-    counts = None
-    if with_counts:
-        counts = torch.randint(0, 3, (NUM_SLOTS, VOCAB), generator=g, dtype=torch.int32).to(device)
-    impl.post_update(idx, lens, sample_rows, sampled, state["token_ids"], state["num_tokens"],
-                     state["num_computed"], counts)
-    return {**state, "output_counts": counts}
+    sampled = torch.randint(0, VOCAB, (step.num_sampling,), generator=g, dtype=torch.long).to(device)
+    impl.post_update(step, sampled, slots)
+    return {name: getattr(slots, name) for name in STATE}
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -153,7 +153,7 @@ def _post_update(impl, rows, device, seed, with_counts):
 @pytest.mark.parametrize("case", list(CASES))
 def test_post_update_matches_reference(case, with_counts, device):
     rows = CASES[case]
-    expected = _post_update(input_prep_ref, rows, device, seed=11, with_counts=with_counts)
+    expected = _post_update(input_prep_torch, rows, device, seed=11, with_counts=with_counts)
     got = _post_update(kernels(device), rows, device, seed=11, with_counts=with_counts)
     for name in expected:
         if expected[name] is None:
@@ -166,8 +166,8 @@ def test_post_update_matches_reference(case, with_counts, device):
 @pytest.mark.parametrize("num_writes", [0, 1, 7, 300])
 def test_block_table_writes_match_reference(num_writes, device):
     rng = random.Random(num_writes)
-    state = _state(device, seed=5)
-    max_blocks = state["block_table"].shape[1]
+    table = _state(device, seed=5).block_table
+    max_blocks = table.shape[1]
     cells = rng.sample([(r, c) for r in range(NUM_SLOTS) for c in range(max_blocks)], num_writes)
 
     def t(values):
@@ -175,14 +175,14 @@ def test_block_table_writes_match_reference(num_writes, device):
 
     rows, cols = t([c[0] for c in cells]), t([c[1] for c in cells])
     values = t([rng.randrange(10_000) for _ in cells])
-    expected, got = state["block_table"].clone(), state["block_table"].clone()
-    input_prep_ref.apply_block_table_writes(expected, rows, cols, values)
+    expected, got = table.clone(), table.clone()
+    input_prep_torch.apply_block_table_writes(expected, rows, cols, values)
     kernels(device).apply_block_table_writes(got, rows, cols, values)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
 def test_dispatcher_uses_references_on_cpu():
-    assert input_prep._impl(torch.zeros(1)) is input_prep_ref
+    assert input_prep._impl(torch.zeros(1)) is input_prep_torch
 
 
 @pytest.mark.gpu
@@ -191,24 +191,16 @@ def test_dispatcher_uses_kernels_on_cuda_without_syncing():
     rows = CASES["full_batch"]
     _prepare(input_prep, rows, "cuda", seed=1)  # compile outside the checked region
     _post_update(input_prep, rows, "cuda", seed=1, with_counts=True)
-    idx, lens, sample_rows, state = _step(rows, "cuda", seed=2)
-    num_tokens = sum(r[2] for r in rows)
-    outs = [torch.empty(num_tokens, dtype=torch.long, device="cuda") for _ in range(3)]
-    qsl = torch.empty(len(rows) + 1, dtype=torch.int32, device="cuda")
-    seq_lens = torch.empty(len(rows), dtype=torch.int32, device="cuda")
-    logits_indices = torch.empty(sample_rows.shape[0], dtype=torch.long, device="cuda")
-    sampled = torch.zeros(sample_rows.shape[0], dtype=torch.long, device="cuda")
-    counts = torch.zeros(NUM_SLOTS, VOCAB, dtype=torch.int32, device="cuda")
-    first_col = torch.zeros_like(idx)
+    step, slots = _step(rows, "cuda", seed=2, with_counts=True)
+    outs = StepInputs.empty(step.num_tokens, step.num_rows, step.num_sampling, torch.device("cuda"))
+    sampled = torch.zeros(step.num_sampling, dtype=torch.long, device="cuda")
+    first_col = torch.zeros_like(step.idx_mapping)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        input_prep.apply_block_table_writes(state["block_table"], idx, first_col, idx)
-        input_prep.prepare_inputs(idx, lens, sample_rows, state["token_ids"], state["num_computed"],
-                                  state["block_table"], BLOCK_SIZE, num_tokens, *outs, qsl, seq_lens,
-                                  logits_indices)
-        input_prep.post_update(idx, lens, sample_rows, sampled, state["token_ids"], state["num_tokens"],
-                               state["num_computed"], counts)
+        input_prep.apply_block_table_writes(slots.block_table, step.idx_mapping, first_col, step.idx_mapping)
+        input_prep.prepare_inputs(step, slots, BLOCK_SIZE, outs)
+        input_prep.post_update(step, sampled, slots)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
