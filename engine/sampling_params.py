@@ -77,6 +77,11 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def has_penalties(self) -> bool:
+        """Whether any of the presence, frequency or repetition penalties acts."""
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
+
     def validate(self, vocab_size: int | None = None) -> SamplingParams:
         """Raise InvalidRequestError naming the first bad field; return self."""
 

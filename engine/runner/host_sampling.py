@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from agentgate.engine.runner.noise import as_int64
-from agentgate.engine.runner.sampling_batch import SamplingBatch
+from agentgate.engine.runner.sampling_batch import SamplingBatch, SamplingFlags
 from agentgate.engine.sampling_params import SamplingParams
 
 
@@ -34,13 +34,12 @@ def _padded(rows: list[list[int | float]], fill: int | float, dtype: torch.dtype
 
 
 def build_sampling_batch(rows: list[SamplingRow], vocab_size: int, device: torch.device) -> SamplingBatch:
+    """The batch of ``rows``, built on the host and copied over; tensors the
+    flags rule out (see `SamplingBatch`) are not built."""
     params = [r.params for r in rows]
-    any_penalties = any(
-        p.presence_penalty != 0.0 or p.frequency_penalty != 0.0 or p.repetition_penalty != 1.0
-        for p in params
-    )
+    flags = SamplingFlags.of(params)
     output_counts = prompt_mask = None
-    if any_penalties:
+    if flags.any_penalties:
         output_counts = torch.zeros(len(rows), vocab_size, dtype=torch.int32)
         prompt_mask = torch.zeros(len(rows), vocab_size, dtype=torch.bool)
         for i, r in enumerate(rows):
@@ -50,7 +49,7 @@ def build_sampling_batch(rows: list[SamplingRow], vocab_size: int, device: torch
         output_counts, prompt_mask = output_counts.to(device), prompt_mask.to(device)
 
     bias_ids = bias_values = None
-    if any(p.logit_bias for p in params):
+    if flags.any_logit_bias:
         bias_ids = _padded([list((p.logit_bias or {}).keys()) for p in params], -1, torch.long).to(device)
         bias_values = _padded([list((p.logit_bias or {}).values()) for p in params], 0.0, torch.float32).to(device)
 
@@ -61,27 +60,26 @@ def build_sampling_batch(rows: list[SamplingRow], vocab_size: int, device: torch
         suppressed.append(blocked)
     suppressed_ids = _padded(suppressed, -1, torch.long).to(device) if any(suppressed) else None
 
-    logprobs = [p.logprobs for p in params if p.logprobs is not None]
+    sampled = not flags.all_greedy
+
+    def column(values: list, dtype: torch.dtype, wanted: bool) -> torch.Tensor | None:
+        return torch.tensor(values, dtype=dtype, device=device) if wanted else None
+
     return SamplingBatch(
-        temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
-        top_k=torch.tensor([max(p.top_k, 0) for p in params], dtype=torch.int32, device=device),
-        top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
-        min_p=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
-        seed=torch.tensor([as_int64(r.seed) for r in rows], dtype=torch.long, device=device),
-        position=torch.tensor([r.position for r in rows], dtype=torch.long, device=device),
-        presence_penalty=torch.tensor([p.presence_penalty for p in params], dtype=torch.float32, device=device),
-        frequency_penalty=torch.tensor([p.frequency_penalty for p in params], dtype=torch.float32, device=device),
-        repetition_penalty=torch.tensor([p.repetition_penalty for p in params], dtype=torch.float32, device=device),
+        flags=flags,
+        temperature=column([p.temperature for p in params], torch.float32, sampled),
+        top_k=column([max(p.top_k, 0) for p in params], torch.int32, sampled and flags.any_top_k),
+        top_p=column([p.top_p for p in params], torch.float32, sampled and flags.any_top_p),
+        min_p=column([p.min_p for p in params], torch.float32, sampled and flags.any_min_p),
+        seed=column([as_int64(r.seed) for r in rows], torch.long, sampled),
+        position=column([r.position for r in rows], torch.long, sampled),
+        presence_penalty=column([p.presence_penalty for p in params], torch.float32, flags.any_penalties),
+        frequency_penalty=column([p.frequency_penalty for p in params], torch.float32, flags.any_penalties),
+        repetition_penalty=column([p.repetition_penalty for p in params], torch.float32, flags.any_penalties),
         output_counts=output_counts,
         prompt_mask=prompt_mask,
         logit_bias_ids=bias_ids,
         logit_bias_values=bias_values,
         suppressed_ids=suppressed_ids,
         allowed_bitmask=None,
-        all_greedy=all(p.temperature == 0.0 for p in params),
-        any_top_k=any(p.top_k > 0 for p in params),
-        any_top_p=any(p.top_p < 1.0 for p in params),
-        any_min_p=any(p.min_p > 0.0 for p in params),
-        any_penalties=any_penalties,
-        max_num_logprobs=max(logprobs, default=-1),
     )

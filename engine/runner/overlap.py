@@ -34,10 +34,9 @@ from agentgate.engine.runner.input_prep import (
     post_update,
     prepare_inputs,
 )
-from agentgate.engine.runner.noise import as_int64
 from agentgate.engine.runner.sampler import sample
-from agentgate.engine.runner.sampling_batch import SamplerOutput, SamplingBatch
-from agentgate.engine.runner.slot_state import MAX_LOGIT_BIAS, MAX_STOP_IDS, SlotState
+from agentgate.engine.runner.sampling_batch import SamplerOutput, SamplingBatch, SamplingFlags
+from agentgate.engine.runner.slot_state import SlotState
 from agentgate.engine.runner.staging import StepStaging
 from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 
@@ -50,7 +49,6 @@ class _Live:
     new: NewRequestData
     num_computed: int
     block_ids: list[int]  # the slot's block-table row
-    has_penalties: bool
 
 
 @dataclass
@@ -72,11 +70,6 @@ class _Deferred:
     lives: list[_Live]
     request_ids: list[str]
     result: _StepHandle | None = None
-
-
-def _has_penalties(new: NewRequestData) -> bool:
-    p = new.params
-    return p.presence_penalty != 0.0 or p.frequency_penalty != 0.0 or p.repetition_penalty != 1.0
 
 
 class OverlapRunner(TorchModelRunner):
@@ -107,67 +100,19 @@ class OverlapRunner(TorchModelRunner):
                 self.slots.release(live.slot)
 
     def _admit(self, new_requests: list[NewRequestData], writes: list[list[int]]) -> None:
-        """Give each new request a slot and queue the device writes that set
-        the slot up (token history, counters, sampling parameters)."""
+        """Give each new request a slot, write its slot state, and queue its
+        block-table row."""
         if not new_requests:
             return
-        s = self.slots
-        slot_ids, floats, ints, seeds, stops, bias_ids, bias_values = [], [], [], [], [], [], []
+        slots = []
         for new in new_requests:
-            slot = s.acquire()
-            penalties = _has_penalties(new)
-            self._live[new.request_id] = _Live(slot, new, new.num_computed_tokens, list(new.block_ids), penalties)
-            p = new.params
-            slot_ids.append(slot)
-            floats.append([p.temperature, p.top_p, p.min_p, p.presence_penalty, p.frequency_penalty, p.repetition_penalty])
-            ints.append([len(new.token_ids), new.num_computed_tokens, new.num_prompt_tokens, max(p.top_k, 0), p.min_tokens])
-            seeds.append(as_int64(new.seed))
-            stop = sorted(set(new.eos_token_ids) | set(p.stop_token_ids))[:MAX_STOP_IDS]
-            stops.append(stop + [-1] * (MAX_STOP_IDS - len(stop)))
-            bias = p.logit_bias or {}
-            bias_ids.append(list(bias.keys()) + [-1] * (MAX_LOGIT_BIAS - len(bias)))
-            bias_values.append(list(bias.values()) + [0.0] * (MAX_LOGIT_BIAS - len(bias)))
+            slot = self.slots.acquire()
+            slots.append(slot)
+            self._live[new.request_id] = _Live(slot, new, new.num_computed_tokens, list(new.block_ids))
             writes[0].extend([slot] * len(new.block_ids))
             writes[1].extend(range(len(new.block_ids)))
             writes[2].extend(new.block_ids)
-            self._copy_tokens(slot, new.token_ids)
-            if penalties:
-                self._reset_penalty_rows(slot, new)
-        index = self._to_device(slot_ids, torch.long)
-        f = self._to_device(floats, torch.float32)
-        i = self._to_device(ints, torch.int32)
-        for column, table in enumerate((s.temperature, s.top_p, s.min_p, s.presence_penalty, s.frequency_penalty, s.repetition_penalty)):
-            table.index_copy_(0, index, f[:, column])
-        for column, table in enumerate((s.num_tokens, s.num_computed, s.num_prompt, s.top_k, s.min_tokens)):
-            table.index_copy_(0, index, i[:, column])
-        s.seed.index_copy_(0, index, self._to_device(seeds, torch.long))
-        s.stop_ids.index_copy_(0, index, self._to_device(stops, torch.long))
-        if any(new.params.logit_bias for new in new_requests):
-            s.bias_ids.index_copy_(0, index, self._to_device(bias_ids, torch.long))
-            s.bias_values.index_copy_(0, index, self._to_device(bias_values, torch.float32))
-        else:
-            s.bias_ids.index_fill_(0, index, -1)
-
-    def _to_device(self, values: list, dtype: torch.dtype) -> torch.Tensor:
-        """A host snapshot copied without blocking (pinned on CUDA; the
-        caching host allocator keeps it until the copy is done)."""
-        host = torch.tensor(values, dtype=dtype)
-        if self._cuda:
-            host = host.pin_memory()
-        return host.to(self.device, non_blocking=True)
-
-    def _copy_tokens(self, slot: int, token_ids: list[int]) -> None:
-        self.slots.token_ids[slot, : len(token_ids)].copy_(self._to_device(token_ids, torch.int32), non_blocking=True)
-
-    def _reset_penalty_rows(self, slot: int, new: NewRequestData) -> None:
-        s = self.slots
-        s.ensure_penalty_tables()
-        s.output_counts[slot].zero_()
-        s.prompt_mask[slot].zero_()
-        tokens = self._to_device(new.token_ids, torch.long)
-        s.prompt_mask[slot].index_fill_(0, tokens[: new.num_prompt_tokens], True)
-        outputs = tokens[new.num_prompt_tokens :]
-        s.output_counts[slot].index_add_(0, outputs, torch.ones_like(outputs, dtype=torch.int32))
+        self.slots.admit(slots, new_requests)
 
     # -- one step ------------------------------------------------------------
     @torch.inference_mode()
@@ -268,38 +213,10 @@ class OverlapRunner(TorchModelRunner):
         return self.model(inputs.input_ids, inputs.positions, meta, self.kv_caches), inputs.logits_indices
 
     def _sampling_batch(self, step: StepBatch, lives: list[_Live]) -> SamplingBatch:
-        """Gather the sampling rows' parameters from slot state, on the device."""
-        s = self.slots
-        slots = step.idx_mapping.long()[step.sample_rows.long()]
-        params = [live.new.params for live in lives]
-        any_penalties = any(live.has_penalties for live in lives)
-        unmet = (s.num_tokens[slots] - s.num_prompt[slots]) < s.min_tokens[slots]
-        any_min_tokens = any(p.min_tokens > 0 for p in params)
-        any_bias = any(p.logit_bias for p in params)
-        logprobs = [p.logprobs for p in params if p.logprobs is not None]
-        return SamplingBatch(
-            temperature=s.temperature[slots],
-            top_k=s.top_k[slots],
-            top_p=s.top_p[slots],
-            min_p=s.min_p[slots],
-            seed=s.seed[slots],
-            position=s.num_tokens[slots].long(),
-            presence_penalty=s.presence_penalty[slots],
-            frequency_penalty=s.frequency_penalty[slots],
-            repetition_penalty=s.repetition_penalty[slots],
-            output_counts=s.output_counts[slots] if any_penalties else None,
-            prompt_mask=s.prompt_mask[slots] if any_penalties else None,
-            logit_bias_ids=s.bias_ids[slots] if any_bias else None,
-            logit_bias_values=s.bias_values[slots] if any_bias else None,
-            suppressed_ids=torch.where(unmet[:, None], s.stop_ids[slots], -1) if any_min_tokens else None,
-            allowed_bitmask=None,
-            all_greedy=all(p.temperature == 0.0 for p in params),
-            any_top_k=any(p.top_k > 0 for p in params),
-            any_top_p=any(p.top_p < 1.0 for p in params),
-            any_min_p=any(p.min_p > 0.0 for p in params),
-            any_penalties=any_penalties,
-            max_num_logprobs=max(logprobs, default=-1),
-        )
+        """Gather the sampling rows' parameters from slot state, on the
+        device; a greedy batch without other features gathers nothing."""
+        flags = SamplingFlags.of([live.new.params for live in lives])
+        return self.slots.sampling_batch(step.idx_mapping, step.sample_rows, flags)
 
     def _copy_out(self, request_ids: list[str], result: SamplerOutput) -> _StepHandle:
         """Start copying the step's results to the host; never blocks."""

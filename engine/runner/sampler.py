@@ -104,7 +104,7 @@ def sample(logits: Tensor, batch: SamplingBatch) -> SamplerOutput:
     bitmask = batch.allowed_bitmask
     if bitmask is not None:
         bitmask = _fit_bitmask(bitmask, vocab_size)
-    num_top = min(batch.max_num_logprobs, vocab_size)
+    num_top = min(batch.flags.max_num_logprobs, vocab_size)
     rows_per_chunk = max(1, MAX_CHUNK_ELEMENTS // max(1, vocab_size))
 
     parts: list[tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]] = []
@@ -136,23 +136,23 @@ def _sample_chunk(
             top_logprobs, top_ids = torch.topk(raw_logprobs, num_top, dim=-1)
 
     _apply_constraints_(logits, batch, rows, bitmask, tables)
-    if batch.any_penalties:
+    if batch.flags.any_penalties:
         _apply_penalties_(logits, batch, rows)
 
-    if batch.all_greedy:
+    if batch.flags.all_greedy:
         token_ids = logits.argmax(dim=-1)
     else:
         temperature = batch.temperature[rows]
         greedy = temperature == 0
         greedy_ids = logits.argmax(dim=-1)
         logits.div_(torch.where(greedy, 1.0, temperature)[:, None])
-        if batch.any_min_p:
+        if batch.flags.any_min_p:
             _apply_min_p_(logits, batch.min_p[rows])
-        if batch.any_top_k or batch.any_top_p:
+        if batch.flags.any_top_k or batch.flags.any_top_p:
             _apply_top_k_top_p_(
                 logits,
-                batch.top_k[rows] if batch.any_top_k else None,
-                batch.top_p[rows] if batch.any_top_p else None,
+                batch.top_k[rows] if batch.flags.any_top_k else None,
+                batch.top_p[rows] if batch.flags.any_top_p else None,
                 tables,
             )
         probs = torch.softmax(logits, dim=-1)

@@ -11,6 +11,7 @@ import torch
 
 from agentgate.engine.runner import noise, sampler
 from agentgate.engine.runner.sampler import SamplingBatch, sample
+from agentgate.engine.runner.sampling_batch import SamplingFlags
 from agentgate.engine.sampling_params import SamplingParams
 
 _M64 = (1 << 64) - 1
@@ -77,7 +78,18 @@ def make_batch(
                 bitmask[i] = pack_bitmask(a, covered)
 
     wanted = [p.logprobs for p in params if p.logprobs is not None]
+    flags = SamplingFlags(
+        all_greedy=not flags_all_on and all(p.temperature == 0 for p in params),
+        any_top_k=flags_all_on or any(p.top_k > 0 for p in params),
+        any_top_p=flags_all_on or any(p.top_p < 1 for p in params),
+        any_min_p=flags_all_on or any(p.min_p > 0 for p in params),
+        any_penalties=any_penalties,
+        any_logit_bias=bias_ids is not None,
+        any_min_tokens=suppressed_ids is not None,
+        max_num_logprobs=max(wanted) if wanted else -1,
+    )
     return SamplingBatch(
+        flags=flags,
         temperature=torch.tensor([p.temperature for p in params], dtype=f32),
         top_k=torch.tensor([p.top_k for p in params], dtype=torch.int32),
         top_p=torch.tensor([p.top_p for p in params], dtype=f32),
@@ -93,12 +105,6 @@ def make_batch(
         logit_bias_values=bias_values,
         suppressed_ids=suppressed_ids,
         allowed_bitmask=bitmask,
-        all_greedy=not flags_all_on and all(p.temperature == 0 for p in params),
-        any_top_k=flags_all_on or any(p.top_k > 0 for p in params),
-        any_top_p=flags_all_on or any(p.top_p < 1 for p in params),
-        any_min_p=flags_all_on or any(p.min_p > 0 for p in params),
-        any_penalties=any_penalties,
-        max_num_logprobs=max(wanted) if wanted else -1,
     )
 
 
@@ -528,7 +534,7 @@ def test_logprobs_are_raw_and_sorted():
         SamplingParams(temperature=1.0, seed=3, logprobs=2),
     ]
     batch = make_batch(params, v, outputs=[[], [1, 2], [], []])
-    assert batch.max_num_logprobs == 5
+    assert batch.flags.max_num_logprobs == 5
     out = run(logits, batch)
     raw = torch.log_softmax(logits, -1)
     assert out.token_ids[0].item() == 0  # the bias acted on sampling...
