@@ -116,10 +116,11 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     middleware.append(Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes))
     middleware.append(Middleware(RequestContextMiddleware, holder=holder))
 
-    from agentgate.gateway.routes import playground  # the web playground: /, /playground, /static/
+    from agentgate.gateway.routes import dashboard, playground  # the web pages: /, /dashboard, /static/
 
     return Starlette(
-        routes=[*openai.routes, *tokenize.routes, *ops.routes, *sessions.routes, *playground.routes],
+        routes=[*openai.routes, *tokenize.routes, *ops.routes, *sessions.routes, *dashboard.routes,
+                *playground.routes],  # fmt: skip
         middleware=middleware,
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,

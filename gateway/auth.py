@@ -3,10 +3,11 @@
 Route groups:
 
 - open: ``/health``, ``/metrics``, ``/version``, ``/openapi.json``, and the
-  playground page (``GET /``, ``/playground``, ``/static/...``: it holds no
-  secret; the keys are typed into it and sent to the API like any client's);
-- admin: ``/pause``, ``/resume``, ``/is_paused``, ``/abort_requests`` and
-  ``DELETE /v1/requests/{id}``: the admin key, required whenever any key is
+  web pages (``GET /``, ``/playground``, ``/dashboard``, ``/static/...``: they
+  hold no secret; the keys are typed into them and sent to the API like any
+  client's);
+- admin: ``/pause``, ``/resume``, ``/is_paused``, ``/abort_requests``,
+  ``/dashboard/stats`` and ``DELETE /v1/requests/{id}``: the admin key, required whenever any key is
   configured (with API keys but no admin key, nobody may call them);
 - user: everything else (``/v1/*``, ``/tokenize``, ``/detokenize``): an API
   key or the admin key, when API keys are configured.
@@ -28,9 +29,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentgate.gateway.errors import AuthenticationError, GatewayError, PermissionDeniedError, error_response
 
 OPEN_PATHS = frozenset({"/health", "/metrics", "/version", "/openapi.json", "/ping"})
-PAGE_PATHS = frozenset({"/", "/playground"})
+PAGE_PATHS = frozenset({"/", "/playground", "/dashboard"})
 PAGE_PREFIX = "/static/"
-ADMIN_PATHS = frozenset({"/pause", "/resume", "/is_paused", "/abort_requests"})
+ADMIN_PATHS = frozenset({"/pause", "/resume", "/is_paused", "/abort_requests", "/dashboard/stats"})
 ADMIN_DELETE_PREFIX = "/v1/requests/"
 
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import anyio
@@ -158,6 +159,11 @@ class EnginePool:
     def matching(self, predicate: Callable[[Registered], bool]) -> list[str]:
         """Ids of this gateway's requests in flight that match."""
         return [rid for rid, r in self._requests.items() if predicate(r)]
+
+    @property
+    def requests(self) -> Mapping[str, Registered]:
+        """This gateway's requests in flight by id (a read-only view)."""
+        return MappingProxyType(self._requests)
 
     @property
     def num_requests(self) -> int:

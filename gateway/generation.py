@@ -317,7 +317,7 @@ class Generation:
         self.pool.unregister(self.request_id)
         metrics = self.metrics
         metrics.prompt_tokens.inc(sum(len(p) for p in self.prompts))
-        metrics.generation_tokens.inc(sum(c.num_tokens for c in self.choices))
+        metrics.generated(self.engine.address, sum(c.num_tokens for c in self.choices))
         for choice in self.choices:
             reason = choice.finish_reason
             if reason is None and self.error is not None:

@@ -100,6 +100,9 @@ class Metrics:
         )
         self.prompt_tokens = Counter("agentgate_prompt_tokens", "Prompt tokens of requests.", registry=r)
         self.generation_tokens = Counter("agentgate_generation_tokens", "Tokens generated.", registry=r)
+        self.engine_generation_tokens = Counter(
+            "agentgate_engine_generation_tokens", "Tokens generated, by engine.", ["engine"], registry=r
+        )
         self.requests = Counter(
             "agentgate_requests", "Finished requests (choices), by finish reason.", ["finish_reason"], registry=r
         )
@@ -116,6 +119,11 @@ class Metrics:
     ) -> None:
         """Publish engine stats and gateway state read through these callables."""
         self.registry.register(_EngineCollector(stats, in_flight, waiting, engines_alive))
+
+    def generated(self, engine: str, tokens: int) -> None:
+        """Tokens a finished request generated on ``engine`` (its address)."""
+        self.generation_tokens.inc(tokens)
+        self.engine_generation_tokens.labels(engine).inc(tokens)
 
     def finished(self, reason: str | None) -> None:
         counter = self._finished.get(reason or "disconnect")

@@ -49,6 +49,7 @@ OPERATIONS = (
               s.AbortRequestsRequest, s.AbortResponse),
     Operation("delete", "/v1/requests/{request_id}", "Abort one request (admin)", "operations", None,
               s.AbortResponse, params=(_REQUEST_ID,)),
+    Operation("get", "/dashboard/stats", "The operator dashboard's numbers (admin)", "operations"),
     Operation("get", "/health", "200 when every engine answers, else 503", "operations"),
     Operation("get", "/metrics", "Prometheus metrics", "operations"),
     Operation("get", "/version", "The server's version", "operations"),

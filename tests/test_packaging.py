@@ -39,7 +39,12 @@ def test_the_wheel_installs_only_agentgate_and_imports_beside_the_agents_sdk(tmp
     assert built.returncode == 0, built.stderr
     [wheel] = tmp_path.glob("agentgate-*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        tops = {name.split("/")[0] for name in archive.namelist()}
+        names = set(archive.namelist())
+        tops = {name.split("/")[0] for name in names}
+    static = "agentgate/gateway/static/"
+    for page_file in ("index.html", "dashboard.html", "js/main.js", "js/dashboard/main.js", "vendor/marked/LICENSE",
+                      "vendor/dompurify/purify.es.js", "vendor/uplot/uPlot.esm.js"):  # fmt: skip
+        assert static + page_file in names, f"the wheel lacks {page_file}: the web pages would break once installed"
     assert tops == {"agentgate", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
 
     target = tmp_path / "site"

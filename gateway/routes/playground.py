@@ -37,12 +37,20 @@ class _StaticFiles(StaticFiles):
         return response
 
 
-async def page(request: Request) -> Response:
-    return FileResponse(
-        STATIC_DIR / "index.html",
-        media_type="text/html; charset=utf-8",
-        headers={**_HEADERS, "Content-Security-Policy": CONTENT_SECURITY_POLICY},
-    )
+def static_page(name: str):
+    """A route handler serving ``static/<name>`` as an HTML page under the CSP."""
+
+    async def page(request: Request) -> Response:
+        return FileResponse(
+            STATIC_DIR / name,
+            media_type="text/html; charset=utf-8",
+            headers={**_HEADERS, "Content-Security-Policy": CONTENT_SECURITY_POLICY},
+        )
+
+    return page
+
+
+page = static_page("index.html")
 
 
 routes = [

@@ -23,6 +23,7 @@ ADMIN_ROUTES = [
     ("POST", "/pause?mode=keep", None, 200),  # resumed right after
     ("POST", "/abort_requests", {"request_ids": ["none"]}, 200),
     ("DELETE", "/v1/requests/none", None, 404),
+    ("GET", "/dashboard/stats", None, 200),
 ]
 OPEN_ROUTES = ["/health", "/metrics", "/version", "/openapi.json"]
 

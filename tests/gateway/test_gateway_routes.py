@@ -78,7 +78,7 @@ def test_openapi_describes_every_route(null):
     expected = {
         "/v1/chat/completions": "post", "/v1/completions": "post", "/v1/models": "get", "/tokenize": "post",
         "/detokenize": "post", "/pause": "post", "/resume": "post", "/is_paused": "get", "/abort_requests": "post",
-        "/v1/requests/{request_id}": "delete", "/health": "get", "/metrics": "get", "/version": "get",
+        "/v1/requests/{request_id}": "delete", "/dashboard/stats": "get", "/health": "get", "/metrics": "get", "/version": "get",
         "/openapi.json": "get",
     }  # fmt: skip
     assert {path: next(iter(ops)) for path, ops in doc["paths"].items()} == expected

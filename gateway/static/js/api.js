@@ -42,11 +42,14 @@ async function request(conn, path, { key, method = "GET", body } = {}) {
   return response;
 }
 
-/** Streams /v1/chat/completions: yields each chat.completion.chunk. Abort with `signal`. */
-export async function* streamChat(conn, body, signal) {
+/** Streams /v1/chat/completions: yields each chat.completion.chunk. Abort with `signal`;
+ * `sessionId` is sent as X-Session-Id. */
+export async function* streamChat(conn, body, signal, sessionId = "") {
+  const h = headers(conn.apiKey, true);
+  if (sessionId) h["X-Session-Id"] = sessionId;
   const response = await fetch(apiUrl(conn, "/v1/chat/completions"), {
     method: "POST",
-    headers: headers(conn.apiKey, true),
+    headers: h,
     body: JSON.stringify({ ...body, stream: true }),
     signal,
   });
@@ -61,6 +64,26 @@ export async function* streamChat(conn, body, signal) {
 
 export async function listModels(conn) {
   return (await (await request(conn, "/v1/models", { key: conn.apiKey })).json()).data;
+}
+
+/** The paths this gateway serves (its OpenAPI document is open). */
+export async function servedPaths(conn) {
+  return Object.keys((await (await request(conn, "/openapi.json")).json()).paths || {});
+}
+
+/** A server session (Redis) with its messages; the owner's API key or the admin key. */
+export async function getSession(conn, sessionId) {
+  return (await request(conn, `/v1/sessions/${encodeURIComponent(sessionId)}`, { key: conn.apiKey })).json();
+}
+
+/** The operator dashboard's numbers (admin). */
+export async function dashboardStats(conn) {
+  return (await request(conn, "/dashboard/stats", { key: conn.adminKey })).json();
+}
+
+/** Aborts by request ids, session id or API key (admin); nothing named aborts all. */
+export async function abortRequests(conn, filter) {
+  return (await request(conn, "/abort_requests", { key: conn.adminKey, method: "POST", body: filter })).json();
 }
 
 export async function isPaused(conn) {

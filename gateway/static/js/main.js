@@ -1,166 +1,270 @@
-// The playground page: wires the chat, the settings and the operator strip.
+// The playground page: wires the conversation list, the transcript, the
+// composer, the settings and the operator strip.
 
-import { ApiError, fetchMetrics, isPaused, listModels, pause, resume, streamChat } from "./api.js";
+import { ApiError, getSession, listModels, streamChat } from "./api.js";
+import { conversationList } from "./conversations.js";
+import { dialogOpen } from "./dialog.js";
+import { operatorStrip } from "./operator.js";
 import { Reply } from "./reply.js";
+import {
+  FieldError, clearFieldError, connection, markFieldError, requestOptions, restoreSettings, systemPrompt,
+} from "./settings.js"; // prettier-ignore
+import { ConversationStore, apiMessages, exportConversation, newConversation, randomId, titleOf } from "./store.js";
+import { themePicker } from "./theme.js";
 import { transcriptView } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
-const STORED = { "api-key": localStorage, endpoint: localStorage, "admin-key": sessionStorage };
-const OPERATOR_REFRESH_MS = 1000;
+const MODEL_KEY = "agentgate.model";
+const PROMPT_HINT = "Message the model (Enter sends, Shift+Enter for a new line, Esc stops)";
 
+const store = new ConversationStore();
 const state = {
-  messages: [], // the conversation sent with each request (system prompt aside)
-  pendingToolCalls: [], // tool calls of the last reply still waiting for a result
+  conversation: newConversation(),
   controller: null, // the AbortController of the reply streaming now
-  model: null,
-  pauseMode: null,
-  epoch: 0, // bumped by Clear: a reply that ends after it belongs to no conversation
 };
-const view = transcriptView($("transcript"));
+const busy = () => state.controller !== null;
 
-function conn() {
-  return { base: $("endpoint").value.trim(), apiKey: $("api-key").value.trim(), adminKey: $("admin-key").value.trim() };
-}
+const view = transcriptView($("transcript"), { edit: editAndRegenerate, canEdit: () => !busy() });
+const operator = operatorStrip(connection);
+const list = conversationList(store, {
+  open: openConversation,
+  create: () => openConversation(null),
+  rename(title) {
+    state.conversation.title = title;
+    save();
+  },
+  remove() {
+    store.remove(state.conversation.id);
+    openConversation(store.list()[0]?.id ?? null);
+  },
+  exportCurrent: () => exportConversation(state.conversation, systemPrompt()),
+  current: () => ({ id: state.conversation.id, title: titleOf(state.conversation) }),
+  busy,
+});
 
-// -- settings ------------------------------------------------------------------
+// -- conversations -----------------------------------------------------------------
 
-for (const [id, storage] of Object.entries(STORED)) {
-  $(id).value = storage.getItem(`agentgate.${id}`) || "";
-  $(id).addEventListener("change", () => {
-    const value = $(id).value.trim();
-    if (value) storage.setItem(`agentgate.${id}`, value);
-    else storage.removeItem(`agentgate.${id}`);
-    if (id !== "admin-key") loadModel();
-    if (id !== "api-key") refreshOperator();
-  });
-}
-
-function numberSetting(id, parse) {
-  const raw = $(id).value.trim();
-  const value = raw === "" ? null : parse(raw);
-  return Number.isFinite(value) ? value : null;
-}
-
-/** The tools box as a list, null when empty; throws a readable error for bad JSON. */
-function toolsSetting() {
-  const raw = $("tools").value.trim();
-  if (!raw) return null;
-  let tools;
+function save() {
   try {
-    tools = JSON.parse(raw);
+    store.save(state.conversation);
+    $("store-error").textContent = "";
   } catch (e) {
-    throw new Error(`Tools: not JSON (${e.message})`);
+    $("store-error").textContent = `Not kept in this browser: ${e.message}`;
   }
-  if (!Array.isArray(tools)) tools = [tools];
-  return tools;
+  list.draw();
+}
+
+function openConversation(id) {
+  state.conversation = (id && store.load(id)) || newConversation();
+  store.current = id ? state.conversation.id : null;
+  $("session-id").value = state.conversation.sessionId || "";
+  $("session-status").textContent = "";
+  view.show(state.conversation.messages);
+  clearSendError();
+  updateComposer();
+  list.draw();
+  if (state.conversation.sessionId) loadSession();
+}
+
+/** Tool calls of the last reply that have no result yet (only complete calls are ever kept). */
+function pendingCalls() {
+  const messages = state.conversation.messages;
+  const last = messages.findLastIndex((m) => m.role === "assistant");
+  if (last < 0) return [];
+  const answered = new Set(messages.slice(last + 1).map((m) => m.tool_call_id));
+  return (messages[last].tool_calls || []).filter((call) => !answered.has(call.id));
+}
+
+function updateComposer() {
+  const next = pendingCalls()[0];
+  const label = next ? `Result of ${next.function.name || "the tool call"} (${next.id || "no id"})` : "Message";
+  $("prompt-label").textContent = label;
+  $("prompt").placeholder = next ? `${label}: sent back as a tool message` : PROMPT_HINT;
+  $("regenerate").disabled = busy() || state.conversation.messages.length === 0;
+}
+
+// -- the server session --------------------------------------------------------------
+
+/** Loads the conversation from the server's session when it holds more than this browser. */
+async function loadSession() {
+  const id = state.conversation.sessionId;
+  const status = $("session-status");
+  try {
+    const session = await getSession(connection(), id);
+    if (state.conversation.sessionId !== id || busy()) return;
+    const messages = (session.messages || []).filter((m) => m.role !== "system");
+    if (messages.length > state.conversation.messages.length) {
+      state.conversation.messages = messages;
+      save();
+      view.show(messages);
+      updateComposer();
+      status.textContent = `Loaded ${messages.length} messages from the server session.`;
+    } else {
+      status.textContent = `In step with the server session (${session.turns} turns).`;
+    }
+  } catch (e) {
+    if (state.conversation.sessionId !== id) return;
+    if (e instanceof ApiError && e.status === 404) status.textContent = "A new session: the server creates it with the first message.";
+    else if (e instanceof ApiError && e.status === 503) status.textContent = `The server keeps no sessions now: ${e.message}`;
+    else status.textContent = `Could not read the session: ${e.message}`;
+  }
+}
+
+function setSessionId(value) {
+  state.conversation.sessionId = value;
+  save();
+  $("session-status").textContent = "";
+  if (value) loadSession();
+}
+
+// -- chat ------------------------------------------------------------------------------
+
+function setBusy(on) {
+  $("send").disabled = on;
+  $("stop").disabled = !on;
+  $("transcript").setAttribute("aria-busy", String(on));
+  updateComposer();
+}
+
+function clearSendError() {
+  $("send-error").replaceChildren();
+}
+
+/** Shows why nothing was sent next to the Send button; a FieldError also points at its control. */
+function showSendError(error) {
+  const line = $("send-error");
+  line.replaceChildren(error.message);
+  if (error instanceof FieldError) {
+    markFieldError(error);
+    const go = document.createElement("button");
+    go.type = "button";
+    go.className = "small";
+    go.textContent = "Show the field";
+    go.addEventListener("click", () => {
+      $("settings-panel").open = true;
+      $(error.field).scrollIntoView({ block: "center" });
+      $(error.field).focus();
+    });
+    line.append(" ", go);
+  }
 }
 
 function requestBody() {
-  const body = { messages: [], stream: true, stream_options: { include_usage: true } };
-  if (state.model) body.model = state.model;
-  const system = $("system").value.trim();
+  const body = { ...requestOptions(), messages: [], stream: true, stream_options: { include_usage: true } };
+  if ($("model").value) body.model = $("model").value;
+  const system = systemPrompt();
   if (system) body.messages.push({ role: "system", content: system });
-  body.messages.push(...state.messages);
-  const temperature = numberSetting("temperature", Number);
-  const maxTokens = numberSetting("max-tokens", (v) => parseInt(v, 10));
-  const seed = numberSetting("seed", (v) => parseInt(v, 10));
-  if (temperature !== null) body.temperature = temperature;
-  if (maxTokens !== null) body.max_tokens = maxTokens;
-  if (seed !== null) body.seed = seed;
-  const tools = toolsSetting();
-  if (tools) {
-    body.tools = tools;
-    body.tool_choice = $("tool-choice").value;
-  }
+  body.messages.push(...apiMessages(state.conversation.messages));
   return body;
 }
 
-async function loadModel() {
+function send(text) {
+  clearSendError();
   try {
-    const models = await listModels(conn());
-    state.model = models[0]?.id ?? null;
-    $("model").textContent = `model: ${state.model ?? "none served"}`;
+    requestOptions(); // a setting that cannot be used stops the message here, kept in the box
   } catch (e) {
-    state.model = null;
-    $("model").textContent = e.status === 401 ? "model: enter an API key" : `model: unavailable (${e.message})`;
+    showSendError(e);
+    return;
   }
+  const [call] = pendingCalls();
+  const message = call
+    ? { role: "tool", tool_call_id: call.id, content: text, meta: { name: call.function.name } }
+    : { role: "user", content: text };
+  state.conversation.messages.push(message);
+  save();
+  view.add(message, state.conversation.messages.length - 1);
+  $("prompt").value = "";
+  updateComposer();
+  if (pendingCalls().length === 0) generate(); // the model answers once every call has its result
 }
 
-// -- chat ----------------------------------------------------------------------
-
-function setBusy(busy) {
-  $("send").disabled = busy;
-  $("stop").disabled = !busy;
-  $("transcript").setAttribute("aria-busy", String(busy));
-}
-
-function updatePromptLabel() {
-  const next = state.pendingToolCalls[0];
-  const label = next ? `Result of ${next.function.name || "the tool call"} (${next.id || "no id"})` : "Message";
-  $("prompt-label").textContent = label;
-  $("prompt").placeholder = next
-    ? `${label}: sent back as a tool message`
-    : "Message the model (Enter sends, Shift+Enter for a new line, Esc stops)";
-}
-
-async function send(text) {
-  $("tools-error").textContent = "";
+async function generate() {
+  clearSendError();
   let body;
-  const call = state.pendingToolCalls.shift();
-  const message = call ? { role: "tool", tool_call_id: call.id, content: text } : { role: "user", content: text };
-  state.messages.push(message);
   try {
     body = requestBody();
   } catch (e) {
-    state.messages.pop();
-    if (call) state.pendingToolCalls.unshift(call);
-    $("tools-error").textContent = e.message;
+    showSendError(e);
     return;
   }
-  view.addMessage(message, call);
-  $("prompt").value = "";
-  updatePromptLabel();
-  if (state.pendingToolCalls.length) return; // the model answers once every call has its result
-
-  const epoch = state.epoch;
+  const conversation = state.conversation;
   const reply = new Reply();
-  const bubble = view.addReply();
+  const bubble = view.addReply(reply);
   state.controller = new AbortController();
   setBusy(true);
   try {
-    for await (const chunk of streamChat(conn(), body, state.controller.signal)) {
+    for await (const chunk of streamChat(connection(), body, state.controller.signal, conversation.sessionId)) {
       reply.apply(chunk);
       bubble.update(reply);
     }
   } catch (e) {
     if (e.name === "AbortError") reply.stopped = true;
-    else reply.error = e instanceof ApiError || e instanceof Error ? e.message : String(e);
+    else reply.error = e.message || String(e);
   } finally {
     state.controller = null;
     setBusy(false);
   }
   bubble.update(reply, true);
-  if (epoch !== state.epoch) return;
-  if (reply.error && !reply.message()) {
-    state.messages.pop(); // not answered: the prompt goes back to the box to send again
-    if (call) state.pendingToolCalls.unshift(call);
-    if (!$("prompt").value) $("prompt").value = text;
-  } else if (reply.message()) {
-    state.messages.push(reply.message());
-    if (!reply.stopped && !reply.error) state.pendingToolCalls = reply.toolCalls.filter(Boolean);
+  const message = reply.message();
+  if (message) {
+    conversation.messages.push(message);
+    save();
+    bubble.done(message);
   }
-  updatePromptLabel();
+  updateComposer();
   $("prompt").focus();
+}
+
+function editAndRegenerate(index, text) {
+  if (busy()) return;
+  const messages = state.conversation.messages.slice(0, index);
+  messages.push({ role: "user", content: text });
+  state.conversation.messages = messages;
+  save();
+  view.show(messages);
+  generate();
+}
+
+/** Asks again for the last reply (dropped first), or for a reply that never came. */
+function regenerate() {
+  if (busy() || !state.conversation.messages.length) return;
+  const messages = state.conversation.messages;
+  if (messages.at(-1).role === "assistant") {
+    messages.pop();
+    save();
+    view.show(messages);
+  }
+  generate();
 }
 
 function stop() {
   state.controller?.abort();
 }
 
+// -- wiring ------------------------------------------------------------------------------
+
+async function loadModels() {
+  const select = $("model");
+  const status = $("model-status");
+  try {
+    const models = await listModels(connection());
+    const wanted = select.value || localStorage.getItem(MODEL_KEY);
+    select.replaceChildren(...models.map((m) => new Option(m.id, m.id)));
+    if (models.some((m) => m.id === wanted)) select.value = wanted;
+    status.textContent = models.length ? "" : "no model served";
+  } catch (e) {
+    select.replaceChildren(new Option("—", ""));
+    const key = connection().apiKey;
+    status.textContent =
+      e.status === 401 ? (key ? "API key rejected" : "enter an API key") : `models unavailable (${e.message})`;
+  }
+}
+
+$("model").addEventListener("change", () => localStorage.setItem(MODEL_KEY, $("model").value));
 $("composer").addEventListener("submit", (event) => {
   event.preventDefault();
   const text = $("prompt").value.trim();
-  if (text && !state.controller) send(text);
+  if (text && !busy()) send(text);
 });
 $("prompt").addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
@@ -169,77 +273,29 @@ $("prompt").addEventListener("keydown", (event) => {
   }
 });
 document.addEventListener("keydown", (event) => {
-  if (event.key === "Escape") stop();
+  if (event.key === "Escape" && !dialogOpen()) stop();
 });
 $("stop").addEventListener("click", stop);
+$("regenerate").addEventListener("click", regenerate);
 $("connection").addEventListener("submit", (event) => event.preventDefault());
-$("clear").addEventListener("click", () => {
-  stop();
-  state.epoch += 1;
-  state.messages = [];
-  state.pendingToolCalls = [];
-  view.clear();
-  updatePromptLabel();
+$("session-id").addEventListener("change", () => setSessionId($("session-id").value.trim()));
+$("new-session").addEventListener("click", () => {
+  $("session-id").value = randomId("s-");
+  setSessionId($("session-id").value);
 });
 
-// -- operator strip --------------------------------------------------------------
-
-let refreshing = false;
-let timer = null;
-
-async function refreshOperator() {
-  clearTimeout(timer);
-  const c = conn();
-  $("operator").hidden = !c.adminKey;
-  if (!c.adminKey) return;
-  timer = setTimeout(refreshOperator, OPERATOR_REFRESH_MS);
-  if (refreshing || document.hidden) return;
-  refreshing = true;
-  try {
-    const [paused, m] = await Promise.all([isPaused(c), fetchMetrics(c)]);
-    showPaused(paused);
-    $("op-running").textContent = m.agentgate_requests_running ?? "–";
-    $("op-waiting").textContent = m.agentgate_requests_waiting ?? "–";
-    const kv = m.agentgate_kv_cache_usage_ratio;
-    $("op-kv").textContent = kv === undefined ? "–" : kv > 0 && kv < 0.001 ? "<0.1%" : `${(kv * 100).toFixed(1)}%`;
-    $("op-error").textContent = "";
-  } catch (e) {
-    $("op-error").textContent = e.message;
-  } finally {
-    refreshing = false;
-  }
-}
-
-function showPaused(paused) {
-  if (!paused) state.pauseMode = null;
-  const strip = $("op-state");
-  strip.dataset.paused = String(paused);
-  strip.textContent = paused ? `paused${state.pauseMode ? ` (${state.pauseMode})` : ""}` : "serving";
-}
-
-async function operate(action, pending) {
-  $("op-pause").disabled = $("op-resume").disabled = true;
-  $("op-state").textContent = pending;
-  try {
-    const result = await action();
-    if (result.is_paused) state.pauseMode = result.mode;
-    showPaused(result.is_paused);
-    $("op-error").textContent = "";
-  } catch (e) {
-    $("op-error").textContent = e.message;
-  } finally {
-    $("op-pause").disabled = $("op-resume").disabled = false;
-    refreshOperator();
-  }
-}
-
-$("op-pause").addEventListener("click", () => {
-  const mode = $("op-mode").value;
-  operate(() => pause(conn(), mode), `pausing (${mode})…`);
+restoreSettings((id) => {
+  if (id === "api-key" || id === "endpoint") loadModels();
+  if (id === "admin-key" || id === "endpoint") operator.refresh();
+  if (id === "api-key" && state.conversation.sessionId) loadSession();
+  clearFieldError(id);
+  clearSendError();
 });
-$("op-resume").addEventListener("click", () => operate(() => resume(conn()), "resuming…"));
-document.addEventListener("visibilitychange", refreshOperator);
-
-updatePromptLabel();
-loadModel();
-refreshOperator();
+themePicker($("theme"));
+if (window.matchMedia("(max-width: 800px)").matches) {
+  $("conversations-panel").open = false;
+  $("settings-panel").open = false;
+}
+openConversation(store.current);
+loadModels();
+operator.refresh();

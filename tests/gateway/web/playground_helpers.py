@@ -1,7 +1,8 @@
-"""Helpers for the playground's browser tests: finding Chromium, launching it
+"""Helpers for the web pages' browser tests: finding Chromium, launching it
 headless through Playwright, and a scripted site on loopback (the page's own
-routes plus a fake chat endpoint) for what a real server cannot yet produce
-on demand, and as a second origin for the CORS test."""
+routes plus a fake chat endpoint) for replies a real server cannot produce on
+demand (Markdown, hostile HTML, tool-call deltas cut where a test wants), and
+as a second origin for the CORS test."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import anyio
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from agentgate.gateway.routes import playground
@@ -88,6 +89,7 @@ class ScriptedSite:
 
     scripts: list[list] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
+    models: list[str] = field(default_factory=lambda: ["fake-model"])
     port: int = 0
 
     def __post_init__(self) -> None:
@@ -126,7 +128,12 @@ class ScriptedSite:
         return StreamingResponse(events(), media_type="text/event-stream")
 
     async def _models(self, request: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]})
+
+    async def _bare_page(self, request: Request) -> FileResponse:
+        """The playground without its Content-Security-Policy: where only the
+        sanitizer stands between model output and script execution."""
+        return FileResponse(playground.STATIC_DIR / "index.html", media_type="text/html")
 
     def start(self, port: int) -> ScriptedSite:
         self.port = port
@@ -134,6 +141,7 @@ class ScriptedSite:
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route("/bare", self._bare_page, methods=["GET"]),
                 *playground.routes,
             ]
         )
@@ -154,3 +162,53 @@ class ScriptedSite:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(10)
+
+
+# -- driving the pages ---------------------------------------------------------------
+
+
+def setting(page, label: str, value: str) -> None:
+    """Types into a labelled field and leaves it, as a person would (fires change)."""
+    field = page.get_by_label(label, exact=True)
+    field.fill(value)
+    field.press("Tab")
+
+
+def open_playground(page, url: str, *, api_key=None, admin_key=None, endpoint=None, path="/") -> None:
+    page.goto(url + path)
+    if endpoint:
+        setting(page, "Endpoint", endpoint)
+    if api_key:
+        setting(page, "API key", api_key)
+    if admin_key:
+        setting(page, "Admin key", admin_key)
+
+
+def send(page, text: str):
+    """Types a message and presses Enter; returns the reply's locator."""
+    box = page.get_by_label("Message", exact=True)
+    box.fill(text)
+    box.press("Enter")
+    return page.locator(".msg.assistant").last
+
+
+def text_length(reply) -> int:
+    return len(reply.locator(".content").text_content() or "")
+
+
+def reply_script(text: str, pieces: int = 4) -> list[dict]:
+    """A scripted stream that sends ``text`` in ``pieces`` content deltas, then finishes with "stop"."""
+    size = -(-len(text) // pieces)
+    parts = [text[i : i + size] for i in range(0, len(text), size)]
+    return [chunk({"role": "assistant", "content": ""}), *[chunk({"content": p}) for p in parts],
+            chunk({}, finish="stop")]  # fmt: skip
+
+
+def assert_accessible(page) -> None:
+    """No axe-core violations of the WCAG 2.1 A/AA rules (labels, names, contrast, ...) on the page as it is."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    tags = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+    result = Axe().run(page, options={"runOnly": {"type": "tag", "values": tags}})
+    found = [[v["id"], [n["html"][:120] for n in v["nodes"][:3]]] for v in result.response["violations"]]
+    assert result.violations_count == 0, json.dumps(found, indent=1)

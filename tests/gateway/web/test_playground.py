@@ -1,19 +1,17 @@
-"""The playground page (gateway/static, served at / and /playground), driven in
-headless Chromium by Playwright against real `agentgate serve` processes:
+"""The playground's chat mechanics (gateway/static, served at / and
+/playground), driven in headless Chromium by Playwright against real
+`agentgate serve` processes (fixtures in this folder's conftest):
 
-- a null-runner server (0.05 s per step, API key + admin key, a small KV
-  cache so its usage shows, CORS for the scripted site's origin) for the
-  streaming, Stop, pause/resume and CORS mechanics;
-- the default model on the sync runner (conftest's ``model_server``) for a
-  real reply, and for a real tool call once the gateway emits tool_calls;
-- a scripted site on loopback (the page's own routes plus a fake chat
-  endpoint) for tool-call deltas chunked exactly as the test wants them.
+- a null-runner server (0.05 s per step, keys, a small KV cache, the embedded
+  Redis) for streaming, Stop, pause/resume, wrong keys, sessions and CORS;
+- the default model on the sync runner (``model_server``) for a real reply
+  and a real tool call;
+- a scripted site on loopback for tool-call deltas chunked as the test wants.
 
-The browser tests skip only when no Chromium is installed. On a failure the
-page's screenshot is written under pytest's temporary directory and its path
-printed. The page's Content-Security-Policy forbids eval, so Playwright's
-``wait_for_function`` fails there: poll from Python (``wait_for``/``sample``)
-or use ``expect``.
+Rendering, conversations and settings are in test_playground_pages.py, the
+dashboard in test_dashboard.py. The page's Content-Security-Policy forbids
+eval, so Playwright's ``wait_for_function`` fails there: poll from Python
+(``wait_for``/``sample``) or use ``expect``.
 """
 
 from __future__ import annotations
@@ -24,14 +22,13 @@ import time
 
 import httpx
 import pytest
-from gateway_helpers import ADMIN_KEY, USER_KEY, engine_idle, free_port, metrics, start_server, wait_for
-from playground_helpers import CHROMIUM_ARGS, NO_CHROMIUM, ScriptedSite, chunk, find_chromium, sample
-from playwright.sync_api import Page, expect, sync_playwright
+from conftest import STEP_SECONDS, shoot
+from gateway_helpers import ADMIN_KEY, USER_KEY, engine_idle, metrics, wait_for
+from playground_helpers import ScriptedSite, chunk, open_playground, sample, send, setting, text_length
+from playwright.sync_api import Page, expect
 
 from agentgate.gateway.auth import Access, route_access
 
-needs_chromium = pytest.mark.skipif(find_chromium() is None, reason=NO_CHROMIUM)
-STEP_SECONDS = 0.05
 MODEL = "SmolLM2-135M-Instruct"
 DISCONNECTS = 'agentgate_requests_total{finish_reason="disconnect"}'
 WEATHER_TOOLS = [
@@ -46,126 +43,21 @@ WEATHER_TOOLS = [
 ]
 
 
-# -- servers -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def site():
-    scripted = ScriptedSite().start(free_port())
-    yield scripted
-    scripted.stop()
-
-
-@pytest.fixture(scope="module")
-def pg_server(tmp_path_factory: pytest.TempPathFactory, site: ScriptedSite):
-    server = start_server(
-        tmp_path_factory.mktemp("playground-server"),
-        "--runner", "null", "--null-step-seconds", str(STEP_SECONDS), "--num-kv-blocks", "64",
-        "--max-model-len", "1024", "--allowed-origins", site.url,
-        env={"AGENTGATE_API_KEY": USER_KEY, "AGENTGATE_ADMIN_KEY": ADMIN_KEY},
-    )  # fmt: skip
-    server.admin_headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def pg(pg_server):
-    """The null server, idle and unpaused before and after each test."""
-    wait_for(lambda: engine_idle(pg_server.url), message="the engine to be idle before the test")
-    yield pg_server
-    httpx.post(f"{pg_server.url}/resume", headers=pg_server.admin_headers, timeout=10)
-    wait_for(lambda: engine_idle(pg_server.url), timeout=20, message="the engine to be idle after the test")
-
-
-# -- the browser ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser():
-    executable = find_chromium()
-    if executable is None:
-        pytest.skip(NO_CHROMIUM)
-    # Waits are for events that come in well under a second on an idle machine;
-    # the margin is for a loaded one (2 cores shared with servers and the suite).
-    expect.set_options(timeout=15_000)
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def page(browser, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """A page in a fresh context (empty storage). When the test failed, its
-    screenshot goes to <pytest tmp>/playground-screenshots/ and the path is
-    printed; an uncaught error in the page's JavaScript fails the test."""
-    context = browser.new_context(viewport={"width": 1200, "height": 800})
-    tab = context.new_page()
-    errors: list[str] = []
-    console: list[str] = []
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
-    failed_before = request.session.testsfailed
-    yield tab
-    try:
-        if request.session.testsfailed > failed_before:  # the call phase failed (reported before teardown)
-            folder = tmp_path_factory.getbasetemp() / "playground-screenshots"
-            folder.mkdir(exist_ok=True)
-            path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', request.node.name)}.png"
-            tab.screenshot(path=str(path), full_page=True)
-            reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-            write = reporter.write_line if reporter else print
-            for line in [f"{request.node.nodeid}: screenshot at the failure: {path}", *console[-20:]]:
-                write(line)
-        assert not errors, f"uncaught errors in the page: {errors}"
-    finally:
-        context.close()
-
-
-# -- driving the page ----------------------------------------------------------------
-
-
-def setting(page: Page, label: str, value: str) -> None:
-    """Types into a labelled field and leaves it, as a person would (fires change)."""
-    field = page.get_by_label(label, exact=True)
-    field.fill(value)
-    field.press("Tab")
-
-
-def open_playground(page: Page, url: str, *, api_key=None, admin_key=None, endpoint=None, path="/") -> None:
-    page.goto(url + path)
-    if endpoint:
-        setting(page, "Endpoint", endpoint)
-    if api_key:
-        setting(page, "API key", api_key)
-    if admin_key:
-        setting(page, "Admin key", admin_key)
-
-
-def send(page: Page, text: str):
-    """Types a message and presses Enter; returns the reply's locator."""
-    box = page.get_by_label("Message", exact=True)
-    box.fill(text)
-    box.press("Enter")
-    return page.locator(".msg.assistant").last
-
-
-def text_length(reply) -> int:
-    return len(reply.locator(".content").text_content() or "")
-
-
 # -- without a browser ---------------------------------------------------------------
 
 
-def test_the_page_and_its_assets_need_no_key_and_the_api_still_does(pg_server):
-    url = pg_server.url
-    for path in ("/", "/playground"):
+def test_the_pages_and_their_assets_need_no_key_and_the_api_still_does(web_server):
+    url = web_server.url
+    for path, module in (("/", "main.js"), ("/playground", "main.js"), ("/dashboard", "dashboard/main.js")):
         r = httpx.get(url + path)
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), (path, r.status_code)
-        assert '<script type="module" src="/static/js/main.js">' in r.text
+        assert f'<script type="module" src="/static/js/{module}">' in r.text
         assert "script-src 'self'" in r.headers["content-security-policy"]
-    for asset in ("js/main.js", "js/api.js", "js/sse.js", "js/reply.js", "js/view.js", "playground.css"):
+    assets = ("js/main.js", "js/api.js", "js/sse.js", "js/reply.js", "js/view.js", "js/markdown.js", "js/store.js",
+              "js/dashboard/main.js", "js/dashboard/timeline.js", "base.css", "playground.css", "dashboard.css",
+              "vendor/marked/marked.esm.js", "vendor/dompurify/purify.es.js", "vendor/highlight/highlight.min.js",
+              "vendor/uplot/uPlot.esm.js", "vendor/highlight/github.min.css")  # fmt: skip
+    for asset in assets:
         r = httpx.get(f"{url}/static/{asset}")
         assert r.status_code == 200 and r.content, asset
         kind = "css" if asset.endswith(".css") else "javascript"
@@ -173,18 +65,21 @@ def test_the_page_and_its_assets_need_no_key_and_the_api_still_does(pg_server):
     assert httpx.get(f"{url}/static/nope.js").status_code == 404
     for escape in ("..%2fapp.py", "%2e%2e/app.py", "..%2f..%2fgateway/app.py"):  # no way out of static/
         assert httpx.get(f"{url}/static/{escape}").status_code == 404, escape
-    # Only reading the page is open: the API and the operator routes keep their keys.
+    # Only reading the pages is open: the API and the operator routes keep their keys.
     assert httpx.get(f"{url}/v1/models").status_code == 401
     assert httpx.post(f"{url}/").status_code == 401
-    assert httpx.get(f"{url}/is_paused", headers={"Authorization": f"Bearer {USER_KEY}"}).status_code == 403
+    assert httpx.get(f"{url}/is_paused", headers=web_server.headers).status_code == 403
+    assert httpx.get(f"{url}/dashboard/stats").status_code == 401
+    assert httpx.get(f"{url}/dashboard/stats", headers=web_server.headers).status_code == 403
+    assert httpx.get(f"{url}/dashboard/stats", headers=web_server.admin_headers).status_code == 200
     assert route_access("GET", "/static/js/main.js") is Access.OPEN
+    assert route_access("GET", "/dashboard") is Access.OPEN
     assert route_access("POST", "/playground") is Access.USER
 
 
 # -- in Chromium ---------------------------------------------------------------------
 
 
-@needs_chromium
 def test_sse_parser_reply_merging_and_metrics_parsing_in_the_browser(page: Page, site: ScriptedSite):
     """The page's modules on their own: SSE framing split at awkward places,
     tool-call deltas merged by index, Prometheus text."""
@@ -210,9 +105,18 @@ def test_sse_parser_reply_merging_and_metrics_parsing_in_the_browser(page: Page,
         reply.apply(d([{ index: 0, function: { arguments: '{"x": 1}' } }]), 30);
         reply.apply(d([{ index: 1, function: { arguments: ': 2}' } }]), 40);
         reply.apply({ choices: [{ index: 0, delta: {}, finish_reason: 'tool_calls' }] }, 50);
+        const slow = new Reply(0);  // a 3 s stall (a pause) between steady 50 ms tokens
+        const x = { choices: [{ index: 0, delta: { content: 'x' }, finish_reason: null }] };
+        for (const at of [100, 150, 200, 250, 3250, 3300, 3350]) slow.apply(x, at);
+        const cut = new Reply(0);
+        cut.apply(d([{ index: 0, id: 'k', function: { name: 'f', arguments: '{"a": 1}' } }]), 10);
+        cut.apply(d([{ index: 1, id: 'l', function: { name: 'f', arguments: '{"a": ' } }]), 20);
+        cut.apply({ choices: [{ index: 0, delta: {}, finish_reason: 'length' }] }, 30);
         const m = parsePrometheus('# HELP x\\nagentgate_requests_running 2.0\\nagentgate_requests_total{finish_reason="stop"} 5\\n');
         return { events, calls: reply.toolCalls, finish: reply.finishReason, ttft: reply.ttftMs,
-                 rate: reply.tokensPerSecond, message: reply.message(), m };
+                 rate: reply.tokensPerSecond, message: reply.message(), m,
+                 stall: [slow.stalledMs, slow.tokensPerSecond],
+                 cut: [cut.completeCalls.map((c) => c.id), cut.truncatedCalls.map((c) => c.id)] };
     }"""
     )
     assert result["events"] == [
@@ -227,18 +131,21 @@ def test_sse_parser_reply_merging_and_metrics_parsing_in_the_browser(page: Page,
     ]
     assert result["finish"] == "tool_calls" and result["ttft"] == 10
     assert result["rate"] == pytest.approx(3 * 1000 / 30)  # 4 pieces, 3 after the first, over 30 ms
-    assert result["message"] == {"role": "assistant", "content": None, "tool_calls": result["calls"]}
+    message = result["message"]
+    assert message["tool_calls"] == result["calls"] and message["content"] is None
+    assert message["meta"]["finishReason"] == "tool_calls" and "truncatedCalls" not in message["meta"]
+    assert result["stall"] == [3000, pytest.approx(6 * 1000 / 250)]  # 7 tokens over 3250 ms, 3000 of them stalled
+    assert result["cut"] == [["k"], ["l"]]
     assert result["m"] == {"agentgate_requests_running": 2, 'agentgate_requests_total{finish_reason="stop"}': 5}
 
 
-@needs_chromium
 def test_reply_streams_in_token_by_token_and_the_key_is_kept(page: Page, pg):
     open_playground(page, pg.url, api_key=USER_KEY)
-    expect(page.locator("#model")).to_have_text(f"model: {MODEL}")
+    expect(page.get_by_label("Model", exact=True)).to_have_value(MODEL)
     expect(page.get_by_role("region", name="Operator")).to_be_hidden()  # no admin key
     page.reload()
     expect(page.get_by_label("API key", exact=True)).to_have_value(USER_KEY)  # entered once, kept
-    expect(page.locator("#model")).to_have_text(f"model: {MODEL}")
+    expect(page.get_by_label("Model", exact=True)).to_have_value(MODEL)
 
     setting(page, "Max tokens", "40")  # 40 steps of 0.05 s: about 2 s
     setting(page, "Seed", "7")
@@ -262,7 +169,6 @@ def test_reply_streams_in_token_by_token_and_the_key_is_kept(page: Page, pg):
     expect(page.get_by_role("button", name="Stop")).to_be_disabled()
 
 
-@needs_chromium
 def test_stop_aborts_the_request_on_the_server(page: Page, pg):
     disconnects = metrics(pg.url)[DISCONNECTS]
     open_playground(page, pg.url, api_key=USER_KEY)
@@ -284,7 +190,6 @@ def test_stop_aborts_the_request_on_the_server(page: Page, pg):
     expect(page.get_by_role("button", name="Stop")).to_be_disabled()
 
 
-@needs_chromium
 def test_operator_strip_pause_keep_freezes_the_stream_and_resume_continues_it(page: Page, pg):
     open_playground(page, pg.url, api_key=USER_KEY, admin_key=ADMIN_KEY)
     strip = page.get_by_role("region", name="Operator")
@@ -322,9 +227,70 @@ def test_operator_strip_pause_keep_freezes_the_stream_and_resume_continues_it(pa
     page.get_by_role("button", name="Stop").click()
     wait_for(lambda: engine_idle(pg.url), timeout=10, message="the stopped request to be aborted")
     expect(page.locator("#op-running")).to_have_text("0")
+    # The time spent paused is reported as a stall and left out of tokens/s.
+    stats = reply.locator(".stats").text_content()
+    found = re.search(r"([\d.]+) tok/s · ≈?\d+ tokens · stalled ([\d.]+) s · stopped", stats)
+    assert found and float(found[2]) >= 1.0, stats
+    assert float(found[1]) > 5, f"tokens/s {found[1]} counts the pause ({stats})"
 
 
-@needs_chromium
+def test_wrong_keys_say_so_and_leave_nothing_stale(page: Page, pg):
+    open_playground(page, pg.url, api_key="not-a-key", admin_key=ADMIN_KEY)
+    expect(page.locator("#model-status")).to_have_text("API key rejected")
+    state = page.get_by_role("region", name="Operator").get_by_role("status")
+    expect(state).to_have_text("serving")
+    setting(page, "Max tokens", "400")
+    setting(page, "API key", USER_KEY)
+    reply = send(page, "Keep going")
+    expect(page.locator("#op-running")).to_have_text("1")
+    shoot(page, "playground-operator-serving")
+
+    setting(page, "Admin key", "not-the-admin-key")
+    expect(state).to_have_text("admin key rejected")
+    expect(state).to_have_attribute("data-state", "error")
+    for gauge in ("#op-running", "#op-waiting", "#op-kv"):
+        expect(page.locator(gauge)).to_have_text("–")
+    expect(page.locator("#op-error")).to_contain_text("The admin key was not accepted")
+    expect(page.get_by_role("button", name="Pause")).to_be_disabled()
+    time.sleep(1.5)  # a refresh later, still nothing stale
+    expect(state).to_have_text("admin key rejected")
+    expect(page.locator("#op-running")).to_have_text("–")
+    shoot(page, "playground-wrong-admin-key")
+
+    setting(page, "Admin key", USER_KEY)  # a user key is not the admin key: 403
+    expect(page.locator("#op-error")).to_contain_text("This key is not the admin key")
+    setting(page, "Admin key", ADMIN_KEY)
+    expect(state).to_have_text("serving")
+    expect(page.locator("#op-running")).to_have_text("1")
+    page.get_by_role("button", name="Stop").click()
+    expect(reply).to_have_attribute("data-state", "stopped")
+
+
+def test_a_conversation_with_a_session_id_reloads_from_the_server(new_page, pg):
+    """With a session id, the server's Redis session holds the conversation: a
+    browser with nothing stored (another machine) loads it from there."""
+    page = new_page()
+    open_playground(page, pg.url, api_key=USER_KEY)
+    setting(page, "Server session id", "pg-session-1")
+    expect(page.locator("#session-status")).to_contain_text("A new session")
+    setting(page, "Max tokens", "6")
+    reply = send(page, "Remember this")
+    expect(reply).to_have_attribute("data-state", "done")
+    text = reply.locator(".content").text_content()
+    wait_for(lambda: httpx.get(f"{pg.url}/v1/sessions/pg-session-1", headers=pg.headers).json()["turns"] == 1,
+             message="the session's turn to be recorded")  # fmt: skip
+
+    elsewhere = new_page()
+    open_playground(elsewhere, pg.url, api_key=USER_KEY)
+    expect(elsewhere.locator(".msg")).to_have_count(0)
+    setting(elsewhere, "Server session id", "pg-session-1")
+    expect(elsewhere.locator("#session-status")).to_have_text("Loaded 2 messages from the server session.")
+    expect(elsewhere.locator(".msg.user .content")).to_have_text("Remember this")
+    expect(elsewhere.locator(".msg.assistant .content")).to_have_text(text.strip())
+    elsewhere.reload()  # now kept in this browser too
+    expect(elsewhere.locator(".msg")).to_have_count(2)
+
+
 def test_tool_call_deltas_render_as_they_stream_and_results_go_back(page: Page, site: ScriptedSite):
     """A scripted stream with two tool calls whose id, name and arguments come
     in OpenAI's delta shape, paused half-way through the first's arguments."""
@@ -400,15 +366,37 @@ def test_tool_call_deltas_render_as_they_stream_and_results_go_back(page: Page, 
         {"role": "tool", "tool_call_id": "call_t2", "content": "14:05"},
     ]  # fmt: skip
     expect(page.get_by_label("Message", exact=True)).to_be_visible()
+    # Each result names its call: two results of one function can be told apart.
+    expect(page.locator(".msg.tool .who")).to_have_text(
+        ["Tool result · get_weather · call_w1", "Tool result · get_time · call_t2"]
+    )
+
+    # A call cut short by max_tokens is shown as incomplete: no result is asked for, none is sent.
+    site.scripts[:] = [
+        [chunk({"role": "assistant", "content": ""}),
+         call(0, id="call_x3", type="function", function={"name": "get_weather", "arguments": '{"city": "Ly'}),
+         chunk({}, finish="length")],
+        [chunk({"role": "assistant", "content": "Sure."}, finish="stop")],
+    ]  # fmt: skip
+    cut = send(page, "And in Lyon?")
+    expect(cut).to_have_attribute("data-state", "done")
+    expect(cut.locator(".tool-call")).to_have_attribute("data-truncated", "true")
+    expect(cut.locator(".tool-note")).to_have_text("incomplete (finish: length): not sent to a tool")
+    expect(page.get_by_label("Message", exact=True)).to_be_visible()  # not "Result of get_weather (call_x3)"
+    send(page, "Never mind")
+    expect(page.locator(".msg.assistant").last.locator(".content")).to_have_text("Sure.")
+    assert site.requests[-1]["messages"][-2:] == [
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "Never mind"},
+    ]
 
 
-@needs_chromium
 def test_a_page_on_another_origin_works_through_cors_and_keys(page: Page, pg, site: ScriptedSite):
     """The page served by another origin (the scripted site, which the gateway
     allows) talks to the gateway cross-origin, with both keys; an origin the
     gateway does not allow is refused by the browser."""
     open_playground(page, site.url, endpoint=pg.url, api_key=USER_KEY, admin_key=ADMIN_KEY)
-    expect(page.locator("#model")).to_have_text(f"model: {MODEL}")  # preflighted GET with Authorization
+    expect(page.get_by_label("Model", exact=True)).to_have_value(MODEL)  # preflighted GET with Authorization
     expect(page.get_by_role("region", name="Operator").get_by_role("status")).to_have_text("serving")
     expect(page.locator("#op-error")).to_be_empty()
     setting(page, "Max tokens", "8")
@@ -419,16 +407,15 @@ def test_a_page_on_another_origin_works_through_cors_and_keys(page: Page, pg, si
     prompts = metrics(pg.url)["agentgate_prompt_tokens_total"]
     other = f"http://localhost:{site.port}"  # another origin for the browser, not in --allowed-origins
     open_playground(page, other, endpoint=pg.url, api_key=USER_KEY)
-    expect(page.locator("#model")).to_contain_text("model: unavailable")
+    expect(page.locator("#model-status")).to_contain_text("models unavailable")
     reply = send(page, "Hello")
     expect(reply).to_have_attribute("data-state", "error")
     assert metrics(pg.url)["agentgate_prompt_tokens_total"] == prompts, "the refused preflight let the request through"
 
 
-@needs_chromium
 def test_a_real_reply_from_the_default_model(page: Page, model_server):
     open_playground(page, model_server.url)
-    expect(page.locator("#model")).to_have_text(f"model: {MODEL}")
+    expect(page.get_by_label("Model", exact=True)).to_have_value(MODEL)
     setting(page, "Temperature", "0")
     setting(page, "Max tokens", "24")
     reply = send(page, "What is the capital of France?")
@@ -465,7 +452,6 @@ def _emits_tool_calls(url: str) -> bool:
     return False
 
 
-@needs_chromium
 def test_a_real_tool_call_from_the_default_model(page: Page, model_server):
     open_playground(page, model_server.url)
     setting(page, "Tools (JSON list, OpenAI format)", json.dumps(WEATHER_TOOLS))

@@ -1,0 +1,119 @@
+"""Shared by the web pages' browser tests (playground and dashboard): one
+headless Chromium, one null-runner server and one scripted site for the
+whole session, and a fresh browser context (empty storage) per test.
+
+When a test fails, its page's screenshot goes to
+``<pytest tmp>/playground-screenshots/`` and the path is printed; an uncaught
+error in the page's JavaScript fails the test. With ``AGENTGATE_SCREENSHOTS``
+set to a folder, :func:`shoot` saves the screenshots the tests take on purpose
+there (for looking at the pages)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from gateway_helpers import ADMIN_KEY, USER_KEY, engine_idle, free_port, start_server, wait_for
+from playground_helpers import CHROMIUM_ARGS, NO_CHROMIUM, ScriptedSite, find_chromium
+from playwright.sync_api import expect, sync_playwright
+
+STEP_SECONDS = 0.05
+
+
+def shoot(page, name: str, **options) -> None:
+    """Saves a screenshot under $AGENTGATE_SCREENSHOTS (nothing without it)."""
+    folder = os.environ.get("AGENTGATE_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), **options)
+
+
+@pytest.fixture(scope="session")
+def site():
+    scripted = ScriptedSite().start(free_port())
+    yield scripted
+    scripted.stop()
+
+
+@pytest.fixture(scope="session")
+def web_server(tmp_path_factory: pytest.TempPathFactory, site: ScriptedSite):
+    """A null-runner server (0.05 s per step), API key + admin key, a small KV
+    cache so its usage shows, the embedded Redis (sessions), CORS for the site."""
+    server = start_server(
+        tmp_path_factory.mktemp("web-server"),
+        "--runner", "null", "--null-step-seconds", str(STEP_SECONDS), "--num-kv-blocks", "64",
+        "--max-model-len", "1024", "--allowed-origins", site.url,
+        env={"AGENTGATE_API_KEY": USER_KEY, "AGENTGATE_ADMIN_KEY": ADMIN_KEY},
+    )  # fmt: skip
+    server.headers = {"Authorization": f"Bearer {USER_KEY}"}
+    server.admin_headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg(web_server):
+    """The null server, idle and unpaused before and after each test."""
+    wait_for(lambda: engine_idle(web_server.url), message="the engine to be idle before the test")
+    yield web_server
+    httpx.post(f"{web_server.url}/resume", headers=web_server.admin_headers, timeout=10)
+    wait_for(lambda: engine_idle(web_server.url), timeout=20, message="the engine to be idle after the test")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    executable = find_chromium()
+    if executable is None:
+        pytest.skip(NO_CHROMIUM)
+    # Waits are for events that come in well under a second on an idle machine;
+    # the margin is for a loaded one (2 cores shared with servers and the suite).
+    expect.set_options(timeout=15_000)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def new_page(browser, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Opens pages, each in a fresh context (empty storage): ``new_page(width=390, height=844,
+    color_scheme="dark")``. On a failure every page's screenshot is saved and its path printed."""
+    opened = []
+
+    def open_page(width: int = 1280, height: int = 800, **context_options):
+        context = browser.new_context(viewport={"width": width, "height": height}, **context_options)
+        tab = context.new_page()
+        errors: list[str] = []
+        console: list[str] = []
+        tab.on("pageerror", lambda error: errors.append(str(error)))
+        tab.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
+        opened.append((context, tab, errors, console))
+        return tab
+
+    failed_before = request.session.testsfailed
+    yield open_page
+    failed = request.session.testsfailed > failed_before  # the call phase failed (reported before teardown)
+    try:
+        for n, (context, tab, errors, console) in enumerate(opened):
+            if failed:
+                folder = tmp_path_factory.getbasetemp() / "playground-screenshots"
+                folder.mkdir(exist_ok=True)
+                path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', request.node.name)}-{n}.png"
+                tab.screenshot(path=str(path), full_page=True)
+                reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+                write = reporter.write_line if reporter else print
+                for line in [f"{request.node.nodeid}: screenshot at the failure: {path}", *console[-20:]]:
+                    write(line)
+            assert not errors, f"uncaught errors in the page: {errors}"
+    finally:
+        for context, *_ in opened:
+            context.close()
+
+
+@pytest.fixture
+def page(new_page):
+    """A desktop-sized page (1280x800) in a fresh context."""
+    return new_page()

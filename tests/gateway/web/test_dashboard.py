@@ -1,0 +1,193 @@
+"""The operator dashboard (/dashboard, its numbers at /dashboard/stats) against
+the null-runner server: the numbers under load, their arithmetic in the
+browser, the plots moving while a load runs, pause and resume and abort
+through their confirmations, a wrong key, and phone width."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import httpx
+import pytest
+from conftest import shoot
+from gateway_helpers import ADMIN_KEY, USER_KEY, wait_for
+from playground_helpers import assert_accessible, setting
+from playwright.sync_api import Page, expect
+
+
+class Load:
+    """``streams`` streaming chat requests at a time, each ``tokens`` long, until stopped."""
+
+    def __init__(self, url: str, streams: int = 3, tokens: int = 120) -> None:
+        self.url, self.tokens, self.done = url, tokens, threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(streams)]
+        self.session = "dash-session"
+
+    def _run(self) -> None:
+        body = {"messages": [{"role": "user", "content": "load"}], "max_tokens": self.tokens, "stream": True}
+        headers = {"Authorization": f"Bearer {USER_KEY}", "X-Session-Id": self.session}
+        for _ in range(20):  # bounded
+            if self.done.is_set():
+                return
+            try:
+                with httpx.stream("POST", f"{self.url}/v1/chat/completions", json=body, headers=headers,
+                                  timeout=60) as r:  # fmt: skip
+                    for _ in r.iter_lines():
+                        if self.done.is_set():
+                            return
+            except httpx.HTTPError:
+                return
+
+    def __enter__(self) -> Load:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        for thread in self.threads:
+            thread.join(30)
+
+
+def open_dashboard(page: Page, url: str, key: str) -> None:
+    page.goto(f"{url}/dashboard")
+    setting(page, "Admin key", key)
+
+
+def latest(page: Page, plot: str) -> str:
+    return page.locator(f"#plot-{plot} .latest").text_content() or ""
+
+
+def number(text: str, name: str) -> float | None:
+    found = re.search(rf"{name} ([\d.]+)", text)
+    return float(found[1]) if found else None
+
+
+def test_the_stats_endpoint_reports_engines_latencies_and_requests(pg):
+    with Load(pg.url, streams=2, tokens=60):
+        wait_for(lambda: len(httpx.get(f"{pg.url}/dashboard/stats", headers=pg.admin_headers).json()["requests"]) == 2,
+                 timeout=15, message="two requests in flight")  # fmt: skip
+        time.sleep(0.5)
+        stats = httpx.get(f"{pg.url}/dashboard/stats", headers=pg.admin_headers).json()
+    [engine] = stats["engines"]
+    assert engine["alive"] and engine["running"] == 2 and engine["kv_usage"] > 0 and engine["paused"] == "unpaused"
+    assert engine["tokens"] >= sum(r["output_tokens"] for r in stats["requests"]) > 0
+    for request in stats["requests"]:
+        assert request["age"] > 0 and request["prompt_tokens"] > 0 and request["session"] == "dash-session"
+        assert request["owner"].startswith("sha256:") and request["engine"] == engine["address"]
+    for name in ("ttft", "itl"):
+        h = stats[name]
+        assert len(h["counts"]) == len(h["bounds"]) + 1 and h["counts"] == sorted(h["counts"]) and h["counts"][-1] > 0
+    after = httpx.get(f"{pg.url}/dashboard/stats", headers=pg.admin_headers).json()
+    assert after["engines"][0]["tokens"] >= engine["tokens"]  # cumulative: finished requests keep their tokens
+
+
+def test_timeline_rates_and_percentiles_in_the_browser(page: Page, pg):
+    page.goto(f"{pg.url}/dashboard")
+    result = page.evaluate(
+        """async () => {
+        const { Timeline, quantile } = await import('/static/js/dashboard/timeline.js');
+        const h = (counts) => ({ bounds: [0.01, 0.1, 1], counts, sum: 0 });
+        const snap = (time, tokens, queries, hits, ttft) => ({
+            time, replica: 'r', paused: false, requests: [], itl: h([0, 0, 0, 0]), ttft: h(ttft),
+            engines: [{ address: 'e', running: 2, waiting: 1, kv_usage: 0.25, prefix_queries: queries,
+                        prefix_hits: hits, tokens }] });
+        const t = new Timeline(60);
+        t.push(snap(100, 0, 0, 0, [0, 0, 0, 0]));
+        t.push(snap(101, 50, 100, 75, [0, 10, 10, 10]));
+        t.push(snap(102, 150, 100, 75, [0, 10, 20, 20]));
+        const changed = t.push({ ...snap(103, 0, 0, 0, [0, 0, 0, 0]), engines: [] });
+        return { q: [quantile([1, 2], [0, 10, 10], 0.5), quantile([1, 2], [0, 0, 4], 0.5), quantile([1], [0, 0], 0.5)],
+                 points: t.points.length, changed,
+                 series: (() => { const t2 = new Timeline(60); t2.push(snap(100, 0, 0, 0, [0,0,0,0]));
+                     t2.push(snap(101, 50, 100, 75, [0, 10, 10, 10])); t2.push(snap(102, 150, 100, 75, [0, 10, 20, 20]));
+                     return ['load', 'kv', 'prefix', 'tps', 'ttft'].map((p) => t2.series(p)); })() };
+    }"""
+    )
+    assert result["q"] == [1.5, 2, None]  # linear within the bucket; the +Inf bucket gives the last bound
+    assert result["changed"] is True and result["points"] == 1  # other engines: the plots start over
+    load, kv, prefix, tps, ttft = result["series"]
+    assert load["names"] == ["running", "waiting"] and load["data"][1:] == [[2, 2, 2], [1, 1, 1]]
+    assert kv["data"][1] == [25, 25, 25]
+    assert prefix["data"][1] == [None, 75, None]  # no lookups in the last second: no rate
+    assert tps["data"][1] == [None, 50, 100]
+    # TTFT over the window: 10 in (0.01, 0.1] then 10 more in (0.1, 1]: p50 = 0.1 s, p90 = 0.1 + 0.9 * 0.8.
+    assert ttft["names"] == ["p50", "p90", "p99"]
+    assert ttft["data"][1][2] == pytest.approx(100) and ttft["data"][2][2] == pytest.approx(820)
+
+
+def test_plots_move_under_load_and_pause_resume_abort_work(page: Page, pg):
+    open_dashboard(page, pg.url, ADMIN_KEY)
+    state = page.locator("#state")
+    expect(state).to_have_text("serving")
+    with Load(pg.url, streams=3, tokens=400):
+        wait_for(lambda: (number(latest(page, "load"), "running") or 0) >= 2, timeout=15,
+                 message="the load plot to show the running requests")  # fmt: skip
+        wait_for(lambda: (number(latest(page, "tps"), "tok/s") or 0) > 5, timeout=10, message="tokens/s")
+        wait_for(lambda: number(latest(page, "ttft"), "p50") is not None, timeout=10, message="TTFT")
+        assert (number(latest(page, "kv"), "KV used") or 0) > 0
+        assert number(latest(page, "itl"), "p50") is not None
+        points = int(page.locator("#plot-load").get_attribute("data-points"))
+        before = page.locator("#plot-tps canvas").screenshot()
+        time.sleep(2.5)
+        assert int(page.locator("#plot-load").get_attribute("data-points")) >= points + 2
+        assert page.locator("#plot-tps canvas").screenshot() != before, "the plot did not move"
+        rows = page.locator("#requests tr")
+        expect(rows).to_have_count(3)
+        shoot(page, "dashboard-under-load", full_page=True)
+
+        # Pause (keep): asked first; cancelling does nothing.
+        page.get_by_label("Pause mode").select_option("keep")
+        page.get_by_role("button", name="Pause").click()
+        dialog = page.get_by_role("dialog", name="Pause every engine (keep)?")
+        dialog.get_by_role("button", name="Cancel").click()
+        assert httpx.get(f"{pg.url}/is_paused", headers=pg.admin_headers).json()["is_paused"] is False
+        page.get_by_role("button", name="Pause").click()
+        dialog.get_by_role("button", name="Pause").click()
+        expect(state).to_have_text(re.compile(r"^paused"))
+        assert httpx.get(f"{pg.url}/is_paused", headers=pg.admin_headers).json()["is_paused"] is True
+        wait_for(lambda: number(latest(page, "tps"), "tok/s") == 0, timeout=10, message="tokens/s to drop to 0")
+        shoot(page, "dashboard-paused", full_page=True)
+        page.get_by_role("button", name="Resume").click()
+        page.get_by_role("dialog", name="Resume every engine?").get_by_role("button", name="Resume").click()
+        expect(state).to_have_text("serving")
+        assert httpx.get(f"{pg.url}/is_paused", headers=pg.admin_headers).json()["is_paused"] is False
+
+        # Abort one running request from its row.
+        victim = rows.first.locator("th").text_content()
+        rows.first.get_by_role("button", name=f"Abort {victim}").click()
+        page.get_by_role("dialog", name=f"Abort request {victim}?").get_by_role("button", name="Abort").click()
+        expect(page.locator("#notice")).to_have_text(f"Aborted 1 request(s): {victim}.")
+        expect(page.locator("#requests th", has_text=victim)).to_have_count(0)
+
+        # Abort by session: the rest of the load's requests.
+        page.get_by_label("Abort by").select_option("session_id")
+        setting(page, "Value", "dash-session")
+        page.get_by_role("button", name="Abort", exact=True).click()
+        page.get_by_role("dialog", name="Abort the requests of session dash-session?").get_by_role(
+            "button", name="Abort"
+        ).click()
+        expect(page.locator("#notice")).to_contain_text("Aborted")
+
+
+def test_a_wrong_admin_key_shows_no_numbers_and_the_page_is_accessible(new_page, pg):
+    page = new_page()
+    open_dashboard(page, pg.url, USER_KEY)
+    expect(page.locator("#state")).to_have_text("admin key rejected")
+    expect(page.locator("#error")).to_contain_text("This key is not the admin key")
+    expect(page.get_by_role("button", name="Pause")).to_be_disabled()
+    expect(page.locator("#plot-load")).to_have_attribute("data-points", "0")
+    setting(page, "Admin key", ADMIN_KEY)
+    expect(page.locator("#state")).to_have_text("serving")
+    expect(page.locator("#plot-itl")).not_to_have_attribute("data-points", "0")
+    assert_accessible(page)
+    phone = new_page(width=390, height=844, is_mobile=True, color_scheme="dark")
+    open_dashboard(phone, pg.url, ADMIN_KEY)
+    expect(phone.locator("#state")).to_have_text("serving")
+    expect(phone.locator("#plot-itl")).not_to_have_attribute("data-points", "0")
+    width = phone.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width == [390, 390], f"the dashboard scrolls sideways at phone width: {width}"
+    assert_accessible(phone)
+    shoot(phone, "dashboard-phone", full_page=True)
