@@ -66,11 +66,6 @@ export async function listModels(conn) {
   return (await (await request(conn, "/v1/models", { key: conn.apiKey })).json()).data;
 }
 
-/** The paths this gateway serves (its OpenAPI document is open). */
-export async function servedPaths(conn) {
-  return Object.keys((await (await request(conn, "/openapi.json")).json()).paths || {});
-}
-
 /** A server session (Redis) with its messages; the owner's API key or the admin key. */
 export async function getSession(conn, sessionId) {
   return (await request(conn, `/v1/sessions/${encodeURIComponent(sessionId)}`, { key: conn.apiKey })).json();

@@ -176,8 +176,3 @@ export function requestOptions() {
 export function systemPrompt() {
   return $("system").value.trim();
 }
-
-/** Which API the page calls: "chat" or "responses". */
-export function apiChoice() {
-  return $("api").value;
-}

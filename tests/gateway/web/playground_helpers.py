@@ -71,6 +71,17 @@ def sample(read: Callable[[], object], *, every: float, until: Callable[[], bool
     return values
 
 
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+
 # -- a scripted site ------------------------------------------------------------------
 
 

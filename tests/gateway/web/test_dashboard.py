@@ -103,7 +103,13 @@ def test_timeline_rates_and_percentiles_in_the_browser(page: Page, pg):
                  points: t.points.length, changed,
                  series: (() => { const t2 = new Timeline(60); t2.push(snap(100, 0, 0, 0, [0,0,0,0]));
                      t2.push(snap(101, 50, 100, 75, [0, 10, 10, 10])); t2.push(snap(102, 150, 100, 75, [0, 10, 20, 20]));
-                     return ['load', 'kv', 'prefix', 'tps', 'ttft'].map((p) => t2.series(p)); })() };
+                     return ['load', 'kv', 'prefix', 'tps', 'ttft'].map((p) => t2.series(p)); })(),
+                 two: (() => { const t3 = new Timeline(60);
+                     const pair = (time, a, b) => ({ ...snap(time, 0, 0, 0, [0, 0, 0, 0]), engines: [
+                         { ...snap(0, a, 0, 0, [0]).engines[0], address: 'e1' },
+                         { ...snap(0, b, 0, 0, [0]).engines[0], address: 'e2' }] });
+                     t3.push(pair(10, 0, 0)); t3.push(pair(12, 20, 60));
+                     return [t3.series('load').names, t3.series('tps')]; })() };
     }"""
     )
     assert result["q"] == [1.5, 2, None]  # linear within the bucket; the +Inf bucket gives the last bound
@@ -116,6 +122,11 @@ def test_timeline_rates_and_percentiles_in_the_browser(page: Page, pg):
     # TTFT over the window: 10 in (0.01, 0.1] then 10 more in (0.1, 1]: p50 = 0.1 s, p90 = 0.1 + 0.9 * 0.8.
     assert ttft["names"] == ["p50", "p90", "p99"]
     assert ttft["data"][1][2] == pytest.approx(100) and ttft["data"][2][2] == pytest.approx(820)
+    # Several engines: a line each, and their sum for tokens/s.
+    names, tps2 = result["two"]
+    assert names == ["running · engine 1", "running · engine 2", "waiting · engine 1", "waiting · engine 2"]
+    assert tps2["names"] == ["tok/s · engine 1", "tok/s · engine 2", "all engines"]
+    assert tps2["data"][1:] == [[None, 10], [None, 30], [None, 40]]
 
 
 def test_plots_move_under_load_and_pause_resume_abort_work(page: Page, pg):

@@ -1,7 +1,8 @@
 """The playground as a user sees it, against the scripted site (replies as the
 test wants them): Markdown and code, the sanitizer, conversations kept across
-a reload, edit and regenerate, export, the model picker, a setting that
-cannot be used, phone width, and accessibility (axe-core) in both themes."""
+a reload, edit and regenerate, export, the model picker, the sampling
+controls, a setting that cannot be used, phone width, accessibility (axe-core)
+in both themes, and tool-call deltas with their ids."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import json
 
 import pytest
 from conftest import shoot
-from playground_helpers import ScriptedSite, assert_accessible, open_playground, reply_script, send, setting
+from playground_helpers import (
+    WEATHER_TOOLS, ScriptedSite, assert_accessible, chunk, open_playground, reply_script, send, setting,
+)
 from playwright.sync_api import Page, expect
 
 MARKDOWN = """# Plan
@@ -230,3 +233,103 @@ def test_no_accessibility_violations_in_either_theme(new_page, scripted: Scripte
     open_playground(page, scripted.url, api_key="any")
     expect(send(page, "Plan it")).to_have_attribute("data-state", "done")
     assert_accessible(page)
+
+
+def test_tool_call_deltas_render_as_they_stream_and_results_go_back(page: Page, site: ScriptedSite):
+    """A scripted stream with two tool calls whose id, name and arguments come
+    in OpenAI's delta shape, paused half-way through the first's arguments."""
+
+    def call(index, **fields):
+        return chunk({"tool_calls": [{"index": index, **fields}]})
+
+    site.requests.clear()
+    site.scripts[:] = [
+        [
+            chunk({"role": "assistant", "content": ""}),
+            chunk({"content": "Checking."}),
+            call(0, id="call_w1", type="function", function={"name": "get_weather", "arguments": ""}),
+            call(0, function={"arguments": '{"ci'}),
+            "gate",
+            call(0, function={"arguments": 'ty": "Paris"}'}),
+            call(1, id="call_t2", type="function", function={"name": "get_time", "arguments": '{"tz": '}),
+            call(1, function={"arguments": '"CET"}'}),
+            chunk({}, finish="tool_calls"),
+            chunk(usage={"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}),
+        ],
+        [chunk({"role": "assistant", "content": "It is 18 °C "}), chunk({"content": "in Paris."}, finish="stop")],
+    ]
+    open_playground(page, site.url, api_key="any")
+    tools = [*WEATHER_TOOLS, {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+    setting(page, "Tools (JSON list, OpenAI format)", json.dumps(tools))
+    page.get_by_label("Tool choice").select_option("required")
+    setting(page, "Temperature", "0")
+    setting(page, "Max tokens", "64")
+    setting(page, "Seed", "3")
+    reply = send(page, "Weather and time in Paris?")
+
+    calls = reply.locator(".tool-call")
+    expect(calls).to_have_count(1)
+    expect(calls.nth(0).locator(".tool-name")).to_have_text("get_weather()")
+    expect(calls.nth(0).locator(".tool-id")).to_have_text("call_w1")
+    expect(calls.nth(0).locator(".tool-args")).to_have_text('{"ci')  # a fragment, shown mid-stream
+    expect(reply.locator(".content")).to_have_text("Checking.")
+    expect(reply).to_have_attribute("aria-busy", "true")
+
+    site.release()
+    expect(reply).to_have_attribute("data-state", "done")
+    expect(calls).to_have_count(2)
+    assert json.loads(calls.nth(0).locator(".tool-args").text_content()) == {"city": "Paris"}
+    assert json.loads(calls.nth(1).locator(".tool-args").text_content()) == {"tz": "CET"}
+    expect(calls.nth(1).locator(".tool-name")).to_have_text("get_time()")
+    assert [calls.nth(i).get_attribute("data-valid") for i in (0, 1)] == ["true", "true"]
+    expect(reply.locator(".stats")).to_contain_text("12 tokens · finish: tool_calls")
+
+    [body] = site.requests
+    assert body["tools"] == tools and body["tool_choice"] == "required"
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert (body["temperature"], body["max_tokens"], body["seed"], body["model"]) == (0, 64, 3, "fake-model")
+    assert body["messages"] == [{"role": "user", "content": "Weather and time in Paris?"}]
+
+    # Each call's result goes back as a tool message; the model is asked once both are in.
+    box = page.get_by_label("Result of get_weather (call_w1)")
+    box.fill("18 °C, clear")
+    box.press("Enter")
+    box = page.get_by_label("Result of get_time (call_t2)")
+    box.fill("14:05")
+    box.press("Enter")
+    answer = page.locator(".msg.assistant").last
+    expect(answer.locator(".content")).to_have_text("It is 18 °C in Paris.")
+    expect(answer).to_have_attribute("data-state", "done")
+    assert len(site.requests) == 2
+    assert site.requests[1]["messages"][1:] == [
+        {"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"id": "call_w1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+            {"id": "call_t2", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "CET"}'}},
+        ]},
+        {"role": "tool", "tool_call_id": "call_w1", "content": "18 °C, clear"},
+        {"role": "tool", "tool_call_id": "call_t2", "content": "14:05"},
+    ]  # fmt: skip
+    expect(page.get_by_label("Message", exact=True)).to_be_visible()
+    # Each result names its call: two results of one function can be told apart.
+    expect(page.locator(".msg.tool .who")).to_have_text(
+        ["Tool result · get_weather · call_w1", "Tool result · get_time · call_t2"]
+    )
+
+    # A call cut short by max_tokens is shown as incomplete: no result is asked for, none is sent.
+    site.scripts[:] = [
+        [chunk({"role": "assistant", "content": ""}),
+         call(0, id="call_x3", type="function", function={"name": "get_weather", "arguments": '{"city": "Ly'}),
+         chunk({}, finish="length")],
+        [chunk({"role": "assistant", "content": "Sure."}, finish="stop")],
+    ]  # fmt: skip
+    cut = send(page, "And in Lyon?")
+    expect(cut).to_have_attribute("data-state", "done")
+    expect(cut.locator(".tool-call")).to_have_attribute("data-truncated", "true")
+    expect(cut.locator(".tool-note")).to_have_text("incomplete (finish: length): not sent to a tool")
+    expect(page.get_by_label("Message", exact=True)).to_be_visible()  # not "Result of get_weather (call_x3)"
+    send(page, "Never mind")
+    expect(page.locator(".msg.assistant").last.locator(".content")).to_have_text("Sure.")
+    assert site.requests[-1]["messages"][-2:] == [
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "Never mind"},
+    ]

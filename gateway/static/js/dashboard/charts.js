@@ -6,6 +6,7 @@ import uPlot from "../../vendor/uplot/uPlot.esm.js";
 
 const PALETTE = ["#1a73e8", "#e8710a", "#12b5cb", "#d01884", "#7cb342", "#9334e6", "#f9ab00", "#5f6368"];
 const HEIGHT = 190;
+const MIN_SPAN_S = 60; // the x axis spans at least this much, up to the whole window
 
 function cssVar(name) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
@@ -15,7 +16,7 @@ export class Chart {
   /**
    * @param {HTMLElement} figure  a <figure> holding a .chart div and a caption with a .latest span
    * @param {{unit?: string, digits?: number, max?: number, window: () => number}} options
-   *   window: the seconds the x axis spans (it always shows the whole window, ending at the newest point)
+   *   window: the most seconds the x axis spans (ending at the newest point)
    */
   constructor(figure, options = {}) {
     this.figure = figure;
@@ -47,7 +48,7 @@ export class Chart {
         legend: { show: true, live: false },
         cursor: { drag: { x: false, y: false } },
         scales: {
-          x: { time: true, range: (u, lo, hi) => [hi - window(), hi] },
+          x: { time: true, range: (u, lo, hi) => [Math.max(hi - window(), Math.min(lo, hi - MIN_SPAN_S)), hi] },
           y: { range: (u, lo, hi) => [0, Math.max(max ?? 0, hi * 1.1 || 1)] },
         },
         axes: [axis, y],

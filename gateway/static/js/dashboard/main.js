@@ -60,7 +60,7 @@ function drawRequests(requests, engines) {
   $("requests").replaceChildren(
     ...requests.map((r) => {
       const row = document.createElement("tr");
-      const engine = engines.length > 1 ? `engine ${engines.indexOf(r.engine) + 1}` : "the engine";
+      const engine = `engine ${engines.indexOf(r.engine) + 1}`;
       const cells = [r.id, engine, r.session ?? "–", r.owner, formatAge(r.age), r.prompt_tokens, r.output_tokens];
       cells.forEach((value, i) => {
         const cell = document.createElement(i === 0 ? "th" : "td");
