@@ -1,6 +1,6 @@
 """Shared by the web pages' browser tests (playground and dashboard): one
-headless Chromium, one null-runner server and one scripted site for the
-whole session, and a fresh browser context (empty storage) per test.
+null-runner server and one scripted site for the whole session, one headless
+Chromium per module, and a fresh browser context (empty storage) per test.
 
 When a test fails, its page's screenshot goes to
 ``<pytest tmp>/playground-screenshots/`` and the path is printed; an uncaught
@@ -63,8 +63,10 @@ def pg(web_server):
     wait_for(lambda: engine_idle(web_server.url), timeout=20, message="the engine to be idle after the test")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """One Chromium per module: Playwright's sync API keeps an event loop running while it is
+    open, which would break the anyio tests of modules that run after (session scope did)."""
     executable = find_chromium()
     if executable is None:
         pytest.skip(NO_CHROMIUM)
