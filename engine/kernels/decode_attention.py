@@ -6,6 +6,11 @@ normalised partial output with its log-sum-exp. Phase 2 merges the spans.
 The grid depends only on tensor shapes and ``num_splits`` (never on the
 context lengths, which are read on the device), so the pair can be captured
 in a CUDA graph and replayed with other ``seq_lens`` and block tables.
+``num_splits`` is a runtime argument, not a compile-time constant: each
+kernel compiles once per model shape, whatever split counts the batch sizes
+and context bounds call for (a constexpr compiled both kernels again for
+every new count: eight times while capturing the graphs, and every 64 tokens
+of context in eager decode).
 
 Both matrix products take their operands in the cache dtype (fp16/bf16
 tensor cores) and accumulate in fp32; the softmax runs in fp32, in base 2.
@@ -23,35 +28,34 @@ BLOCK_N = 64  # keys per inner tile
 MAX_SPLITS = 64  # bounds the merge kernel's [splits, head_dim] tile
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, seq_lens_ptr, block_tables_ptr,
     part_out_ptr, part_lse_ptr,
-    qk_scale,
+    qk_scale, num_splits,
     stride_qt, stride_qh, stride_qd,
     stride_cb, stride_co, stride_ch, stride_cd,
     stride_bt,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """Grid ``(num_seqs, num_kv_heads, NUM_SPLITS)``.
+    """Grid ``(num_seqs, num_kv_heads, num_splits)``.
 
     The program for (seq, kv head g, split s) holds the ``GROUP`` query heads
     ``g * GROUP ...`` as the rows of a ``[BLOCK_H, BLOCK_D]`` tile (padded to
     16 rows for ``tl.dot``) and walks its span ``BLOCK_N`` keys at a time,
     each key's page looked up in the block table. Spans are
-    ``ceil(seq_len / NUM_SPLITS)`` rounded up to ``BLOCK_N``; a span past the
+    ``ceil(seq_len / num_splits)`` rounded up to ``BLOCK_N``; a span past the
     end (or any span of a seq_len-0 row) writes lse = -inf and zeros.
-    Partials: out ``[num_seqs, num_heads, NUM_SPLITS, HEAD_DIM]`` (fp32,
-    normalised), lse ``[num_seqs, num_heads, NUM_SPLITS]`` (fp32, base 2).
+    Partials: out ``[num_seqs, num_heads, num_splits, HEAD_DIM]`` (fp32,
+    normalised), lse ``[num_seqs, num_heads, num_splits]`` (fp32, base 2).
     """
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
 
     seq_len = tl.load(seq_lens_ptr + seq)
-    span = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    span = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * span
     end = tl.minimum(start + span, seq_len)
 
@@ -90,7 +94,7 @@ def _decode_split_kernel(
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     lse = m_i + tl.log2(l_i)  # -inf for an empty span
-    part = (seq * (GROUP * tl.num_programs(1)) + heads) * NUM_SPLITS + split
+    part = (seq * (GROUP * tl.num_programs(1)) + heads) * num_splits + split
     tl.store(part_lse_ptr + part, lse, mask=row_mask)
     tl.store(
         part_out_ptr + part[:, None] * HEAD_DIM + dims[None, :], out,
@@ -98,24 +102,24 @@ def _decode_split_kernel(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _decode_merge_kernel(
-    part_out_ptr, part_lse_ptr, out_ptr,
+    part_out_ptr, part_lse_ptr, out_ptr, num_splits,
     stride_ot, stride_oh, stride_od,
-    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_heads)``: one program weighs its head's
-    ``NUM_SPLITS`` partial outputs by ``exp2(lse - max lse)``. A head with
-    no context (every lse -inf) gets zeros."""
+    ``num_splits`` (at most ``BLOCK_S``) partial outputs by
+    ``exp2(lse - max lse)``. A head with no context (every lse -inf) gets
+    zeros."""
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, BLOCK_D)
-    split_mask = splits < NUM_SPLITS
+    split_mask = splits < num_splits
     dim_mask = dims < HEAD_DIM
 
-    row = (seq * tl.num_programs(1) + head) * NUM_SPLITS + splits
+    row = (seq * tl.num_programs(1) + head) * num_splits + splits
     lse = tl.load(part_lse_ptr + row, mask=split_mask, other=float("-inf"))
     lse_max = tl.max(lse, 0)
     weight = tl.exp2(lse - tl.where(lse_max == float("-inf"), 0.0, lse_max))
@@ -171,6 +175,7 @@ def decode_attention(
     num_seqs, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     assert k_cache.stride() == v_cache.stride() and block_tables.stride(1) == 1
+    assert 1 <= num_splits <= MAX_SPLITS, num_splits
     out = torch.empty_like(query)
     if num_seqs == 0:
         return out
@@ -181,15 +186,13 @@ def decode_attention(
     _decode_split_kernel[(num_seqs, num_kv_heads, num_splits)](
         query, k_cache, v_cache, seq_lens, block_tables, part_out, part_lse,
         scale * 1.4426950408889634,  # log2(e): the kernel works in base 2
-        *query.stride(), *k_cache.stride(), block_tables.stride(0),
+        num_splits, *query.stride(), *k_cache.stride(), block_tables.stride(0),
         GROUP=num_heads // num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
-        NUM_SPLITS=num_splits,
         BLOCK_H=max(16, triton.next_power_of_2(num_heads // num_kv_heads)),
         BLOCK_N=block_n, BLOCK_D=block_d,
     )
     _decode_merge_kernel[(num_seqs, num_heads)](
-        part_out, part_lse, out, *out.stride(),
-        HEAD_DIM=head_dim, NUM_SPLITS=num_splits,
-        BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_D=block_d,
+        part_out, part_lse, out, num_splits, *out.stride(),
+        HEAD_DIM=head_dim, BLOCK_S=MAX_SPLITS, BLOCK_D=block_d,
     )
     return out

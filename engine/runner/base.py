@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentgate.engine.config import EngineConfig
+from agentgate.engine.runner.cuda_graphs import DecodeGraphs
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 if TYPE_CHECKING:
@@ -17,6 +18,19 @@ if TYPE_CHECKING:
 
 CPU_KV_CACHE_BYTES = 1 << 30
 CPU_MAX_MODEL_LEN = 8192
+GRAPH_AND_SAMPLER_MARGIN = 256 << 20  # bytes kept for CUDA graphs and the sampler's temporaries
+
+
+def kv_blocks_from_free_memory(
+    free: int, total: int, utilization: float, activation_bytes: int, bytes_per_block: int
+) -> int:
+    """KV blocks that fit on a device with ``free`` of ``total`` bytes free:
+    keep ``(1 - utilization) * total`` free, room for the peak of one full
+    step's activations (plus 20%) and a margin for graphs and sampling. The
+    result is negative when something else (another engine in this process,
+    another process) already holds what this engine may use."""
+    budget = free - (1.0 - utilization) * total - 1.2 * activation_bytes - GRAPH_AND_SAMPLER_MARGIN
+    return int(budget // bytes_per_block)
 
 
 @dataclass(frozen=True)
@@ -83,8 +97,18 @@ class TorchModelRunner(ModelRunner):
         self.reads_shared_prefix = self.model.attention.reads_shared_prefix
         self.kv_spec = self._plan_kv_cache()
         self.kv_caches = self._allocate_kv_cache(self.kv_spec.num_blocks)
+        self.max_blocks_per_seq = -(-self.kv_spec.max_model_len // self.kv_spec.block_size)
+        # Pure-decode batches replay CUDA graphs, in both runners alike.
+        self.graphs: DecodeGraphs | None = None
+        if self.device.type == "cuda" and not config.enforce_eager:
+            self.graphs = DecodeGraphs(
+                self.model, self.kv_caches, config.max_num_seqs, self.max_blocks_per_seq,
+                self.kv_spec.max_model_len, self.device,
+            )
+            self.graphs.capture()
 
     def shutdown(self) -> None:
+        self.graphs = None
         self.kv_caches = []
 
     # -- KV cache ---------------------------------------------------------------
@@ -99,18 +123,23 @@ class TorchModelRunner(ModelRunner):
             num_blocks = cfg.num_kv_blocks
         elif self.device.type == "cuda":
             activations = self._profile_activation_bytes()
-            free, _ = torch.cuda.mem_get_info(self.device)
-            total = torch.cuda.get_device_properties(self.device).total_memory
-            # Keep room for the peak of a full step's activations, plus a
-            # margin for CUDA graphs and the sampler's temporaries.
-            budget = free - (1.0 - cfg.gpu_memory_utilization) * total - 1.2 * activations - (256 << 20)
-            num_blocks = int(budget // self._bytes_per_block())
+            free, total = torch.cuda.mem_get_info(self.device)
+            num_blocks = kv_blocks_from_free_memory(
+                free, total, cfg.gpu_memory_utilization, activations, self._bytes_per_block()
+            )
+            if num_blocks < 2:
+                raise RuntimeError(
+                    f"KV cache budget allows only {num_blocks} blocks: {free / 2**30:.1f} of "
+                    f"{total / 2**30:.1f} GiB are free, and gpu_memory_utilization="
+                    f"{cfg.gpu_memory_utilization} leaves the rest of the device to others (memory held "
+                    "by another engine in this process counts as taken); set num_kv_blocks, or raise "
+                    "gpu_memory_utilization"
+                )
         else:
             num_blocks = (cfg.kv_cache_bytes or CPU_KV_CACHE_BYTES) // self._bytes_per_block()
         if num_blocks < 2:
             raise RuntimeError(
-                f"KV cache budget allows only {num_blocks} blocks; raise kv_cache_bytes "
-                "or gpu_memory_utilization"
+                f"KV cache budget allows only {num_blocks} blocks; raise kv_cache_bytes or set num_kv_blocks"
             )
         model_len = self.model_config.max_position_embeddings
         if cfg.max_model_len is not None:

@@ -9,9 +9,9 @@
   ids come from the slot's token history, where the post-update kernel wrote
   the token sampled at the previous step, so step N+1 can be launched before
   step N's tokens reach the host.
-* Sampled tokens go back on a separate copy stream into pinned memory with a
-  recorded event; `wait` blocks on that event only. `execute` itself never
-  synchronizes.
+* Sampled tokens go back on a separate copy stream into a preallocated
+  pinned ring with a reused event per slot (`OutputRing`); `wait` blocks on
+  that event only. `execute` itself never synchronizes.
 * Pure-decode batches replay CUDA graphs at bucketed sizes (`DecodeGraphs`);
   mixed and prefill batches run eagerly.
 """
@@ -26,7 +26,6 @@ import torch
 from agentgate.engine.attention import AttentionMetadata
 from agentgate.engine.attention.base import count_shared_prefix_blocks
 from agentgate.engine.runner.base import TorchModelRunner
-from agentgate.engine.runner.cuda_graphs import DecodeGraphs
 from agentgate.engine.runner.input_prep import (
     StepBatch,
     StepInputs,
@@ -35,7 +34,8 @@ from agentgate.engine.runner.input_prep import (
     prepare_inputs,
 )
 from agentgate.engine.runner.sampler import sample
-from agentgate.engine.runner.sampling_batch import SamplerOutput, SamplingBatch, SamplingFlags
+from agentgate.engine.runner.output_ring import HostOutput, OutputRing
+from agentgate.engine.runner.sampling_batch import SamplingBatch, SamplingFlags
 from agentgate.engine.runner.slot_state import SlotState
 from agentgate.engine.runner.staging import StepStaging
 from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
@@ -54,11 +54,7 @@ class _Live:
 @dataclass
 class _StepHandle:
     request_ids: list[str]
-    tokens: torch.Tensor  # host (pinned on CUDA)
-    logprobs: torch.Tensor | None
-    top_ids: torch.Tensor | None
-    top_logprobs: torch.Tensor | None
-    event: torch.cuda.Event | None
+    output: HostOutput
 
 
 @dataclass
@@ -77,20 +73,13 @@ class OverlapRunner(TorchModelRunner):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        spec = self.kv_spec
-        self.max_blocks_per_seq = -(-spec.max_model_len // spec.block_size)
         self.slots = SlotState(
-            self.config.max_num_seqs, spec.max_model_len, self.max_blocks_per_seq, self.vocab_size, self.device
+            self.config.max_num_seqs, self.kv_spec.max_model_len, self.max_blocks_per_seq, self.vocab_size,
+            self.device,
         )
         self.staging = StepStaging(self.device)
         self._live: dict[str, _Live] = {}
-        self._cuda = self.device.type == "cuda"
-        self._copy_stream = torch.cuda.Stream(self.device) if self._cuda else None
-        self.graphs: DecodeGraphs | None = None
-        if self._cuda and not self.config.enforce_eager:
-            self.graphs = DecodeGraphs(self.model, self.kv_caches, self.config.max_num_seqs,
-                                       self.max_blocks_per_seq, spec.max_model_len, self.device)
-            self.graphs.capture()
+        self.outputs = OutputRing(self.config.max_num_seqs, self.device)
 
     # -- bookkeeping ---------------------------------------------------------
     def release(self, request_ids: list[str]) -> None:
@@ -155,7 +144,7 @@ class OverlapRunner(TorchModelRunner):
 
         if not sample_rows:  # every row is a prefill chunk that does not finish its prompt
             post_update(batch, torch.empty(0, dtype=torch.long, device=self.device), self.slots)
-            return _StepHandle([], torch.empty(0, dtype=torch.long), None, None, None, None)
+            return _StepHandle([], HostOutput(torch.empty(0, dtype=torch.long), None, None, None, None))
         logits = self.model.compute_logits(hidden[logits_indices])
         sampling_lives = [lives[r] for r in sample_rows]
         if step.needs_bitmask:
@@ -181,7 +170,7 @@ class OverlapRunner(TorchModelRunner):
         batch.allowed_bitmask = bitmask
         result = sample(logits, batch)
         post_update(step, result.token_ids, self.slots)
-        return self._copy_out(request_ids, result)
+        return _StepHandle(request_ids, self.outputs.copy_out(result))
 
     def _graph_forward(self, step: StepBatch, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A pure-decode step through the bucket's CUDA graph: inputs
@@ -218,42 +207,18 @@ class OverlapRunner(TorchModelRunner):
         flags = SamplingFlags.of([live.new.params for live in lives])
         return self.slots.sampling_batch(step.idx_mapping, step.sample_rows, flags)
 
-    def _copy_out(self, request_ids: list[str], result: SamplerOutput) -> _StepHandle:
-        """Start copying the step's results to the host; never blocks."""
-        if not self._cuda:
-            return _StepHandle(request_ids, result.token_ids, result.logprobs, result.top_token_ids,
-                               result.top_logprobs, None)
-        stream = self._copy_stream
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        outs = []
-        with torch.cuda.stream(stream):
-            for tensor in (result.token_ids, result.logprobs, result.top_token_ids, result.top_logprobs):
-                if tensor is None:
-                    outs.append(None)
-                    continue
-                tensor.record_stream(stream)
-                host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-                host.copy_(tensor, non_blocking=True)
-                outs.append(host)
-            event = torch.cuda.Event()
-            event.record(stream)
-        return _StepHandle(request_ids, outs[0], outs[1], outs[2], outs[3], event)
-
     def wait(self, handle: _StepHandle | _Deferred) -> ModelRunnerOutput:
         """The one synchronization: the output event of this step."""
         if isinstance(handle, _Deferred):
             assert handle.result is not None, "a constrained step was waited for before complete()"
             handle = handle.result
-        if handle.event is not None:
-            handle.event.synchronize()
-        output = ModelRunnerOutput(handle.request_ids, handle.tokens.tolist())
-        if handle.logprobs is not None:
-            output.logprobs = handle.logprobs.tolist()
-            if handle.top_ids is not None:
-                output.top_token_ids = handle.top_ids.tolist()
-                output.top_logprobs = handle.top_logprobs.tolist()
+        out = handle.output
+        if out.event is not None:
+            out.event.synchronize()
+        output = ModelRunnerOutput(handle.request_ids, out.tokens.tolist())
+        if out.logprobs is not None:
+            output.logprobs = out.logprobs.tolist()
+            if out.top_ids is not None:
+                output.top_token_ids = out.top_ids.tolist()
+                output.top_logprobs = out.top_logprobs.tolist()
         return output
-
-    def shutdown(self) -> None:
-        self.graphs = None
-        super().shutdown()

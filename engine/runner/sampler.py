@@ -46,6 +46,8 @@ probabilities) whatever N is.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -60,7 +62,8 @@ _NEG_INF = float("-inf")
 
 
 class _VocabTables:
-    """[V] helper tensors shared by all chunks of one call."""
+    """[V] helper tensors, built on first use and kept (`_vocab_tables`): a
+    step that rebuilt them would launch their kernels every time."""
 
     def __init__(self, vocab_size: int, device: torch.device) -> None:
         self.vocab_size = vocab_size
@@ -95,12 +98,17 @@ class _VocabTables:
         return self._bit_shifts
 
 
+@functools.lru_cache(maxsize=8)
+def _vocab_tables(vocab_size: int, device: torch.device) -> _VocabTables:
+    return _VocabTables(vocab_size, device)
+
+
 def sample(logits: Tensor, batch: SamplingBatch) -> SamplerOutput:
     """Sample one token per row of ``logits`` [N, V] float32 (modified in place)."""
     if logits.dtype != torch.float32:
         logits = logits.to(torch.float32)
     num_rows, vocab_size = logits.shape
-    tables = _VocabTables(vocab_size, logits.device)
+    tables = _vocab_tables(vocab_size, logits.device)
     bitmask = batch.allowed_bitmask
     if bitmask is not None:
         bitmask = _fit_bitmask(bitmask, vocab_size)

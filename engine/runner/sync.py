@@ -1,6 +1,8 @@
 """The classic runner: build the batch on the host, copy it, run the forward
 pass, sample, copy the tokens back, synchronize. It is the correctness
-reference and the baseline of the runner benchmark."""
+reference and the baseline of the runner benchmark, so it gets what the
+overlapped runner gets except the overlap: one pinned copy of the step's
+arrays, and CUDA graphs for pure-decode batches (the same `DecodeGraphs`)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from agentgate.engine.attention.base import count_shared_prefix_blocks
 from agentgate.engine.runner.base import TorchModelRunner
 from agentgate.engine.runner.host_sampling import SamplingRow, build_sampling_batch
 from agentgate.engine.runner.sampler import sample
+from agentgate.engine.runner.staging import StepStaging
 from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 
 
@@ -41,6 +44,7 @@ class SyncRunner(TorchModelRunner):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._states: dict[str, _RequestState] = {}
+        self.staging = StepStaging(self.device)
 
     def release(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
@@ -56,7 +60,7 @@ class SyncRunner(TorchModelRunner):
             self._states[request_id].block_ids.extend(block_ids)
 
     @torch.inference_mode()
-    def execute(self, step: SchedulerOutput) -> ModelRunnerOutput:
+    def execute(self, step: SchedulerOutput) -> ModelRunnerOutput | _Deferred:
         self._apply_bookkeeping(step)
         block_size = self.kv_spec.block_size
         input_ids: list[int] = []
@@ -86,33 +90,44 @@ class SyncRunner(TorchModelRunner):
                     SamplingRow(new.params, new.seed, new.eos_token_ids, state.token_ids, new.num_prompt_tokens)
                 )
                 sampled_ids.append(row.request_id)
+        num_rows, num_tokens = len(tables), query_start[-1]
         width = max(len(t) for t in tables)
-        block_tables = np.zeros((len(tables), width), dtype=np.int32)
+        block_tables = np.zeros((num_rows, width), dtype=np.int32)
         for i, table in enumerate(tables):
             block_tables[i, : len(table)] = table
-        qsl = torch.tensor(query_start, dtype=torch.int32)
-        lens = torch.tensor(seq_lens, dtype=torch.int32)
-        dev = self.device
-        meta = AttentionMetadata(
-            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(dev),
-            query_start_loc=qsl.to(dev),
-            seq_lens=lens.to(dev),
-            block_tables=torch.from_numpy(block_tables).to(dev),
-            max_query_len=max(r.num_tokens for r in step.scheduled),
-            max_seq_len=max(seq_lens),
-            query_start_loc_cpu=qsl,
-            seq_lens_cpu=lens,
-            shared_prefix_blocks=count_shared_prefix_blocks(tables) if self.reads_shared_prefix else 0,
+        # The step's arrays cross in one copy from a pinned ring, as the
+        # overlapped runner's do: the two runners differ in when they wait.
+        ids_d, pos_d, slots_d, lens_d, qsl_d, tables_d, rows_d = self.staging.stage(
+            [input_ids, np.concatenate(positions), np.concatenate(slots), seq_lens, query_start,
+             block_tables.reshape(-1), logits_rows]
         )
-        hidden = self.model(
-            torch.tensor(input_ids, dtype=torch.long, device=dev),
-            torch.from_numpy(np.concatenate(positions)).to(dev),
-            meta,
-            self.kv_caches,
-        )
+        bucket = self.graphs.bucket_for(num_rows) if self.graphs and num_tokens == num_rows else None
+        if bucket is not None:
+            graphs = self.graphs
+            graphs.pad(num_rows)
+            static = graphs.inputs
+            for dst, src in ((static.input_ids, ids_d), (static.positions, pos_d),
+                             (static.slot_mapping, slots_d), (static.seq_lens, lens_d)):
+                dst[:num_rows].copy_(src)
+            static.query_start_loc[: num_rows + 1].copy_(qsl_d)
+            graphs.block_tables[:num_rows, :width].copy_(tables_d.view(num_rows, width))
+            hidden = graphs.replay(num_rows, bucket)
+        else:
+            meta = AttentionMetadata(
+                slot_mapping=slots_d.long(),
+                query_start_loc=qsl_d,
+                seq_lens=lens_d,
+                block_tables=tables_d.view(num_rows, width),
+                max_query_len=max(r.num_tokens for r in step.scheduled),
+                max_seq_len=max(seq_lens),
+                query_start_loc_cpu=torch.tensor(query_start, dtype=torch.int32),
+                seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32),
+                shared_prefix_blocks=count_shared_prefix_blocks(tables) if self.reads_shared_prefix else 0,
+            )
+            hidden = self.model(ids_d.long(), pos_d.long(), meta, self.kv_caches)
         if not sampling_rows:
             return ModelRunnerOutput([], [])
-        logits = self.model.compute_logits(hidden[torch.tensor(logits_rows, device=dev)])
+        logits = self.model.compute_logits(hidden[rows_d.long()])
         if step.needs_bitmask:
             return _Deferred(logits, sampling_rows, sampled_ids)
         return self._sample(logits, sampling_rows, sampled_ids, None)
