@@ -2,8 +2,8 @@
 
     python -m agentgate.loadtests.attn_bench [--iters 50]
 
-On CUDA, in bf16 with 16-token blocks and shuffled block tables: the KV
-write (against the torch scatter of the reference), decode attention at
+On CUDA, in bf16 with 16-token blocks and shuffled block tables: RoPE with
+the KV write (against the reference's rotations and scatter), decode attention at
 batch 32 and 1 with a 4096-token context (achieved K/V read bandwidth), and
 causal prefill at a few lengths (TFLOP/s), each for a SmolLM2-135M-like
 shape (9 q / 3 kv heads, dim 64) and a Qwen3-0.6B-like one (16 q / 8 kv,
@@ -145,31 +145,35 @@ def report(label: str, triton_ms: float, sdpa_ms: float, extra: str, max_diff: f
     )
 
 
-def bench_kv_write(backend: TritonAttentionBackend, shape: Shape, plan: Plan) -> None:
-    """Scatter of a decode step's and a long prefill's new keys/values."""
+def bench_rotary_kv(backend: TritonAttentionBackend, shape: Shape, plan: Plan) -> None:
+    """RoPE on a decode step's and a long prefill's queries and keys, with
+    the keys and values stored in the cache: the fused kernel against the
+    reference's rotations and scatter."""
     for num_tokens in (plan.decode_batches[0], plan.prefill_lengths[-1]):
         k_cache, v_cache, _ = paged_cache(1, 2 * num_tokens, shape, plan)
         num_slots = k_cache.shape[0] * BLOCK_SIZE
         slots = torch.randperm(num_slots, device=plan.device)[:num_tokens]
-        key = torch.randn(
-            num_tokens, shape.num_kv_heads, shape.head_dim, device=plan.device, dtype=plan.dtype
-        )
+        new = dict(device=plan.device, dtype=plan.dtype)
+        query = torch.randn(num_tokens, shape.num_heads, shape.head_dim, **new)
+        key = torch.randn(num_tokens, shape.num_kv_heads, shape.head_dim, **new)
         value = torch.randn_like(key)
+        angles = torch.rand(num_tokens, shape.head_dim // 2, device=plan.device) * 6.3
+        cos, sin = angles.cos(), angles.sin()
         ref_k, ref_v = k_cache.clone(), v_cache.clone()
 
         def run_triton() -> None:
-            backend.write_kv(key, value, k_cache, v_cache, slots)
+            backend.rotary_write_kv(query, key, value, cos, sin, k_cache, v_cache, slots)
 
         def run_torch() -> None:
-            reference.write_kv(key, value, ref_k, ref_v, slots)
+            reference.rotary_write_kv(query, key, value, cos, sin, ref_k, ref_v, slots)
 
         triton_ms = time_ms(run_triton, plan.iters, plan.device)
         torch_ms = time_ms(run_torch, plan.iters, plan.device)
         diff = (k_cache.float() - ref_k.float()).abs().max().item()
-        moved = 4 * key.numel() * key.element_size()  # read k, v; write k, v
+        moved = 2 * (query.numel() + 2 * key.numel()) * key.element_size()  # read and write q, k, v
         print(
-            f"kv_write {shape.name} tokens={num_tokens}: triton {triton_ms:.4f} ms "
-            f"({moved / triton_ms / 1e6:.0f} GB/s), torch scatter {torch_ms:.4f} ms, "
+            f"rotary+kv_write {shape.name} tokens={num_tokens}: triton {triton_ms:.4f} ms "
+            f"({moved / triton_ms / 1e6:.0f} GB/s), torch {torch_ms:.4f} ms, "
             f"triton/torch {triton_ms / torch_ms:.2f}x, max |diff| {diff:.3g}",
             flush=True,
         )
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     backend = TritonAttentionBackend()
     for shape in plan.shapes:
-        bench_kv_write(backend, shape, plan)
+        bench_rotary_kv(backend, shape, plan)
         for batch in plan.decode_batches:
             bench_decode(backend, shape, batch, plan)
         for length in plan.prefill_lengths:

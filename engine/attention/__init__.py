@@ -1,6 +1,6 @@
 """Paged attention behind one interface.
 
-The model calls `write_kv` then `paged_attention` through an `AttentionBackend`
+The model calls `rotary_write_kv` then `paged_attention` through an `AttentionBackend`
 (`base`); `get_backend(device)` picks the Triton backend (`triton`, over the
 jit kernels in `engine/kernels/`) on CUDA and the plain-torch reference
 (`torch`) everywhere else.

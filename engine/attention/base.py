@@ -20,7 +20,7 @@ class AttentionMetadata:
     ``query_start_loc[i] : query_start_loc[i + 1]``; they sit at positions
     ``seq_lens[i] - query_len_i ... seq_lens[i] - 1`` of that sequence, and
     every earlier position's key and value are already in the cache (the
-    step's own keys and values are written by `write_kv` before attention
+    step's own keys and values are written by `rotary_write_kv` before attention
     runs). Attention is causal: the query at position ``p`` sees keys
     ``0..p``.
 
@@ -95,16 +95,23 @@ class AttentionBackend(Protocol):
     # (runners skip the host work of finding it otherwise).
     reads_shared_prefix: bool
 
-    def write_kv(
+    def rotary_write_kv(
         self,
+        query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
-    ) -> None:
-        """Store ``key``/``value`` ([num_tokens, num_kv_heads, head_dim]) at
-        their slots; tokens whose slot is -1 are skipped."""
+    ) -> torch.Tensor:
+        """Rotate ``query`` ([num_tokens, num_heads, head_dim]) and ``key``
+        ([num_tokens, num_kv_heads, head_dim]) by RoPE (``cos``/``sin``
+        [num_tokens, head_dim / 2]: the tables' rows at the tokens'
+        positions), store the rotated keys and ``value`` at their slots
+        (tokens whose slot is -1 are skipped), and return the rotated query,
+        which may be ``query`` itself, rotated in place."""
         ...
 
     def paged_attention(

@@ -23,6 +23,34 @@ def write_kv(
     v_cache.view(-1, num_kv_heads, head_dim)[slots] = value[valid].to(v_cache.dtype)
 
 
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` [tokens, heads, head_dim] by ``cos``/``sin`` [tokens,
+    head_dim / 2] (rows of `engine.models.rope.rope_tables` gathered at the
+    tokens' positions), neox layout: element ``i`` pairs with ``i +
+    head_dim / 2``. Computed in float32, returned in ``x``'s dtype."""
+    half = x.shape[-1] // 2
+    xf = x.float()
+    x1, x2 = xf[..., :half], xf[..., half:]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+def rotary_write_kv(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> torch.Tensor:
+    """RoPE on the query and the keys, the keys and values stored at their
+    slots; returns the rotated query (see `AttentionBackend.rotary_write_kv`)."""
+    write_kv(apply_rope(key, cos, sin), value, k_cache, v_cache, slot_mapping)
+    return apply_rope(query, cos, sin)
+
+
 def _gather_context(
     cache: torch.Tensor, block_table: torch.Tensor, length: int
 ) -> torch.Tensor:
@@ -160,13 +188,12 @@ def _block_diagonal(query: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
 
 
 class TorchAttentionBackend:
-    """The reference backend: `write_kv` and `paged_attention` above."""
+    """The reference backend: `rotary_write_kv` and `paged_attention` above."""
 
     name = "torch"
     reads_shared_prefix = True
 
-    def write_kv(self, key, value, k_cache, v_cache, slot_mapping) -> None:
-        write_kv(key, value, k_cache, v_cache, slot_mapping)
+    rotary_write_kv = staticmethod(rotary_write_kv)
 
     def paged_attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
         return paged_attention(query, k_cache, v_cache, meta, scale)

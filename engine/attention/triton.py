@@ -6,30 +6,23 @@ import torch
 
 from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.kernels.decode_attention import decode_attention, num_splits_for
-from agentgate.engine.kernels.kv_write import write_kv
 from agentgate.engine.kernels.prefill_attention import prefill_attention
+from agentgate.engine.kernels.rotary_kv import rotary_write_kv
 
 
 class TritonAttentionBackend:
-    """`write_kv` through the KV-write kernel; `paged_attention` through the
-    split-K decode kernel when every sequence has exactly one query token,
-    else through the ragged prefill/extend kernel. Neither path reads device
-    tensors on the host. The decode path's launch depends only on shapes
-    (batch size, heads, block-table width), so it can be captured in a CUDA
-    graph and replayed with other ``seq_lens`` and block tables."""
+    """`rotary_write_kv` through the fused RoPE + KV-write kernel;
+    `paged_attention` through the split-K decode kernel when every sequence
+    has exactly one query token, else through the ragged prefill/extend
+    kernel. Neither path reads device tensors on the host. The decode path's
+    launch depends only on shapes (batch size, heads, block-table width), so
+    it can be captured in a CUDA graph and replayed with other ``seq_lens``
+    and block tables."""
 
     name = "triton"
     reads_shared_prefix = False
 
-    def write_kv(
-        self,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        slot_mapping: torch.Tensor,
-    ) -> None:
-        write_kv(key, value, k_cache, v_cache, slot_mapping)
+    rotary_write_kv = staticmethod(rotary_write_kv)
 
     def paged_attention(
         self,

@@ -3,7 +3,7 @@
 Covers prefill, extend (chunked prefill, prefix-cache hits) and mixed batches
 in which some sequences decode: query ``j`` of sequence ``i`` sits at position
 ``seq_lens[i] - q_len_i + j`` and sees keys ``0 ..`` that position, all read
-from the cache through the block table (``write_kv`` has already stored the
+from the cache through the block table (``rotary_write_kv`` has already stored the
 step's own keys and values).
 
 Both matrix products take their operands in the cache dtype (fp16/bf16

@@ -21,21 +21,13 @@ from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.models.config import ModelConfig
 from agentgate.engine.models.cpu_linear import PackedLinear, can_pack, pack_linears
-from agentgate.engine.models.rope import apply_rope, rope_tables
+from agentgate.engine.models.norm import RMSNorm
+from agentgate.engine.models.rope import rope_tables
 
 
-class RMSNorm(nn.Module):
-    """HF's RMSNorm: normalise in float32, scale in the input dtype."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: Tensor) -> Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+def _norm(dim: int, config: ModelConfig, attention: AttentionBackend) -> RMSNorm:
+    """An RMSNorm running the Triton kernel where attention runs Triton's."""
+    return RMSNorm(dim, config.rms_norm_eps, kernel=attention.name == "triton")
 
 
 class Attention(nn.Module):
@@ -51,8 +43,8 @@ class Attention(nn.Module):
         )
         self.o_proj = nn.Linear(config.q_size, config.hidden_size, bias=config.attention_out_bias)
         # Qwen3 normalises each head of q and k before RoPE.
-        self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
-        self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.q_norm = _norm(config.head_dim, config, attention) if config.qk_norm else None
+        self.k_norm = _norm(config.head_dim, config, attention) if config.qk_norm else None
 
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, meta: AttentionMetadata,
@@ -65,8 +57,7 @@ class Attention(nn.Module):
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        self.attention.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        q = self.attention.rotary_write_kv(q, k, v, cos, sin, k_cache, v_cache, meta.slot_mapping)
         out = self.attention.paged_attention(q, k_cache, v_cache, meta, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 
@@ -85,17 +76,24 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, attention: AttentionBackend) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.input_layernorm = _norm(config.hidden_size, config, attention)
         self.self_attn = Attention(config, attention)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = _norm(config.hidden_size, config, attention)
         self.mlp = MLP(config)
 
     def forward(
-        self, h: Tensor, cos: Tensor, sin: Tensor, meta: AttentionMetadata,
+        self, x: Tensor, residual: Tensor | None, cos: Tensor, sin: Tensor, meta: AttentionMetadata,
         k_cache: Tensor, v_cache: Tensor,
-    ) -> Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, meta, k_cache, v_cache)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    ) -> tuple[Tensor, Tensor]:
+        """(the previous layer's output, the residual stream before it) →
+        this layer's; each residual add is fused into the norm after it."""
+        if residual is None:
+            x, residual = self.input_layernorm(x), x
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(x, cos, sin, meta, k_cache, v_cache)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
 
 
 class CausalLM(nn.Module):
@@ -119,7 +117,7 @@ class CausalLM(nn.Module):
             _weight=torch.empty(config.vocab_size, config.hidden_size),
         )
         self.layers = nn.ModuleList(DecoderLayer(config, attention) for _ in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm = _norm(config.hidden_size, config, attention)
         self.lm_head = (
             None if config.tie_word_embeddings
             else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -140,11 +138,11 @@ class CausalLM(nn.Module):
         """``input_ids``/``positions`` [T] int64 → hidden states [T, hidden]
         after the final norm. Writes the step's keys/values into ``kv_caches``
         (one ``(k_cache, v_cache)`` per layer)."""
-        h = self.embed_tokens(input_ids)
+        x, residual = self.embed_tokens(input_ids), None
         cos, sin = self.rope_cos[positions], self.rope_sin[positions]
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
-            h = layer(h, cos, sin, meta, k_cache, v_cache)
-        return self.norm(h)
+            x, residual = layer(x, residual, cos, sin, meta, k_cache, v_cache)
+        return self.norm(x, residual)[0]
 
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """[N, hidden] → [N, vocab] float32."""

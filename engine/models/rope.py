@@ -1,7 +1,8 @@
-"""Rotary position embeddings, in the neox / HF ``rotate_half`` layout.
-
-The two halves of each head are rotated against each other: element ``i``
-pairs with ``i + head_dim / 2`` and turns by ``position * inv_freq[i]``.
+"""Rotary position embedding tables, for the neox / HF ``rotate_half``
+layout: the two halves of each head are rotated against each other, element
+``i`` pairing with ``i + head_dim / 2`` and turning by ``position *
+inv_freq[i]``. The rotation itself is the attention backend's, fused with
+the KV-cache write (`AttentionBackend.rotary_write_kv`).
 """
 
 from __future__ import annotations
@@ -44,14 +45,3 @@ def rope_tables(
     positions = torch.arange(config.max_position_embeddings, dtype=torch.float32, device=device)
     angles = torch.outer(positions, inverse_frequencies(config, device))
     return angles.cos(), angles.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` [tokens, heads, head_dim] by ``cos``/``sin`` [tokens,
-    head_dim / 2] (rows of `rope_tables` gathered at the tokens' positions).
-    Computed in float32, returned in ``x``'s dtype."""
-    half = x.shape[-1] // 2
-    xf = x.float()
-    x1, x2 = xf[..., :half], xf[..., half:]
-    cos, sin = cos[:, None, :], sin[:, None, :]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)

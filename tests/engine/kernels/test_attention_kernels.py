@@ -1,6 +1,7 @@
-"""The Triton KV-write, decode and prefill/extend kernels against the torch
-reference: under TRITON_INTERPRET=1 in fp32/fp16 on CPU, and (``gpu``
-marker) on CUDA in bf16 with realistic shapes and a CUDA-graph replay."""
+"""The Triton decode and prefill/extend kernels against the torch reference:
+under TRITON_INTERPRET=1 in fp32/fp16 on CPU, and (``gpu`` marker) on CUDA in
+bf16 with realistic shapes and a CUDA-graph replay. (The fused RoPE + KV
+write is tested in test_norm_rotary_kernels.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.attention import triton as attention_backend
 from agentgate.engine.attention.triton import TritonAttentionBackend
 from agentgate.engine.kernels.decode_attention import decode_attention
-from agentgate.engine.kernels.kv_write import write_kv
 from agentgate.engine.kernels.prefill_attention import prefill_attention
 
 # The interpreter log-sum-exps of empty decode spans on purpose (log2(0) = -inf).
@@ -56,7 +56,7 @@ MIXED = [(0, 7), (5, 3), (16, 1), (31, 2), (None, 0), (48, 17)]
 
 def make_batch(specs, num_heads, num_kv_heads, head_dim, block_size, dtype, device, seed=0):
     """A batch whose cache already holds every position (the step's new
-    tokens too, as after `write_kv`), blocks shuffled, unused block-table
+    tokens too, as after `rotary_write_kv`), blocks shuffled, unused block-table
     entries pointing at real blocks, plus spare table columns."""
     gen = torch.Generator().manual_seed(seed)
     lens = [(0 if c is None else c + q, q) for c, q in specs]
@@ -113,29 +113,6 @@ def assert_close(actual, expect):
     assert actual.dtype == expect.dtype and actual.shape == expect.shape
     assert torch.isfinite(actual).all()
     torch.testing.assert_close(actual, expect, atol=tol, rtol=tol)
-
-
-# --- KV write -----------------------------------------------------------------
-
-
-@pytest.mark.parametrize("device,dtype", DEVICES)
-def test_kv_write_matches_reference_and_skips_padding(device, dtype):
-    gen = torch.Generator().manual_seed(1)
-    k_cache = torch.randn(4, 16, 3, 32, generator=gen).to(device=device, dtype=dtype)
-    v_cache = torch.randn(4, 16, 3, 32, generator=gen).to(device=device, dtype=dtype)
-    # Keys and values as strided views of a fused qkv projection.
-    qkv = torch.randn(6, 3 * 3 * 32, generator=gen).to(device=device, dtype=dtype)
-    key = qkv[:, 96:192].view(6, 3, 32)
-    value = qkv[:, 192:].view(6, 3, 32)
-    slots = torch.tensor([5, -1, 0, 63, -1, 17], device=device)
-    want_k, want_v = k_cache.clone(), v_cache.clone()
-    reference.write_kv(key, value, want_k, want_v, slots)
-    untouched_k = k_cache.clone()
-    write_kv(key, value, k_cache, v_cache, slots)
-    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
-    kept = torch.ones(64, dtype=torch.bool, device=device)
-    kept[[5, 0, 63, 17]] = False
-    assert torch.equal(k_cache.view(64, 3, 32)[kept], untouched_k.view(64, 3, 32)[kept])
 
 
 # --- decode -------------------------------------------------------------------
@@ -217,16 +194,22 @@ def test_prefill_single_sequence(device, dtype):
 
 
 @pytest.mark.parametrize("device,dtype", DEVICES)
-def test_backend_writes_then_attends(device, dtype):
-    """write_kv then paged_attention, as a model layer calls them."""
+def test_backend_rotates_writes_then_attends(device, dtype):
+    """rotary_write_kv then paged_attention, as a model layer calls them,
+    against the reference backend doing the same."""
     query, k_cache, v_cache, meta, new_k, new_v = make_batch(MIXED, 4, 2, 16, 16, dtype, device)
-    want = expected(query, k_cache, v_cache, meta)
     valid = meta.slot_mapping >= 0
     k_cache.view(-1, 2, 16)[meta.slot_mapping[valid]] = 0  # forget the new tokens
     v_cache.view(-1, 2, 16)[meta.slot_mapping[valid]] = 0
+    angles = torch.rand(query.shape[0], 8, generator=torch.Generator().manual_seed(5)) * 6.3
+    cos, sin = angles.cos().to(device), angles.sin().to(device)
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    want_q = reference.rotary_write_kv(query, new_k, new_v, cos, sin, want_k, want_v, meta.slot_mapping)
     backend = TritonAttentionBackend()
-    backend.write_kv(new_k, new_v, k_cache, v_cache, meta.slot_mapping)
-    assert_close(backend.paged_attention(query, k_cache, v_cache, meta, SCALE), want)
+    got_q = backend.rotary_write_kv(query.clone(), new_k, new_v, cos, sin, k_cache, v_cache, meta.slot_mapping)
+    assert_close(got_q, want_q)
+    assert_close(k_cache, want_k)
+    assert_close(backend.paged_attention(got_q, k_cache, v_cache, meta, SCALE), expected(want_q, want_k, want_v, meta))
 
 
 def test_backend_dispatch(monkeypatch):
