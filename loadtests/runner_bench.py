@@ -1,18 +1,22 @@
-"""The overlapped runner against the sync runner, side by side in one process.
+"""Four runners side by side in one process: sync and overlap, each eager and
+with decode CUDA graphs (same buckets). The headline is overlap+graphs over
+sync+graphs: both replay graphs, so the ratio measures the overlap alone.
 
-Same model, same workload (decode-heavy short completions: a short prompt,
-then ``--output-len`` tokens, ignore_eos) at each batch size; prints output
-tokens/s of each runner and their ratio, then the geometric mean as the last
-line: ``overlap/sync throughput ratio: <x>``. Runs alternate between the two
-runners and the best of ``--repeats`` is kept, so machine noise hits both.
+Same model and workload for all (decode-heavy short completions: a short
+prompt, then ``--output-len`` tokens, greedy, ignore_eos) at each batch
+size; prints output tokens/s of each runner and the ratios. Every core gets
+the same, explicitly sized KV cache (sizing from free memory would let the
+first core take the device). Runs rotate between the runners and the best
+of ``--repeats`` is kept, after one untimed run per batch size that compiles
+whatever that size needs. On a CPU only the eager rows run.
 
-On CUDA it also reports, for batch 1, the decode step time against
-back-to-back replays of the same CUDA graph, and the fraction of time the GPU
-sits idle between consecutive decode steps (from the profiler's kernel trace).
+On CUDA it then measures, for each runner at batch 1, the device's idle
+share between decode steps with CUDA events (`step_timing`), and the batch-1
+step time against back-to-back replays of the same graph.
 
-    python -m agentgate.loadtests.runner_bench                       # default model
-    python -m agentgate.loadtests.runner_bench --model qwen3          # dummy Qwen3-0.6B shapes
-    python -m agentgate.loadtests.runner_bench --model smollm2-dummy  # the default model's shapes, random weights
+    python -m agentgate.loadtests.runner_bench --model smollm2-dummy   # the default model's shapes, random weights
+    python -m agentgate.loadtests.runner_bench --model qwen3            # Qwen3-0.6B's shapes
+    python -m agentgate.loadtests.runner_bench                          # the default model
 """
 
 from __future__ import annotations
@@ -32,16 +36,33 @@ from agentgate.engine.sampling_params import SamplingParams
 CONFIGS = Path(__file__).parent / "configs"
 # Random weights of real shapes: the same work per step as the real model.
 DUMMY_MODELS = {"qwen3": CONFIGS / "qwen3-0.6b", "smollm2-dummy": CONFIGS / "smollm2-135m"}
+# (runner, CUDA graphs): sync+graphs is the headline's denominator.
+VARIANTS = (("sync", False), ("sync", True), ("overlap", False), ("overlap", True))
+BLOCK_SIZE = 16
+GAP_STEPS = 60
 
 
-def make_core(model: str, runner: str, dtype: str, max_batch: int) -> EngineCore:
-    options = dict(runner=runner, dtype=dtype, max_num_seqs=max_batch, max_num_batched_tokens=max(2048, max_batch * 64))
+def label(runner: str, graphs: bool) -> str:
+    return f"{runner}+{'graphs' if graphs else 'eager'}"
+
+
+def kv_blocks(max_batch: int, prompt_len: int, output_len: int) -> int:
+    """One KV size for every core: a full batch of requests at their longest,
+    plus the step-gap probe (a batch-1 request that decodes longer)."""
+    per_request = -(-(prompt_len + output_len + 1) // BLOCK_SIZE)
+    probe = -(-(16 + 2 * GAP_STEPS + 16) // BLOCK_SIZE)
+    return max_batch * per_request + probe + 2
+
+
+def make_core(model: str, runner: str, graphs: bool, dtype: str, max_batch: int, num_kv_blocks: int) -> EngineCore:
+    options = dict(
+        runner=runner, dtype=dtype, max_num_seqs=max_batch, max_num_batched_tokens=max(2048, max_batch * 64),
+        block_size=BLOCK_SIZE, num_kv_blocks=num_kv_blocks, enforce_eager=not graphs,
+    )
     if model in DUMMY_MODELS:
         options.update(model=str(DUMMY_MODELS[model]), load_format="dummy")
     elif model != "default":
         options.update(model=model)
-    if not torch.cuda.is_available():
-        options.update(kv_cache_bytes=1 << 30)
     return EngineCore(EngineConfig(**options))
 
 
@@ -62,56 +83,35 @@ def run_batch(core: EngineCore, batch: int, prompt_len: int, output_len: int, ta
     return produced / elapsed
 
 
-def graph_replay_vs_step(core: EngineCore, output_len: int) -> None:
-    """Batch-1 decode step time against back-to-back replays of its graph,
-    and the GPU's idle share between consecutive decode steps."""
-    runner = core.runner
-    graphs = getattr(runner, "graphs", None)
-    if graphs is None:
-        print("cuda graphs off: skipping the replay comparison")
-        return
-    graph, _ = graphs._graphs[1]
-    for _ in range(10):
-        graph.replay()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    replays = 200
-    for _ in range(replays):
-        graph.replay()
-    torch.cuda.synchronize()
-    replay_s = (time.perf_counter() - start) / replays
+def step_gaps(core: EngineCore, name: str) -> None:
+    """Batch-1 decode in a loop with CUDA events: the idle share between
+    steps, and (with graphs) the step time against graph replays."""
+    from agentgate.loadtests.step_timing import StepEvents, replay_ms
 
-    probe = SamplingParams(temperature=0.0, max_tokens=output_len + 64, ignore_eos=True)
-    core.add_request("step-probe", list(range(100, 116)), probe)
+    params = SamplingParams(temperature=0.0, max_tokens=2 * GAP_STEPS + 16, ignore_eos=True)
+    core.add_request(f"gap-{name}", list(range(100, 116)), params)
     for _ in range(8):  # admit, prefill, settle into decode
         core.step()
-    from torch.profiler import ProfilerActivity, profile
-
-    steps = 40
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        start = time.perf_counter()
-        for _ in range(steps):
+    with StepEvents(core.runner, GAP_STEPS) as events:
+        for _ in range(GAP_STEPS + 1):
             core.step()
-        torch.cuda.synchronize()
-        step_s = (time.perf_counter() - start) / steps
-    kernels = sorted(
-        (e.time_range.start, e.time_range.end)
-        for e in prof.events()
-        if e.device_type == torch.autograd.DeviceType.CUDA
-    )
-    busy, span_start, span_end, last_end = 0.0, kernels[0][0], kernels[-1][1], kernels[0][0]
-    for begin, end in kernels:
-        begin = max(begin, last_end)
-        if end > begin:
-            busy += end - begin
-        last_end = max(last_end, end)
-    idle = 1.0 - busy / (span_end - span_start)
-    core.abort_requests(["step-probe"])
+    gaps = events.gaps()
+    core.abort_requests(None)
     while core.has_work:
         core.step()
-    print(f"batch-1 decode step {step_s * 1e3:.3f} ms vs graph replay {replay_s * 1e3:.3f} ms: "
-          f"ratio {step_s / replay_s:.3f} (target <= 1.15)")
-    print(f"GPU idle between decode steps: {100 * idle:.1f}% of the time (target < 5%)")
+    print(f"{name:15s} batch 1: step {gaps.step_ms:.3f} ms, device idle between steps "
+          f"{gaps.gap_ms:.3f} ms = {100 * gaps.gap_share:.1f}% of the time")
+    print(f"FIGURE step gap {name} b1: {100 * gaps.gap_share:.1f}% (target < 3% for overlap+graphs)")
+    graphs = core.runner.graphs
+    if graphs is not None:
+        replay = replay_ms(lambda: graphs.replay(1, 1))
+        ratio = gaps.step_ms / replay
+        print(f"{name:15s} batch 1: graph replay {replay:.3f} ms, step / replay {ratio:.3f}")
+        print(f"FIGURE b1 step / graph replay {name}: {ratio:.3f} (target <= 1.10 for overlap+graphs)")
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def main() -> None:
@@ -125,30 +125,48 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", help="auto = bfloat16 on CUDA, float32 on CPU")
     args = parser.parse_args()
     batches = [int(b) for b in args.batch_sizes.split(",")]
-    dtype = args.dtype
-    if dtype == "auto" and torch.cuda.is_available():
-        dtype = "bfloat16"
-    cores = {runner: make_core(args.model, runner, dtype, max(batches)) for runner in ("sync", "overlap")}
-    device = cores["overlap"].runner.device
-    print(f"model={args.model} device={device} dtype={cores['overlap'].runner.dtype} "
-          f"prompt={args.prompt_len} output={args.output_len}")
-    for core in cores.values():  # warm up: kernels, allocator, graphs
-        run_batch(core, 2, args.prompt_len, 8, "warm")
-    ratios = []
+    cuda = torch.cuda.is_available()
+    dtype = "bfloat16" if args.dtype == "auto" and cuda else args.dtype
+    variants = [v for v in VARIANTS if cuda or not v[1]]
+    blocks = kv_blocks(max(batches), args.prompt_len, args.output_len)
+    cores = {v: make_core(args.model, *v, dtype, max(batches), blocks) for v in variants}
+    any_runner = next(iter(cores.values())).runner
+    print(f"model={args.model} device={any_runner.device} dtype={any_runner.dtype} prompt={args.prompt_len} "
+          f"output={args.output_len} kv_blocks={blocks} (every core) runners={', '.join(label(*v) for v in variants)}")
+    rates: dict[tuple[str, bool], list[float]] = {v: [] for v in variants}
     for batch in batches:
-        best = {"sync": 0.0, "overlap": 0.0}
+        for v, core in cores.items():  # compile and settle what this batch size needs
+            run_batch(core, batch, args.prompt_len, 8, f"warm{batch}")
+        best = dict.fromkeys(variants, 0.0)
         for repeat in range(args.repeats):
-            for runner in ("sync", "overlap") if repeat % 2 == 0 else ("overlap", "sync"):
-                rate = run_batch(cores[runner], batch, args.prompt_len, args.output_len, f"b{batch}r{repeat}")
-                best[runner] = max(best[runner], rate)
-        ratio = best["overlap"] / best["sync"]
-        ratios.append(ratio)
-        print(f"batch {batch:3d}: sync {best['sync']:9.1f} tok/s  overlap {best['overlap']:9.1f} tok/s  "
-              f"ratio {ratio:.3f}")
-    if device.type == "cuda":
-        graph_replay_vs_step(cores["overlap"], args.output_len)
-    geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
-    print(f"overlap/sync throughput ratio: {geomean:.3f}")
+            shift = repeat % len(variants)
+            for v in variants[shift:] + variants[:shift]:
+                rate = run_batch(cores[v], batch, args.prompt_len, args.output_len, f"b{batch}r{repeat}")
+                best[v] = max(best[v], rate)
+        for v in variants:
+            rates[v].append(best[v])
+        row = "  ".join(f"{label(*v)} {best[v]:9.1f}" for v in variants)
+        ratio = best[("overlap", False)] / best[("sync", False)]
+        if cuda:
+            ratio = best[("overlap", True)] / best[("sync", True)]
+        print(f"batch {batch:3d} tok/s: {row}  overlap/sync {ratio:.3f}")
+    print()
+    pairs = [(("overlap", False), ("sync", False), "overlap+eager / sync+eager")]
+    if cuda:
+        pairs = [(("overlap", True), ("sync", True), "overlap+graphs / sync+graphs (headline)"),
+                 *pairs,
+                 (("sync", True), ("sync", False), "sync+graphs / sync+eager"),
+                 (("overlap", True), ("overlap", False), "overlap+graphs / overlap+eager")]
+    for top, bottom, name in pairs:
+        ratios = [a / b for a, b in zip(rates[top], rates[bottom])]
+        per_batch = ", ".join(f"b{b} {r:.3f}" for b, r in zip(batches, ratios))
+        print(f"{name}: {per_batch}; geomean {geomean(ratios):.3f}")
+        print(f"FIGURE {name.removesuffix(' (headline)')}, {args.model}: {per_batch} "
+              f"(geomean {geomean(ratios):.3f})")
+    if cuda:
+        print()
+        for v, core in cores.items():
+            step_gaps(core, label(*v))
 
 
 if __name__ == "__main__":

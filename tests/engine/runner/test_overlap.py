@@ -169,26 +169,65 @@ def test_steady_state_decode_steps_do_not_synchronize(tiny_model_dir):
     assert trapped == 20
 
 
+def every_sampling_feature(i):
+    """Sampling parameters that together use every feature of the sampler."""
+    kinds = [
+        dict(temperature=0.8, top_k=10, top_p=0.9, min_p=0.01),
+        dict(temperature=1.1, presence_penalty=0.2, frequency_penalty=0.3, repetition_penalty=1.1),
+        dict(temperature=0.7, logit_bias={9: 1.0, 11: -100.0}, min_tokens=30),
+        dict(temperature=0.9, logprobs=3),
+        dict(temperature=0.0, logprobs=0),
+        dict(temperature=0.0),
+    ]
+    return SamplingParams(seed=i, max_tokens=60, ignore_eos=True, **kinds[i % len(kinds)])
+
+
 @pytest.mark.gpu
-def test_steady_state_decode_does_not_synchronize_on_cuda(tiny_model_dir):
-    core = make_core(tiny_model_dir, "overlap", num_kv_blocks=256, device="cuda")
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+def test_steps_do_not_synchronize_on_cuda(tiny_model_dir, graphs):
+    """Under torch.cuda.set_sync_debug_mode("error"), no step of the
+    overlapped runner synchronizes: decode with every sampling feature,
+    steps sampled under a grammar bitmask (execute, then complete), and steps
+    that admit and prefill new requests."""
+    from dataclasses import replace
+
+    core = make_core(tiny_model_dir, "overlap", num_kv_blocks=256, device="cuda", enforce_eager=not graphs)
     for i in range(6):
-        core.add_request(f"r{i}", [3 + i] * 9, SamplingParams(temperature=0.8, seed=i, top_p=0.9, max_tokens=60, ignore_eos=True, presence_penalty=0.1))
-    for _ in range(4):
+        core.add_request(f"r{i}", [3 + i] * (5 + i), every_sampling_feature(i))
+    for _ in range(4):  # admit and prefill outside the checked region: compile kernels
         core.step()
     runner = core.runner
     original = runner.execute
+    seen = {"decode": 0, "bitmask": 0, "admit": 0}
+    words = (VOCAB + 31) // 32
 
     def execute(step):
+        constrain = seen["decode"] % 3 == 2
+        if step.new_requests:
+            seen["admit"] += 1
+        if constrain:
+            step = replace(step, scheduled=[replace(row, constrained=row.samples) for row in step.scheduled])
+            rows = sum(row.samples for row in step.scheduled)
+            bitmask = torch.full((rows, words), -1, dtype=torch.int32, pin_memory=True)
+            bitmask[0, 2:] = 0  # the first sampling row may only pick tokens 0..63
         torch.cuda.set_sync_debug_mode("error")
         try:
-            return original(step)
+            handle = original(step)
+            if constrain:
+                runner.complete(handle, bitmask)
+                seen["bitmask"] += 1
         finally:
             torch.cuda.set_sync_debug_mode("default")
+        seen["decode"] += 1
+        return handle
 
     runner.execute = execute
-    for _ in range(20):
+    for step_index in range(30):
+        if step_index == 10:  # new requests arrive mid-decode, one with penalties
+            core.add_request("late-0", [7] * 21, every_sampling_feature(1))
+            core.add_request("late-1", [8] * 3, every_sampling_feature(3))
         core.step()
+    assert seen["bitmask"] >= 5 and seen["admit"] >= 1, seen
 
 
 @pytest.mark.gpu
