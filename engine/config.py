@@ -14,6 +14,7 @@ from agentgate.engine.errors import InvalidRequestError
 RunnerKind = Literal["overlap", "sync", "null"]
 RUNNERS: tuple[str, ...] = ("overlap", "sync", "null")
 DTYPES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
+QUANTIZATIONS: tuple[str, ...] = ("auto", "none", "int8", "int4")
 
 
 @dataclass(frozen=True)
@@ -25,18 +26,30 @@ class EngineConfig:
     runner:       "overlap" (default), "sync" (the reference baseline) or
                   "null" (no model: instant tokens, for benchmarks of
                   everything around the model).
+    steps_in_flight: the overlapped runner's pipeline depth; None: 2 on
+                  CUDA (step N+1 launches while the GPU runs step N), 1 on
+                  the CPU, where a forward pass runs on the calling thread
+                  and a second step in flight only delays every token, the
+                  admission of new prompts and the freeing of finished ones
+                  by a step (measured slower under agent load).
     max_model_len: None = the model's context length, capped at 8192 on CPU.
     kv_cache_bytes: KV budget on the CPU (default 1 GiB); on CUDA the budget
                   is measured from free memory and ``gpu_memory_utilization``.
     num_kv_blocks: an exact block count, overriding both (tests use tiny ones).
     max_num_batched_tokens: tokens per step; longer prompts are chunked.
+    quantization: "auto" (keep a GGUF file's quantized weights where a CPU
+                  kernel reads them), "none" (dense), "int8"/"int4" (at
+                  most that many bits per weight, quantizing at load what
+                  the file has wider); see `engine.models.quantization`.
     """
 
     model: str | None = None
     dtype: str = "auto"
+    quantization: str = "auto"
     load_format: str = "auto"
     device: str = "auto"
     runner: RunnerKind = "overlap"
+    steps_in_flight: int | None = None
     block_size: int = 16
     max_model_len: int | None = None
     max_num_seqs: int = 64
@@ -49,7 +62,8 @@ class EngineConfig:
     seed: int = 0
     # The null runner only: seconds each step takes, to emulate a model.
     null_step_seconds: float = 0.0
-    # CPU threads for the model's math; None: torch's default (every core).
+    # CPU threads for the model's math; None: every core the machine's other
+    # processes leave free, re-measured as the engine runs (engine.cpu_threads).
     cpu_threads: int | None = None
 
     def __post_init__(self) -> None:
@@ -57,9 +71,15 @@ class EngineConfig:
             raise InvalidRequestError(f"runner must be one of {RUNNERS}, got {self.runner!r}", "runner")
         if self.dtype not in DTYPES:
             raise InvalidRequestError(f"dtype must be one of {DTYPES}, got {self.dtype!r}", "dtype")
+        if self.quantization not in QUANTIZATIONS:
+            raise InvalidRequestError(
+                f"quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}", "quantization"
+            )
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
                 raise InvalidRequestError(f"{name} must be positive", name)
+        if self.steps_in_flight is not None and self.steps_in_flight not in (1, 2):
+            raise InvalidRequestError("steps_in_flight must be 1 or 2", "steps_in_flight")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise InvalidRequestError("num_kv_blocks must be at least 2", "num_kv_blocks")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:

@@ -12,6 +12,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from agentgate.engine import cpu_threads
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.kv_cache_manager import KVCacheManager
@@ -56,6 +57,7 @@ class EngineCore:
     def __init__(self, config: EngineConfig, runner: ModelRunner | None = None) -> None:
         self.config = config
         self.runner = runner or make_runner(config)
+        self._threads = cpu_threads.configure(config, self.runner.device)
         spec = self.runner.kv_spec
         self.max_model_len = spec.max_model_len
         self.vocab_size = self.runner.vocab_size
@@ -83,6 +85,9 @@ class EngineCore:
             dtype=str(runner.dtype).removeprefix("torch."),
             pid=os.getpid(),
             engine_id=self.engine_id,
+            quantization=runner.quantization,
+            weights=runner.weights,
+            weight_bytes_per_step=runner.weight_bytes_per_step,
         )
 
     # -- requests --------------------------------------------------------------
@@ -228,6 +233,8 @@ class EngineCore:
         overlaps; only sampling waits, and only in steps with constrained
         rows.
         """
+        if self._threads is not None:
+            self._threads.tick()
         outputs = self._admit_compiled()
         launched = False
         if len(self._in_flight) < self.runner.max_steps_in_flight and self.scheduler.has_schedulable_work:

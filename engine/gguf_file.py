@@ -51,11 +51,15 @@ class GGUFFile:
     tensors: dict[str, GGUFTensor]
     buffer: mmap.mmap
 
+    def raw(self, name: str) -> np.ndarray:
+        """One tensor's bytes as stored (uint8, a read-only view of the file)."""
+        info = self.tensors[name]
+        return np.frombuffer(self.buffer, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+
     def dequantize(self, name: str) -> np.ndarray:
         """One tensor as float32 in numpy order."""
         info = self.tensors[name]
-        raw = np.frombuffer(self.buffer, dtype=np.uint8, count=info.nbytes, offset=info.offset)
-        raw = raw.reshape(*info.shape[:-1], -1)
+        raw = self.raw(name).reshape(*info.shape[:-1], -1)
         try:
             out = gguf.quants.dequantize(raw, info.type)
         except NotImplementedError as exc:

@@ -222,18 +222,6 @@ def _exit_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _set_cpu_threads(config: EngineConfig) -> None:
-    """Apply ``cpu_threads`` when set. The default (every core) is fastest
-    when the front end is light, as measured on 2 cores with 16 streaming
-    agents (78 vs 50 tokens/s with one thread); on a host where other busy
-    processes share the cores, fewer threads avoid OpenMP teams waiting a
-    scheduler slice at every parallel op."""
-    if config.cpu_threads is not None:
-        import torch
-
-        torch.set_num_threads(config.cpu_threads)
-
-
 def run_engine_process(
     config: EngineConfig, address: str, model_name: str, parent_pid: int | None = None
 ) -> None:
@@ -245,7 +233,6 @@ def run_engine_process(
     )
     if parent_pid is not None:
         _exit_with_parent(parent_pid)
-    _set_cpu_threads(config)
     core, error = None, None
     try:
         core = EngineCore(config)
@@ -264,8 +251,10 @@ def run_engine_process(
     if core is not None:
         info = core.info(model_name)
         log.info(
-            "ready on %s: %s (%s, %s, %s), KV cache %d blocks x %d = %d tokens, max_model_len %d, runner %s",
-            address, model_name, info.architecture, info.device, info.dtype, info.num_kv_blocks,
+            "ready on %s: %s (%s, %s, %s), quantization %s (%s; %.1f MB of weights read per step), "
+            "KV cache %d blocks x %d = %d tokens, max_model_len %d, runner %s",
+            address, model_name, info.architecture, info.device, info.dtype, info.quantization,
+            info.weights or "no model", info.weight_bytes_per_step / 1e6, info.num_kv_blocks,
             info.block_size, info.kv_capacity_tokens, info.max_model_len, info.runner,
         )
     server.serve_forever()

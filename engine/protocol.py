@@ -62,6 +62,9 @@ class EngineInfo(msgspec.Struct, array_like=True, omit_defaults=True):
     dtype: str
     pid: int = 0
     engine_id: str = ""
+    quantization: str = "none"
+    weights: str = ""  # what the linear layers hold, e.g. "int4 Q4_1 x 120, int4 Q8_0 x 1"
+    weight_bytes_per_step: int = 0
 
     @property
     def kv_capacity_tokens(self) -> int:

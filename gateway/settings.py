@@ -61,6 +61,11 @@ class Settings:
         default="overlap",
         engine=True,
     )
+    steps_in_flight: int | None = _opt(
+        "overlap runner: steps launched before the oldest is waited for (default: 2 on CUDA, 1 on the CPU)",
+        default=None,
+        engine=True,
+    )
     max_num_seqs: int = _opt("most sequences the engine runs at once", default=64, engine=True)
     max_model_len: int | None = _opt(
         "context length (default: the model's, capped on CPU)",
@@ -73,9 +78,16 @@ class Settings:
     num_kv_blocks: int | None = _opt("exact number of KV cache blocks (default: measured)", default=None, engine=True)
     device: str = _opt("engine device: auto, cpu, cuda, cuda:N", default="auto", engine=True)
     dtype: str = _opt("engine dtype: auto, float32, float16, bfloat16", default="auto", engine=True)
+    quantization: str = _opt(
+        "CPU weights: auto (a GGUF file's Q4_0/Q4_1/Q4_K/Q8_0 weights as stored), none (dense), "
+        "int8 or int4 (at most that many bits per weight, quantizing at load what is wider)",
+        default="auto",
+        engine=True,
+    )
     null_step_seconds: float = _opt("null runner only: seconds each step takes", default=0.0, engine=True)
     cpu_threads: int | None = _opt(
-        "CPU threads for the engine's math (default: every core; fewer when other busy processes share them)",
+        "CPU threads for the engine's math (default: every core other busy processes leave free, "
+        "re-measured every 2 s; a fixed count turns that off)",
         default=None,
         engine=True,
     )

@@ -54,10 +54,14 @@ def kv_blocks(max_batch: int, prompt_len: int, output_len: int) -> int:
     return max_batch * per_request + probe + 2
 
 
-def make_core(model: str, runner: str, graphs: bool, dtype: str, max_batch: int, num_kv_blocks: int) -> EngineCore:
+def make_core(
+    model: str, runner: str, graphs: bool, dtype: str, max_batch: int, num_kv_blocks: int,
+    quantization: str = "auto", steps_in_flight: int | None = None,
+) -> EngineCore:
     options = dict(
         runner=runner, dtype=dtype, max_num_seqs=max_batch, max_num_batched_tokens=max(2048, max_batch * 64),
-        block_size=BLOCK_SIZE, num_kv_blocks=num_kv_blocks, enforce_eager=not graphs,
+        block_size=BLOCK_SIZE, num_kv_blocks=num_kv_blocks, enforce_eager=not graphs, quantization=quantization,
+        steps_in_flight=steps_in_flight if runner == "overlap" else None,
     )
     if model in DUMMY_MODELS:
         options.update(model=str(DUMMY_MODELS[model]), load_format="dummy")
@@ -123,16 +127,24 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--dtype", default="auto", help="auto = bfloat16 on CUDA, float32 on CPU")
+    parser.add_argument("--quantization", default="auto", help="auto, none, int8 or int4 (CPU weights)")
+    parser.add_argument("--steps-in-flight", type=int, default=None, help="overlap runner's depth (default per device)")
     args = parser.parse_args()
     batches = [int(b) for b in args.batch_sizes.split(",")]
     cuda = torch.cuda.is_available()
     dtype = "bfloat16" if args.dtype == "auto" and cuda else args.dtype
     variants = [v for v in VARIANTS if cuda or not v[1]]
     blocks = kv_blocks(max(batches), args.prompt_len, args.output_len)
-    cores = {v: make_core(args.model, *v, dtype, max(batches), blocks) for v in variants}
+    cores = {
+        v: make_core(args.model, *v, dtype, max(batches), blocks, args.quantization, args.steps_in_flight)
+        for v in variants
+    }
     any_runner = next(iter(cores.values())).runner
+    depth = cores[("overlap", False)].runner.max_steps_in_flight
     print(f"model={args.model} device={any_runner.device} dtype={any_runner.dtype} prompt={args.prompt_len} "
-          f"output={args.output_len} kv_blocks={blocks} (every core) runners={', '.join(label(*v) for v in variants)}")
+          f"output={args.output_len} kv_blocks={blocks} (every core) runners={', '.join(label(*v) for v in variants)} "
+          f"quantization={any_runner.quantization} ({any_runner.weight_bytes_per_step / 1e6:.0f} MB of weights "
+          f"per step) overlap steps in flight={depth}")
     rates: dict[tuple[str, bool], list[float]] = {v: [] for v in variants}
     for batch in batches:
         for v, core in cores.items():  # compile and settle what this batch size needs

@@ -4,6 +4,7 @@
     loaded = load_model("/ckpt/Qwen3-0.6B")        # HF safetensors directory
     loaded = load_model("m.gguf", dtype="bfloat16", device="cuda")
     loaded = load_model("loadtests/configs/qwen3-0.6b", load_format="dummy")
+    loaded = load_model(quantization="none")       # the GGUF dequantized (default: "auto")
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.model_path import default_model_path, resolve_model_path
+from agentgate.engine.models import quantization as quant
 from agentgate.engine.models.config import ModelConfig
 from agentgate.engine.models.llama import CausalLM
 from agentgate.engine.models.loader_dummy import load_dummy
@@ -29,11 +31,13 @@ Loader = Callable[..., tuple[ModelConfig, CausalLM]]
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model on its device in its dtype, its config, and where it came from."""
+    """A model on its device in its dtype, its config, and where it came from.
+    ``quantization``: the mode that applied (see `engine.models.quantization`)."""
 
     model: CausalLM
     config: ModelConfig
     path: Path
+    quantization: str = "none"
 
 
 def load_model(
@@ -42,6 +46,7 @@ def load_model(
     dtype: str = "auto",
     device: torch.device | str = "cpu",
     load_format: str = "auto",
+    quantization: str = "auto",
 ) -> LoadedModel:
     """Load ``model``: None (the default model), a `.gguf` file, or a HF
     directory with `config.json` + `*.safetensors`.
@@ -50,7 +55,9 @@ def load_model(
     "dummy" (random weights shaped by a `config.json`, its directory, or a
     `.gguf` file). ``dtype``: "auto" (float32 on CPU; on CUDA the config's
     dtype, bfloat16 when it names none or float32), "float32", "float16",
-    "bfloat16". Every failure is a ModelLoadError naming the path.
+    "bfloat16". ``quantization``: "auto", "none", "int8", "int4" (see
+    `engine.models.quantization`; CPU only). Every failure is a
+    ModelLoadError naming the path.
     """
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(
@@ -58,8 +65,10 @@ def load_model(
         )
     path = resolve_model_path(model)
     loader = _pick_loader(path, load_format)
-    config, module = loader(path, dtype=dtype, device=torch.device(device))
-    return LoadedModel(model=module, config=config, path=path)
+    device = torch.device(device)
+    mode = quant.resolve(quantization, device)
+    config, module = loader(path, dtype=dtype, device=device, quantization=mode)
+    return LoadedModel(model=module, config=config, path=path, quantization=mode)
 
 
 def _pick_loader(path: Path, load_format: str) -> Loader:

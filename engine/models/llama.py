@@ -22,6 +22,8 @@ from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.models.config import ModelConfig
 from agentgate.engine.models.cpu_linear import PackedLinear, can_pack, pack_linears
 from agentgate.engine.models.norm import RMSNorm
+from agentgate.engine.models.quant_linear import make_quant_linear
+from agentgate.engine.models.quantized import QuantizedWeight, as_dense, cat_rows
 from agentgate.engine.models.rope import rope_tables
 
 
@@ -163,11 +165,13 @@ class CausalLM(nn.Module):
 
 
 def fuse_hf_weights(
-    config: ModelConfig, weights: Mapping[str, Tensor], *, source: str
-) -> dict[str, Tensor]:
+    config: ModelConfig, weights: Mapping[str, Tensor | QuantizedWeight], *, source: str
+) -> dict[str, Tensor | QuantizedWeight]:
     """A HF state dict (``model.`` prefix stripped, unfused q/k/v and gate/up)
     → this module's state dict. Drops ``lm_head`` when embeddings are tied.
-    Raises ModelLoadError naming missing, unexpected or misshapen weights."""
+    Quantized weights stay quantized where their parts share a form (see
+    `cat_rows`). Raises ModelLoadError naming missing, unexpected or
+    misshapen weights."""
     expected = hf_weight_shapes(config)
     given = set(weights)
     if config.tie_word_embeddings:
@@ -185,15 +189,14 @@ def fuse_hf_weights(
                 f"the config implies {shape}"
             )
     fused = {n: weights[n] for n in expected if not n.endswith(_FUSED_PARTS)}
+    dtype = weights["norm.weight"].dtype
     for i in range(config.num_layers):
         attn, mlp = f"layers.{i}.self_attn", f"layers.{i}.mlp"
         kinds = ("weight", "bias") if config.attention_bias else ("weight",)
         for kind in kinds:
-            fused[f"{attn}.qkv_proj.{kind}"] = torch.cat(
-                [weights[f"{attn}.{x}_proj.{kind}"] for x in "qkv"]
-            )
-        fused[f"{mlp}.gate_up_proj.weight"] = torch.cat(
-            [weights[f"{mlp}.gate_proj.weight"], weights[f"{mlp}.up_proj.weight"]]
+            fused[f"{attn}.qkv_proj.{kind}"] = cat_rows([weights[f"{attn}.{x}_proj.{kind}"] for x in "qkv"], dtype)
+        fused[f"{mlp}.gate_up_proj.weight"] = cat_rows(
+            [weights[f"{mlp}.gate_proj.weight"], weights[f"{mlp}.up_proj.weight"]], dtype
         )
     return fused
 
@@ -234,17 +237,28 @@ def hf_weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
 def build_model(
     config: ModelConfig,
     attention: AttentionBackend,
-    state_dict: Mapping[str, Tensor],
+    state_dict: Mapping[str, Tensor | QuantizedWeight],
     device: torch.device,
     *,
     source: str,
 ) -> CausalLM:
     """A `CausalLM` whose parameters are the given tensors (this module's
-    names, already in the wanted dtype), without a throwaway random init."""
+    names, already in the wanted dtype), without a throwaway random init.
+    A quantized weight becomes a quantized linear (a quantized tied
+    embedding: the LM head, with a dense copy for the token lookup)."""
+    dense = {n: w for n, w in state_dict.items() if isinstance(w, Tensor)}
+    quantized = {n: w for n, w in state_dict.items() if not isinstance(w, Tensor)}
     with torch.device("meta"):
         model = CausalLM(config, attention)
+    for name, weight in quantized.items():
+        if name == "embed_tokens.weight":  # tied: the LM head reads it quantized
+            dense[name] = as_dense(weight, dense["norm.weight"].dtype)
+            name = "lm_head.weight"
+        module = name.removesuffix(".weight")
+        parent, _, child = module.rpartition(".")
+        setattr(model.get_submodule(parent), child, make_quant_linear(weight, dense.pop(f"{module}.bias", None)))
     try:
-        model.load_state_dict(state_dict, strict=True, assign=True)
+        model.load_state_dict(dense, strict=True, assign=True)
     except RuntimeError as exc:
         raise ModelLoadError(f"{source}: weights do not fit the model: {exc}") from exc
     model.requires_grad_(False)

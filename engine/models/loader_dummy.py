@@ -8,6 +8,7 @@ import torch
 
 from agentgate.engine.attention.base import get_backend
 from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.models import quantization as quant
 from agentgate.engine.models.config import ModelConfig, read_hf_config, resolve_dtype
 from agentgate.engine.models.llama import CausalLM, build_model
 from agentgate.engine.models.loader_gguf import read_gguf_config
@@ -16,11 +17,12 @@ INIT_STD = 0.02
 
 
 def load_dummy(
-    path: Path, *, dtype: str, device: torch.device, seed: int = 0
+    path: Path, *, dtype: str, device: torch.device, seed: int = 0, quantization: str = "none"
 ) -> tuple[ModelConfig, CausalLM]:
     """A model shaped by ``path`` (a directory holding `config.json`, a
     `config.json` file, or a `.gguf` file whose weights are ignored) with
-    weights drawn from N(0, 0.02²) and norms set to one."""
+    weights drawn from N(0, 0.02²) and norms set to one, its linear weights
+    quantized for ``quantization`` "int4"/"int8"."""
     config = read_dummy_config(path)
     torch_dtype = resolve_dtype(dtype, config, device)
     with torch.device("meta"):
@@ -34,6 +36,7 @@ def load_dummy(
         else:
             tensor.normal_(0.0, INIT_STD, generator=generator)
         state[name] = tensor
+    state = quant.quantize_dense(state, config, quantization)
     return config, build_model(config, get_backend(device), state, device, source=str(path))
 
 

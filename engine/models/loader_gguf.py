@@ -1,4 +1,6 @@
-"""GGUF checkpoints: read the header, dequantize the tensors, map them to HF names.
+"""GGUF checkpoints: read the header, map the tensors to HF names, keep the
+quantized ones the kernels read as they are (`engine.models.quantization`)
+and dequantize the rest.
 
 The file itself is read by `engine.gguf_file`.
 
@@ -17,8 +19,10 @@ import torch
 from agentgate.engine.attention.base import get_backend
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.gguf_file import GGUFFile, read_gguf
+from agentgate.engine.models import quantization as quant
 from agentgate.engine.models.config import ModelConfig, config_from_gguf, resolve_dtype
 from agentgate.engine.models.llama import CausalLM, build_model, fuse_hf_weights
+from agentgate.engine.models.quantized import QuantizedWeight, permute_rows
 
 # GGUF tensor names -> HF names (``model.`` prefix stripped).
 _GLOBAL_NAMES = {
@@ -58,15 +62,19 @@ def read_gguf_checkpoint(
     """The config and the dequantized weights of a GGUF file, in HF names
     (``model.`` prefix stripped) and HF layout, in ``dtype`` on ``device``."""
     file = read_gguf(path)
-    return (config := _config(file)), _weights(file, config, dtype, device)
+    return (config := _config(file)), _weights(file, config, dtype, device, "none")
 
 
-def load_gguf(path: Path, *, dtype: str, device: torch.device) -> tuple[ModelConfig, CausalLM]:
-    """A GGUF file as a model in ``dtype`` (see `resolve_dtype`) on ``device``."""
+def load_gguf(
+    path: Path, *, dtype: str, device: torch.device, quantization: str = "none"
+) -> tuple[ModelConfig, CausalLM]:
+    """A GGUF file as a model in ``dtype`` (see `resolve_dtype`) on ``device``,
+    its linear weights quantized as ``quantization`` (already resolved for
+    the device, see `engine.models.quantization`) says."""
     file = read_gguf(path)
     config = _config(file)
     torch_dtype = resolve_dtype(dtype, config, device)
-    weights = _weights(file, config, torch_dtype, device)
+    weights = _weights(file, config, torch_dtype, device, quantization)
     state = fuse_hf_weights(config, weights, source=str(path))
     return config, build_model(config, get_backend(device), state, device, source=str(path))
 
@@ -80,19 +88,27 @@ def _config(file: GGUFFile) -> ModelConfig:
 
 
 def _weights(
-    file: GGUFFile, config: ModelConfig, dtype: torch.dtype, device: torch.device | str
-) -> dict[str, torch.Tensor]:
+    file: GGUFFile, config: ModelConfig, dtype: torch.dtype, device: torch.device | str, mode: str
+) -> dict[str, torch.Tensor | QuantizedWeight]:
     names = [n for n in file.tensors if n != _ROPE_FREQS]
     hf_names = {n: _hf_name(n, file.path) for n in names}
 
-    def load(name: str) -> tuple[str, torch.Tensor]:
-        weight = torch.from_numpy(file.dequantize(name))
+    def load(name: str) -> tuple[str, torch.Tensor | QuantizedWeight]:
         hf_name = hf_names[name]
+        info = file.tensors[name]
+        quantizable = quant.is_quantizable(hf_name, config.tie_word_embeddings)
+        weight = quant.from_gguf(file.raw(name), info.type, info.shape[0], mode) if quantizable else None
+        if weight is None:
+            weight = torch.from_numpy(file.dequantize(name))
+            if quantizable:
+                weight = quant.from_dense(weight, mode)
         if config.architecture == "llama" and ".q_proj." in hf_name:
             weight = _unpermute(weight, config.num_heads, config.head_dim, file.path)
         elif config.architecture == "llama" and ".k_proj." in hf_name:
             weight = _unpermute(weight, config.num_kv_heads, config.head_dim, file.path)
-        return hf_name, weight.to(device=device, dtype=dtype)
+        if isinstance(weight, torch.Tensor):
+            weight = weight.to(device=device, dtype=dtype)
+        return hf_name, weight
 
     return dict(load(name) for name in names)
 
@@ -105,16 +121,14 @@ def _hf_name(name: str, path: Path) -> str:
     return f"layers.{match.group(1)}.{hf}" if match else hf
 
 
-def _unpermute(weight: torch.Tensor, num_heads: int, head_dim: int, path: Path) -> torch.Tensor:
+def _unpermute(
+    weight: torch.Tensor | QuantizedWeight, num_heads: int, head_dim: int, path: Path
+) -> torch.Tensor | QuantizedWeight:
     """Undo llama.cpp's Q/K row permutation: within each head, the converter
     interleaved the two rotary halves (rows ``i`` and ``i + head_dim/2`` became
     rows ``2i`` and ``2i + 1``)."""
-    if weight.shape[0] != num_heads * head_dim:
-        raise ModelLoadError(
-            f"{path}: a Q/K projection has {weight.shape[0]} rows, not {num_heads} heads × {head_dim}"
-        )
-    return (
-        weight.reshape(num_heads, head_dim // 2, 2, *weight.shape[1:])
-        .transpose(1, 2)
-        .reshape(weight.shape)
-    )
+    rows = weight.shape[0]
+    if rows != num_heads * head_dim:
+        raise ModelLoadError(f"{path}: a Q/K projection has {rows} rows, not {num_heads} heads × {head_dim}")
+    order = torch.arange(rows).reshape(num_heads, head_dim // 2, 2).transpose(1, 2).reshape(-1)
+    return permute_rows(weight, order)

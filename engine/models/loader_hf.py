@@ -10,6 +10,7 @@ from safetensors import SafetensorError, safe_open
 
 from agentgate.engine.attention.base import get_backend
 from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.models import quantization as quant
 from agentgate.engine.models.config import ModelConfig, read_hf_config, resolve_dtype
 from agentgate.engine.models.llama import CausalLM, build_model, fuse_hf_weights
 
@@ -18,12 +19,15 @@ _INDEX = "model.safetensors.index.json"
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def load_hf(path: Path, *, dtype: str, device: torch.device) -> tuple[ModelConfig, CausalLM]:
+def load_hf(
+    path: Path, *, dtype: str, device: torch.device, quantization: str = "none"
+) -> tuple[ModelConfig, CausalLM]:
     """A HF checkpoint directory as a model in ``dtype`` (see `resolve_dtype`)
-    on ``device``."""
+    on ``device``, its linear weights quantized at load for ``quantization``
+    "int4"/"int8" (see `engine.models.quantization`)."""
     config = read_hf_config(path / "config.json")
     torch_dtype = resolve_dtype(dtype, config, device)
-    weights = read_safetensors(path, torch_dtype, device)
+    weights = quant.quantize_dense(read_safetensors(path, torch_dtype, device), config, quantization)
     state = fuse_hf_weights(config, weights, source=str(path))
     return config, build_model(config, get_backend(device), state, device, source=str(path))
 

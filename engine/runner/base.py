@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentgate.engine.config import EngineConfig
+from agentgate.engine.models.quantization import describe
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
@@ -48,6 +49,10 @@ class ModelRunner(ABC):
     at most ``max_steps_in_flight`` launched steps not yet waited for."""
 
     max_steps_in_flight: int = 1
+    # What the model's weights are held as (see engine.models.quantization).
+    quantization: str = "none"
+    weights: str = ""
+    weight_bytes_per_step: int = 0
     kv_spec: KVCacheSpec
     vocab_size: int
     architecture: str
@@ -84,11 +89,14 @@ class TorchModelRunner(ModelRunner):
         self.config = config
         self.device = config.resolved_device()
         self.loaded = loaded or load_model(
-            config.model, dtype=config.dtype, device=self.device, load_format=config.load_format
+            config.model, dtype=config.dtype, device=self.device, load_format=config.load_format,
+            quantization=config.quantization,
         )
         self.model = self.loaded.model
         if self.device.type == "cpu":
             self.model.pack_for_cpu()
+        self.quantization = self.loaded.quantization
+        self.weights, self.weight_bytes_per_step = describe(self.model)
         self.model_config = self.loaded.config
         self.architecture = self.model_config.architecture
         self.dtype = next(self.model.parameters()).dtype

@@ -14,6 +14,10 @@
   that event only. `execute` itself never synchronizes.
 * Pure-decode batches replay CUDA graphs at bucketed sizes (`DecodeGraphs`);
   mixed and prefill batches run eagerly.
+* Two steps in flight on CUDA, one on the CPU (`EngineConfig.steps_in_flight`):
+  a CPU forward pass runs on the calling thread, so a second step in flight
+  overlaps nothing and only delays each token, admissions and the freeing
+  of finished requests by a step.
 """
 
 from __future__ import annotations
@@ -69,10 +73,10 @@ class _Deferred:
 
 
 class OverlapRunner(TorchModelRunner):
-    max_steps_in_flight = 2
-
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        default_depth = 2 if self.device.type == "cuda" else 1
+        self.max_steps_in_flight = self.config.steps_in_flight or default_depth
         self.slots = SlotState(
             self.config.max_num_seqs, self.kv_spec.max_model_len, self.max_blocks_per_seq, self.vocab_size,
             self.device,

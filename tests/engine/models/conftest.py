@@ -124,8 +124,9 @@ def tiny_hf():
 
 @pytest.fixture(scope="session")
 def default_loaded():
-    """The default model through the public entry point, loaded once."""
-    return load_model(dtype="float32")
+    """The default model through the public entry point, loaded once,
+    dequantized (the exact path transformers is compared with)."""
+    return load_model(dtype="float32", quantization="none")
 
 
 @pytest.fixture(scope="session")

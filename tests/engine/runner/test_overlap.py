@@ -81,13 +81,27 @@ def drive(core, events, eos):
     return tokens, finish, logprobs
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_overlap_equals_sync_on_a_mixed_workload(tiny_model_dir, seed):
+def test_the_default_pipeline_depth_is_one_step_on_the_cpu(tiny_model_dir):
+    """One step in flight on the CPU (a second only delays tokens and
+    admissions there); two, the MRv2 pipeline, when asked for (the CUDA
+    default, checked by the gpu test below)."""
+    assert make_core(tiny_model_dir, "overlap").runner.max_steps_in_flight == 1
+    assert make_core(tiny_model_dir, "overlap", steps_in_flight=2).runner.max_steps_in_flight == 2
+
+
+@pytest.mark.gpu
+def test_the_default_pipeline_depth_is_two_steps_on_cuda(tiny_model_dir):
+    assert make_core(tiny_model_dir, "overlap", device="cuda").runner.max_steps_in_flight == 2
+
+
+# Both depths on the CPU: the CPU default and the pipeline CUDA runs.
+@pytest.mark.parametrize("seed,depth", [(0, 2), (1, 2), (0, 1)])
+def test_overlap_equals_sync_on_a_mixed_workload(tiny_model_dir, seed, depth):
     events, aborted = build_script(seed)
     eos = frozenset(range(2, 22))  # 20 of 512 ids: random weights hit one now and then
     results = {}
     for runner in ("sync", "overlap"):
-        core = make_core(tiny_model_dir, runner)
+        core = make_core(tiny_model_dir, runner, **({"steps_in_flight": depth} if runner == "overlap" else {}))
         results[runner] = drive(core, events, eos)
         kv = core.scheduler.kv
         assert kv.num_free_blocks == kv.pool.num_blocks
@@ -111,7 +125,7 @@ def test_overlap_equals_sync_on_a_mixed_workload(tiny_model_dir, seed):
 
 
 def test_a_request_finishing_at_step_n_emits_nothing_from_step_n_plus_1(tiny_model_dir):
-    core = make_core(tiny_model_dir, "overlap")
+    core = make_core(tiny_model_dir, "overlap", steps_in_flight=2)
     core.add_request("a", [5, 6, 7], SamplingParams(temperature=0, max_tokens=3))
     got = []
     while core.has_work:
@@ -143,7 +157,7 @@ class _SyncTrap:
 
 
 def test_steady_state_decode_steps_do_not_synchronize(tiny_model_dir):
-    core = make_core(tiny_model_dir, "overlap", num_kv_blocks=256)
+    core = make_core(tiny_model_dir, "overlap", num_kv_blocks=256, steps_in_flight=2)
     for i in range(6):
         params = SamplingParams(temperature=0.8, seed=i, top_p=0.9, top_k=10, min_p=0.01, presence_penalty=0.2,
                                 repetition_penalty=1.1, logit_bias={9: 1.0}, min_tokens=3, logprobs=2,
