@@ -98,10 +98,12 @@ def describe(model: torch.nn.Module) -> tuple[str, int]:
         if isinstance(module, QuantLinear):
             kinds[f"{'int4' if isinstance(module, Int4Linear) else 'int8'} {module.source}"] += 1
             total += module.nbytes
-        elif isinstance(module, torch.nn.Linear | PackedLinear):
+        elif isinstance(module, torch.nn.Linear):
             kinds["dense"] += 1
-            weight = module.weight if isinstance(module, torch.nn.Linear) else module.packed_weight
-            total += tensor_bytes(weight, module.bias)
+            total += tensor_bytes(module.weight, module.bias)
+        elif isinstance(module, PackedLinear):  # bfloat16, in oneDNN's opaque layout
+            kinds["dense"] += 1
+            total += 2 * module.out_features * module.in_features + tensor_bytes(module.bias)
         elif isinstance(module, RMSNorm):
             total += tensor_bytes(module.weight)
     if model.lm_head is None:  # tied and dense: the table is the LM head
