@@ -34,14 +34,19 @@ from agentgate.engine.model_path import resolve_model_path
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
 from agentgate.gateway.auth import AuthMiddleware, KeyChecker
+from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.engines import EnginePool, EngineTarget
 from agentgate.gateway.errors import EXCEPTION_HANDLERS
 from agentgate.gateway.metrics import Metrics
-from agentgate.gateway.middleware import BodyLimitMiddleware, RequestIdMiddleware
-from agentgate.gateway.request_context import RequestContextMiddleware, StateHolder
-from agentgate.gateway.routes import openai, ops, sessions, tokenize
+from agentgate.gateway.middleware import BodyLimitMiddleware, RequestContextMiddleware, RequestIdMiddleware
+from agentgate.gateway.ratelimit import RateLimiter, parse_key_limits
+from agentgate.gateway.redis_state import SharedState, make_replica_id
+from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.routes import dashboard, openai, ops, playground, tokenize
+from agentgate.gateway.routes import sessions as sessions_routes
+from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.settings import Settings
-from agentgate.gateway.state import GatewayState
+from agentgate.gateway.state import GatewayState, ServedModel
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -55,7 +60,24 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     settings.check_shared_state()
     metrics = Metrics()
     keys = KeyChecker(settings.api_keys, settings.admin_key)
-    holder = StateHolder()
+    admission = Admission(settings.max_waiting)
+    replica_id = make_replica_id(settings.port)
+    shared = sessions = limiter = None
+    if settings.redis_url is not None:  # connected on first use; without it the gateway runs alone
+        shared = SharedState(settings.redis_url, prefix=settings.redis_prefix, replica_id=replica_id,
+                             session_ttl=settings.session_ttl)  # fmt: skip
+        limiter = RateLimiter(
+            shared,
+            rpm=settings.rate_limit_rpm,
+            tpm=settings.rate_limit_tpm,
+            per_key=parse_key_limits(settings.key_rate_limits),
+            redis_down=settings.rate_limit_redis_down,
+        )
+        limiter = limiter if limiter.enabled else None
+        metrics.watch_shared_state(shared, limiter)
+    registry = RequestRegistry(shared)
+    if shared is not None:
+        sessions = SessionStore(shared, registry)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, GatewayState]]:
@@ -74,30 +96,39 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
             model_path = resolve_model_path(settings.model)
             tokenizer = await anyio.to_thread.run_sync(load_tokenizer, model_path)
             pool = EnginePool(connected)
-            admission = Admission(settings.max_waiting)
+            info = pool.info
             metrics.watch(
                 lambda: pool.stats,
-                lambda: pool.num_requests,
+                lambda: registry.num_requests,
                 lambda: admission.waiting,
                 lambda: sum(not e.is_dead for e in pool.engines),
             )
             state = GatewayState(
                 settings=settings,
+                model=ServedModel(
+                    names=settings.served_model_name or (info.model,),
+                    root=str(model_path),
+                    tokenizer=tokenizer,
+                    max_model_len=info.max_model_len,
+                    vocab_size=info.vocab_size,
+                    tool_call_parser=settings.tool_call_parser,
+                ),
                 pool=pool,
-                tokenizer=tokenizer,
-                metrics=metrics,
+                registry=registry,
                 admission=admission,
-                model_names=settings.served_model_name or (pool.info.model,),
-                model_root=str(model_path),
+                metrics=metrics,
+                cluster=Cluster(pool, registry, shared),
                 keys=keys,
+                replica_id=replica_id,
+                shared=shared,
+                sessions=sessions,
+                limiter=limiter,
             )
-            await _connect_shared_state(stack, settings, state)
-            app.state.gateway = state  # for the server's graceful drain (gateway.cli)
-            holder.state = state
-            log.info(startup_line(settings, state, keys))
+            await _start_shared_state(stack, state)
+            app.state.gateway = state  # for the server's graceful drain (gateway.server)
+            log.info(startup_line(settings, state))
             yield {"gateway": state}
             log.info("agentgate shutting down")
-            holder.state = None
 
     middleware = [Middleware(RequestIdMiddleware)]
     if settings.allowed_origins:
@@ -114,59 +145,32 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     if keys.enabled:
         middleware.append(Middleware(AuthMiddleware, keys=keys))
     middleware.append(Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes))
-    middleware.append(Middleware(RequestContextMiddleware, holder=holder))
-
-    from agentgate.gateway.routes import dashboard, playground  # the web pages: /, /dashboard, /static/
+    middleware.append(Middleware(RequestContextMiddleware, keys=keys, limiter=limiter, sessions=sessions))
 
     return Starlette(
-        routes=[*openai.routes, *tokenize.routes, *ops.routes, *sessions.routes, *dashboard.routes,
-                *playground.routes],  # fmt: skip
+        routes=[*openai.routes, *tokenize.routes, *ops.routes, *sessions_routes.routes, *dashboard.routes,
+                *playground.routes],  # fmt: skip,
         middleware=middleware,
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
 
 
-async def _connect_shared_state(stack: AsyncExitStack, settings: Settings, state: GatewayState) -> None:
-    """Redis, the cluster's control plane and their background tasks (a gateway
+async def _start_shared_state(stack: AsyncExitStack, state: GatewayState) -> None:
+    """Redis's background tasks and the cluster's control plane (a gateway
     without ``redis_url`` runs alone: no sessions, local operator calls)."""
-    from agentgate.gateway.cluster import Cluster
-    from agentgate.gateway.ratelimit import RateLimiter, parse_key_limits
-    from agentgate.gateway.redis_state import SharedState, make_replica_id
-    from agentgate.gateway.sessions import SessionStore
-
-    pool = state.pool
-    state.replica_id = make_replica_id(settings.port)
-    if settings.redis_url is not None:
-        shared = SharedState(
-            settings.redis_url,
-            prefix=settings.redis_prefix,
-            replica_id=state.replica_id,
-            session_ttl=settings.session_ttl,
-        )
-        shared.replica_info = {"host": settings.host, "port": settings.port, "engines": pool.addresses}
+    shared, settings = state.shared, state.settings
+    if shared is not None:
+        shared.replica_info = {"host": settings.host, "port": settings.port, "engines": state.pool.addresses}
         stack.push_async_callback(shared.close)
-        state.shared = shared
-        state.sessions = SessionStore(shared)
-        limiter = RateLimiter(
-            shared,
-            rpm=settings.rate_limit_rpm,
-            tpm=settings.rate_limit_tpm,
-            per_key=parse_key_limits(settings.key_rate_limits),
-            redis_down=settings.rate_limit_redis_down,
-        )
-        state.limiter = limiter if limiter.enabled else None
         if not await shared.ping():
             log.warning("redis at %s is unreachable: serving stateless requests; sessions and operator routes "
                         "answer 503 until it is back", shared.display_url)  # fmt: skip
-        state.metrics.registry.register(_SharedStateCollector(state))
-    state.cluster = Cluster(pool, state.shared)
-    pool.listener = state
     tasks = await stack.enter_async_context(anyio.create_task_group())
 
     async def stop_tasks() -> None:
-        if state.shared is not None:
-            await state.shared.flush()
+        if shared is not None:
+            await shared.flush()
         tasks.cancel_scope.cancel()
 
     stack.push_async_callback(stop_tasks)
@@ -174,31 +178,10 @@ async def _connect_shared_state(stack: AsyncExitStack, settings: Settings, state
     await state.cluster.sync_pause()  # a gateway started while the cluster is paused starts paused
 
 
-class _SharedStateCollector:
-    def __init__(self, state: GatewayState) -> None:
-        self._state = state
-
-    def collect(self):
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        shared, limiter = self._state.shared, self._state.limiter
-        yield GaugeMetricFamily("agentgate_redis_up", "Whether Redis (shared state) is reachable.",
-                                value=float(shared.up and shared.subscribed))  # fmt: skip
-        yield CounterMetricFamily("agentgate_redis_errors", "Redis calls that failed.", value=shared.errors)
-        yield CounterMetricFamily("agentgate_redis_dropped_writes",
-                                  "Background Redis writes dropped (Redis unreachable).",
-                                  value=shared.dropped_writes)  # fmt: skip
-        yield CounterMetricFamily("agentgate_rate_limited", "Requests refused by a rate limit.",
-                                  value=limiter.refused if limiter else 0)  # fmt: skip
-
-    def describe(self):
-        return []
-
-
-def startup_line(settings: Settings, state: GatewayState, keys: KeyChecker) -> str:
+def startup_line(settings: Settings, state: GatewayState) -> str:
     info = state.pool.info
     auth = "open"
-    if keys.enabled:
+    if state.keys.enabled:
         parts = [f"{len(settings.api_keys)} API key(s)"] if settings.api_keys else ["open /v1"]
         parts.append("admin key" if settings.admin_key else "no admin key (operator routes closed)")
         auth = ", ".join(parts)
@@ -206,7 +189,7 @@ def startup_line(settings: Settings, state: GatewayState, keys: KeyChecker) -> s
     engines = len(state.pool.engines)
     redis = state.shared.display_url if state.shared is not None else "none"
     return (
-        f"agentgate ready at http://{settings.host}:{settings.port} serving {state.model_name} "
+        f"agentgate ready at http://{settings.host}:{settings.port} serving {state.model.name} "
         f"| runner {info.runner} on {info.device} ({info.dtype}) "
         f"| KV cache {info.kv_capacity_tokens:,} tokens ({info.num_kv_blocks} blocks x {info.block_size}) "
         f"| max_model_len {info.max_model_len:,} | {engines} engine{'s' if engines > 1 else ''} "

@@ -426,7 +426,7 @@ def _server_class(uvicorn):
                 connection.shutdown()  # no new requests on kept-alive connections
             state = getattr(self._app.state, "gateway", None)
             if state is not None:
-                await state.drain(self._drain_seconds, give_up=lambda: self.force_exit)
+                await state.registry.drain(self._drain_seconds, give_up=lambda: self.force_exit)
             AppStatus.should_exit = True
             await super().shutdown(sockets)
 

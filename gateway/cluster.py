@@ -36,13 +36,15 @@ import anyio.lowlevel
 from agentgate.engine.errors import EngineDeadError, EngineError
 from agentgate.gateway.engines import EnginePool
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
+from agentgate.gateway.registry import Entry, RequestRegistry
 
 log = logging.getLogger("agentgate.cluster")
 
 
 class Cluster:
-    def __init__(self, pool: EnginePool, shared: SharedState | None) -> None:
+    def __init__(self, pool: EnginePool, registry: RequestRegistry, shared: SharedState | None) -> None:
         self.pool = pool
+        self.registry = registry
         self.shared = shared
         self._tasks: anyio.abc.TaskGroup | None = None
 
@@ -133,8 +135,8 @@ class Cluster:
         key: str | None = None,
     ) -> list[str]:
         """Abort by request ids, a session and/or a key digest, on every replica; the ids found."""
-        pool, shared = self.pool, self.shared
-        found = set(await pool.abort(list(request_ids))) if request_ids else set()
+        registry, shared = self.registry, self.shared
+        found = set(await registry.abort(request_ids)) if request_ids else set()
         remaining = [i for i in request_ids if i not in found]
         if shared is None:
             if session_id is not None:
@@ -143,7 +145,7 @@ class Cluster:
                 found |= set(await self._abort_local(key=key))
             return sorted(found)
         if remaining:
-            elsewhere = await shared.lookup_requests(remaining)
+            elsewhere = await registry.held(remaining)
             if elsewhere:
                 await shared.publish(
                     {"op": "abort", "ids": sorted(elsewhere)},
@@ -151,11 +153,11 @@ class Cluster:
                 )
                 found |= set(elsewhere)
         if session_id is not None:
-            ids = await shared.requests_of(shared.keys.session_requests(session_id))
+            ids = await registry.requests_of(shared.keys.session_requests(session_id))
             await shared.publish({"op": "abort_session", "session": session_id}, "aborting a session")
             found |= set(ids) | set(await self._abort_local(session_id=session_id))
         if key is not None:
-            ids = await shared.requests_of(shared.keys.key_requests(key))
+            ids = await registry.requests_of(shared.keys.key_requests(key))
             await shared.publish({"op": "abort_key", "key": key}, "aborting a key's requests")
             found |= set(ids) | set(await self._abort_local(key=key))
         return sorted(found)
@@ -169,15 +171,13 @@ class Cluster:
         await self.pool.abort_all()
 
     async def _abort_local(self, *, session_id: str | None = None, key: str | None = None) -> list[str]:
-        def match(r) -> bool:
-            ctx = r.context
-            if ctx is None:
-                return False
+        def match(entry: Entry) -> bool:
+            ctx = entry.context
             return (session_id is not None and ctx.session_id == session_id) or (key is not None and ctx.key == key)
 
-        ids = self.pool.matching(match)
+        ids = self.registry.matching(match)
         if ids:
-            await self.pool.abort(ids)
+            await self.registry.abort(ids)
         return ids
 
     # -- the control channel --------------------------------------------------------------
@@ -186,7 +186,7 @@ class Cluster:
         skip = message.get("engines") or ()
         try:
             if op == "abort":
-                await self.pool.abort(list(message.get("ids") or ()))
+                await self.registry.abort(list(message.get("ids") or ()))
             elif op == "abort_session":
                 await self._abort_local(session_id=message.get("session"))
             elif op == "abort_key":

@@ -25,7 +25,7 @@ from collections import defaultdict
 import msgspec
 from prometheus_client import Counter, Histogram
 
-from agentgate.gateway.engines import Registered
+from agentgate.gateway.registry import Entry
 from agentgate.gateway.sessions import owner_label
 from agentgate.gateway.state import GatewayState
 
@@ -90,16 +90,17 @@ def _finished_tokens(counter: Counter) -> dict[str, float]:
     }
 
 
-def _request(request_id: str, registered: Registered, now: float) -> RequestLoad:
-    gen, ctx = registered.generation, registered.context
+def _request(request_id: str, entry: Entry, now: float) -> RequestLoad:
+    progress, ctx = entry.progress, entry.context
+    usage = progress.usage if progress is not None else None
     return RequestLoad(
         id=request_id,
-        engine=registered.engine.address,
-        age=round(now - gen.arrival, 3) if gen is not None else 0.0,
-        prompt_tokens=sum(len(p) for p in gen.prompts) if gen is not None else 0,
-        output_tokens=sum(c.num_tokens for c in gen.choices) if gen is not None else 0,
-        session=ctx.session_id if ctx is not None else None,
-        owner=owner_label(ctx.key) if ctx is not None else owner_label("anonymous"),
+        engine=entry.engine.address,
+        age=round(now - progress.arrival, 3) if progress is not None else 0.0,
+        prompt_tokens=usage.prompt_tokens if usage is not None else 0,
+        output_tokens=usage.completion_tokens if usage is not None else 0,
+        session=ctx.session_id,
+        owner=owner_label(ctx.key),
     )
 
 
@@ -108,7 +109,7 @@ async def dashboard_stats(gw: GatewayState) -> DashboardStats:
     pool = gw.pool
     stats = await pool.refresh_stats()
     now = time.monotonic()
-    requests = [_request(rid, r, now) for rid, r in pool.requests.items()]
+    requests = [_request(rid, entry, now) for rid, entry in gw.registry.requests.items()]
     in_flight: dict[str, int] = defaultdict(int)
     for request in requests:
         in_flight[request.engine] += request.output_tokens

@@ -1,15 +1,11 @@
-"""The engines behind one gateway: routing, the request registry, and fan-out
-of operator calls (pause, resume, abort) to every engine.
+"""The engines behind one gateway: routing, and fan-out of operator calls
+(pause, resume, abort all, stats, health) to every engine.
 
-Routing: a request of a session goes to the engine the session is bound to
-(its prefix is cached there) when this gateway reaches it and it is alive;
-any other request goes to the least loaded live engine (fewest open requests
-of this gateway; ties taken in turn, so idle engines share the work).
-
-The registry holds this gateway's requests in flight, each with its
-:class:`~gateway.request_context.RequestContext` (key, session). A listener
-(``GatewayState``) hears when a request is registered and when it ends, and
-files both in Redis off the request's path.
+Routing (:meth:`EnginePool.pick`): a request of a session goes to the
+engine the session is bound to (its ``affinity``: its prefix is cached
+there) when this gateway reaches it and it is alive; any other request goes
+to the least loaded live engine (fewest open requests of this gateway; ties
+taken in turn, so idle engines share the work).
 """
 
 from __future__ import annotations
@@ -17,18 +13,15 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Protocol
 
 import anyio
 
 from agentgate.engine.client import EngineClient
 from agentgate.engine.errors import EngineDeadError
 from agentgate.engine.protocol import EngineInfo, SchedulerStats
-from agentgate.gateway.request_context import CURRENT, RequestContext
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -67,29 +60,12 @@ class WatchedPid:
         return state not in ("Z", "X")
 
 
-@dataclass
-class Registered:
-    """One HTTP request's engine requests."""
-
-    engine: EngineClient
-    engine_request_ids: list[str]
-    context: RequestContext | None = None
-    generation: Any = None  # the Generation, attached by GatewayState.start
-
-
-class PoolListener(Protocol):
-    def request_started(self, request_id: str, registered: Registered) -> None: ...
-    def request_finished(self, request_id: str, registered: Registered) -> None: ...
-
-
 class EnginePool:
     def __init__(self, engines: Sequence[EngineClient]) -> None:
         if not engines:
             raise ValueError("an engine pool needs at least one engine")
         self.engines = list(engines)
         self.stats: list[SchedulerStats | None] = [None] * len(self.engines)
-        self._requests: dict[str, Registered] = {}
-        self.listener: PoolListener | None = None
         self._turn = 0
 
     @property
@@ -104,13 +80,12 @@ class EnginePool:
     def addresses(self) -> list[str]:
         return [e.address for e in self.engines]
 
-    def pick(self) -> EngineClient:
-        """The session's engine (see the module doc), else the least loaded live
-        engine; EngineDeadError when none is left."""
-        ctx = CURRENT.get()
-        if ctx is not None and ctx.engine is not None:
+    def pick(self, affinity: str | None = None) -> EngineClient:
+        """The engine at ``affinity`` (a session's engine) while it is alive, else the
+        least loaded live engine (see the module doc); EngineDeadError when none is left."""
+        if affinity is not None:
             for engine in self.engines:
-                if engine.address == ctx.engine and not engine.is_dead:
+                if engine.address == affinity and not engine.is_dead:
                     return engine
         engines = self.engines
         n = len(engines)
@@ -122,71 +97,13 @@ class EnginePool:
                 best = engine
         if best is None:
             raise EngineDeadError(self.engines[0].dead_reason or "no engine is alive")
-        if ctx is not None:
-            ctx.engine = best.address  # the session is bound here from now on
         return best
 
     @property
     def dead_reasons(self) -> list[str]:
         return [e.dead_reason for e in self.engines if e.dead_reason is not None]
 
-    # -- the request registry ------------------------------------------------------
-    def register(self, request_id: str, engine: EngineClient, engine_request_ids: list[str]) -> bool:
-        """Record a request; False when its id, or one of its engine ids, is in use already."""
-        if request_id in self._requests:
-            return False
-        if any(e.owns(i) for e in self.engines for i in engine_request_ids):
-            return False
-        registered = self._requests[request_id] = Registered(engine, engine_request_ids, CURRENT.get())
-        if self.listener is not None:
-            self.listener.request_started(request_id, registered)
-        return True
-
-    def attach(self, request_id: str, generation: Any) -> None:
-        """Keep the request's Generation with its entry (for its usage when it ends)."""
-        registered = self._requests.get(request_id)
-        if registered is not None:
-            registered.generation = generation
-
-    def unregister(self, request_id: str) -> None:
-        registered = self._requests.pop(request_id, None)
-        if registered is not None and self.listener is not None:
-            try:
-                self.listener.request_finished(request_id, registered)
-            except Exception:
-                log.exception("recording the end of request %s failed", request_id)
-
-    def matching(self, predicate: Callable[[Registered], bool]) -> list[str]:
-        """Ids of this gateway's requests in flight that match."""
-        return [rid for rid, r in self._requests.items() if predicate(r)]
-
-    @property
-    def requests(self) -> Mapping[str, Registered]:
-        """This gateway's requests in flight by id (a read-only view)."""
-        return MappingProxyType(self._requests)
-
-    @property
-    def num_requests(self) -> int:
-        """HTTP requests in flight."""
-        return len(self._requests)
-
     # -- operator calls ----------------------------------------------------------------
-    async def abort(self, request_ids: Sequence[str]) -> list[str]:
-        """Abort requests by their gateway id (X-Request-Id) or engine id; returns the ids found."""
-        found: list[str] = []
-        for request_id in request_ids:
-            registered = self._requests.get(request_id)
-            if registered is not None:
-                await _quietly(registered.engine.abort(registered.engine_request_ids))
-                found.append(request_id)
-                continue
-            for engine in self.engines:
-                if engine.owns(request_id):
-                    await _quietly(engine.abort([request_id]))
-                    found.append(request_id)
-                    break
-        return found
-
     async def abort_all(self, skip: Iterable[str] = ()) -> None:
         """Abort every request of every engine (``skip``: addresses already done)."""
         await self._each(lambda engine: engine.abort_all(), skip)
@@ -266,10 +183,3 @@ class EnginePool:
             raise errors[0]
         return results
 
-
-async def _quietly(call) -> None:
-    """An abort to an engine that died meanwhile has nothing left to abort."""
-    try:
-        await call
-    except EngineDeadError:
-        pass

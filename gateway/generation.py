@@ -1,10 +1,14 @@
 """One HTTP generation request as it runs: its choices (engine requests),
 their text, their latencies, and the bookkeeping around them.
 
-A :class:`Generation` is created once the request is validated. It holds the
-engine it was routed to, an admission ticket and the registry entry; its
-:meth:`Generation.close` releases both and records the request's metrics,
-whatever way the request ended (finished, stopped, aborted, disconnected).
+A :class:`Generation` is made by :func:`gateway.dispatch.dispatch` once the
+request is validated, admitted, routed and registered; making one does
+nothing else. It holds the engine it was routed to, the admission ticket
+(its first token ends the wait) and ``release``, which gives back what
+dispatch took (ticket, registry entry, the session's turn, the key's
+tokens). :meth:`Generation.close` calls it once and records the request's
+metrics, whatever way the request ended (finished, stopped, aborted,
+disconnected).
 
 A :class:`Choice` turns one engine request's outputs into text events:
 incremental detokenizing and stop strings (``OutputProcessor``). A stop
@@ -22,7 +26,7 @@ field such an error is about.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import NamedTuple
 
@@ -35,8 +39,6 @@ from agentgate.engine.protocol import EngineCoreOutput, TokenLogprobs
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway.admission import Ticket
-from agentgate.gateway.engines import EnginePool
-from agentgate.gateway.errors import ConflictError
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.schemas import Usage
 
@@ -196,14 +198,24 @@ class Choice:
         return ChoiceEvent(delta.text, new, logprobs, reason)
 
 
+Release = Callable[[Usage, str | None], None]
+"""Gives back what dispatch took for a request: called once, with its usage and
+the first choice's text (None when not kept, or when the engine produced nothing)."""
+
+
+def engine_request_ids(request_id: str, num_choices: int) -> list[str]:
+    """The engine request id of each choice: the request id itself, or ``<id>-<index>`` for several."""
+    return [request_id] if num_choices == 1 else [f"{request_id}-{i}" for i in range(num_choices)]
+
+
 class Generation:
-    """One HTTP request's generation, over one engine."""
+    """One HTTP request's generation, over one engine: ``len(prompts) * n`` choices."""
 
     def __init__(
         self,
         *,
         request_id: str,
-        pool: EnginePool,
+        engine: EngineClient,
         tokenizer: Tokenizer,
         metrics: Metrics,
         ticket: Ticket,
@@ -211,10 +223,11 @@ class Generation:
         prompts: list[list[int]],
         params: SamplingParams,
         n: int,
+        release: Release | None = None,
+        keep_reply: bool = False,
     ) -> None:
         self.request_id = request_id
-        self.pool = pool
-        self.engine: EngineClient = pool.pick()
+        self.engine = engine
         self.tokenizer = tokenizer
         self.metrics = metrics
         self.ticket = ticket
@@ -224,26 +237,12 @@ class Generation:
         self.error: BaseException | None = None
         self.disconnected = False
         self.constraint_param: str | None = None  # the field a grammar the engine rejects comes from
-        total = len(prompts) * n
-        self.choices = [
-            Choice(
-                self,
-                index,
-                request_id if total == 1 else f"{request_id}-{index}",
-                index // n,
-                prompts[index // n],
-                params,
-            )
-            for index in range(total)
-        ]
+        ids = engine_request_ids(request_id, len(prompts) * n)
+        self.choices = [Choice(self, i, rid, i // n, prompts[i // n], params) for i, rid in enumerate(ids)]
+        if keep_reply:
+            self.choices[0].keep_text = True  # the reply, for the session's messages
+        self._release = release
         self._closed = False
-        if not pool.register(request_id, self.engine, [c.request_id for c in self.choices]):
-            ticket.close()
-            raise ConflictError(
-                f"request id {request_id!r} (X-Request-Id) belongs to a request still in flight",
-                param="X-Request-Id",
-                code="duplicate_request_id",
-            )
 
     @property
     def usage(self) -> Usage:
@@ -309,12 +308,15 @@ class Generation:
                 await choice.aclose()
 
     def close(self) -> None:
-        """Release the admission ticket and the request id; record the request's metrics. Idempotent."""
+        """Give back what dispatch took (``release``) and record the request's metrics. Idempotent."""
         if self._closed:
             return
         self._closed = True
         self.ticket.close()
-        self.pool.unregister(self.request_id)
+        if self._release is not None:
+            first = self.choices[0]
+            reply = first.text if first.keep_text and (first.num_tokens or first.finish_reason) else None
+            self._release(self.usage, reply)
         metrics = self.metrics
         metrics.prompt_tokens.inc(sum(len(p) for p in self.prompts))
         metrics.generated(self.engine.address, sum(c.num_tokens for c in self.choices))

@@ -9,12 +9,17 @@ scraped, so nothing is done per step for them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agentgate.engine.protocol import SchedulerStats
+
+if TYPE_CHECKING:
+    from agentgate.gateway.ratelimit import RateLimiter
+    from agentgate.gateway.redis_state import SharedState
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
@@ -68,6 +73,24 @@ class _EngineCollector(Collector):
         yield gauge(
             "agentgate_gateway_requests_waiting", "Requests admitted that have no first token yet.", self._waiting()
         )
+
+
+class _SharedStateCollector(Collector):
+    """Redis's health and the rate limiter's refusals, read at scrape time."""
+
+    def __init__(self, shared: SharedState, limiter: RateLimiter | None) -> None:
+        self._shared, self._limiter = shared, limiter
+
+    def collect(self) -> Iterator[Metric]:
+        shared, limiter = self._shared, self._limiter
+        yield GaugeMetricFamily("agentgate_redis_up", "Whether Redis (shared state) is reachable.",
+                                value=float(shared.up and shared.subscribed))  # fmt: skip
+        yield CounterMetricFamily("agentgate_redis_errors", "Redis calls that failed.", value=shared.errors)
+        yield CounterMetricFamily("agentgate_redis_dropped_writes",
+                                  "Background Redis writes dropped (Redis unreachable).",
+                                  value=shared.dropped_writes)  # fmt: skip
+        yield CounterMetricFamily("agentgate_rate_limited", "Requests refused by a rate limit.",
+                                  value=limiter.refused if limiter else 0)  # fmt: skip
 
 
 class Metrics:
@@ -124,6 +147,10 @@ class Metrics:
         """Tokens a finished request generated on ``engine`` (its address)."""
         self.generation_tokens.inc(tokens)
         self.engine_generation_tokens.labels(engine).inc(tokens)
+
+    def watch_shared_state(self, shared: SharedState, limiter: RateLimiter | None) -> None:
+        """Publish Redis's health and the rate limiter's refusals."""
+        self.registry.register(_SharedStateCollector(shared, limiter))
 
     def finished(self, reason: str | None) -> None:
         counter = self._finished.get(reason or "disconnect")

@@ -6,6 +6,18 @@
   An exception no handler took becomes a 500 with an OpenAI body here.
 - BodyLimitMiddleware: a body larger than the limit gets 413, from its
   Content-Length before anything is read, else while it is read.
+- RequestContextMiddleware (innermost), for ``POST /v1/chat/completions``
+  and ``POST /v1/completions``: takes the API key's digest (``"anonymous"``
+  without a key), checks the key's rate limits (Redis, one script call; 429 +
+  Retry-After), opens the ``X-Session-Id`` session if the request names one
+  (Redis, one script call: created on first use, owner checked, its engine
+  read; 403 for another key's session, 503 when Redis is down), and leaves a
+  :class:`~gateway.context.RequestContext` in the scope for the route
+  (:func:`gateway.context.context_of`). Requests without a session and
+  without rate limits make no Redis call here.
+
+Each gets its collaborators when the app is built, as Starlette's
+``AuthenticationMiddleware`` gets its backend.
 """
 
 from __future__ import annotations
@@ -15,10 +27,22 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentgate.gateway.errors import PayloadTooLargeError, error_response
+from agentgate.gateway.auth import KeyChecker, Role, bearer_token
+from agentgate.gateway.context import RequestContext, key_digest
+from agentgate.gateway.errors import (
+    BadRequestError,
+    GatewayError,
+    PayloadTooLargeError,
+    ServiceUnavailableError,
+    error_response,
+)
+from agentgate.gateway.ratelimit import RateLimiter
+from agentgate.gateway.sessions import SessionStore
 
 REQUEST_ID_HEADER = b"x-request-id"
+SESSION_HEADER = b"x-session-id"
 USABLE_ID = re.compile(rb"[!-~]{1,128}")  # printable ASCII, no spaces: request and session ids
+GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
 def request_id_of(scope: Scope) -> str:
@@ -91,3 +115,55 @@ class BodyLimitMiddleware:
 
     def _error(self, size: int) -> PayloadTooLargeError:
         return PayloadTooLargeError(f"the request body is larger than this server accepts ({self.max_bytes} bytes)")
+
+
+def session_id_of(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == SESSION_HEADER:
+            if not USABLE_ID.fullmatch(value):
+                raise BadRequestError(
+                    "X-Session-Id must be 1-128 printable ASCII characters without spaces",
+                    param="X-Session-Id",
+                    code="invalid_session_id",
+                )
+            return value.decode()
+    return None
+
+
+class RequestContextMiddleware:
+    def __init__(
+        self, app: ASGIApp, *, keys: KeyChecker, limiter: RateLimiter | None, sessions: SessionStore | None
+    ) -> None:
+        self.app = app
+        self.keys = keys
+        self.limiter = limiter  # None: no rate limits configured
+        self.sessions = sessions  # None: no Redis configured
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GENERATION_PATHS:
+            await self.app(scope, receive, send)
+            return
+        try:
+            context = await self._context(scope)
+        except GatewayError as exc:
+            await error_response(exc)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["context"] = context
+        await self.app(scope, receive, send)
+
+    async def _context(self, scope: Scope) -> RequestContext:
+        token = bearer_token(scope)
+        key = key_digest(token)
+        session_id = session_id_of(scope)
+        if self.limiter is not None:
+            await self.limiter.admit(key)
+        if session_id is None:
+            return RequestContext(key)
+        if self.sessions is None:
+            raise ServiceUnavailableError(
+                "X-Session-Id needs Redis, and this gateway runs without it (start it with --redis-url, "
+                "or through `agentgate serve`, which embeds one)",
+                code="redis_not_configured",
+            )
+        admin = self.keys.role(token) is Role.ADMIN if self.keys.enabled else True
+        return RequestContext(key, session_id, await self.sessions.open(session_id, key, admin))

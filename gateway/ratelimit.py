@@ -29,7 +29,7 @@ from collections.abc import Iterable
 
 from agentgate.gateway.errors import GatewayError
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
-from agentgate.gateway.request_context import key_digest
+from agentgate.gateway.context import key_digest
 
 log = logging.getLogger("agentgate.ratelimit")
 

@@ -1,6 +1,9 @@
 """The gateway's shared state in Redis: the connection, its health, the key
-layout, the request registry, the replica heartbeat, a background writer and
-the control channel (pub/sub) every replica listens on.
+layout, a background writer, the replica heartbeat and the control channel
+(pub/sub) every replica listens on. What is kept there has one home per
+noun: sessions in ``gateway.sessions``, the request registry in
+``gateway.registry``, rate limits in ``gateway.ratelimit``, the pause state
+and control messages in ``gateway.cluster``.
 
 One code path: ``redis.asyncio`` against whatever ``--redis-url`` names, the
 embedded ``redis-server`` included (``unix://`` URL).
@@ -22,8 +25,8 @@ Keys (``P`` is ``--redis-prefix``, default ``agentgate``)::
                               completion_tokens, engine, messages (JSON); TTL --session-ttl
     P:session:{id}:requests   set of request ids in flight (same TTL)
     P:sessions                zset: session id -> last activity (listing; pruned lazily)
-    P:request:{rid}           hash: replica, engine, session, key, started, engine_ids
-    P:key:{digest}:requests   set of the key's request ids in flight
+    P:request:{rid}           hash: replica, engine, session, key, started, engine_ids (gateway.registry)
+    P:key:{digest}:requests   set of the key's request ids in flight (gateway.registry)
     P:replica:{replica}       JSON about a live replica, TTL 15 s, refreshed every 5 s
     P:pause                   JSON {mode, at, by} while paused
     P:rl:{digest}:requests / :tokens   rate-limit buckets (gateway.ratelimit)
@@ -39,7 +42,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -59,7 +62,6 @@ T = TypeVar("T")
 SOCKET_TIMEOUT_S = 1.0
 REPLICA_TTL_S = 15
 HEARTBEAT_S = 5.0
-REQUEST_TTL_S = 24 * 3600  # a registry entry outlives any request; removed when the request ends
 WRITER_QUEUE = 100_000
 RESUBSCRIBE_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -96,54 +98,6 @@ class Keys:
 
     def rate(self, digest: str, kind: str) -> str:
         return f"{self.prefix}:rl:{digest}:{kind}"
-
-
-# KEYS: request hash, key's request set, session hash ('' key skipped: no session), session's request set
-# ARGV: request id, replica, engine, session id, key digest, started, engine ids (JSON), request ttl, session ttl
-_REQUEST_STARTED = """
-redis.call('HSET', KEYS[1], 'replica', ARGV[2], 'engine', ARGV[3], 'session', ARGV[4], 'key', ARGV[5],
-           'started', ARGV[6], 'engine_ids', ARGV[7])
-redis.call('EXPIRE', KEYS[1], ARGV[8])
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('EXPIRE', KEYS[2], ARGV[8])
-if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
-  redis.call('HSET', KEYS[3], 'engine', ARGV[3])
-  redis.call('SADD', KEYS[4], ARGV[1])
-  redis.call('EXPIRE', KEYS[4], ARGV[9])
-end
-return 1
-"""
-
-# KEYS: request hash, key's request set, session hash, session's request set, sessions index
-# ARGV: request id, session id ('' none), prompt tokens, completion tokens, now, session ttl, messages JSON ('' keep)
-# A session deleted meanwhile stays deleted: nothing is written back into it.
-_REQUEST_FINISHED = """
-redis.call('DEL', KEYS[1])
-redis.call('SREM', KEYS[2], ARGV[1])
-if ARGV[2] == '' then return 0 end
-redis.call('SREM', KEYS[4], ARGV[1])
-if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
-redis.call('HINCRBY', KEYS[3], 'turns', 1)
-redis.call('HINCRBY', KEYS[3], 'prompt_tokens', ARGV[3])
-redis.call('HINCRBY', KEYS[3], 'completion_tokens', ARGV[4])
-redis.call('HSET', KEYS[3], 'last_activity', ARGV[5])
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[3], 'messages', ARGV[7]) end
-redis.call('EXPIRE', KEYS[3], ARGV[6])
-if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('EXPIRE', KEYS[4], ARGV[6]) end
-redis.call('ZADD', KEYS[5], ARGV[5], ARGV[2])
-return 1
-"""
-
-# KEYS: request hashes; ARGV[1]: the replica key prefix. Returns, per request, its replica when that
-# replica is alive, else '' (unknown, or its replica is gone: a stale entry).
-_LOOKUP_REQUESTS = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  local replica = redis.call('HGET', key, 'replica')
-  if replica and redis.call('EXISTS', ARGV[1] .. replica) == 1 then out[i] = replica else out[i] = '' end
-end
-return out
-"""
 
 
 def redact_url(url: str) -> str:
@@ -185,9 +139,6 @@ class SharedState:
         self._pending_writes = 0
         self._down_logged = False
         self._writes, self._write_queue = anyio.create_memory_object_stream[Callable[[], Awaitable[Any]]](WRITER_QUEUE)
-        self._request_started = self.client.register_script(_REQUEST_STARTED)
-        self._request_finished = self.client.register_script(_REQUEST_FINISHED)
-        self._lookup = self.client.register_script(_LOOKUP_REQUESTS)
         self.replica_info: dict[str, Any] = {}
 
     @property
@@ -261,90 +212,6 @@ class SharedState:
         with anyio.move_on_after(timeout):
             while self._pending_writes:
                 await anyio.sleep(0.01)
-
-    # -- the request registry -------------------------------------------------------
-    def request_started(
-        self,
-        request_id: str,
-        engine: str,
-        engine_ids: list[str],
-        key: str,
-        session_id: str | None,
-    ) -> None:
-        k = self.keys
-        session = session_id or ""
-        keys = [k.request(request_id), k.key_requests(key), k.session(session) if session else k.request(request_id),
-                k.session_requests(session) if session else k.request(request_id)]  # fmt: skip
-        args = [request_id, self.replica_id, engine, session, key, f"{time.time():.3f}", json.dumps(engine_ids),
-                REQUEST_TTL_S, self.session_ttl]  # fmt: skip
-        self.enqueue(lambda: self._request_started(keys=keys, args=args))
-
-    def request_finished(
-        self,
-        request_id: str,
-        key: str,
-        session_id: str | None = None,
-        usage: tuple[int, int] = (0, 0),
-        messages: Callable[[], str] | None = None,
-    ) -> None:
-        """``messages`` is called in the writer (it may parse and detokenize)."""
-        k = self.keys
-        session = session_id or ""
-
-        async def write() -> Any:
-            text = ""
-            if session and messages is not None:
-                try:
-                    text = messages()
-                except Exception:
-                    log.exception("could not record the messages of session %s", session)
-            keys = [k.request(request_id), k.key_requests(key), k.session(session) if session else k.sessions,
-                    k.session_requests(session) if session else k.sessions, k.sessions]  # fmt: skip
-            args = [
-                request_id,
-                session,
-                usage[0],
-                usage[1],
-                f"{time.time():.3f}",
-                self.session_ttl,
-                text,
-            ]
-            return await self._request_finished(keys=keys, args=args)
-
-        self.enqueue(write)
-
-    async def lookup_requests(self, request_ids: Iterable[str]) -> dict[str, str]:
-        """request id -> the live replica that holds it, for the ids some live replica holds."""
-        ids = list(request_ids)
-        if not ids:
-            return {}
-        replicas = await self.guard(
-            "finding requests on other replicas",
-            self._lookup(keys=[self.keys.request(i) for i in ids], args=[self.keys.replica("")]),
-        )
-        return {i: r for i, r in zip(ids, replicas, strict=True) if r}
-
-    async def requests_of(self, set_key: str) -> list[str]:
-        """Request ids in a registry set (a session's or a key's), held by live replicas."""
-        ids = await self.guard("finding requests", self.client.smembers(set_key))
-        return sorted(await self.lookup_requests(ids))
-
-    async def list_requests(self, limit: int = 1000) -> list[dict[str, str]]:
-        """Every registered request (scan), for operators."""
-        found: list[dict[str, str]] = []
-
-        async def scan() -> None:
-            pattern = self.keys.request("*")
-            async for key in self.client.scan_iter(match=pattern, count=500):
-                if len(found) >= limit:
-                    return
-                entry = await self.client.hgetall(key)
-                if entry and await self.client.exists(self.keys.replica(entry.get("replica", ""))):
-                    entry["id"] = key[len(self.keys.request("")) :]
-                    found.append(entry)
-
-        await self.guard("listing requests", scan())
-        return found
 
     # -- replicas -----------------------------------------------------------------------
     async def _heartbeat(self) -> None:

@@ -10,9 +10,12 @@ activity. It expires ``--session-ttl`` seconds after its last activity.
   call on the request's path): created on first use and owned by the key that
   created it; another key's session is a 403 (the admin key may use any). It
   returns the engine the session is bound to.
-- When the request ends, the registry's listener records the turn (usage,
-  messages, activity) through the background writer (``gateway.redis_state``),
+- Once the request is routed, :meth:`SessionStore.bind` records its engine
+  (affinity) and the request among the session's requests in flight; when it
+  ends, :meth:`SessionStore.record_turn` records the turn (usage, messages,
+  activity). Both go through the background writer (``gateway.redis_state``),
   never on the request's path, and never into a session deleted meanwhile.
+  The messages are the ones the route decoded, then the reply.
 - ``GET /v1/sessions/{id}`` (owner or admin), ``DELETE /v1/sessions/{id}``
   (aborts its requests in flight on every replica, then removes it),
   ``GET /v1/sessions`` (admin): ``gateway.routes.sessions``.
@@ -24,14 +27,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
+import msgspec
+
+from agentgate.gateway.context import ANONYMOUS
 from agentgate.gateway.errors import NotFoundError, PermissionDeniedError
 from agentgate.gateway.redis_state import SharedState
-from agentgate.gateway.request_context import ANONYMOUS, RequestContext
-
-if TYPE_CHECKING:
-    pass
+from agentgate.gateway.registry import RequestRegistry
 
 # KEYS: session hash, sessions index. ARGV: session id, owner digest, now, ttl, '1' when the caller is admin
 _OPEN = """
@@ -60,18 +64,48 @@ return ids
 """
 
 
+# KEYS: session hash, its request set. ARGV: request id, engine, ttl. A session deleted meanwhile stays deleted.
+_BIND = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'engine', ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+# KEYS: session hash, its request set, sessions index.
+# ARGV: request id, session id, prompt tokens, completion tokens, now, ttl, messages JSON ('' keep)
+# A session deleted meanwhile stays deleted: nothing is written back into it.
+_TURN = """
+redis.call('SREM', KEYS[2], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'turns', 1)
+redis.call('HINCRBY', KEYS[1], 'prompt_tokens', ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'completion_tokens', ARGV[4])
+redis.call('HSET', KEYS[1], 'last_activity', ARGV[5])
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'messages', ARGV[7]) end
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('EXPIRE', KEYS[2], ARGV[6]) end
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[2])
+return 1
+"""
+
+
 def owner_label(digest: str) -> str:
     return digest if digest == ANONYMOUS else f"sha256:{digest[:16]}"
 
 
 class SessionStore:
-    def __init__(self, shared: SharedState) -> None:
+    def __init__(self, shared: SharedState, registry: RequestRegistry) -> None:
         self.shared = shared
+        self.registry = registry
         self.keys = shared.keys
         self.ttl = shared.session_ttl
         client = shared.client
         self._open = client.register_script(_OPEN)
         self._delete = client.register_script(_DELETE)
+        self._bind = client.register_script(_BIND)
+        self._turn = client.register_script(_TURN)
 
     async def open(self, session_id: str, key: str, admin: bool) -> str | None:
         """Create or touch the session for a request; returns its engine (None: not bound yet)."""
@@ -109,7 +143,7 @@ class SessionStore:
         fields, in_flight, ttl = await self.shared.guard("reading a session", read())
         if not fields or "owner" not in fields or (fields["owner"] != key and not admin):
             raise _not_found(session_id)
-        live = await self.shared.lookup_requests(in_flight) if in_flight else {}
+        live = await self.registry.held(in_flight) if in_flight else {}
         return _view(session_id, fields, ttl, sorted(live), with_messages=True)
 
     async def list(self, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
@@ -157,6 +191,29 @@ class SessionStore:
             raise _not_found(session_id)
         return sorted(result)
 
+    def bind(self, session_id: str, request_id: str, engine: str) -> None:
+        """A request of the session was routed to ``engine``: the session is bound there (in the background)."""
+        keys = [self.keys.session(session_id), self.keys.session_requests(session_id)]
+        args = [request_id, engine, self.ttl]
+        self.shared.enqueue(lambda: self._bind(keys=keys, args=args))
+
+    def record_turn(self, session_id: str, request_id: str, usage: tuple[int, int], messages: Sequence[Any],
+                    reply: str | None) -> None:  # fmt: skip
+        """A request of the session ended: count its turn and tokens, and keep ``messages``
+        (what the client sent) then ``reply`` (the first choice's text as the client got it;
+        None: the engine produced nothing) as the session's messages. In the background."""
+        keys = [self.keys.session(session_id), self.keys.session_requests(session_id), self.keys.sessions]
+
+        async def write() -> Any:
+            conversation = msgspec.to_builtins(list(messages))
+            if reply is not None:
+                conversation.append({"role": "assistant", "content": reply})
+            text = json.dumps(conversation, ensure_ascii=False)
+            args = [request_id, session_id, usage[0], usage[1], f"{time.time():.3f}", self.ttl, text]
+            return await self._turn(keys=keys, args=args)
+
+        self.shared.enqueue(write)
+
 
 def _not_found(session_id: str) -> NotFoundError:
     return NotFoundError(f"no session {session_id!r}", param="session_id", code="session_not_found")
@@ -193,19 +250,3 @@ def _view(
     if with_messages:
         view["messages"] = json.loads(fields["messages"]) if fields.get("messages") else []
     return view
-
-
-def conversation(ctx: RequestContext, reply: str | None) -> str:
-    """The session's messages after a turn, as JSON: what the client sent
-    (chat: its messages; completions: the prompt as a user message), then
-    ``reply`` (the first choice's text as the client got it; None: the
-    engine produced nothing). Runs in the background writer."""
-    body = json.loads(b"".join(ctx.body or []) or b"{}")
-    if ctx.path.endswith("/chat/completions"):
-        messages = list(body.get("messages") or [])
-    else:
-        prompt = body.get("prompt")
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else []
-    if reply is not None:
-        messages.append({"role": "assistant", "content": reply})
-    return json.dumps(messages, ensure_ascii=False)

@@ -14,6 +14,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.gateway.context import context_of
+from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.middleware import request_id_of
@@ -37,20 +39,22 @@ JSON = "application/json"
 async def chat_completions(request: Request) -> Response:
     arrival = time.monotonic()
     gw: GatewayState = request.state.gateway
+    model = gw.model
     body = decode_body(await request.body(), ChatCompletionRequest)
-    gw.check_model(body.model)
+    model.check(body.model)
     check_n(body.n)
-    prompt = chat_prompt(gw.tokenizer, body)
-    plan = tool_plan(gw.tokenizer, body, getattr(gw.settings, "tool_call_parser", None))
+    prompt = chat_prompt(model.tokenizer, body)
+    plan = tool_plan(model.tokenizer, body, model.tool_call_parser)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    check_context(len(prompt), max_tokens, gw.max_model_len, "messages")
+    check_context(len(prompt), max_tokens, model.max_model_len, "messages")
     params = sampling_params(
-        body, max_tokens=max_tokens, logprobs=chat_logprobs(body), vocab_size=gw.vocab_size, structured=plan.structured
+        body, max_tokens=max_tokens, logprobs=chat_logprobs(body), vocab_size=model.vocab_size, structured=plan.structured
     )
-    gen = gw.start(request_id_of(request.scope), arrival, [prompt], params, body.n)
+    job = Job(request_id_of(request.scope), arrival, [prompt], params, body.n)
+    gen = dispatch(gw, job, context_of(request.scope), conversation=body.messages)
     gen.constraint_param = plan.constraint_param
     include_usage = body.stream_options is not None and body.stream_options.include_usage
-    fmt = ChatFormat(gen, body.model or gw.model_name, include_usage=include_usage, tools=plan)
+    fmt = ChatFormat(gen, body.model or model.name, include_usage=include_usage, tools=plan)
     if body.stream:
         return stream_generation(gen, fmt, prime=plan.structured is not None)
     return await _complete(request, gen, fmt.body)
@@ -59,22 +63,26 @@ async def chat_completions(request: Request) -> Response:
 async def completions(request: Request) -> Response:
     arrival = time.monotonic()
     gw: GatewayState = request.state.gateway
+    model = gw.model
     body = decode_body(await request.body(), CompletionRequest)
-    gw.check_model(body.model)
+    model.check(body.model)
     check_n(body.n)
     if body.echo and body.logprobs is not None:
         raise BadRequestError("`echo` with `logprobs` needs prompt logprobs, which this server does not compute",
                               param="echo")  # fmt: skip
     if body.suffix:
         raise BadRequestError("`suffix` is not supported", param="suffix")
-    prompts = completion_prompts(gw.tokenizer, body, gw.vocab_size)
+    prompts = completion_prompts(model.tokenizer, body, model.vocab_size)
     max_tokens = 16 if body.max_tokens is None else body.max_tokens
     for prompt in prompts:
-        check_context(len(prompt), max_tokens, gw.max_model_len, "prompt")
-    params = sampling_params(body, max_tokens=max_tokens, logprobs=body.logprobs, vocab_size=gw.vocab_size)
-    gen = gw.start(request_id_of(request.scope), arrival, prompts, params, body.n)
+        check_context(len(prompt), max_tokens, model.max_model_len, "prompt")
+    params = sampling_params(body, max_tokens=max_tokens, logprobs=body.logprobs, vocab_size=model.vocab_size)
+    # a session records the prompt as the user's message
+    conversation = [{"role": "user", "content": body.prompt}] if isinstance(body.prompt, str) else []
+    job = Job(request_id_of(request.scope), arrival, prompts, params, body.n)
+    gen = dispatch(gw, job, context_of(request.scope), conversation=conversation)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
-    fmt = CompletionFormat(gen, body.model or gw.model_name, include_usage=include_usage, echo=body.echo)
+    fmt = CompletionFormat(gen, body.model or model.name, include_usage=include_usage, echo=body.echo)
     if body.stream:
         return stream_generation(gen, fmt)
     return await _complete(request, gen, fmt.body)
@@ -94,8 +102,8 @@ async def _complete(request: Request, gen: Generation, render) -> Response:
 
 
 async def models(request: Request) -> Response:
-    gw: GatewayState = request.state.gateway
-    cards = [ModelCard(name, gw.created, gw.max_model_len, gw.model_root) for name in gw.model_names]
+    model = request.state.gateway.model
+    cards = [ModelCard(name, model.created, model.max_model_len, model.root) for name in model.names]
     return Response(encode(ModelList(cards)), media_type=JSON)
 
 

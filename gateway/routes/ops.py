@@ -19,7 +19,7 @@ from agentgate.gateway import package_version
 from agentgate.gateway.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from agentgate.gateway.metrics import CONTENT_TYPE_LATEST
 from agentgate.gateway.openapi import openapi_json
-from agentgate.gateway.request_context import key_digest
+from agentgate.gateway.context import key_digest
 from agentgate.gateway.schemas import AbortResponse, PauseResponse, decode_body, encode
 from agentgate.gateway.state import GatewayState
 

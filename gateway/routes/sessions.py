@@ -28,7 +28,7 @@ from agentgate.gateway.errors import (
     PermissionDeniedError,
     ServiceUnavailableError,
 )
-from agentgate.gateway.request_context import key_digest
+from agentgate.gateway.context import key_digest
 from agentgate.gateway.schemas import encode
 from agentgate.gateway.sessions import owner_label
 from agentgate.gateway.state import GatewayState
@@ -105,10 +105,10 @@ async def list_sessions(request: Request) -> Response:
 
 async def list_requests(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
-    shared = _shared(gw)
+    _shared(gw)
     _require_admin(request)
     entries: list[dict[str, Any]] = []
-    for entry in await shared.list_requests():
+    for entry in await gw.registry.list():
         entries.append({
             "id": entry["id"],
             "replica": entry.get("replica"),

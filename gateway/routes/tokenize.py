@@ -24,8 +24,8 @@ JSON = "application/json"
 async def tokenize(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), TokenizeRequest)
-    gw.check_model(body.model)
-    tokenizer = gw.tokenizer
+    gw.model.check(body.model)
+    tokenizer = gw.model.tokenizer
     if (body.prompt is None) == (body.messages is None):
         raise BadRequestError("give either `prompt` or `messages`", param="prompt")
     if body.messages is not None:
@@ -39,17 +39,17 @@ async def tokenize(request: Request) -> Response:
         ids = tokenizer.encode(body.prompt, add_special_tokens=add_special)
     assert isinstance(ids, list)
     strs = [tokenizer.id_to_token(i) or "" for i in ids] if body.return_token_strs else None
-    return Response(encode(TokenizeResponse(len(ids), gw.max_model_len, ids, strs)), media_type=JSON)
+    return Response(encode(TokenizeResponse(len(ids), gw.model.max_model_len, ids, strs)), media_type=JSON)
 
 
 async def detokenize(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), DetokenizeRequest)
-    gw.check_model(body.model)
-    vocab = gw.tokenizer.vocab_size
+    gw.model.check(body.model)
+    vocab = gw.model.tokenizer.vocab_size
     if any(not 0 <= t < vocab for t in body.tokens):
         raise BadRequestError(f"token ids must be in [0, {vocab})", param="tokens")
-    text = gw.tokenizer.decode(body.tokens, skip_special_tokens=False)
+    text = gw.model.tokenizer.decode(body.tokens, skip_special_tokens=False)
     return Response(encode(DetokenizeResponse(text)), media_type=JSON)
 
 

@@ -3,6 +3,8 @@ engine client, so merged outputs, stop strings and bookkeeping are exact."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from agentgate.engine.model_path import default_model_path
@@ -10,11 +12,18 @@ from agentgate.engine.protocol import EngineCoreOutput, TokenLogprobs
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
+from agentgate.gateway.auth import KeyChecker
+from agentgate.gateway.cluster import Cluster
+from agentgate.gateway.context import RequestContext
+from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.engines import EnginePool
 from agentgate.gateway.errors import ConflictError, QueueFullError
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.responses import ChatFormat
+from agentgate.gateway.settings import Settings
+from agentgate.gateway.state import GatewayState, ServedModel
 from agentgate.gateway.streaming import _chunks
 
 pytestmark = pytest.mark.anyio
@@ -59,9 +68,17 @@ class StubEngine:
 def _generation(tokenizer, engine, params, metrics=None, admission=None, request_id="r", n=1):
     admission = admission or Admission(0)
     return Generation(
-        request_id=request_id, pool=EnginePool([engine]), tokenizer=tokenizer, metrics=metrics or Metrics(),
+        request_id=request_id, engine=engine, tokenizer=tokenizer, metrics=metrics or Metrics(),
         ticket=admission.enter(), arrival=0.0, prompts=[[1, 2, 3]], params=params, n=n,
     )  # fmt: skip
+
+
+def _gateway(tokenizer, engine, admission) -> GatewayState:
+    """The services dispatch uses, around one stub engine and no Redis."""
+    pool, registry = EnginePool([engine]), RequestRegistry()
+    model = ServedModel(("m",), "", tokenizer, 2048, tokenizer.vocab_size)
+    return GatewayState(settings=Settings(), model=model, pool=pool, registry=registry, admission=admission,
+                        metrics=Metrics(), cluster=Cluster(pool, registry, None), keys=KeyChecker())  # fmt: skip
 
 
 async def test_a_merged_output_streams_one_chunk_per_token_and_a_stop_string_aborts(tokenizer):
@@ -107,15 +124,17 @@ async def test_non_streaming_collect_keeps_text_tokens_and_logprobs(tokenizer):
 async def test_tickets_and_ids_are_released_whatever_happens(tokenizer):
     admission = Admission(1)
     engine = StubEngine([EngineCoreOutput("x", [5], "length")])
-    gen = _generation(tokenizer, engine, SamplingParams(), admission=admission, request_id="x")
+    gw = _gateway(tokenizer, engine, admission)
+    gen = dispatch(gw, Job("x", 0.0, [[1, 2, 3]], SamplingParams()), RequestContext())
     with pytest.raises(QueueFullError):
         admission.enter()
+    unbounded = dataclasses.replace(gw, admission=Admission(0))  # the same registry
     with pytest.raises(ConflictError):
-        Generation(request_id="x", pool=gen.pool, tokenizer=tokenizer, metrics=Metrics(), ticket=Admission(0).enter(),
-                   arrival=0.0, prompts=[[1]], params=SamplingParams(), n=1)  # fmt: skip
+        dispatch(unbounded, Job("x", 0.0, [[1]], SamplingParams()), RequestContext())
+    assert unbounded.admission.waiting == 0, "the refused request kept its ticket"
     gen.close()
     gen.close()  # idempotent
-    assert admission.waiting == 0 and gen.pool.num_requests == 0
+    assert admission.waiting == 0 and gw.registry.num_requests == 0
     admission.enter()
 
 

@@ -5,19 +5,28 @@ embedded server."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import anyio
 import pytest
 from multi_helpers import RedisServer
 
+from agentgate.gateway.context import RequestContext, key_digest
 from agentgate.gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
 from agentgate.gateway.errors import PermissionDeniedError
 from agentgate.gateway.ratelimit import RateLimitedError, RateLimiter, parse_key_limits
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
-from agentgate.gateway.request_context import key_digest
+from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.sessions import SessionStore
 
 pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class FakeEngine:
+    """What the registry reads of an engine client: its address."""
+
+    address: str
 
 
 @pytest.fixture(scope="module")
@@ -78,27 +87,33 @@ def test_key_limits_parse():
 
 
 async def test_sessions_are_owned_and_a_deleted_one_stays_deleted(shared):
-    store = SessionStore(shared)
+    registry = RequestRegistry(shared)
+    store = SessionStore(shared, registry)
     assert await store.open("s", "owner", admin=False) is None
     with pytest.raises(PermissionDeniedError):
         await store.open("s", "someone-else", admin=False)
     assert await store.open("s", "admin-digest", admin=True) is None  # admins may use any session
-    shared.request_started("r1", "ipc:///engine-a", ["r1"], "owner", "s")
+    registry.register("r1", FakeEngine("ipc:///engine-a"), ["r1"], RequestContext("owner", "s"))
+    store.bind("s", "r1", "ipc:///engine-a")
     await shared.flush()
     assert await store.open("s", "owner", admin=False) == "ipc:///engine-a"  # affinity
     assert (await store.get("s", "owner", admin=False))["engine"] == "ipc:///engine-a"
     assert await store.delete("s", "owner", admin=False) == ["r1"]
-    shared.request_finished("r1", "owner", "s", (10, 5), lambda: "[]")  # the aborted request ends afterwards
+    registry.unregister("r1")  # the aborted request ends afterwards
+    store.record_turn("s", "r1", (10, 5), [], None)
     await shared.flush()
     assert not await shared.client.exists(shared.keys.session("s"))
     assert not await shared.client.exists(shared.keys.request("r1"))
 
 
 async def test_a_turn_is_recorded_and_listed(shared):
-    store = SessionStore(shared)
+    registry = RequestRegistry(shared)
+    store = SessionStore(shared, registry)
     await store.open("t", "owner", admin=False)
-    shared.request_started("q1", "e", ["q1"], "owner", "t")
-    shared.request_finished("q1", "owner", "t", (7, 3), lambda: '[{"role": "user", "content": "hi"}]')
+    registry.register("q1", FakeEngine("e"), ["q1"], RequestContext("owner", "t"))
+    store.bind("t", "q1", "e")
+    registry.unregister("q1")
+    store.record_turn("t", "q1", (7, 3), [{"role": "user", "content": "hi"}], None)
     await shared.flush()
     session = await store.get("t", "owner", admin=False)
     assert session["turns"] == 1 and session["usage"] == {"prompt_tokens": 7, "completion_tokens": 3,
@@ -109,7 +124,8 @@ async def test_a_turn_is_recorded_and_listed(shared):
 
 
 async def test_redis_down_is_a_quick_503_and_recovery_needs_no_restart(redis_server, shared):
-    store = SessionStore(shared)
+    registry = RequestRegistry(shared)
+    store = SessionStore(shared, registry)
     await store.open("x", "o", admin=False)
     allow = RateLimiter(shared, rpm=100)
     reject = RateLimiter(shared, rpm=100, redis_down="reject")
@@ -124,7 +140,8 @@ async def test_redis_down_is_a_quick_503_and_recovery_needs_no_restart(redis_ser
         await allow.admit("k")  # served unlimited
         with pytest.raises(RedisUnavailableError):
             await reject.admit("k")
-        shared.request_finished("gone", "o")  # dropped, not raised
+        registry.register("gone", FakeEngine("e"), ["gone"], RequestContext("o"))
+        registry.unregister("gone")  # its Redis writes are dropped, not raised
         await shared.flush()
         assert shared.dropped_writes >= 1
     finally:

@@ -1,0 +1,39 @@
+"""Who is asking, for which session: one generation request's context.
+
+:class:`~gateway.middleware.RequestContextMiddleware` builds it (the API
+key's digest, rate limits checked, the ``X-Session-Id`` session opened) and
+leaves it in the ASGI scope; the route reads it with :func:`context_of` and
+hands it to :func:`~gateway.dispatch.dispatch`, which routes on its session
+engine (affinity) and files the request under its key and session.
+
+A leaf: it imports nothing of the gateway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from starlette.types import Scope
+
+ANONYMOUS = "anonymous"  # the key digest of a request without an API key
+
+
+def key_digest(key: str | None) -> str:
+    """An API key's SHA-256 hex digest (what Redis and the registry store), or ``"anonymous"``."""
+    return hashlib.sha256(key.encode()).hexdigest() if key else ANONYMOUS
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    key: str = ANONYMOUS  # the API key's digest
+    session_id: str | None = None
+    engine: str | None = None  # the address of the engine the session is bound to; None: any
+
+
+NO_CONTEXT = RequestContext()
+
+
+def context_of(scope: Scope) -> RequestContext:
+    """The request's context, as the middleware left it (none: an anonymous request without a session)."""
+    return scope.get("state", {}).get("context", NO_CONTEXT)

@@ -1,0 +1,94 @@
+"""From a validated request to a running :class:`~gateway.generation.Generation`.
+
+    gen = dispatch(gw, Job(request_id, arrival, prompts, params, n), context, conversation=body.messages)
+
+One call, one way down, nothing called back up:
+
+1. **admit**: an admission ticket (``gateway.admission``: 429 with
+   Retry-After when too many requests wait for their first token);
+2. **route**: an engine (``gateway.engines``), the session's when it has one
+   (``context.engine``, its affinity), else the least loaded;
+3. a :class:`Generation` over that engine, whose constructor does nothing
+   more, holding what gives all of it back when the request ends (the
+   registry entry, the session's turn with the decoded ``conversation`` and
+   the reply, the key's tokens for its rate limit);
+4. **register**: the request id and its engine request ids
+   (``gateway.registry``: 409 for an id in flight; the entry shows the
+   generation's progress to operators), and, for a session, the request
+   among its requests and the engine it is bound to (``gateway.sessions``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentgate.engine.sampling_params import SamplingParams
+from agentgate.gateway.context import RequestContext
+from agentgate.gateway.generation import Generation
+from agentgate.gateway.schemas import Usage
+from agentgate.gateway.state import GatewayState
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What the engine is asked for: ``n`` choices for each prompt, with ``params``."""
+
+    request_id: str
+    arrival: float  # time.monotonic() when the request came in
+    prompts: list[list[int]]
+    params: SamplingParams
+    n: int = 1
+
+
+def dispatch(
+    gw: GatewayState, job: Job, context: RequestContext, *, conversation: Sequence[Any] = ()
+) -> Generation:
+    """Admit, route and register ``job`` (see the module docstring); ``conversation``: the
+    messages a session records with the reply."""
+    ticket = gw.admission.enter()
+    try:
+        engine = gw.pool.pick(affinity=context.engine)
+        session = context.session_id if gw.sessions is not None else None
+        generation = Generation(
+            request_id=job.request_id,
+            engine=engine,
+            tokenizer=gw.model.tokenizer,
+            metrics=gw.metrics,
+            ticket=ticket,
+            arrival=job.arrival,
+            prompts=job.prompts,
+            params=job.params,
+            n=job.n,
+            release=Lease(gw, job.request_id, context, conversation),
+            keep_reply=session is not None,
+        )
+        gw.registry.register(job.request_id, engine, [c.request_id for c in generation.choices], context,
+                             progress=generation)  # fmt: skip
+    except BaseException:
+        ticket.close()
+        raise
+    if session is not None:
+        gw.sessions.bind(session, job.request_id, engine.address)
+    return generation
+
+class Lease:
+    """What :func:`dispatch` took for one request, given back once when it ends (as ``Generation.release``)."""
+
+    __slots__ = ("_gw", "_request_id", "_context", "_conversation")
+
+    def __init__(self, gw: GatewayState, request_id: str, context: RequestContext, conversation: Sequence[Any]):
+        self._gw = gw
+        self._request_id = request_id
+        self._context = context
+        self._conversation = conversation
+
+    def __call__(self, usage: Usage, reply: str | None) -> None:
+        gw, ctx = self._gw, self._context
+        gw.registry.unregister(self._request_id)
+        if gw.limiter is not None:
+            gw.limiter.debit(ctx.key, usage.total_tokens)
+        if ctx.session_id is not None and gw.sessions is not None:
+            tokens = (usage.prompt_tokens, usage.completion_tokens)
+            gw.sessions.record_turn(ctx.session_id, self._request_id, tokens, self._conversation, reply)
