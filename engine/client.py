@@ -17,7 +17,7 @@ import multiprocessing
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -33,15 +33,21 @@ from agentgate.engine.ipc import private_address, remove_socket_file
 from agentgate.engine.protocol import (
     AbortRequests,
     AddRequest,
+    CallResult,
+    EngineCall,
     EngineCoreOutput,
     EngineInfo,
     EngineOutputs,
+    GetStats,
+    Health,
     Hello,
+    IsPaused,
+    Pause,
+    PauseMode,
     Ready,
+    Resume,
     SchedulerStats,
     StartupFailed,
-    UtilityCall,
-    UtilityResult,
     decode_from_engine,
     encode,
 )
@@ -54,7 +60,7 @@ HEARTBEAT_TIMEOUT_S = 5.0
 
 
 class _Call:
-    """A utility call waiting for its result."""
+    """A call waiting for its result."""
 
     def __init__(self) -> None:
         self.done = anyio.Event()
@@ -198,13 +204,14 @@ class EngineClient:
     def owns(self, request_id: str) -> bool:
         return request_id in self._streams
 
-    # -- utility calls -----------------------------------------------------------
-    async def call(self, method: str, *args: Any) -> Any:
+    # -- calls ------------------------------------------------------------------
+    async def _call(self, make: Callable[[int], EngineCall]) -> Any:
+        """Send the call ``make(call_id)`` and wait for its result's value."""
         self._check_alive()
         call_id = next(self._call_ids)
         pending = self._calls[call_id] = _Call()
         try:
-            await self._send(UtilityCall(call_id, method, list(args)))
+            await self._send(make(call_id))
             await pending.done.wait()
         finally:
             self._calls.pop(call_id, None)
@@ -212,20 +219,20 @@ class EngineClient:
             raise pending.error
         return pending.result
 
-    async def pause(self, mode: str = "abort") -> None:
-        await self.call("pause", mode)
+    async def pause(self, mode: PauseMode = "abort") -> None:
+        await self._call(lambda call_id: Pause(call_id, mode))
 
     async def resume(self) -> None:
-        await self.call("resume")
+        await self._call(Resume)
 
     async def is_paused(self) -> bool:
-        return bool(await self.call("is_paused"))
+        return bool(await self._call(IsPaused))
 
     async def stats(self) -> SchedulerStats:
-        return msgspec.convert(await self.call("stats"), SchedulerStats)
+        return await self._call(GetStats)
 
     async def health(self) -> bool:
-        return await self.call("health") == "ok"
+        return bool(await self._call(Health))
 
     # -- internals -------------------------------------------------------------
     def _check_alive(self) -> None:
@@ -244,12 +251,12 @@ class EngineClient:
                     stream = self._streams.get(out.request_id)
                     if stream is not None:
                         stream.send_nowait(out)
-            elif isinstance(message, UtilityResult):
+            elif isinstance(message, CallResult):
                 pending = self._calls.get(message.call_id)
                 if pending is not None:
                     if message.error is not None:
                         pending.error = EngineError(message.error)
-                    pending.result = message.result
+                    pending.result = message.value
                     pending.done.set()
 
     async def _watch_process(self) -> None:

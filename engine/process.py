@@ -26,14 +26,19 @@ from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.protocol import (
     AbortRequests,
     AddRequest,
+    CallResult,
+    EngineCall,
     EngineCoreOutput,
     EngineOutputs,
+    GetStats,
+    Health,
     Heartbeat,
     Hello,
+    IsPaused,
+    Pause,
     Ready,
+    Resume,
     StartupFailed,
-    UtilityCall,
-    UtilityResult,
     decode_to_engine,
     encode,
 )
@@ -116,7 +121,7 @@ class EngineServer:
         elif isinstance(message, AbortRequests):
             ids = None if message.all_requests else message.request_ids
             self._send_outputs(self.core.abort_requests(ids))
-        elif isinstance(message, UtilityCall):
+        else:
             self._call(identity, message)
 
     def _add(self, identity: bytes, message: AddRequest) -> None:
@@ -134,40 +139,33 @@ class EngineServer:
             return
         self._owners[message.request_id] = identity
 
-    def _call(self, identity: bytes, call: UtilityCall) -> None:
+    def _call(self, identity: bytes, call: EngineCall) -> None:
         core = self.core
+        value: bool | Any = True
         try:
-            if call.method == "pause":
-                mode = call.args[0] if call.args else "abort"
-                self._send_outputs(core.pause(mode))
-                if mode == "wait" and not core.is_drained:
-                    self._pending_wait.append((identity, call.call_id))
-                    return
-                result: Any = True
-            elif call.method == "resume":
-                core.resume()
-                result = True
-            elif call.method == "is_paused":
-                result = core.is_paused
-            elif call.method == "stats":
-                result = core.stats()
-            elif call.method == "health":
-                result = "ok"
-            elif call.method == "info":
-                result = core.info(self.model_name)
-            elif call.method == "reset_prefix_cache":
-                result = core.scheduler.kv.pool.reset_prefix_cache() is None
-            else:
-                raise EngineError(f"unknown utility method {call.method!r}")
+            match call:
+                case Pause(mode=mode):
+                    self._send_outputs(core.pause(mode))
+                    if mode == "wait" and not core.is_drained:
+                        self._pending_wait.append((identity, call.call_id))  # answered by _answer_pause_waiters
+                        return
+                case Resume():
+                    core.resume()
+                case IsPaused():
+                    value = core.is_paused
+                case GetStats():
+                    value = core.stats()
+                case Health():
+                    pass
         except EngineError as exc:
-            self._send(identity, UtilityResult(call.call_id, error=str(exc)))
+            self._send(identity, CallResult(call.call_id, error=str(exc)))
             return
-        self._send(identity, UtilityResult(call.call_id, result))
+        self._send(identity, CallResult(call.call_id, value))
 
     def _answer_pause_waiters(self) -> None:
         if self._pending_wait and self.core.is_drained:
             for identity, call_id in self._pending_wait:
-                self._send(identity, UtilityResult(call_id, True))
+                self._send(identity, CallResult(call_id, True))
             self._pending_wait.clear()
 
     def _heartbeat(self) -> None:

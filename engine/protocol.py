@@ -1,21 +1,24 @@
 """The wire protocol between front ends and engine processes.
 
 Every message is a msgspec struct encoded as msgpack (``array_like`` keeps
-them compact). Front end -> engine: AddRequest, AbortRequests, UtilityCall,
-Hello. Engine -> front end: Ready, StartupFailed, EngineOutputs,
-UtilityResult, Heartbeat. Token ids travel, never text.
+them compact), one tagged union each way. Front end -> engine: Hello,
+AddRequest, AbortRequests, and the calls that get a CallResult (Pause,
+Resume, IsPaused, GetStats, Health). Engine -> front end: Ready,
+StartupFailed, EngineOutputs, CallResult, Heartbeat. Token ids travel, never
+text.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal, get_args
 
 import msgspec
 
 from agentgate.engine.sampling_params import SamplingParams
 
 # abort: end requests in flight; wait: let them finish; keep: freeze them in place.
-PAUSE_MODES = ("abort", "wait", "keep")
+PauseMode = Literal["abort", "wait", "keep"]
+PAUSE_MODES: tuple[str, ...] = get_args(PauseMode)
 
 
 class Hello(msgspec.Struct, tag="hello", array_like=True):
@@ -39,12 +42,38 @@ class AbortRequests(msgspec.Struct, tag="abort", array_like=True):
     all_requests: bool = False
 
 
-class UtilityCall(msgspec.Struct, tag="call", array_like=True):
-    """A named engine method (pause, resume, is_paused, stats, ...)."""
+# -- calls: each carries the id its CallResult answers with ---------------------------
+
+
+class Pause(msgspec.Struct, tag="pause", array_like=True):
+    """Pause the engine (``EngineCore.pause``); answered once done, in mode ``wait`` once drained.
+    ``mode`` is checked by the engine, so a wrong one is an error answer, not a dropped message."""
 
     call_id: int
-    method: str
-    args: list[Any] = []
+    mode: str = "abort"
+
+
+class Resume(msgspec.Struct, tag="resume", array_like=True):
+    call_id: int
+
+
+class IsPaused(msgspec.Struct, tag="is_paused", array_like=True):
+    call_id: int
+
+
+class GetStats(msgspec.Struct, tag="get_stats", array_like=True):
+    """Answered with the scheduler's SchedulerStats."""
+
+    call_id: int
+
+
+class Health(msgspec.Struct, tag="health", array_like=True):
+    """Answered with True by an engine whose loop runs."""
+
+    call_id: int
+
+
+EngineCall = Pause | Resume | IsPaused | GetStats | Health
 
 
 class EngineInfo(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -124,17 +153,19 @@ class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):
 class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True):
     """Sent to every front end twice a second, busy or idle: proof of life
     for front ends that cannot watch the engine's process. (Stats are asked
-    for, when /metrics is scraped: a ``stats`` utility call.)"""
+    for when /metrics is scraped: GetStats.)"""
 
 
-class UtilityResult(msgspec.Struct, tag="result", array_like=True, omit_defaults=True):
+class CallResult(msgspec.Struct, tag="result", array_like=True, omit_defaults=True):
+    """The answer to a call: its value (a flag, or the stats), or the engine's error."""
+
     call_id: int
-    result: Any = None
+    value: bool | SchedulerStats | None = None
     error: str | None = None
 
 
-ToEngine = Hello | AddRequest | AbortRequests | UtilityCall
-FromEngine = Ready | StartupFailed | EngineOutputs | UtilityResult | Heartbeat
+ToEngine = Hello | AddRequest | AbortRequests | Pause | Resume | IsPaused | GetStats | Health
+FromEngine = Ready | StartupFailed | EngineOutputs | CallResult | Heartbeat
 
 _encoder = msgspec.msgpack.Encoder()
 _to_engine = msgspec.msgpack.Decoder(ToEngine)
