@@ -21,24 +21,73 @@ resume and aborts, over Redis (state + the control channel).
 Publishing needs Redis: without it these routes answer 503
 (``redis_unavailable``) before doing anything, so a pause is never half
 applied; aborting a request this replica holds still works.
+
+Control messages are a tagged union of msgspec structs, JSON on the channel
+(``{"op": "pause", "origin": ..., "mode": ..., "engines": [...]}``): each
+names the replica that sent it (it acted already and skips its own) and,
+for pause, resume and abort-all, the engines it reached already. A message
+that does not decode as one of them is logged and dropped.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import anyio.lowlevel
+import msgspec
 
 from agentgate.engine.errors import EngineDeadError, EngineError
+from agentgate.engine.protocol import PauseMode
 from agentgate.gateway.engines import EnginePool
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
 from agentgate.gateway.registry import Entry, RequestRegistry
 
 log = logging.getLogger("agentgate.cluster")
+
+
+class _Control(msgspec.Struct, tag_field="op", kw_only=True):
+    origin: str  # the replica that sent it
+
+
+class AbortIds(_Control, tag="abort"):
+    ids: list[str]
+
+
+class AbortSession(_Control, tag="abort_session"):
+    session: str
+
+
+class AbortKey(_Control, tag="abort_key"):
+    key: str  # an API key's digest
+
+
+class AbortAll(_Control, tag="abort_all"):
+    engines: list[str] = []  # reached by the sender already
+
+
+class PauseAll(_Control, tag="pause"):
+    mode: PauseMode = "abort"
+    engines: list[str] = []
+
+
+class ResumeAll(_Control, tag="resume"):
+    engines: list[str] = []
+
+
+ControlMessage = AbortIds | AbortSession | AbortKey | AbortAll | PauseAll | ResumeAll
+_decode_control = msgspec.json.Decoder(ControlMessage).decode
+
+
+class PausedState(msgspec.Struct):
+    """``P:pause`` while the cluster is paused."""
+
+    mode: PauseMode
+    at: float  # time.time() when it was paused
+    by: str  # the replica that paused it
 
 
 class Cluster:
@@ -48,46 +97,47 @@ class Cluster:
         self.shared = shared
         self._tasks: anyio.abc.TaskGroup | None = None
 
+    @property
+    def _origin(self) -> str:
+        return self.shared.replica_id
+
     # -- pause ------------------------------------------------------------------------
-    async def pause(self, mode: str) -> None:
+    async def pause(self, mode: PauseMode) -> None:
         if self.shared is not None:
-            state = json.dumps({"mode": mode, "at": time.time(), "by": self.shared.replica_id})
-            message = json.dumps({"op": "pause", "mode": mode, "engines": self.pool.addresses,
-                                  "origin": self.shared.replica_id})  # fmt: skip
+            state = msgspec.json.encode(PausedState(mode, time.time(), self._origin))
+            message = PauseAll(origin=self._origin, mode=mode, engines=self.pool.addresses)
             await self._write_and_publish("pausing every replica", lambda p: p.set(self.shared.keys.pause, state),
                                           message)  # fmt: skip
         await self.pool.pause(mode)
 
     async def resume(self) -> None:
         if self.shared is not None:
-            message = json.dumps(
-                {
-                    "op": "resume",
-                    "engines": self.pool.addresses,
-                    "origin": self.shared.replica_id,
-                }
-            )
+            message = ResumeAll(origin=self._origin, engines=self.pool.addresses)
             await self._write_and_publish("resuming every replica", lambda p: p.delete(self.shared.keys.pause),
                                           message)  # fmt: skip
         await self.pool.resume()
 
-    async def _write_and_publish(self, what: str, write, message: str) -> None:
+    async def _write_and_publish(self, what: str, write: Callable[[Any], object], message: ControlMessage) -> None:
+        """``write(pipeline)`` and publish ``message`` in one transaction."""
         shared = self.shared
 
         async def run() -> None:
             async with shared.client.pipeline(transaction=True) as pipe:
                 write(pipe)
-                pipe.publish(shared.keys.control, message)
+                pipe.publish(shared.keys.control, msgspec.json.encode(message))
                 await pipe.execute()
 
         await shared.guard(what, run())
 
-    async def paused_state(self) -> dict[str, Any] | None:
+    async def _publish(self, message: ControlMessage, what: str) -> None:
+        await self.shared.publish(msgspec.json.encode(message), what)
+
+    async def paused_state(self) -> PausedState | None:
         """The pause state in Redis (None: not paused, or no Redis)."""
         if self.shared is None:
             return None
         raw = await self.shared.guard("reading the pause state", self.shared.client.get(self.shared.keys.pause))
-        return json.loads(raw) if raw else None
+        return msgspec.json.decode(raw, type=PausedState) if raw else None
 
     async def sync_pause(self) -> None:
         """Pause this replica's engines that are not paused while the shared state says paused."""
@@ -98,7 +148,7 @@ class Cluster:
             return
         if state is None:
             return
-        mode = "keep" if state.get("mode") == "keep" else "wait"
+        mode = "keep" if state.mode == "keep" else "wait"
         for engine in self.pool.engines:
             if engine.is_dead:
                 continue
@@ -106,7 +156,7 @@ class Cluster:
                 if await engine.is_paused():
                     continue
                 log.info("the cluster is paused (mode %s since %s): pausing the engine at %s",
-                         state.get("mode"), state.get("at"), engine.address)  # fmt: skip
+                         state.mode, state.at, engine.address)  # fmt: skip
                 await self._call_soon(engine.pause, mode)
             except EngineError as exc:
                 log.warning("could not pause the engine at %s: %s", engine.address, exc)
@@ -147,27 +197,21 @@ class Cluster:
         if remaining:
             elsewhere = await registry.held(remaining)
             if elsewhere:
-                await shared.publish(
-                    {"op": "abort", "ids": sorted(elsewhere)},
-                    "aborting on other replicas",
-                )
+                await self._publish(AbortIds(origin=self._origin, ids=sorted(elsewhere)), "aborting on other replicas")
                 found |= set(elsewhere)
         if session_id is not None:
             ids = await registry.requests_of(shared.keys.session_requests(session_id))
-            await shared.publish({"op": "abort_session", "session": session_id}, "aborting a session")
+            await self._publish(AbortSession(origin=self._origin, session=session_id), "aborting a session")
             found |= set(ids) | set(await self._abort_local(session_id=session_id))
         if key is not None:
             ids = await registry.requests_of(shared.keys.key_requests(key))
-            await shared.publish({"op": "abort_key", "key": key}, "aborting a key's requests")
+            await self._publish(AbortKey(origin=self._origin, key=key), "aborting a key's requests")
             found |= set(ids) | set(await self._abort_local(key=key))
         return sorted(found)
 
     async def abort_all(self) -> None:
         if self.shared is not None:
-            await self.shared.publish(
-                {"op": "abort_all", "engines": self.pool.addresses},
-                "aborting on every replica",
-            )
+            await self._publish(AbortAll(origin=self._origin, engines=self.pool.addresses), "aborting on every replica")
         await self.pool.abort_all()
 
     async def _abort_local(self, *, session_id: str | None = None, key: str | None = None) -> list[str]:
@@ -181,30 +225,33 @@ class Cluster:
         return ids
 
     # -- the control channel --------------------------------------------------------------
-    async def on_message(self, message: dict[str, Any]) -> None:
-        op = message.get("op")
-        skip = message.get("engines") or ()
+    async def on_message(self, payload: str | bytes) -> None:
+        """Act on another replica's control message (this replica's own are skipped)."""
         try:
-            if op == "abort":
-                await self.registry.abort(list(message.get("ids") or ()))
-            elif op == "abort_session":
-                await self._abort_local(session_id=message.get("session"))
-            elif op == "abort_key":
-                await self._abort_local(key=message.get("key"))
-            elif op == "abort_all":
-                await self.pool.abort_all(skip)
-            elif op == "pause":
-                mode = message.get("mode", "abort")
-                if mode == "wait":
-                    await self._call_soon(self.pool.pause, mode, skip)
-                else:
+            message = _decode_control(payload)
+        except msgspec.DecodeError as exc:
+            log.warning("dropping a malformed control message %r: %s", payload, exc)
+            return
+        if message.origin == self._origin:
+            return
+        try:
+            match message:
+                case AbortIds(ids=ids):
+                    await self.registry.abort(ids)
+                case AbortSession(session=session_id):
+                    await self._abort_local(session_id=session_id)
+                case AbortKey(key=key):
+                    await self._abort_local(key=key)
+                case AbortAll(engines=skip):
+                    await self.pool.abort_all(skip)
+                case PauseAll(mode="wait", engines=skip):
+                    await self._call_soon(self.pool.pause, "wait", skip)
+                case PauseAll(mode=mode, engines=skip):
                     await self.pool.pause(mode, skip)
-            elif op == "resume":
-                await self.pool.resume(skip)
-            else:
-                log.warning("unknown control message %r", message)
+                case ResumeAll(engines=skip):
+                    await self.pool.resume(skip)
         except EngineDeadError as exc:
-            log.warning("control message %s: %s", op, exc)
+            log.warning("control message %s: %s", type(message).__name__, exc)
 
     async def run(self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The shared state's background tasks, with this replica's handlers; until cancelled."""

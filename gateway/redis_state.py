@@ -30,7 +30,7 @@ Keys (``P`` is ``--redis-prefix``, default ``agentgate``)::
     P:replica:{replica}       JSON about a live replica, TTL 15 s, refreshed every 5 s
     P:pause                   JSON {mode, at, by} while paused
     P:rl:{digest}:requests / :tokens   rate-limit buckets (gateway.ratelimit)
-    channel P:control         JSON control messages (gateway.cluster)
+    channel P:control         control messages, typed JSON (gateway.cluster)
 """
 
 from __future__ import annotations
@@ -239,17 +239,17 @@ class SharedState:
         return await self.guard("listing replicas", read())
 
     # -- control channel ----------------------------------------------------------------
-    async def publish(self, message: dict[str, Any], what: str = "reaching the other replicas") -> int:
-        payload = json.dumps({**message, "origin": self.replica_id})
+    async def publish(self, payload: bytes, what: str = "reaching the other replicas") -> int:
+        """Send ``payload`` to every replica's subscriber (``gateway.cluster`` says what it holds)."""
         return await self.guard(what, self.client.publish(self.keys.control, payload))
 
     async def _subscriber(
         self,
-        on_message: Callable[[dict[str, Any]], Awaitable[None]],
+        on_message: Callable[[str], Awaitable[None]],
         on_connect: Callable[[], Awaitable[None]],
     ) -> None:
-        """Listen on the control channel for ever, resubscribing after a Redis outage.
-        Messages from this replica itself are skipped (it acted already)."""
+        """Listen on the control channel for ever, resubscribing after a Redis outage;
+        ``on_connect`` runs on each (re)subscription, since what was published meanwhile is lost."""
         failures = 0
         while True:
             pubsub = self.client.pubsub(ignore_subscribe_messages=True)
@@ -268,19 +268,9 @@ class SharedState:
                     if message is None or message.get("type") != "message":
                         continue
                     try:
-                        data = json.loads(message["data"])
-                    except (TypeError, ValueError):
-                        log.warning(
-                            "dropping a malformed control message: %r",
-                            message.get("data"),
-                        )
-                        continue
-                    if data.get("origin") == self.replica_id:
-                        continue
-                    try:
-                        await on_message(data)
+                        await on_message(message["data"])
                     except Exception:
-                        log.exception("control message %r failed", data)
+                        log.exception("control message %r failed", message["data"])
             except (RedisError, OSError) as exc:
                 self._failed(exc)
             finally:
@@ -298,7 +288,7 @@ class SharedState:
         self,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
         *,
-        on_message: Callable[[dict[str, Any]], Awaitable[None]],
+        on_message: Callable[[str], Awaitable[None]],
         on_connect: Callable[[], Awaitable[None]],
     ) -> None:
         """The writer, the heartbeat and the subscriber; runs until cancelled."""
