@@ -9,12 +9,18 @@ Messages get the same clean-up as in transformers 5: keys whose value is None
 are dropped (OpenAI clients send ``"content": null`` beside ``tool_calls``) and
 reasoning given as ``reasoning``/``thinking`` is also passed as
 ``reasoning_content`` (and vice versa).
+
+What a template does is read off it with the same environment: whether it
+renders tools itself (:func:`template_supports_tools`, on its syntax tree),
+whether it writes string arguments verbatim, and the system prompt it writes
+when a conversation has none (:func:`default_system_prompt`).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -157,3 +163,60 @@ def _environment() -> ImmutableSandboxedEnvironment:
 
 
 _ENV = _environment()
+
+
+# -- what a template does ---------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=32)
+def template_supports_tools(template: str) -> bool:
+    """Whether a chat template renders tools itself: it reads the ``tools`` variable, assistant
+    ``tool_calls`` and a ``tool`` (or Llama's ``ipython``) role. Decided on the template's syntax
+    tree, so text in comments or strings (``"<tools>"``) does not count."""
+    try:
+        ast = _ENV.parse(template)
+    except jinja2.TemplateSyntaxError:
+        return False  # rendering will report it
+    reads_tools = any(n.name in ("tools", "custom_tools") and n.ctx == "load" for n in ast.find_all(nodes.Name))
+    consts = {n.value for n in ast.find_all(nodes.Const) if isinstance(n.value, str)}
+    reads_calls = "tool_calls" in consts or any(n.attr == "tool_calls" for n in ast.find_all(nodes.Getattr))
+    return reads_tools and reads_calls and bool(consts & {"tool", "ipython"})
+
+
+def renders_string_arguments(template: str) -> bool:
+    """Qwen3-style templates write ``arguments`` verbatim when it is a string (``arguments is string``)."""
+    return re.search(r"arguments\s+is\s+string", template) is not None
+
+
+_SYSTEM_PROBE = "\x00agentgate-system\x00"
+_USER_PROBE = "\x00agentgate-user\x00"
+
+
+@functools.lru_cache(maxsize=32)
+def default_system_prompt(template: str, special_tokens: tuple[tuple[str, str], ...]) -> str | None:
+    """The system prompt a template writes when the conversation has none (SmolLM2's "You are a
+    helpful AI assistant named SmolLM…"), or None; ``special_tokens``: the template's variables
+    (``bos_token``, ...) as sorted pairs.
+
+    Found without knowing the template: render [system S, user U] = P + S + Q and
+    [user U]; if the latter is P + D + Q, D is the default.
+    """
+    variables = dict(special_tokens)
+    try:
+        with_system = render_chat(
+            template,
+            [{"role": "system", "content": _SYSTEM_PROBE}, {"role": "user", "content": _USER_PROBE}],
+            add_generation_prompt=False,
+            **variables,
+        )
+        without = render_chat(
+            template, [{"role": "user", "content": _USER_PROBE}], add_generation_prompt=False, **variables
+        )
+    except InvalidRequestError:
+        return None
+    if with_system.count(_SYSTEM_PROBE) != 1:
+        return None
+    prefix, suffix = with_system.split(_SYSTEM_PROBE)
+    if len(without) <= len(prefix) + len(suffix) or not (without.startswith(prefix) and without.endswith(suffix)):
+        return None
+    return without[len(prefix) : len(without) - len(suffix)] or None

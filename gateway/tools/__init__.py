@@ -1,6 +1,11 @@
-"""Tool calls: prompts that present tools to any chat model, parsers that turn the model's
-tool-call markup into OpenAI ``tool_calls`` (streamed as deltas or not), and the constraints
-that make forced calls and response formats always parse (:mod:`gateway.tools.constraints`).
+"""Tool calls, one module per noun: tool definitions and ``tool_choice`` checked
+(:mod:`~gateway.tools.schema`), prompts that present tools to any chat model
+(:mod:`~gateway.tools.render`), the grammars that make forced calls and response
+formats always parse (:mod:`~gateway.tools.constraints`), and parsers that turn the
+model's tool-call markup into OpenAI ``tool_calls``, streamed as deltas or not
+(:mod:`~gateway.tools.deltas`, :mod:`~gateway.tools.json_scanner`,
+:mod:`~gateway.tools.parser` and one module per format, chosen in
+:mod:`~gateway.tools.parsers`).
 
 Constrained decoding and the overlapped runner. ``tool_choice`` required or
 named and ``response_format`` become a grammar (an xgrammar structural tag or
@@ -21,29 +26,22 @@ both runners (constrained/unconstrained tokens/s per runner, and a half-
 constrained batch).
 """
 
-from agentgate.gateway.tools.parsers import (
-    TOOL_PARSERS,
+from agentgate.gateway.tools.deltas import (
     Delta,
     FunctionDelta,
-    HermesToolParser,
-    Llama3JsonToolParser,
     ParsedOutput,
-    StreamingToolParser,
     ToolCall,
     ToolCallDelta,
     accumulate,
     finish_reason,
     new_tool_call_id,
-    select_tool_parser,
 )
-from agentgate.gateway.tools.render import (
-    ToolChoice,
-    check_json_schema,
-    render_chat_prompt,
-    resolve_tool_choice,
-    template_supports_tools,
-    validate_tools,
-)
+from agentgate.gateway.tools.hermes import HermesToolParser
+from agentgate.gateway.tools.llama3_json import Llama3JsonToolParser
+from agentgate.gateway.tools.parser import StreamingToolParser
+from agentgate.gateway.tools.parsers import TOOL_PARSERS, select_tool_parser
+from agentgate.gateway.tools.render import render_chat_prompt
+from agentgate.gateway.tools.schema import ToolChoice, check_json_schema, resolve_tool_choice, validate_tools
 
 __all__ = [
     "TOOL_PARSERS",
@@ -63,6 +61,5 @@ __all__ = [
     "render_chat_prompt",
     "resolve_tool_choice",
     "select_tool_parser",
-    "template_supports_tools",
     "validate_tools",
 ]

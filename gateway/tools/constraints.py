@@ -1,7 +1,7 @@
 """Constrained decoding for tool calls and ``response_format``: what the gateway asks the engine
 to enforce, built as plain JSON (the gateway never imports xgrammar; the engine compiles it).
 
-What is enforced (``tool_choice`` resolved by :func:`gateway.tools.render.resolve_tool_choice`):
+What is enforced (``tool_choice`` resolved by :func:`gateway.tools.schema.resolve_tool_choice`):
 
 - ``required``: the reply is one or more tool calls (exactly one with
   ``parallel_tool_calls: false``) and nothing else; each call names one of the
@@ -56,7 +56,7 @@ from typing import Any
 
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.sampling_params import StructuredOutput
-from agentgate.gateway.tools.render import ToolChoice, check_json_schema
+from agentgate.gateway.tools.schema import ToolChoice, check_json_schema
 
 __all__ = [
     "CALL_FORMATS",

@@ -10,18 +10,11 @@ from collections.abc import Iterable
 
 import pytest
 
-from agentgate.gateway.tools.parsers import (
-    Delta,
-    HermesToolParser,
-    Llama3JsonToolParser,
-    ParsedOutput,
-    StreamingToolParser,
-    ToolCall,
-    accumulate,
-    finish_reason,
-    new_tool_call_id,
-    select_tool_parser,
-)
+from agentgate.gateway.tools.deltas import Delta, ParsedOutput, ToolCall, accumulate, finish_reason, new_tool_call_id
+from agentgate.gateway.tools.hermes import HermesToolParser
+from agentgate.gateway.tools.llama3_json import Llama3JsonToolParser
+from agentgate.gateway.tools.parser import StreamingToolParser
+from agentgate.gateway.tools.parsers import select_tool_parser
 
 WEATHER = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
 PARIS = ("get_weather", '{"city": "Paris", "unit": "celsius"}')

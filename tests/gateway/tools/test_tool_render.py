@@ -11,14 +11,10 @@ import pytest
 
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.tokenizer import Tokenizer
-from agentgate.gateway.tools.parsers import HermesToolParser
-from agentgate.gateway.tools.render import (
-    ToolChoice,
-    render_chat_prompt,
-    resolve_tool_choice,
-    template_supports_tools,
-    validate_tools,
-)
+from agentgate.engine.chat_template import template_supports_tools
+from agentgate.gateway.tools.hermes import HermesToolParser
+from agentgate.gateway.tools.render import render_chat_prompt
+from agentgate.gateway.tools.schema import ToolChoice, resolve_tool_choice, validate_tools
 
 # Qwen2.5-Instruct's chat template, verbatim.
 QWEN25 = """{%- if tools %}
