@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.url is None or args.serve:
         server_args = shlex.split(args.server_args)
         console.print(f"[dim]starting agentgate serve {' '.join(server_args)} (log: {out / 'server.log'})[/dim]")
-        server = start_server(server_args, out)
+        server = start_server(server_args, out, log_name="server.log")
         url, server_pid = server.url, server.pid
     else:
         url, server_pid = args.url, args.server_pid

@@ -1,4 +1,8 @@
-"""Starting ``agentgate serve`` for a run, and CPU accounting of processes (Linux /proc)."""
+"""Starting ``agentgate`` commands in subprocesses, and CPU accounting of processes (Linux /proc).
+
+The one home of these mechanics: load runs start their server here, and the
+test suites' live servers (``tests/support/servers.py``) are built on it.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +27,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """Direct child processes of ``pid``."""
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
@@ -33,12 +39,22 @@ def _children(pid: int) -> list[int]:
 
 
 def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
     pids, todo = [pid], [pid]
     while todo:
-        for child in _children(todo.pop()):
+        for child in children(todo.pop()):
             pids.append(child)
             todo.append(child)
     return pids
+
+
+def alive(pid: int) -> bool:
+    """Running (an exited process that is not reaped yet, a zombie, is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -65,25 +81,30 @@ def machine_busy_seconds() -> tuple[float, float]:
     return (total - idle) / TICKS, total / TICKS
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and its descendants, the deepest first."""
+    for p in reversed(process_tree(pid)):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def stop_process(process: subprocess.Popen, timeout: float = 30.0) -> int | None:
-    """SIGTERM, then after ``timeout`` seconds SIGKILL to the process and its descendants."""
+    """SIGTERM, as an init system would; after ``timeout`` seconds SIGKILL to the process and its descendants."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
-            for pid in reversed(process_tree(process.pid)):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            kill_tree(process.pid)
             process.wait(10)
     return process.returncode
 
 
 @dataclass
 class Server:
-    """``agentgate serve`` in a subprocess on a free port of 127.0.0.1."""
+    """An ``agentgate`` command running in a subprocess (``port``: its HTTP port, 0 for an engine)."""
 
     process: subprocess.Popen
     port: int
@@ -98,30 +119,56 @@ class Server:
     def pid(self) -> int:
         return self.process.pid
 
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
     def stop(self, timeout: float = 30.0) -> int | None:
         return stop_process(self.process, timeout)
 
+    def kill(self) -> None:
+        """SIGKILL it and its children (a killed gateway cannot stop its engine)."""
+        kill_tree(self.pid)
+        self.process.wait(10)
 
-def start_server(args: list[str], log_dir: Path, timeout: float = 600.0) -> Server:
-    """Start ``agentgate serve ARGS`` and wait until /health answers 200."""
-    port = free_port()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / "server.log"
-    command = [sys.executable, "-m", "agentgate.gateway.cli", "serve", "--port", str(port), *args]
-    environment = dict(os.environ, PYTHONUNBUFFERED="1")
-    with open(log_path, "w") as log:
+
+def launch(args: Sequence[str], log_path: Path, *, port: int = 0, env: Mapping[str, str] | None = None,
+           cls: type[Server] = Server) -> Server:  # fmt: skip
+    """``python -m agentgate.gateway.cli ARGS`` in the background, its output appended to
+    ``log_path`` (not waited for: see :func:`wait_healthy`); ``env``: its whole environment."""
+    command = [sys.executable, "-m", "agentgate.gateway.cli", *args]
+    environment = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
-    server = Server(process, port, log_path, command)
+    return cls(process, port, log_path, command)
+
+
+def wait_healthy(*servers: Server, timeout: float = 600.0) -> None:
+    """Wait until each server's /health answers 200; RuntimeError (with its log) when one
+    exits or does not get there within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}; see {log_path}:\n"
-                               + log_path.read_text(errors="replace")[-3000:])  # fmt: skip
-        try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    server.stop()
-    raise RuntimeError(f"the server was not healthy within {timeout:.0f} s; see {log_path}")
+    for server in servers:
+        while True:
+            if server.process.poll() is not None:
+                raise RuntimeError(f"{server.log_path.name}: the server exited with {server.process.returncode}:\n"
+                                   + server.log()[-3000:])  # fmt: skip
+            try:
+                if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                server.stop()
+                raise RuntimeError(f"{server.log_path.name}: not healthy within {timeout:.0f} s:\n" + server.log()[-3000:])
+            time.sleep(0.2)
+
+
+def start_server(args: Sequence[str], log_dir: Path, timeout: float = 600.0, *, env: Mapping[str, str] | None = None,
+                 log_name: str | None = None, cls: type[Server] = Server) -> Server:  # fmt: skip
+    """``agentgate serve ARGS`` on a free port of 127.0.0.1, once its /health answers 200; its
+    output goes to ``log_dir / log_name`` (default ``server-<port>.log``)."""
+    port = free_port()
+    log_path = log_dir / (log_name or f"server-{port}.log")
+    server = launch(["serve", "--port", str(port), *args], log_path, port=port, env=env, cls=cls)
+    wait_healthy(server, timeout=timeout)
+    return server

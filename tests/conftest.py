@@ -2,6 +2,7 @@
 
 Triton kernels run under the interpreter when there is no GPU; the variable
 must be set before any ``@triton.jit`` executes, so it is set here, first.
+The shared fixtures come from ``tests.support.fixtures``.
 """
 
 import atexit
@@ -19,6 +20,8 @@ if not torch.cuda.is_available():
 # XDG_STATE_HOME: a throwaway directory, not the user's home.
 os.environ["XDG_STATE_HOME"] = _state_home = tempfile.mkdtemp(prefix="agentgate-tests-")
 atexit.register(shutil.rmtree, _state_home, ignore_errors=True)
+
+pytest_plugins = ["tests.support.fixtures"]
 
 
 @pytest.fixture

@@ -4,19 +4,23 @@
   an API key and an admin key, and at most 4 requests waiting for their first
   token (the fifth gets 429 with Retry-After): the SDK, retries, cancellation,
   the ops CLI.
-- ``model_server``: the default model (SmolLM2-135M) on the sync runner: real
-  text, and the Agent loop with tool calls.
+- ``model_server`` (``tests.support.fixtures``, shared with the other suites):
+  the default model (SmolLM2-135M) on the sync runner: real text, and the
+  Agent loop with tool calls.
 """
 
 from __future__ import annotations
 
-import httpx
+from collections.abc import Iterator
+
 import pytest
-from agents_helpers import ADMIN_KEY, USER_KEY, LiveServer, engine_idle, start_server, wait_for
+
+from tests.support.fixtures import idle_around
+from tests.support.servers import ADMIN_KEY, USER_KEY, LiveServer, start_server
 
 
 @pytest.fixture(scope="session")
-def null_server(tmp_path_factory: pytest.TempPathFactory):
+def null_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     server = start_server(
         tmp_path_factory.mktemp("agents-null-server"),
         "--runner", "null", "--null-step-seconds", "0.01", "--max-num-seqs", "64", "--max-model-len", "1024",
@@ -28,21 +32,7 @@ def null_server(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
-def null(null_server: LiveServer) -> LiveServer:
+def null(null_server: LiveServer) -> Iterator[LiveServer]:
     """The null server, idle and unpaused before and after each test."""
-    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    httpx.post(f"{null_server.url}/resume", headers=headers, timeout=10)
-    wait_for(lambda: engine_idle(null_server.url), message="the engine to be idle before the test")
-    yield null_server
-    httpx.post(f"{null_server.url}/resume", headers=headers, timeout=10)
-    wait_for(lambda: engine_idle(null_server.url), timeout=30, message="the engine to be idle after the test")
-
-
-@pytest.fixture(scope="session")
-def model_server(tmp_path_factory: pytest.TempPathFactory):
-    server = start_server(
-        tmp_path_factory.mktemp("agents-model-server"),
-        "--runner", "sync", "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "8",
-    )  # fmt: skip
-    yield server
-    server.stop()
+    with idle_around(null_server, before=15, after=30):
+        yield null_server

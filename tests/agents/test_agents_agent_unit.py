@@ -8,9 +8,9 @@ import time
 import anyio
 import httpx
 import pytest
-from agents_helpers import ScriptedServer, reply
 
 from agentgate.agents import Agent, AsyncClient, ContentDelta, ToolCallComplete, tool
+from tests.support.scripted import ScriptedServer, reply
 
 pytestmark = pytest.mark.anyio
 

@@ -9,10 +9,11 @@ import time
 
 import anyio
 import pytest
-from agents_helpers import ADMIN_KEY, USER_KEY, engine_idle, metrics, wait_for
 
 from agentgate.agents import Admin, AsyncAdmin, AsyncClient, Client, ContentDelta, Finish, UsageEvent
 from agentgate.agents.errors import APITimeoutError, AuthenticationError, PermissionDeniedError, RateLimitError, UnsupportedError
+from tests.support.http import engine_idle, metrics, wait_for
+from tests.support.servers import ADMIN_KEY, USER_KEY
 
 pytestmark = pytest.mark.anyio
 MESSAGES = [{"role": "user", "content": "Hello there"}]

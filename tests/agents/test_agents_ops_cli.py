@@ -10,9 +10,10 @@ import threading
 
 import httpx
 import pytest
-from agents_helpers import ADMIN_KEY, REPO, USER_KEY, metrics, wait_for
 
 from agentgate.agents.ops_cli import main as ops
+from tests.support.http import metrics, wait_for
+from tests.support.servers import ADMIN_KEY, REPO, USER_KEY
 
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 900, "ignore_eos": True, "stream": True}
 
@@ -53,7 +54,7 @@ def test_status_shows_health_pause_state_and_load(null, capsys):
     code, out, _ = run_ops(capsys, null, "status")
     assert code == 0 and "ok" in out and "running" in out and "KV cache" in out and "1 alive / 1" in out
     streams = Streams(null, ["st-1", "st-2"])
-    wait_for(lambda: metrics(null.url)["agentgate_requests_running"] == 2, message="two running streams")
+    wait_for(lambda: metrics(null.url)["agentgate_requests_running"] == 2, timeout=15, message="two running streams")
     code, out, _ = run_ops(capsys, null, "status", "--json")
     status = json.loads(out)
     assert code == 0 and status["healthy"] and status["paused"] is False and status["engines"] == 1
@@ -66,7 +67,7 @@ def test_status_shows_health_pause_state_and_load(null, capsys):
 
 def test_pause_keep_freezes_and_resume_continues(null, capsys):
     streams = Streams(null, ["pz-1"])
-    wait_for(lambda: metrics(null.url)["agentgate_requests_running"] == 1, message="a running stream")
+    wait_for(lambda: metrics(null.url)["agentgate_requests_running"] == 1, timeout=15, message="a running stream")
     code, out, _ = run_ops(capsys, null, "pause", "--mode", "keep")
     assert code == 0 and "paused" in out and "keep" in out
     code, out, _ = run_ops(capsys, null, "status", "--json")
@@ -84,7 +85,7 @@ def test_pause_keep_freezes_and_resume_continues(null, capsys):
 
 def test_abort_by_id_reports_what_was_in_flight(null, capsys):
     streams = Streams(null, ["ab-1", "ab-2"])
-    wait_for(lambda: metrics(null.url)["agentgate_requests_running"] == 2, message="two running streams")
+    wait_for(lambda: metrics(null.url)["agentgate_requests_running"] == 2, timeout=15, message="two running streams")
     code, out, _ = run_ops(capsys, null, "abort", "ab-1", "ab-nope")
     assert code == 0 and "aborted ab-1" in out and "not in flight: ab-nope" in out
     code, out, _ = run_ops(capsys, null, "abort", "ab-nope")

@@ -8,7 +8,6 @@ import time
 
 import httpx
 import pytest
-from agents_helpers import ScriptedServer, chunk, reply, sse_body, tool_call_chunks
 
 from agentgate.agents import AsyncClient, Client, RetryPolicy
 from agentgate.agents._core import ChatAccumulator, SSEDecoder, normalize_url, parse_retry_after
@@ -21,6 +20,7 @@ from agentgate.agents.errors import (
     StreamError,
 )
 from agentgate.agents.events import ContentDelta, Finish, ToolCallComplete, ToolCallDelta, UsageEvent
+from tests.support.scripted import ScriptedServer, chunk, reply, sse_body, tool_call_chunks
 
 CALLS = [("call_a", "get_weather", {"city": "Paris", "unit": "C"}), ("call_b", "get_time", {"tz": "Europe/Paris"})]
 

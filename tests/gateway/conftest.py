@@ -1,54 +1,54 @@
-"""Live servers for the gateway tests: real `agentgate serve` processes
-(engine process + uvicorn) on free ports of 127.0.0.1, started once per
-session and stopped with SIGTERM.
+"""Servers for the gateway tests.
 
-- ``model_server``: the default model on the sync runner, no keys: the
-  OpenAI SDK tests (real text, logprobs, seeds).
-- ``null_server``: the null runner (instant tokens, a few ms per step) with
-  API keys, an admin key and CORS: load, disconnects, pause, auth, errors.
-  Its keys come from ``AGENTGATE_*`` variables, so the environment path is
-  exercised too.
+- ``model_server`` (``tests.support.fixtures``): the default model on the sync
+  runner, no keys: the OpenAI SDK tests (real text, logprobs, seeds).
+- ``null_server``: a live ``agentgate serve`` on the null runner (instant
+  tokens, a few ms per step) with API keys, an admin key and CORS: streams
+  read while they run (load, disconnects, pause, aborts). Its keys come from
+  ``AGENTGATE_*`` variables, so the environment path is exercised too.
+- ``gateway``: the same configuration in this process (``create_app`` +
+  ``httpx.ASGITransport``, ``tests.support.inprocess``), with an embedded
+  Redis: routes, errors, auth and CORS, which need no live stream.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
-from gateway_helpers import ADMIN_KEY, ALLOWED_ORIGIN, USER_KEY, USER_KEY_2, LiveServer, start_server
+
+from agentgate.gateway.settings import Settings
+from tests.support.fixtures import idle_around
+from tests.support.inprocess import InProcessGateway
+from tests.support.servers import ADMIN_KEY, ALLOWED_ORIGIN, USER_KEY, USER_KEY_2, LiveServer, bearer, start_server
+
+NULL_FLAGS = ("--runner", "null", "--null-step-seconds", "0.004", "--max-num-seqs", "256", "--max-model-len", "1024",
+              "--num-kv-blocks", "16384", "--max-body-bytes", "65536", "--allowed-origins", ALLOWED_ORIGIN)  # fmt: skip
 
 
 @pytest.fixture(scope="session")
-def model_server(tmp_path_factory: pytest.TempPathFactory):
+def null_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     server = start_server(
-        tmp_path_factory.mktemp("model-server"),
-        "--runner", "sync", "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "16",
-    )  # fmt: skip
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def null_server(tmp_path_factory: pytest.TempPathFactory):
-    server = start_server(
-        tmp_path_factory.mktemp("null-server"),
-        "--runner", "null", "--null-step-seconds", "0.004", "--max-num-seqs", "256",
-        "--max-model-len", "1024", "--num-kv-blocks", "16384", "--max-body-bytes", "65536",
-        "--allowed-origins", ALLOWED_ORIGIN,
+        tmp_path_factory.mktemp("null-server"), *NULL_FLAGS,
         env={"AGENTGATE_API_KEY": f"{USER_KEY},{USER_KEY_2}", "AGENTGATE_ADMIN_KEY": ADMIN_KEY},
     )  # fmt: skip
-    server.headers = {"Authorization": f"Bearer {USER_KEY}"}
-    server.admin_headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    server.headers = bearer(USER_KEY)
+    server.admin_headers = bearer(ADMIN_KEY)
     yield server
     server.stop()
 
 
 @pytest.fixture
-def null(null_server: LiveServer) -> LiveServer:
-    """The null server, checked idle and unpaused before and after each test,
-    so one test's leftovers never pass for another's result."""
-    import httpx
-    from gateway_helpers import engine_idle, wait_for
+def null(null_server: LiveServer) -> Iterator[LiveServer]:
+    """The null server, checked idle and unpaused before and after each test."""
+    with idle_around(null_server, before=10, after=20):
+        yield null_server
 
-    wait_for(lambda: engine_idle(null_server.url), message="the engine to be idle before the test")
-    yield null_server
-    httpx.post(f"{null_server.url}/resume", headers=null_server.admin_headers, timeout=10)
-    wait_for(lambda: engine_idle(null_server.url), timeout=20, message="the engine to be idle after the test")
+
+@pytest.fixture(scope="session")
+def gateway() -> Iterator[InProcessGateway]:
+    """The null server's configuration, in this process (see the module docstring)."""
+    settings = Settings(api_keys=(USER_KEY, USER_KEY_2), admin_key=ADMIN_KEY, allowed_origins=(ALLOWED_ORIGIN,),
+                        max_body_bytes=65536)  # fmt: skip
+    with InProcessGateway(settings, redis=True) as gw:
+        yield gw

@@ -1,14 +1,14 @@
-"""API keys on every route group and CORS, against the null server (keys
-from AGENTGATE_API_KEY / AGENTGATE_ADMIN_KEY, one allowed origin)."""
+"""API keys on every route group and CORS, against the null server's
+configuration in process (two API keys, an admin key, one allowed origin)."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
-from gateway_helpers import ADMIN_KEY, ALLOWED_ORIGIN, USER_KEY, USER_KEY_2
 
 from agentgate.gateway.auth import Access, KeyChecker, Role, route_access
 from agentgate.gateway.errors import AuthenticationError, PermissionDeniedError
+from tests.support.servers import ADMIN_KEY, ALLOWED_ORIGIN, USER_KEY, USER_KEY_2
 
 USER_ROUTES = [
     ("GET", "/v1/models", None),
@@ -32,8 +32,8 @@ def _bearer(key: str | None) -> dict[str, str]:
     return {} if key is None else {"Authorization": f"Bearer {key}"}
 
 
-def _call(null, method: str, path: str, body, key: str | None) -> httpx.Response:
-    return httpx.request(method, f"{null.url}{path}", json=body, headers=_bearer(key), timeout=30)
+def _call(gateway, method: str, path: str, body, key: str | None) -> httpx.Response:
+    return gateway.client.request(method, path, json=body, headers=_bearer(key))
 
 
 def _assert_error(r: httpx.Response, status: int, type_: str) -> None:
@@ -44,48 +44,48 @@ def _assert_error(r: httpx.Response, status: int, type_: str) -> None:
 
 
 @pytest.mark.parametrize(("method", "path", "body"), USER_ROUTES)
-def test_user_routes_need_an_api_key(null, method, path, body):
+def test_user_routes_need_an_api_key(gateway, method, path, body):
     for key in (None, "wrong-key", USER_KEY[:-1]):
-        r = _call(null, method, path, body, key)
+        r = _call(gateway, method, path, body, key)
         _assert_error(r, 401, "authentication_error")
         if key is None:
             assert r.headers["www-authenticate"] == "Bearer"
     for key in (USER_KEY, USER_KEY_2, ADMIN_KEY):
-        assert _call(null, method, path, body, key).status_code == 200
+        assert _call(gateway, method, path, body, key).status_code == 200
 
 
 @pytest.mark.parametrize(("method", "path", "body", "ok"), ADMIN_ROUTES)
-def test_admin_routes_need_the_admin_key(null, method, path, body, ok):
+def test_admin_routes_need_the_admin_key(gateway, method, path, body, ok):
     for key in (None, "wrong-key"):
-        _assert_error(_call(null, method, path, body, key), 401, "authentication_error")
+        _assert_error(_call(gateway, method, path, body, key), 401, "authentication_error")
     for key in (USER_KEY, USER_KEY_2):
-        _assert_error(_call(null, method, path, body, key), 403, "permission_error")
-    assert _call(null, method, path, body, ADMIN_KEY).status_code == ok
-    _call(null, "POST", "/resume", None, ADMIN_KEY)
+        _assert_error(_call(gateway, method, path, body, key), 403, "permission_error")
+    assert _call(gateway, method, path, body, ADMIN_KEY).status_code == ok
+    _call(gateway, "POST", "/resume", None, ADMIN_KEY)
 
 
 @pytest.mark.parametrize("path", OPEN_ROUTES)
-def test_open_routes_need_no_key(null, path):
-    assert httpx.get(f"{null.url}{path}", timeout=30).status_code == 200
+def test_open_routes_need_no_key(gateway, path):
+    assert gateway.client.get(path).status_code == 200
 
 
-def test_cors_preflight_from_an_allowed_and_a_disallowed_origin(null):
+def test_cors_preflight_from_an_allowed_and_a_disallowed_origin(gateway):
     preflight = {
         "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization,content-type",
     }
-    r = httpx.options(f"{null.url}/v1/chat/completions", headers={"Origin": ALLOWED_ORIGIN, **preflight})
+    r = gateway.client.options("/v1/chat/completions", headers={"Origin": ALLOWED_ORIGIN, **preflight})
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
     assert "POST" in r.headers["access-control-allow-methods"]
-    r = httpx.options(f"{null.url}/v1/chat/completions", headers={"Origin": "http://evil.example", **preflight})
+    r = gateway.client.options("/v1/chat/completions", headers={"Origin": "http://evil.example", **preflight})
     assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
     # a simple request: the allowed origin can read the body and the request id, even of a 401
-    r = httpx.get(f"{null.url}/v1/models", headers={"Origin": ALLOWED_ORIGIN, **_bearer(USER_KEY)})
+    r = gateway.client.get("/v1/models", headers={"Origin": ALLOWED_ORIGIN, **_bearer(USER_KEY)})
     assert r.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
     assert "x-request-id" in r.headers["access-control-expose-headers"].lower()
-    r = httpx.get(f"{null.url}/v1/models", headers={"Origin": ALLOWED_ORIGIN})
+    r = gateway.client.get("/v1/models", headers={"Origin": ALLOWED_ORIGIN})
     assert r.status_code == 401 and r.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
-    r = httpx.get(f"{null.url}/v1/models", headers={"Origin": "http://evil.example", **_bearer(USER_KEY)})
+    r = gateway.client.get("/v1/models", headers={"Origin": "http://evil.example", **_bearer(USER_KEY)})
     assert "access-control-allow-origin" not in r.headers
 
 

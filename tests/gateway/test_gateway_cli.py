@@ -4,7 +4,8 @@ import subprocess
 import sys
 
 import pytest
-from gateway_helpers import REPO
+
+from tests.support.servers import REPO
 
 
 @pytest.mark.slow

@@ -1,11 +1,12 @@
-"""Each error case: its status and an OpenAI error body (null server:
+"""Each error case: its status and an OpenAI error body (gateway server:
 max_model_len 1024, 64 KiB body limit)."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
-from gateway_helpers import chat_body
+
+from tests.support.http import chat_body
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -49,51 +50,51 @@ def _check(r: httpx.Response, status: int, param, code) -> dict:
 
 
 @pytest.mark.parametrize(("name", "path", "body", "status", "param", "code"), CASES, ids=[c[0] for c in CASES])
-def test_error_case(null, name, path, body, status, param, code):
+def test_error_case(gateway, name, path, body, status, param, code):
     kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
-    r = httpx.post(f"{null.url}{path}", headers=null.headers, timeout=30, **kwargs)
+    r = gateway.client.post(path, headers=gateway.headers, timeout=30, **kwargs)
     error = _check(r, status, param, code)
     assert error["type"] == "invalid_request_error"
 
 
-def test_errors_in_a_stream_request_come_back_before_it_streams(null):
-    r = httpx.post(f"{null.url}{CHAT}", json={**chat_body(2000), "stream": True}, headers=null.headers)
+def test_errors_in_a_stream_request_come_back_before_it_streams(gateway):
+    r = gateway.client.post(CHAT, json={**chat_body(2000), "stream": True}, headers=gateway.headers)
     _check(r, 400, "max_tokens", "context_length_exceeded")
 
 
-def test_oversized_body_is_a_413(null):
+def test_oversized_body_is_a_413(gateway):
     big = {"messages": [{"role": "user", "content": "x" * 70_000}]}
-    r = httpx.post(f"{null.url}{CHAT}", json=big, headers=null.headers)
+    r = gateway.client.post(CHAT, json=big, headers=gateway.headers)
     _check(r, 413, None, "request_too_large")
 
     def chunks():  # no Content-Length: the limit applies while reading
         for _ in range(20):
             yield b" " * 4096
 
-    r = httpx.post(f"{null.url}{CHAT}", content=chunks(), headers=null.headers)
+    r = gateway.client.post(CHAT, content=chunks(), headers=gateway.headers)
     _check(r, 413, None, "request_too_large")
 
 
-def test_unknown_route_and_method(null):
-    r = httpx.get(f"{null.url}/v1/nothing", headers=null.headers)
+def test_unknown_route_and_method(gateway):
+    r = gateway.client.get("/v1/nothing", headers=gateway.headers)
     assert r.status_code == 404 and r.json()["error"]["message"]
-    r = httpx.get(f"{null.url}{CHAT}", headers=null.headers)
+    r = gateway.client.get(CHAT, headers=gateway.headers)
     assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error"
 
 
-def test_unknown_fields_are_ignored(null):
+def test_unknown_fields_are_ignored(gateway):
     body = {**chat_body(2, stream=False), "some_future_field": {"x": 1}, "metadata": {"a": "b"}, "store": False}
-    assert httpx.post(f"{null.url}{CHAT}", json=body, headers=null.headers).status_code == 200
+    assert gateway.client.post(CHAT, json=body, headers=gateway.headers).status_code == 200
 
 
-def test_tools_tool_choice_and_response_format_are_accepted(null):
+def test_tools_tool_choice_and_response_format_are_accepted(gateway):
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
     body = {**chat_body(2, stream=False), "tools": tools, "tool_choice": "auto", "parallel_tool_calls": True,
             "response_format": {"type": "text"}}  # fmt: skip
-    r = httpx.post(f"{null.url}{CHAT}", json=body, headers=null.headers)
+    r = gateway.client.post(CHAT, json=body, headers=gateway.headers)
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
     # A constraint needs a grammar, which the null runner (no tokenizer) cannot compile: a 400 that says so.
-    r = httpx.post(f"{null.url}{CHAT}", json={**body, "response_format": {"type": "json_object"}}, headers=null.headers)
+    r = gateway.client.post(CHAT, json={**body, "response_format": {"type": "json_object"}}, headers=gateway.headers)
     assert r.status_code == 400 and "cannot be enforced" in r.json()["error"]["message"], r.text
 
 

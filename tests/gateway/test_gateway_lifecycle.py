@@ -11,7 +11,9 @@ import sys
 import anyio
 import httpx
 import pytest
-from gateway_helpers import REPO, StreamRecorder, alive, chat_body, check_chat_stream, parse_sse, start_server, wait_for
+
+from tests.support.http import StreamRecorder, chat_body, check_chat_stream, parse_sse, wait_for
+from tests.support.servers import REPO, alive, start_server
 
 pytestmark = pytest.mark.slow
 

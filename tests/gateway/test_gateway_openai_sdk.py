@@ -7,7 +7,8 @@ import anyio
 import httpx
 import openai
 import pytest
-from gateway_helpers import engine_idle, metrics, wait_for
+
+from tests.support.http import engine_idle, metrics, wait_for
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 

@@ -9,7 +9,8 @@ import time
 import anyio
 import httpx
 import pytest
-from gateway_helpers import StreamRecorder, chat_body, check_chat_stream, metrics
+
+from tests.support.http import StreamRecorder, chat_body, check_chat_stream, metrics
 
 pytestmark = pytest.mark.anyio
 

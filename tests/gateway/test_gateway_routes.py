@@ -1,11 +1,10 @@
-"""Tokenize/detokenize, models, metrics, version and OpenAPI (null server)."""
+"""Tokenize/detokenize, models, metrics, version and OpenAPI (gateway server)."""
 
 from __future__ import annotations
 
-import httpx
-from gateway_helpers import chat_body, metrics
 
 from agentgate.gateway.schemas import REQUEST_TYPES
+from tests.support.http import chat_body, metrics
 
 METRIC_NAMES = [
     "agentgate_requests_running",
@@ -22,37 +21,37 @@ METRIC_NAMES = [
 ]
 
 
-def test_tokenize_prompt_and_messages_and_detokenize(null):
-    h = null.headers
-    r = httpx.post(f"{null.url}/tokenize", json={"prompt": "Hello world", "return_token_strs": True}, headers=h)
+def test_tokenize_prompt_and_messages_and_detokenize(gateway):
+    h = gateway.headers
+    r = gateway.client.post("/tokenize", json={"prompt": "Hello world", "return_token_strs": True}, headers=h)
     body = r.json()
     assert r.status_code == 200 and body["count"] == len(body["tokens"]) > 0 and body["max_model_len"] == 1024
     assert len(body["token_strs"]) == body["count"]
-    back = httpx.post(f"{null.url}/detokenize", json={"tokens": body["tokens"]}, headers=h).json()
+    back = gateway.client.post("/detokenize", json={"tokens": body["tokens"]}, headers=h).json()
     assert back == {"prompt": "Hello world"}
     messages = [{"role": "user", "content": "Hello there"}]
-    counted = httpx.post(f"{null.url}/tokenize", json={"messages": messages}, headers=h).json()
-    chat = httpx.post(f"{null.url}/v1/chat/completions", json=chat_body(2, stream=False), headers=h).json()
+    counted = gateway.client.post("/tokenize", json={"messages": messages}, headers=h).json()
+    chat = gateway.client.post("/v1/chat/completions", json=chat_body(2, stream=False), headers=h).json()
     assert counted["count"] == chat["usage"]["prompt_tokens"]
-    text = httpx.post(f"{null.url}/detokenize", json={"tokens": counted["tokens"]}, headers=h).json()["prompt"]
+    text = gateway.client.post("/detokenize", json={"tokens": counted["tokens"]}, headers=h).json()["prompt"]
     assert text.startswith("<|im_start|>system") and text.endswith("<|im_start|>assistant\n")
 
 
-def test_models(null):
-    data = httpx.get(f"{null.url}/v1/models", headers=null.headers).json()
+def test_models(gateway):
+    data = gateway.client.get("/v1/models", headers=gateway.headers).json()
     assert data["object"] == "list"
     [card] = data["data"]
     assert card["id"] == "SmolLM2-135M-Instruct" and card["object"] == "model" and card["max_model_len"] == 1024
 
 
-def test_metrics_names_and_counts_follow_requests(null):
-    before = metrics(null.url)
+def test_metrics_names_and_counts_follow_requests(gateway):
+    before = metrics(gateway.client)
     for name in METRIC_NAMES:
         assert name in before, f"{name} missing from /metrics"
-    r = httpx.post(f"{null.url}/v1/completions", json={"prompt": [1, 2, 3, 4, 5], "max_tokens": 7, "ignore_eos": True,
-                                                        "n": 2}, headers=null.headers)  # fmt: skip
+    r = gateway.client.post("/v1/completions", json={"prompt": [1, 2, 3, 4, 5], "max_tokens": 7, "ignore_eos": True,
+                                                        "n": 2}, headers=gateway.headers)  # fmt: skip
     assert r.status_code == 200
-    after = metrics(null.url)
+    after = metrics(gateway.client)
     assert after["agentgate_prompt_tokens_total"] - before["agentgate_prompt_tokens_total"] == 5
     assert after["agentgate_generation_tokens_total"] - before["agentgate_generation_tokens_total"] == 14
     for name, delta in [("agentgate_time_to_first_token_seconds_count", 2),
@@ -63,17 +62,17 @@ def test_metrics_names_and_counts_follow_requests(null):
     length = 'agentgate_requests_total{finish_reason="length"}'
     assert after[length] - before[length] == 2
     assert r.headers["content-type"] == "application/json"
-    assert httpx.get(f"{null.url}/metrics").headers["content-type"].startswith("text/plain")
+    assert gateway.client.get("/metrics").headers["content-type"].startswith("text/plain")
 
 
-def test_version_and_health(null):
-    assert httpx.get(f"{null.url}/version").json()["version"]
-    health = httpx.get(f"{null.url}/health").json()
+def test_version_and_health(gateway):
+    assert gateway.client.get("/version").json()["version"]
+    health = gateway.client.get("/health").json()
     assert health["status"] == "ok" and health["engines"] == 1 and health["redis"] == "up"
 
 
-def test_openapi_describes_every_route(null):
-    doc = httpx.get(f"{null.url}/openapi.json").json()
+def test_openapi_describes_every_route(gateway):
+    doc = gateway.client.get("/openapi.json").json()
     assert doc["openapi"].startswith("3.")
     expected = {
         "/v1/chat/completions": "post", "/v1/completions": "post", "/v1/models": "get", "/tokenize": "post",

@@ -12,18 +12,14 @@ import time
 import anyio
 import httpx
 import pytest
-from gateway_helpers import (
+
+from tests.support.http import StreamRecorder, chat_body, check_chat_stream, wait_for
+from tests.support.servers import (
     ADMIN_KEY,
     USER_KEY,
     USER_KEY_2,
-    StreamRecorder,
-    check_chat_stream,
-    wait_for,
-)
-from multi_helpers import (
     RedisServer,
     bearer,
-    chat,
     launch_engine,
     launch_gateway,
     launch_serve,
@@ -118,7 +114,7 @@ async def test_an_abort_sent_to_b_stops_a_stream_on_a_within_an_engine_step(clus
             by_id.run,
             client,
             url,
-            chat(max_tokens=900, stream=True),
+            chat_body(900),
             {**USER, "X-Request-Id": "xb-1"},
         )
         await _until(lambda: by_id.events >= 5)
@@ -132,9 +128,9 @@ async def test_an_abort_sent_to_b_stops_a_stream_on_a_within_an_engine_step(clus
 
         # by session and by API key, through /abort_requests on B
         by_session, by_key = StreamRecorder(), StreamRecorder()
-        tasks.start_soon(by_session.run, client, url, chat(max_tokens=900, stream=True),
+        tasks.start_soon(by_session.run, client, url, chat_body(900),
                          {**USER, "X-Session-Id": "abort-me"})  # fmt: skip
-        tasks.start_soon(by_key.run, client, url, chat(max_tokens=900, stream=True), USER_2)
+        tasks.start_soon(by_key.run, client, url, chat_body(900), USER_2)
         await _until(lambda: by_session.events >= 3 and by_key.events >= 3)
         r = await client.post(
             f"{cluster.b.url}/abort_requests",
@@ -166,7 +162,7 @@ async def test_pause_keep_through_a_freezes_both_engines_and_resume_through_b_co
         for i, recorder in enumerate(streams):
             gateway = cluster.a if i % 2 else cluster.b
             tasks.start_soon(recorder.run, client, f"{gateway.url}/v1/chat/completions",
-                             chat(max_tokens=150, stream=True), USER)  # fmt: skip
+                             chat_body(150), USER)  # fmt: skip
         await _until(lambda: all(r.events >= 3 for r in streams))
         listing = (await client.get(f"{cluster.b.url}/v1/requests", headers=ADMIN)).json()["data"]
         assert {e["engine"] for e in listing} == set(cluster.addresses), "the streams should use both engines"
@@ -196,7 +192,7 @@ async def test_rate_limits_hold_across_both_gateways(cluster):
             gateway = (cluster.a, cluster.b)[i % 2]
             r = await client.post(
                 f"{gateway.url}/v1/chat/completions",
-                json=chat(max_tokens=2),
+                json=chat_body(2, stream=False),
                 headers=key,
             )
             codes.append(r.status_code)
@@ -209,7 +205,7 @@ async def test_rate_limits_hold_across_both_gateways(cluster):
         status = (await client.get(f"{cluster.a.url}/v1/rate_limits", headers=key)).json()
         assert status["requests"] == {"limit_per_minute": 6, "remaining": 0}
         # another key is not affected
-        assert (await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat(max_tokens=2),
+        assert (await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(2, stream=False),
                                   headers=USER)).status_code == 200  # fmt: skip
 
         # tokens: a request of ~50 tokens through A leaves 60 - 50; the next one through B spends the rest;
@@ -218,7 +214,7 @@ async def test_rate_limits_hold_across_both_gateways(cluster):
         for gateway in (cluster.a, cluster.b):
             r = await client.post(
                 f"{gateway.url}/v1/chat/completions",
-                json=chat(max_tokens=20),
+                json=chat_body(20, stream=False),
                 headers=key,
             )
             assert r.status_code == 200
@@ -231,7 +227,7 @@ async def test_rate_limits_hold_across_both_gateways(cluster):
         with anyio.fail_after(5):
             while await tokens_left() >= 0:
                 await anyio.sleep(0.02)
-        r = await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat(max_tokens=2), headers=key)
+        r = await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(2, stream=False), headers=key)
         assert r.status_code == 429 and "tokens per minute" in r.json()["error"]["message"]
         assert int(r.headers["retry-after"]) >= 1
 
@@ -247,10 +243,10 @@ async def test_sessions_are_shared_owned_and_bound_to_one_engine(cluster):
             messages.append({"role": "user", "content": f"turn {turn}"})
             if turn % 3 == 2:  # streamed turns record their reply too
                 recorder = await StreamRecorder().run(client, f"{gateway.url}/v1/chat/completions",
-                                                      chat(messages, max_tokens=3, stream=True), headers)  # fmt: skip
+                                                      chat_body(3, messages=messages), headers)  # fmt: skip
                 reply = "".join(check_chat_stream(recorder.payloads())["texts"].values())
             else:
-                r = await client.post(f"{gateway.url}/v1/chat/completions", json=chat(messages, max_tokens=3),
+                r = await client.post(f"{gateway.url}/v1/chat/completions", json=chat_body(3, stream=False, messages=messages),
                                       headers=headers)  # fmt: skip
                 assert r.status_code == 200
                 reply = r.json()["choices"][0]["message"]["content"]
@@ -268,13 +264,13 @@ async def test_sessions_are_shared_owned_and_bound_to_one_engine(cluster):
         r = await client.get(f"{cluster.a.url}/v1/sessions/{sid}", headers=USER_2)
         assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found"
         assert (await client.get(f"{cluster.a.url}/v1/sessions/{sid}", headers=ADMIN)).status_code == 200
-        r = await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat(),
+        r = await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(4, stream=False),
                               headers={**USER_2, "X-Session-Id": sid})  # fmt: skip
         assert r.status_code == 403 and r.json()["error"]["code"] == "session_forbidden"
         assert (await client.get(f"{cluster.a.url}/v1/sessions", headers=USER)).status_code == 403
         listed = (await client.get(f"{cluster.a.url}/v1/sessions", headers=ADMIN)).json()["data"]
         assert sid in [s["id"] for s in listed] and "messages" not in listed[0]
-        r = await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat(),
+        r = await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(4, stream=False),
                               headers={**USER, "X-Session-Id": "has space"})  # fmt: skip
         assert r.status_code == 400 and r.json()["error"]["param"] == "X-Session-Id"
 
@@ -284,7 +280,7 @@ async def test_deleting_a_session_aborts_its_stream_on_the_other_gateway(cluster
     recorder = StreamRecorder()
     async with _client() as client, anyio.create_task_group() as tasks:
         tasks.start_soon(recorder.run, client, f"{cluster.a.url}/v1/chat/completions",
-                         chat(max_tokens=900, stream=True), {**USER, "X-Session-Id": sid})  # fmt: skip
+                         chat_body(900), {**USER, "X-Session-Id": sid})  # fmt: skip
         await _until(lambda: recorder.events >= 3)
         assert (await client.delete(f"{cluster.b.url}/v1/sessions/{sid}", headers=USER_2)).status_code == 404
         r = await client.delete(f"{cluster.b.url}/v1/sessions/{sid}", headers=USER)
@@ -299,7 +295,7 @@ def test_sessions_survive_a_gateway_restart(cluster):
     sid = "survivor"
     headers = {**USER, "X-Session-Id": sid}
     for _ in range(2):
-        assert httpx.post(f"{cluster.a.url}/v1/chat/completions", json=chat(), headers=headers).status_code == 200
+        assert httpx.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(4, stream=False), headers=headers).status_code == 200
     wait_for(
         lambda: httpx.get(f"{cluster.b.url}/v1/sessions/{sid}", headers=USER).json()["turns"] == 2,
         timeout=2,
@@ -310,7 +306,7 @@ def test_sessions_survive_a_gateway_restart(cluster):
     assert {k: after[k] for k in ("turns", "usage", "engine", "messages", "created")} == {
         k: before[k] for k in ("turns", "usage", "engine", "messages", "created")
     }
-    assert httpx.post(f"{cluster.a.url}/v1/chat/completions", json=chat(), headers=headers).status_code == 200
+    assert httpx.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(4, stream=False), headers=headers).status_code == 200
     wait_for(
         lambda: httpx.get(f"{cluster.a.url}/v1/sessions/{sid}", headers=USER).json()["turns"] == 3,
         timeout=2,
@@ -332,7 +328,7 @@ async def test_a_gateway_started_while_paused_starts_paused(cluster, tmp_path):
             assert r.json()["is_paused"] is True
             late = StreamRecorder()
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(late.run, client, f"{joiner.url}/v1/chat/completions", chat(max_tokens=8, stream=True),
+                tasks.start_soon(late.run, client, f"{joiner.url}/v1/chat/completions", chat_body(8),
                                  {})  # fmt: skip
                 await anyio.sleep(0.5)
                 assert late.events <= 1, "the new replica's engine ran while the cluster was paused"
@@ -351,7 +347,7 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
     async with _client() as client:
         # a session written before the outage (Redis syncs its file on every write here)
         saved = {**USER, "X-Session-Id": "outage-survivor"}
-        assert (await client.post(f"{url_a}/v1/chat/completions", json=chat(), headers=saved)).status_code == 200
+        assert (await client.post(f"{url_a}/v1/chat/completions", json=chat_body(4, stream=False), headers=saved)).status_code == 200
         with anyio.fail_after(5):
             while (await client.get(f"{url_a}/v1/sessions/outage-survivor", headers=USER)).status_code != 200:
                 await anyio.sleep(0.05)
@@ -359,23 +355,23 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
             for i, recorder in enumerate(streams):
                 url = (url_a, url_b)[i % 2]
                 tasks.start_soon(recorder.run, client, f"{url}/v1/chat/completions",
-                                 chat(max_tokens=120, stream=True), USER)  # fmt: skip
+                                 chat_body(120), USER)  # fmt: skip
             await _until(lambda: all(r.events >= 3 for r in streams))
             cluster.redis.kill()
 
             # while it is down: stateless requests work, shared-state routes are 503
             session_headers = {**USER, "X-Session-Id": "during-outage"}
             for url in (url_a, url_b):
-                r = await client.post(f"{url}/v1/chat/completions", json=chat(), headers=session_headers)
+                r = await client.post(f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=session_headers)
                 assert r.status_code == 503, r.text
                 error = r.json()["error"]
                 assert error["code"] == "redis_unavailable" and "Redis" in error["message"]
                 assert error["type"] == "service_unavailable"
                 assert (await client.get(f"{url}/v1/sessions/outage-survivor", headers=USER)).status_code == 503
                 assert (await client.post(f"{url}/pause", params={"mode": "keep"}, headers=ADMIN)).status_code == 503
-                r = await client.post(f"{url}/v1/chat/completions", json=chat(), headers=USER)
+                r = await client.post(f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=USER)
                 assert r.status_code == 200
-                r = await client.post(f"{url}/v1/chat/completions", json=chat(), headers=bearer(RPM_KEY))
+                r = await client.post(f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=bearer(RPM_KEY))
                 assert r.status_code == 200  # --rate-limit-redis-down allow (the default)
                 health = (await client.get(f"{url}/health")).json()
                 assert health["status"] == "ok" and health["redis"] == "down"
@@ -385,7 +381,7 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
         # back: the next session request works at once, on either gateway
         cluster.redis.start()
         for url in (url_a, url_b):
-            r = await client.post(f"{url}/v1/chat/completions", json=chat(), headers=session_headers)
+            r = await client.post(f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=session_headers)
             assert r.status_code == 200, r.text
         # and the control channel is back: a cross-gateway abort works again
         with anyio.fail_after(10):
@@ -393,7 +389,7 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
                 await anyio.sleep(0.05)
         recorder = StreamRecorder()
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(recorder.run, client, f"{url_a}/v1/chat/completions", chat(max_tokens=900, stream=True),
+            tasks.start_soon(recorder.run, client, f"{url_a}/v1/chat/completions", chat_body(900),
                              {**USER, "X-Request-Id": "after-outage"})  # fmt: skip
             await _until(lambda: recorder.events >= 3)
             assert (await client.delete(f"{url_b}/v1/requests/after-outage", headers=ADMIN)).status_code == 200

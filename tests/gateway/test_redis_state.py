@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import anyio
 import pytest
-from multi_helpers import RedisServer
 
 from agentgate.gateway.context import RequestContext, key_digest
 from agentgate.gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
@@ -18,6 +17,7 @@ from agentgate.gateway.ratelimit import RateLimitedError, RateLimiter, parse_key
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
 from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.sessions import SessionStore
+from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.anyio
 

@@ -8,8 +8,9 @@ import time
 
 import httpx
 import pytest
-from gateway_helpers import alive, wait_for
-from multi_helpers import chat, launch_serve, stop_all, wait_healthy
+
+from tests.support.http import chat_body, wait_for
+from tests.support.servers import alive, launch_serve, stop_all, wait_healthy
 
 NULL = (
     "--runner",
@@ -58,7 +59,7 @@ def test_serve_with_engines_and_gateway_workers_acts_as_one_and_expires_sessions
         engines = set()
         for turn in range(6):
             with httpx.Client(timeout=10) as fresh:
-                r = fresh.post(f"{server.url}/v1/chat/completions", json=chat(f"turn {turn}"),
+                r = fresh.post(f"{server.url}/v1/chat/completions", json=chat_body(4, stream=False, messages=f"turn {turn}"),
                                headers={"X-Session-Id": sid})  # fmt: skip
                 assert r.status_code == 200
             wait_for(
@@ -92,7 +93,7 @@ def test_the_embedded_redis_keeps_sessions_over_a_restart(tmp_path):
     server = launch_serve(tmp_path, "first", *NULL, "--redis-dir", str(data))
     try:
         wait_healthy(server)
-        assert httpx.post(f"{server.url}/v1/chat/completions", json=chat("hi"),
+        assert httpx.post(f"{server.url}/v1/chat/completions", json=chat_body(4, stream=False, messages="hi"),
                           headers={"X-Session-Id": "kept"}).status_code == 200  # fmt: skip
         wait_for(lambda: _session(server.url, "kept").json()["turns"] == 1, timeout=2)
         before = _session(server.url, "kept").json()

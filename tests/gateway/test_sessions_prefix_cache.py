@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from gateway_helpers import metrics, wait_for
-from multi_helpers import launch_serve, stop_all, wait_healthy
+
+from tests.support.http import metrics, wait_for
+from tests.support.servers import launch_serve, stop_all, wait_healthy
 
 pytestmark = pytest.mark.slow
 

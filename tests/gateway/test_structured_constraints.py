@@ -9,7 +9,6 @@ import random
 
 import jsonschema
 import pytest
-from tools_schemas import random_tool
 
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.model_path import default_model_path
@@ -25,6 +24,7 @@ from agentgate.gateway.tools import (
     validate_tools,
 )
 from agentgate.gateway.tools.constraints import parse_response_format, structured_output
+from tests.support.tool_schemas import random_tool
 
 xgr = pytest.importorskip("xgrammar")
 

@@ -13,8 +13,10 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from gateway_helpers import LiveServer, parse_sse, start_server
-from tools_schemas import random_tool
+
+from tests.support.http import parse_sse
+from tests.support.servers import LiveServer, start_server
+from tests.support.tool_schemas import random_tool
 
 pytestmark = pytest.mark.anyio
 

@@ -1,19 +1,16 @@
-"""The load generator's tests reuse the agents tests' live-server helpers."""
+"""The load generator's live server."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
-
-from agents_helpers import ADMIN_KEY, start_server
+from tests.support.servers import ADMIN_KEY, LiveServer, start_server
 
 
 @pytest.fixture(scope="session")
-def loadtest_server(tmp_path_factory: pytest.TempPathFactory):
+def loadtest_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """The null runner (a few ms a step), with an admin key for pauses and server-side aborts."""
     server = start_server(
         tmp_path_factory.mktemp("loadtest-server"),

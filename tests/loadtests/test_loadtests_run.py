@@ -7,7 +7,8 @@ import json
 import subprocess
 import sys
 
-from agents_helpers import ADMIN_KEY, REPO, engine_idle, wait_for
+from tests.support.http import engine_idle, wait_for
+from tests.support.servers import ADMIN_KEY, REPO
 
 
 def _run(server, out, *flags: str) -> dict:

@@ -10,25 +10,14 @@ there (for looking at the pages)."""
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
-import httpx
 import pytest
-from gateway_helpers import ADMIN_KEY, USER_KEY, engine_idle, free_port, start_server, wait_for
-from playground_helpers import CHROMIUM_ARGS, NO_CHROMIUM, ScriptedSite, find_chromium
 from playwright.sync_api import expect, sync_playwright
 
-STEP_SECONDS = 0.05
-
-
-def shoot(page, name: str, **options) -> None:
-    """Saves a screenshot under $AGENTGATE_SCREENSHOTS (nothing without it)."""
-    folder = os.environ.get("AGENTGATE_SCREENSHOTS")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"{name}.png"), **options)
+from tests.support.browser import CHROMIUM_ARGS, NO_CHROMIUM, STEP_SECONDS, ScriptedSite, find_chromium
+from tests.support.fixtures import idle_around
+from tests.support.servers import ADMIN_KEY, USER_KEY, free_port, start_server
 
 
 @pytest.fixture(scope="session")
@@ -57,10 +46,8 @@ def web_server(tmp_path_factory: pytest.TempPathFactory, site: ScriptedSite):
 @pytest.fixture
 def pg(web_server):
     """The null server, idle and unpaused before and after each test."""
-    wait_for(lambda: engine_idle(web_server.url), message="the engine to be idle before the test")
-    yield web_server
-    httpx.post(f"{web_server.url}/resume", headers=web_server.admin_headers, timeout=10)
-    wait_for(lambda: engine_idle(web_server.url), timeout=20, message="the engine to be idle after the test")
+    with idle_around(web_server, before=10, after=20):
+        yield web_server
 
 
 @pytest.fixture(scope="module")

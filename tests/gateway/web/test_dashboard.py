@@ -11,10 +11,11 @@ import time
 
 import httpx
 import pytest
-from conftest import shoot
-from gateway_helpers import ADMIN_KEY, USER_KEY, wait_for
-from playground_helpers import assert_accessible, setting
 from playwright.sync_api import Page, expect
+
+from tests.support.browser import assert_accessible, setting, shoot
+from tests.support.http import wait_for
+from tests.support.servers import ADMIN_KEY, USER_KEY
 
 
 class Load:

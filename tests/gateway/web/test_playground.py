@@ -23,12 +23,22 @@ import time
 
 import httpx
 import pytest
-from conftest import STEP_SECONDS, shoot
-from gateway_helpers import ADMIN_KEY, USER_KEY, engine_idle, metrics, wait_for
-from playground_helpers import WEATHER_TOOLS, ScriptedSite, open_playground, sample, send, setting, text_length
 from playwright.sync_api import Page, expect
 
 from agentgate.gateway.auth import Access, route_access
+from tests.support.browser import (
+    STEP_SECONDS,
+    WEATHER_TOOLS,
+    ScriptedSite,
+    open_playground,
+    sample,
+    send,
+    setting,
+    shoot,
+    text_length,
+)
+from tests.support.http import engine_idle, metrics, wait_for
+from tests.support.servers import ADMIN_KEY, USER_KEY
 
 MODEL = "SmolLM2-135M-Instruct"
 DISCONNECTS = 'agentgate_requests_total{finish_reason="disconnect"}'

@@ -9,11 +9,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import shoot
-from playground_helpers import (
-    WEATHER_TOOLS, ScriptedSite, assert_accessible, chunk, open_playground, reply_script, send, setting,
-)
 from playwright.sync_api import Page, expect
+
+from tests.support.browser import (
+    WEATHER_TOOLS,
+    ScriptedSite,
+    assert_accessible,
+    chunk,
+    open_playground,
+    reply_script,
+    send,
+    setting,
+    shoot,
+)
 
 MARKDOWN = """# Plan
 

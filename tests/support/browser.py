@@ -36,6 +36,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+STEP_SECONDS = 0.05  # the web tests' null-runner server: seconds a step takes
 CHROMIUM_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -223,3 +224,11 @@ def assert_accessible(page) -> None:
     result = Axe().run(page, options={"runOnly": {"type": "tag", "values": tags}})
     found = [[v["id"], [n["html"][:120] for n in v["nodes"][:3]]] for v in result.response["violations"]]
     assert result.violations_count == 0, json.dumps(found, indent=1)
+
+
+def shoot(page, name: str, **options) -> None:
+    """Saves a screenshot under $AGENTGATE_SCREENSHOTS (nothing without it)."""
+    folder = os.environ.get("AGENTGATE_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), **options)

@@ -1,118 +1,15 @@
-"""Helpers for the agents/ and loadtests/ tests: a live `agentgate serve` on a free port,
-/metrics reading, waiting, and a scripted OpenAI server (httpx.MockTransport) for unit tests."""
+"""A scripted OpenAI server for the SDK's unit tests: an ``httpx.MockTransport``
+answering chat completions from a list of replies (streamed when asked), and
+recording the requests."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
-
-REPO = Path(__file__).resolve().parents[2]
-USER_KEY = "agents-user-key"
-ADMIN_KEY = "agents-admin-key"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class LiveServer:
-    process: subprocess.Popen
-    port: int
-    log_path: Path
-    api_key: str | None = None
-    admin_key: str | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-
-
-def start_server(log_dir: Path, *flags: str, api_key: str | None = None, admin_key: str | None = None,
-                 timeout: float = 300.0) -> LiveServer:  # fmt: skip
-    port = free_port()
-    log_path = log_dir / f"server-{port}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTGATE_")}
-    env["PYTHONUNBUFFERED"] = "1"
-    args = list(flags)
-    if api_key:
-        args += ["--api-key", api_key]
-    if admin_key:
-        args += ["--admin-key", admin_key]
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "agentgate.gateway.cli", "serve", "--port", str(port), *args],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
-        )  # fmt: skip
-    server = LiveServer(process, port, log_path, api_key, admin_key)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}:\n{server.log()}")
-        try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    server.stop()
-    raise RuntimeError(f"the server was not healthy within {timeout:.0f} s:\n{server.log()}")
-
-
-def metrics(url: str) -> dict[str, float]:
-    samples = {}
-    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
-    return samples
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, message: str = "a condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {message}")
-
-
-def engine_idle(url: str) -> bool:
-    m = metrics(url)
-    return (
-        m["agentgate_kv_cache_usage_ratio"] == 0.0
-        and m["agentgate_requests_running"] == 0
-        and m["agentgate_requests_waiting"] == 0
-        and m["agentgate_gateway_requests_in_flight"] == 0
-    )
-
-
-# -- a scripted OpenAI server -------------------------------------------------------------
 
 
 def sse_body(chunks: list[dict[str, Any]], done: bool = True) -> bytes:
