@@ -5,22 +5,21 @@ its choices) into bytes: ``opening`` (the role chunk of chat, the echoed
 prompt of completions), ``chunk`` per event, ``usage_chunk`` and the
 non-streaming ``body``.
 
-Chat replies to requests with tools go through the tool-call parser the
-request's :class:`~gateway.prompts.ToolPlan` names, one parser per choice: the
-model's markup becomes ``tool_calls`` (``message.tool_calls``, or deltas in
-OpenAI's shape: index, id, type and name first, then the arguments), the rest
-stays content, and ``finish_reason`` is ``"tool_calls"`` when the reply made
-calls and ended normally. The non-streaming reply is what the streamed deltas
-add up to. With ``parallel_tool_calls: false`` only the first call is kept
-(constrained decoding makes it the only one when ``tool_choice`` forces a call).
+Chat replies are read by the shared core (:class:`gateway.chat.ReplyReader`,
+one per choice): with tools, the model's markup becomes ``tool_calls``
+(``message.tool_calls``, or deltas in OpenAI's shape: index, id, type and name
+first, then the arguments), the rest stays content, and ``finish_reason`` is
+``"tool_calls"`` when the reply made calls and ended normally. The
+non-streaming reply is what the streamed deltas add up to. This module only
+writes them in OpenAI's shape.
 """
 
 from __future__ import annotations
 
 from agentgate.engine.protocol import TokenLogprobs
 from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway.chat import ChatRun, ReplyReader
 from agentgate.gateway.generation import Choice, ChoiceEvent, Generation
-from agentgate.gateway.prompts import NO_TOOLS, ToolPlan
 from agentgate.gateway.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -38,40 +37,8 @@ from agentgate.gateway.schemas import (
 )
 from agentgate.gateway.streaming import sse
 from agentgate.gateway.tools import Delta as ToolDelta
-from agentgate.gateway.tools import StreamingToolParser, accumulate, finish_reason
 
 _EMPTY_DELTA = Delta()
-
-
-class ToolReader:
-    """One choice's reply through a tool-call parser, keeping at most ``max_calls`` calls."""
-
-    __slots__ = ("max_calls", "parser")
-
-    def __init__(self, parser: type[StreamingToolParser], max_calls: int | None) -> None:
-        self.parser = parser()
-        self.max_calls = max_calls
-
-    @property
-    def num_calls(self) -> int:
-        n = self.parser.num_tool_calls
-        return n if self.max_calls is None else min(n, self.max_calls)
-
-    def feed(self, text: str) -> list[ToolDelta]:
-        return self._keep(self.parser.feed(text)) if text else []
-
-    def finish(self) -> list[ToolDelta]:
-        return self._keep(self.parser.finish())
-
-    def _keep(self, deltas: list[ToolDelta]) -> list[ToolDelta]:
-        if self.max_calls is None:
-            return deltas
-        kept = []
-        for d in deltas:
-            calls = tuple(t for t in d.tool_calls if t.index < self.max_calls)
-            if d.content is not None or calls:
-                kept.append(d if len(calls) == len(d.tool_calls) else ToolDelta(d.content, calls))
-        return kept
 
 
 def _delta(d: ToolDelta) -> Delta:
@@ -86,19 +53,19 @@ def _token_text(tokenizer: Tokenizer, token_id: int) -> tuple[str, list[int]]:
 
 
 class ChatFormat:
-    def __init__(self, gen: Generation, model: str, *, include_usage: bool, tools: ToolPlan = NO_TOOLS) -> None:
-        self.gen = gen
+    def __init__(self, run: ChatRun, model: str, *, include_usage: bool) -> None:
+        self.run = run
+        self.gen = gen = run.generation
         self.model = model
         self.id = f"chatcmpl-{gen.request_id}"
         self.include_usage = include_usage
-        self.tools = tools
-        self._readers: dict[int, ToolReader] = {}
+        self._plain = run.plan.parser is None  # no tool-call parser: the text is the content
+        self._readers: dict[int, ReplyReader] = {}
 
-    def _reader(self, index: int) -> ToolReader:
+    def _reader(self, index: int) -> ReplyReader:
         reader = self._readers.get(index)
         if reader is None:
-            assert self.tools.parser is not None
-            reader = self._readers[index] = ToolReader(self.tools.parser, self.tools.max_calls)
+            reader = self._readers[index] = self.run.reader()
         return reader
 
     def _chunk(self, choices: list[ChatChunkChoice]) -> bytes:
@@ -110,7 +77,7 @@ class ChatFormat:
 
     def chunk(self, choice: Choice, event: ChoiceEvent) -> bytes | None:
         logprobs = self._logprobs(event.token_ids, event.logprobs) if event.logprobs else None
-        if self.tools.parser is not None:
+        if not self._plain:
             return self._tool_chunks(choice, event, logprobs)
         if not event.text and logprobs is None and event.finish_reason is None:
             return None
@@ -120,12 +87,7 @@ class ChatFormat:
     def _tool_chunks(self, choice: Choice, event: ChoiceEvent, logprobs: ChatLogprobs | None) -> bytes | None:
         """The chunks one event makes through the choice's parser: the event's logprobs ride on
         the first, its finish reason on the last."""
-        reader = self._reader(choice.index)
-        deltas = reader.feed(event.text)
-        finish = event.finish_reason
-        if finish is not None:
-            deltas += reader.finish()
-            finish = finish_reason(finish, tool_calls=reader.num_calls > 0)
+        deltas, finish = self._reader(choice.index).read(event.text, event.finish_reason)
         if not deltas:
             if logprobs is None and finish is None:
                 return None
@@ -144,13 +106,9 @@ class ChatFormat:
     def body(self) -> bytes:
         choices = []
         for c in self.gen.choices:
-            message, finish = AssistantMessage("assistant", c.text), c.finish_reason
-            if self.tools.parser is not None:
-                reader = ToolReader(self.tools.parser, self.tools.max_calls)
-                parsed = accumulate([*reader.feed(c.text), *reader.finish()])
-                calls = [t.to_openai() for t in parsed.tool_calls]
-                message = AssistantMessage("assistant", parsed.content, calls or None)
-                finish = finish_reason(finish, tool_calls=bool(calls))
+            parsed, finish = self.run.reader().whole(c.text, c.finish_reason)
+            calls = [t.to_openai() for t in parsed.tool_calls]
+            message = AssistantMessage("assistant", parsed.content, calls or None)
             logprobs = self._logprobs(c.token_ids, c.logprobs) if c.params.logprobs is not None else None
             choices.append(ChatChoice(c.index, message, logprobs, finish))
         return encode(ChatCompletion(self.id, self.gen.created, self.model, choices, self.gen.usage))

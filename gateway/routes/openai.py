@@ -1,6 +1,9 @@
 """OpenAI-compatible generation routes: chat completions, completions, models.
 
-Chat completions take ``tools``, ``tool_choice``, ``parallel_tool_calls`` and
+Chat completions run on the shared chat core (:mod:`gateway.chat`: prompt,
+tool plan, grammar, dispatch, reply parsing); this module decodes OpenAI's
+request and writes OpenAI's response (:mod:`gateway.responses`). Chat
+completions take ``tools``, ``tool_choice``, ``parallel_tool_calls`` and
 ``response_format``: the prompt presents the tools, the reply's tool-call
 markup becomes ``tool_calls``, and forced calls and response formats are
 enforced by constrained decoding (see :func:`gateway.prompts.tool_plan`).
@@ -14,20 +17,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.gateway.chat import start_chat
 from agentgate.gateway.context import context_of
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.middleware import request_id_of
-from agentgate.gateway.prompts import (
-    chat_logprobs,
-    chat_prompt,
-    check_context,
-    check_n,
-    completion_prompts,
-    sampling_params,
-    tool_plan,
-)
+from agentgate.gateway.prompts import check_context, check_n, completion_prompts, sampling_params
 from agentgate.gateway.responses import ChatFormat, CompletionFormat
 from agentgate.gateway.schemas import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, decode_body, encode
 from agentgate.gateway.state import GatewayState
@@ -39,25 +35,14 @@ JSON = "application/json"
 async def chat_completions(request: Request) -> Response:
     arrival = time.monotonic()
     gw: GatewayState = request.state.gateway
-    model = gw.model
     body = decode_body(await request.body(), ChatCompletionRequest)
-    model.check(body.model)
-    check_n(body.n)
-    prompt = chat_prompt(model.tokenizer, body)
-    plan = tool_plan(model.tokenizer, body, model.tool_call_parser)
-    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    check_context(len(prompt), max_tokens, model.max_model_len, "messages")
-    params = sampling_params(
-        body, max_tokens=max_tokens, logprobs=chat_logprobs(body), vocab_size=model.vocab_size, structured=plan.structured
-    )
-    job = Job(request_id_of(request.scope), arrival, [prompt], params, body.n)
-    gen = dispatch(gw, job, context_of(request.scope), conversation=body.messages)
-    gen.constraint_param = plan.constraint_param
+    run = start_chat(gw, body, request_id=request_id_of(request.scope), arrival=arrival,
+                     context=context_of(request.scope))  # fmt: skip
     include_usage = body.stream_options is not None and body.stream_options.include_usage
-    fmt = ChatFormat(gen, body.model or model.name, include_usage=include_usage, tools=plan)
+    fmt = ChatFormat(run, body.model or gw.model.name, include_usage=include_usage)
     if body.stream:
-        return stream_generation(gen, fmt, prime=plan.structured is not None)
-    return await _complete(request, gen, fmt.body)
+        return stream_generation(run.generation, fmt, prime=run.plan.structured is not None)
+    return await _complete(request, run.generation, fmt.body)
 
 
 async def completions(request: Request) -> Response:

@@ -13,6 +13,7 @@ from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
 from agentgate.gateway.auth import KeyChecker
+from agentgate.gateway.chat import ChatRun
 from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Job, dispatch
@@ -20,6 +21,7 @@ from agentgate.gateway.engines import EnginePool
 from agentgate.gateway.errors import ConflictError, QueueFullError
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.prompts import NO_TOOLS
 from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.responses import ChatFormat
 from agentgate.gateway.settings import Settings
@@ -99,7 +101,7 @@ async def test_a_merged_output_streams_one_chunk_per_token_and_a_stop_string_abo
     assert batches[-1][-1].finish_reason == "stop" and choice.finish_reason == "stop"
     assert all(len(e.token_ids) == 1 and len(e.logprobs) == 1 for b in batches for e in b)
     assert engine.left_early, "the engine request was not aborted after the stop string"
-    fmt = ChatFormat(gen, "m", include_usage=False)
+    fmt = ChatFormat(ChatRun(gen, NO_TOOLS), "m", include_usage=False)
     data = _chunks(fmt, choice, batches[1])
     assert data.count(b"data: ") == 3 and data.endswith(b"\r\n\r\n")
     gen.close()

@@ -13,8 +13,8 @@ import pytest
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.model_path import default_model_path
 from agentgate.engine.sampling_params import StructuredOutput
-from agentgate.gateway.prompts import tool_plan
-from agentgate.gateway.responses import ToolReader
+from agentgate.gateway.chat import ReplyReader
+from agentgate.gateway.prompts import ToolPlan, tool_plan
 from agentgate.gateway.schemas import ChatCompletionRequest, decode_body
 from agentgate.gateway.tools import (
     HermesToolParser,
@@ -234,12 +234,12 @@ def test_tool_plan(tokenizer):
 
 def test_parallel_false_keeps_the_first_call_only():
     text = "Checking.\n" + CALL + "\n" + TIME_CALL + "\nDone."
-    reader = ToolReader(HermesToolParser, 1)
+    reader = ReplyReader(ToolPlan(HermesToolParser, max_calls=1))
     deltas = [d for ch in text for d in reader.feed(ch)] + reader.finish()
     parsed = accumulate(deltas)
     assert [c.name for c in parsed.tool_calls] == ["get_weather"] and reader.num_calls == 1
     assert parsed.content == "Checking.Done."
-    assert accumulate(ToolReader(HermesToolParser, None).feed(text)).tool_calls[1].name == "get_time"
+    assert accumulate(ReplyReader(ToolPlan(HermesToolParser)).feed(text)).tool_calls[1].name == "get_time"
 
 
 def test_tool_call_parser_setting(monkeypatch):

@@ -1,0 +1,133 @@
+"""The core under every chat-shaped API: a chat request in, a running
+generation and API-neutral reply pieces out.
+
+An API module translates its wire request into a
+:class:`~gateway.schemas.ChatCompletionRequest` (OpenAI's chat completions
+need no translation; the Responses and Anthropic Messages APIs map their
+items and content blocks onto messages, tools and tool_choice), calls
+:func:`start_chat`, and writes what a :class:`ReplyReader` reads in its own
+wire shape::
+
+    run = start_chat(gw, request, request_id=..., arrival=..., context=...)
+    reader = run.reader()                                  # one per choice
+    piece = reader.read(event.text, event.finish_reason)   # content and tool-call deltas
+    run.generation.usage                                   # prompt and completion tokens
+
+Shared by all of them, so that no API module repeats it: the prompt (the
+chat template, tools presented, past calls rendered back), the tool plan
+(which parser reads the reply, how many calls are kept, the grammar the
+engine enforces), sampling parameters, admission, routing and registration
+(``gateway.dispatch``), tool-call parsing and the finish reason, usage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from agentgate.gateway.context import RequestContext
+from agentgate.gateway.dispatch import Job, dispatch
+from agentgate.gateway.generation import Generation
+from agentgate.gateway.prompts import (
+    ToolPlan,
+    chat_logprobs,
+    chat_prompt,
+    check_context,
+    check_n,
+    sampling_params,
+    tool_plan,
+)
+from agentgate.gateway.schemas import ChatCompletionRequest
+from agentgate.gateway.state import GatewayState
+from agentgate.gateway.tools import Delta, ParsedOutput, accumulate, finish_reason
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRun:
+    """A chat request admitted and running: its generation and how its replies are read."""
+
+    generation: Generation
+    plan: ToolPlan
+
+    def reader(self) -> ReplyReader:
+        return ReplyReader(self.plan)
+
+
+def start_chat(
+    gw: GatewayState, request: ChatCompletionRequest, *, request_id: str, arrival: float, context: RequestContext
+) -> ChatRun:
+    """Validate ``request`` (400-class errors name the field), build its prompt, tool plan and
+    sampling parameters, and dispatch it."""
+    model = gw.model
+    model.check(request.model)
+    check_n(request.n)
+    prompt = chat_prompt(model.tokenizer, request)
+    plan = tool_plan(model.tokenizer, request, model.tool_call_parser)
+    max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    check_context(len(prompt), max_tokens, model.max_model_len, "messages")
+    params = sampling_params(
+        request, max_tokens=max_tokens, logprobs=chat_logprobs(request), vocab_size=model.vocab_size,
+        structured=plan.structured,
+    )  # fmt: skip
+    job = Job(request_id, arrival, [prompt], params, request.n)
+    generation = dispatch(gw, job, context, conversation=request.messages)
+    generation.constraint_param = plan.constraint_param
+    return ChatRun(generation, plan)
+
+
+class ReplyPiece(NamedTuple):
+    """What one choice event adds to a reply: content and tool-call deltas, and on its
+    last event the finish reason as the APIs report it."""
+
+    deltas: list[Delta]
+    finish_reason: str | None
+
+
+class ReplyReader:
+    """One choice's reply, read through the plan's tool-call parser (if any), keeping at
+    most ``plan.max_calls`` calls. The finish reason becomes ``"tool_calls"`` when the
+    reply made calls and ended normally."""
+
+    __slots__ = ("max_calls", "parser")
+
+    def __init__(self, plan: ToolPlan) -> None:
+        self.parser = plan.parser() if plan.parser is not None else None
+        self.max_calls = plan.max_calls
+
+    @property
+    def num_calls(self) -> int:
+        if self.parser is None:
+            return 0
+        n = self.parser.num_tool_calls
+        return n if self.max_calls is None else min(n, self.max_calls)
+
+    def feed(self, text: str) -> list[Delta]:
+        if not text:
+            return []
+        return self._keep(self.parser.feed(text)) if self.parser is not None else [Delta(content=text)]
+
+    def finish(self) -> list[Delta]:
+        return self._keep(self.parser.finish()) if self.parser is not None else []
+
+    def read(self, text: str, engine_finish: str | None) -> ReplyPiece:
+        """The piece an event adds (``engine_finish``: its finish reason, on the last)."""
+        deltas = self.feed(text)
+        if engine_finish is None:
+            return ReplyPiece(deltas, None)
+        deltas += self.finish()
+        return ReplyPiece(deltas, finish_reason(engine_finish, tool_calls=self.num_calls > 0))
+
+    def whole(self, text: str, engine_finish: str | None) -> tuple[ParsedOutput, str | None]:
+        """A whole reply at once (non-streaming): what its streamed pieces add up to."""
+        parsed = accumulate([*self.feed(text), *self.finish()])
+        return parsed, finish_reason(engine_finish, tool_calls=bool(parsed.tool_calls))
+
+    def _keep(self, deltas: list[Delta]) -> list[Delta]:
+        if self.max_calls is None:
+            return deltas
+        kept = []
+        for d in deltas:
+            calls = tuple(t for t in d.tool_calls if t.index < self.max_calls)
+            if d.content is not None or calls:
+                kept.append(d if len(calls) == len(d.tool_calls) else Delta(d.content, calls))
+        return kept
