@@ -9,5 +9,7 @@
 - ``inprocess``: the gateway in this process (``create_app`` + ``httpx.ASGITransport``)
   in front of a null-runner engine served from a thread;
 - ``scripted``: a scripted OpenAI server (``httpx.MockTransport``) for SDK unit tests;
-- ``templates`` and ``tool_schemas``: chat templates and random tool definitions.
+- ``templates``, ``tool_schemas`` and ``tool_calls``: chat templates, random tool
+  definitions, and tool-call replies to parse;
+- ``browser``: Chromium through Playwright and a scripted site, for the playground.
 """
