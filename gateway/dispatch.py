@@ -9,9 +9,9 @@ One call, one way down, nothing called back up:
 2. **route**: an engine (``gateway.engines``), the session's when it has one
    (``context.engine``, its affinity), else the least loaded;
 3. a :class:`Generation` over that engine, whose constructor does nothing
-   more, holding what gives all of it back when the request ends (the
-   registry entry, the session's turn with the decoded ``conversation`` and
-   the reply, the key's tokens for its rate limit);
+   more. It holds a :class:`~gateway.lease.Lease` that gives all of it back
+   when the request ends: the registry entry, the session's turn (the decoded
+   ``conversation`` and the reply), the key's tokens for its rate limit;
 4. **register**: the request id and its engine request ids
    (``gateway.registry``: 409 for an id in flight; the entry shows the
    generation's progress to operators), and, for a session, the request
@@ -27,7 +27,7 @@ from typing import Any
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.generation import Generation
-from agentgate.gateway.schemas import Usage
+from agentgate.gateway.lease import Lease
 from agentgate.gateway.state import GatewayState
 
 
@@ -50,7 +50,8 @@ def dispatch(
     ticket = gw.admission.enter()
     try:
         engine = gw.pool.pick(affinity=context.engine)
-        session = context.session_id if gw.sessions is not None else None
+        lease = Lease(job.request_id, context, registry=gw.registry, sessions=gw.sessions, limiter=gw.limiter,
+                      conversation=conversation)  # fmt: skip
         generation = Generation(
             request_id=job.request_id,
             engine=engine,
@@ -61,34 +62,13 @@ def dispatch(
             prompts=job.prompts,
             params=job.params,
             n=job.n,
-            release=Lease(gw, job.request_id, context, conversation),
-            keep_reply=session is not None,
+            lease=lease,
         )
         gw.registry.register(job.request_id, engine, [c.request_id for c in generation.choices], context,
                              progress=generation)  # fmt: skip
     except BaseException:
         ticket.close()
         raise
-    if session is not None:
-        gw.sessions.bind(session, job.request_id, engine.address)
+    if lease.keeps_reply:
+        gw.sessions.bind(context.session_id, job.request_id, engine.address)
     return generation
-
-class Lease:
-    """What :func:`dispatch` took for one request, given back once when it ends (as ``Generation.release``)."""
-
-    __slots__ = ("_gw", "_request_id", "_context", "_conversation")
-
-    def __init__(self, gw: GatewayState, request_id: str, context: RequestContext, conversation: Sequence[Any]):
-        self._gw = gw
-        self._request_id = request_id
-        self._context = context
-        self._conversation = conversation
-
-    def __call__(self, usage: Usage, reply: str | None) -> None:
-        gw, ctx = self._gw, self._context
-        gw.registry.unregister(self._request_id)
-        if gw.limiter is not None:
-            gw.limiter.debit(ctx.key, usage.total_tokens)
-        if ctx.session_id is not None and gw.sessions is not None:
-            tokens = (usage.prompt_tokens, usage.completion_tokens)
-            gw.sessions.record_turn(ctx.session_id, self._request_id, tokens, self._conversation, reply)

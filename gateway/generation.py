@@ -4,11 +4,11 @@ their text, their latencies, and the bookkeeping around them.
 A :class:`Generation` is made by :func:`gateway.dispatch.dispatch` once the
 request is validated, admitted, routed and registered; making one does
 nothing else. It holds the engine it was routed to, the admission ticket
-(its first token ends the wait) and ``release``, which gives back what
-dispatch took (ticket, registry entry, the session's turn, the key's
-tokens). :meth:`Generation.close` calls it once and records the request's
-metrics, whatever way the request ended (finished, stopped, aborted,
-disconnected).
+(its first token ends the wait) and the :class:`~gateway.lease.Lease` of
+what dispatch took (registry entry, the session's turn, the key's tokens).
+:meth:`Generation.close` closes the ticket, releases the lease once and
+records the request's metrics, whatever way the request ended (finished,
+stopped, aborted, disconnected).
 
 A :class:`Choice` turns one engine request's outputs into text events:
 incremental detokenizing and stop strings (``OutputProcessor``). A stop
@@ -26,7 +26,7 @@ field such an error is about.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import NamedTuple
 
@@ -39,6 +39,7 @@ from agentgate.engine.protocol import EngineCoreOutput, TokenLogprobs
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway.admission import Ticket
+from agentgate.gateway.lease import Lease
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.schemas import Usage
 
@@ -198,11 +199,6 @@ class Choice:
         return ChoiceEvent(delta.text, new, logprobs, reason)
 
 
-Release = Callable[[Usage, str | None], None]
-"""Gives back what dispatch took for a request: called once, with its usage and
-the first choice's text (None when not kept, or when the engine produced nothing)."""
-
-
 def engine_request_ids(request_id: str, num_choices: int) -> list[str]:
     """The engine request id of each choice: the request id itself, or ``<id>-<index>`` for several."""
     return [request_id] if num_choices == 1 else [f"{request_id}-{i}" for i in range(num_choices)]
@@ -223,8 +219,7 @@ class Generation:
         prompts: list[list[int]],
         params: SamplingParams,
         n: int,
-        release: Release | None = None,
-        keep_reply: bool = False,
+        lease: Lease | None = None,
     ) -> None:
         self.request_id = request_id
         self.engine = engine
@@ -239,9 +234,9 @@ class Generation:
         self.constraint_param: str | None = None  # the field a grammar the engine rejects comes from
         ids = engine_request_ids(request_id, len(prompts) * n)
         self.choices = [Choice(self, i, rid, i // n, prompts[i // n], params) for i, rid in enumerate(ids)]
-        if keep_reply:
+        if lease is not None and lease.keeps_reply:
             self.choices[0].keep_text = True  # the reply, for the session's messages
-        self._release = release
+        self._lease = lease
         self._closed = False
 
     @property
@@ -308,15 +303,16 @@ class Generation:
                 await choice.aclose()
 
     def close(self) -> None:
-        """Give back what dispatch took (``release``) and record the request's metrics. Idempotent."""
+        """Close the ticket, release the lease and record the request's metrics. Idempotent."""
         if self._closed:
             return
         self._closed = True
         self.ticket.close()
-        if self._release is not None:
+        if self._lease is not None:
             first = self.choices[0]
             reply = first.text if first.keep_text and (first.num_tokens or first.finish_reason) else None
-            self._release(self.usage, reply)
+            usage = self.usage
+            self._lease.release(usage.prompt_tokens, usage.completion_tokens, reply)
         metrics = self.metrics
         metrics.prompt_tokens.inc(sum(len(p) for p in self.prompts))
         metrics.generated(self.engine.address, sum(c.num_tokens for c in self.choices))

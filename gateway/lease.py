@@ -1,0 +1,54 @@
+"""What a running request holds in the shared services, given back once when it
+ends: its registry entry, its session's turn (the messages the client sent,
+then the reply) and its key's tokens for the rate limit.
+
+:func:`gateway.dispatch.dispatch` takes them and hands the :class:`Lease` to
+the :class:`~gateway.generation.Generation`, whose ``close`` releases it: the
+call goes down to the services, never back up to dispatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agentgate.gateway.context import RequestContext
+from agentgate.gateway.ratelimit import RateLimiter
+from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.sessions import SessionStore
+
+
+class Lease:
+    __slots__ = ("request_id", "context", "conversation", "_registry", "_sessions", "_limiter")
+
+    def __init__(
+        self,
+        request_id: str,
+        context: RequestContext,
+        *,
+        registry: RequestRegistry,
+        sessions: SessionStore | None = None,
+        limiter: RateLimiter | None = None,
+        conversation: Sequence[Any] = (),
+    ) -> None:
+        self.request_id = request_id
+        self.context = context
+        self.conversation = conversation  # what a session records with the reply
+        self._registry = registry
+        self._sessions = sessions if context.session_id is not None else None
+        self._limiter = limiter
+
+    @property
+    def keeps_reply(self) -> bool:
+        """Whether the reply's text is recorded (a session's turn)."""
+        return self._sessions is not None
+
+    def release(self, prompt_tokens: int, completion_tokens: int, reply: str | None) -> None:
+        """The request ended: ``reply`` is its first choice's text as the client got it (None:
+        not kept, or the engine produced nothing)."""
+        self._registry.unregister(self.request_id)
+        if self._limiter is not None:
+            self._limiter.debit(self.context.key, prompt_tokens + completion_tokens)
+        if self._sessions is not None:
+            self._sessions.record_turn(self.context.session_id, self.request_id, (prompt_tokens, completion_tokens),
+                                       self.conversation, reply)  # fmt: skip
