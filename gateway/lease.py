@@ -46,9 +46,11 @@ class Lease:
     def release(self, prompt_tokens: int, completion_tokens: int, reply: str | None) -> None:
         """The request ended: ``reply`` is its first choice's text as the client got it (None:
         not kept, or the engine produced nothing)."""
-        self._registry.unregister(self.request_id)
-        if self._limiter is not None:
-            self._limiter.debit(self.context.key, prompt_tokens + completion_tokens)
+        # The session's turn is queued first: a client that reads its session right after the
+        # reply waits for one background write, not two.
         if self._sessions is not None:
             self._sessions.record_turn(self.context.session_id, self.request_id, (prompt_tokens, completion_tokens),
                                        self.conversation, reply)  # fmt: skip
+        self._registry.unregister(self.request_id)
+        if self._limiter is not None:
+            self._limiter.debit(self.context.key, prompt_tokens + completion_tokens)
