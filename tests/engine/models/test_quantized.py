@@ -8,7 +8,7 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from test_default_model import PROMPT
+from tests.engine.models.test_default_model import PROMPT
 
 from agentgate.engine.models import load_model
 from agentgate.engine.models import quantization as quant
