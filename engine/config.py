@@ -15,6 +15,8 @@ RunnerKind = Literal["overlap", "sync", "null"]
 RUNNERS: tuple[str, ...] = ("overlap", "sync", "null")
 DTYPES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATIONS: tuple[str, ...] = ("auto", "none", "int8", "int4")
+# engine.speculative.SPECULATIVE_MODES, kept here so front ends import this module without the engine.
+SPECULATIVE_MODES: tuple[str, ...] = ("off", "ngram", "suffix", "auto")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,13 @@ class EngineConfig:
                   is measured from free memory and ``gpu_memory_utilization``.
     num_kv_blocks: an exact block count, overriding both (tests use tiny ones).
     max_num_batched_tokens: tokens per step; longer prompts are chunked.
+    speculative:  draft tokens without a draft model and verify them
+                  (``engine.speculative``): "off" (default), "ngram"
+                  (prompt lookup), "suffix" (prompt lookup plus recent
+                  outputs of all requests) or "auto" (suffix where the
+                  runner verifies drafts, off with the overlapped runner);
+                  ngram and suffix need the sync or null runner.
+    num_speculative_tokens: the most tokens drafted per request and step.
     quantization: "auto" (keep a GGUF file's quantized weights where a CPU
                   kernel reads them), "none" (dense), "int8"/"int4" (at
                   most that many bits per weight, quantizing at load what
@@ -59,6 +68,8 @@ class EngineConfig:
     num_kv_blocks: int | None = None
     enable_prefix_caching: bool = True
     enforce_eager: bool = False
+    speculative: str = "off"
+    num_speculative_tokens: int = 6
     seed: int = 0
     # The null runner only: seconds each step takes, to emulate a model.
     null_step_seconds: float = 0.0
@@ -78,6 +89,17 @@ class EngineConfig:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
                 raise InvalidRequestError(f"{name} must be positive", name)
+        if self.speculative not in SPECULATIVE_MODES:
+            raise InvalidRequestError(
+                f"speculative must be one of {SPECULATIVE_MODES}, got {self.speculative!r}", "speculative"
+            )
+        if self.speculative in ("ngram", "suffix") and self.runner == "overlap":
+            raise InvalidRequestError(
+                "speculative decoding needs the sync runner (--runner sync): the overlapped runner "
+                "does not verify drafts yet", "speculative"
+            )
+        if self.num_speculative_tokens < 1:
+            raise InvalidRequestError("num_speculative_tokens must be positive", "num_speculative_tokens")
         if self.steps_in_flight is not None and self.steps_in_flight not in (1, 2):
             raise InvalidRequestError("steps_in_flight must be 1 or 2", "steps_in_flight")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:

@@ -22,6 +22,8 @@ from agentgate.engine.runner.base import ModelRunner
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits, TokenEvent
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.engine.speculative import make_proposer
+from agentgate.engine.speculative.speculator import Speculator
 
 
 @dataclass
@@ -51,6 +53,17 @@ def make_runner(config: EngineConfig) -> ModelRunner:
     return OverlapRunner(config)
 
 
+def make_speculator(config: EngineConfig) -> Speculator | None:
+    """The speculator ``config.speculative`` asks for (``auto``: the suffix
+    proposer with the sync runner; off with the overlapped runner, which does
+    not verify drafts yet, and the null runner)."""
+    mode = config.speculative
+    if mode == "auto":
+        mode = "suffix" if config.runner == "sync" else "off"
+    proposer = make_proposer(mode)
+    return None if proposer is None else Speculator(proposer, config.num_speculative_tokens)
+
+
 class EngineCore:
     """Owns the scheduler and the runner; everything here runs on one thread."""
 
@@ -64,6 +77,7 @@ class EngineCore:
         self.scheduler = Scheduler(
             SchedulerLimits(config.max_num_seqs, config.max_num_batched_tokens, spec.max_model_len),
             KVCacheManager(spec.num_blocks, spec.block_size, config.enable_prefix_caching),
+            make_speculator(config),
         )
         self._in_flight: deque[_InFlight] = deque()
         self._seeds = random.Random(config.seed)
@@ -259,12 +273,14 @@ class EngineCore:
         from agentgate.engine.structured_output import new_bitmask
 
         entry = self._in_flight[0]
-        rows = [row for row in entry.step.scheduled if row.samples]
-        bitmask = new_bitmask(len(rows), self.vocab_size, pinned=self.runner.device.type == "cuda")
-        for index, row in enumerate(rows):
+        step = entry.step
+        bitmask = new_bitmask(step.num_sampling_rows, self.vocab_size, pinned=self.runner.device.type == "cuda")
+        index = 0
+        for row in step.scheduled:
             request = self.scheduler.requests.get(row.request_id)
             if row.constrained and request is not None and request.grammar is not None:
-                request.grammar.fill(bitmask, index)
+                request.grammar.fill(bitmask, index, row.draft_token_ids)
+            index += row.num_sampling_rows
         self.runner.complete(entry.handle, bitmask)
         entry.awaiting_bitmask = False
 
@@ -281,13 +297,13 @@ class EngineCore:
             request = event.request
             out = EngineCoreOutput(
                 request.request_id,
-                [event.token_id],
+                event.token_ids,
                 event.finish_reason.value if event.finish_reason else None,
                 num_cached_tokens=request.num_cached_tokens,
             )
             if event.finish_reason is FinishReason.ERROR:
                 out.error = "the grammar rejected a sampled token"
-            if len(request.output_token_ids) == 1 and request.first_scheduled_time is not None:
+            if len(request.output_token_ids) == len(event.token_ids) and request.first_scheduled_time is not None:
                 out.queue_time = max(0.0, request.first_scheduled_time - request.arrival_time)
             wanted = request.params.logprobs
             if wanted is not None and result.logprobs is not None:

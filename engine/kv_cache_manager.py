@@ -110,6 +110,16 @@ class KVCacheManager:
             self.pool.register(held[index], request.block_hashes[index], token_ids[start : start + self.block_size])
         self._num_offered[request.request_id] = num_full
 
+    def trim(self, request: Request) -> None:
+        """Return the blocks past the request's computed tokens (written only
+        for drafts that were rejected) to the pool, tail first. They were
+        never offered to the prefix cache: only blocks of known tokens are."""
+        held = self._blocks.get(request.request_id)
+        keep = -(-request.num_computed_tokens // self.block_size)
+        if held and len(held) > keep:
+            self.pool.free(held[keep:][::-1])
+            del held[keep:]
+
     def free(self, request: Request) -> None:
         """Release every block of the request (tail first, so the tail is
         evicted before the shared prefix)."""

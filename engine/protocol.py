@@ -142,6 +142,12 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     prefix_hits_tokens: int
     num_preemptions: int
     paused: str
+    # Request-steps that sampled and the tokens they confirmed; drafted and
+    # accepted speculative tokens (zero with speculation off).
+    num_sampling_steps: int = 0
+    num_sampled_tokens: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
 
 class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from agentgate.engine.kv_cache_manager import KVCacheManager
 from agentgate.engine.protocol import SchedulerStats
 from agentgate.engine.request import FinishReason, Request, RequestStatus
+from agentgate.engine.speculative.speculator import Speculator
 from agentgate.engine.scheduler_output import (
     ModelRunnerOutput,
     NewRequestData,
@@ -38,18 +39,23 @@ class SchedulerLimits:
 
 @dataclass
 class TokenEvent:
-    """A confirmed token of a running request (``finish_reason`` set on its last)."""
+    """Tokens of a running request confirmed by one step (several when drafts
+    were accepted; ``finish_reason`` set on its last)."""
 
     request: Request
-    token_id: int
+    token_ids: list[int]
     row: int
     finish_reason: FinishReason | None
 
 
 class Scheduler:
-    def __init__(self, limits: SchedulerLimits, kv: KVCacheManager) -> None:
+    def __init__(self, limits: SchedulerLimits, kv: KVCacheManager, speculator: Speculator | None = None) -> None:
         self.limits = limits
         self.kv = kv
+        self.speculator = speculator
+        # Request-steps that sampled, and the tokens they confirmed (> 1 per step with accepted drafts).
+        self.num_sampling_steps = 0
+        self.num_sampled_tokens = 0
         self.requests: dict[str, Request] = {}
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -61,6 +67,8 @@ class Scheduler:
     def add_request(self, request: Request) -> None:
         self.requests[request.request_id] = request
         self.waiting.append(request)
+        if self.speculator is not None:
+            self.speculator.start(request)
 
     def abort_requests(self, request_ids: list[str] | None = None) -> list[Request]:
         """Finish the named requests (all of them for None) as aborted."""
@@ -92,6 +100,10 @@ class Scheduler:
             prefix_hits_tokens=self.kv.prefix_hits_tokens,
             num_preemptions=self.num_preemptions,
             paused=self.pause_state.value,
+            num_sampling_steps=self.num_sampling_steps,
+            num_sampled_tokens=self.num_sampled_tokens,
+            num_draft_tokens=self.speculator.num_drafted_tokens if self.speculator else 0,
+            num_accepted_tokens=self.speculator.num_accepted_tokens if self.speculator else 0,
         )
 
     # -- one step -----------------------------------------------------------
@@ -117,23 +129,27 @@ class Scheduler:
             return out
         budget = self.limits.max_num_batched_tokens
         rows: dict[str, int] = {}
-        budget = self._schedule_running(out, rows, budget)
+        drafts: dict[str, tuple[int, ...]] = {}
+        budget = self._schedule_running(out, rows, drafts, budget)
         self._schedule_waiting(out, rows, budget)
         for request_id, num_tokens in rows.items():
             request = self.requests[request_id]
+            draft = drafts.get(request_id, ())
             request.num_computed_tokens += num_tokens
-            samples = request.num_computed_tokens >= request.num_tokens
+            samples = request.num_computed_tokens - len(draft) >= request.num_tokens
             if samples:
                 request.num_output_placeholders += 1
             constrained = samples and request.grammar is not None
-            out.scheduled.append(ScheduledRequest(request_id, num_tokens, samples, constrained))
+            out.scheduled.append(ScheduledRequest(request_id, num_tokens, samples, constrained, draft))
             out.epochs[request_id] = request.epoch
             self.kv.cache_full_blocks(request)
         if out.scheduled:
             out.released_request_ids, self._released = self._released, []
         return out
 
-    def _schedule_running(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> int:
+    def _schedule_running(
+        self, out: SchedulerOutput, rows: dict[str, int], drafts: dict[str, tuple[int, ...]], budget: int
+    ) -> int:
         decodes = [r for r in self.running if r.num_computed_tokens >= r.num_prompt_tokens]
         prefills = [r for r in self.running if r.num_computed_tokens < r.num_prompt_tokens]
         for request in decodes + prefills:
@@ -144,12 +160,15 @@ class Scheduler:
             if request.num_pending_outputs >= request.max_tokens:
                 continue  # its last token is in flight
             wanted = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
-            num_tokens = min(wanted, budget)
+            draft = self.speculator.draft(request) if self.speculator is not None else []
+            num_tokens = min(wanted + len(draft), budget)
             if num_tokens <= 0:
                 continue
+            del draft[max(0, num_tokens - wanted) :]
             while (block_ids := self.kv.allocate(request, num_tokens)) is None:
                 victim = self.running[-1]
                 budget += rows.pop(victim.request_id, 0)
+                drafts.pop(victim.request_id, None)
                 out.new_block_ids.pop(victim.request_id, None)
                 self._preempt(victim)
                 if victim is request:
@@ -159,6 +178,8 @@ class Scheduler:
             if block_ids:
                 out.new_block_ids[request.request_id] = block_ids
             rows[request.request_id] = num_tokens
+            if draft:
+                drafts[request.request_id] = tuple(draft)
             budget -= num_tokens
         return budget
 
@@ -218,8 +239,11 @@ class Scheduler:
     def update_from_output(self, step: SchedulerOutput, result: ModelRunnerOutput) -> list[TokenEvent]:
         """Confirm the tokens a step sampled; returns them with any finish.
         Outputs for requests finished, aborted or preempted since the step
-        was scheduled are dropped."""
+        was scheduled are dropped. The KV of rejected drafts is rolled back:
+        ``num_computed_tokens`` and the blocks past it. No token after a
+        stop is confirmed."""
         events = []
+        drafted = {row.request_id: len(row.draft_token_ids) for row in step.scheduled if row.draft_token_ids}
         for row, request_id in enumerate(result.request_ids):
             request = self.requests.get(request_id)
             if (
@@ -228,20 +252,42 @@ class Scheduler:
                 or request.epoch != step.epochs.get(request_id)
             ):
                 continue
-            token = result.sampled_token_ids[row]
+            tokens = [result.sampled_token_ids[row]]
+            if result.extra_token_ids is not None:
+                tokens += result.extra_token_ids[row]
             request.num_output_placeholders -= 1
+            num_drafted = drafted.get(request_id, 0)
+            if num_drafted:
+                request.num_computed_tokens -= num_drafted - (len(tokens) - 1)
+                self.kv.trim(request)
+                self.speculator.verified(request, num_drafted, len(tokens) - 1)
+            confirmed, reason = self._confirm(request, tokens)
+            self.num_sampling_steps += 1
+            self.num_sampled_tokens += len(confirmed)
+            if reason is not None:
+                self.running.remove(request)
+                self._finish(request, reason)
+            elif self.speculator is not None:
+                self.speculator.confirmed(request, confirmed)
+            events.append(TokenEvent(request, confirmed, row, reason))
+        return events
+
+    @staticmethod
+    def _confirm(request: Request, tokens: list[int]) -> tuple[list[int], FinishReason | None]:
+        """Append ``tokens`` to the request's output up to the first that ends it."""
+        for count, token in enumerate(tokens, 1):
             request.output_token_ids.append(token)
             reason = request.check_stop(token)
             if request.grammar is not None and not request.grammar.accept(token):
                 reason = FinishReason.ERROR  # cannot happen while the bitmask is applied
             if reason is not None:
-                self.running.remove(request)
-                self._finish(request, reason)
-            events.append(TokenEvent(request, token, row, reason))
-        return events
+                return tokens[:count], reason
+        return tokens, None
 
     def _finish(self, request: Request, reason: FinishReason) -> None:
         self.kv.free(request)
+        if self.speculator is not None:
+            self.speculator.finish(request.request_id)
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
         del self.requests[request.request_id]

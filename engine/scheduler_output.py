@@ -27,12 +27,21 @@ class NewRequestData:
 class ScheduledRequest:
     """One row of the step: compute ``num_tokens`` tokens of the request;
     ``samples`` when this step completes its known tokens and so samples;
-    ``constrained`` when that sample must obey the request's grammar."""
+    ``constrained`` when that sample must obey the request's grammar.
+    ``draft_token_ids``: speculated tokens to verify; they are the row's
+    last ``len(draft_token_ids)`` inputs (``num_tokens`` counts them), and
+    the row samples at each of its last ``1 + len(draft_token_ids)`` positions."""
 
     request_id: str
     num_tokens: int
     samples: bool
     constrained: bool = False
+    draft_token_ids: tuple[int, ...] = ()
+
+    @property
+    def num_sampling_rows(self) -> int:
+        """Positions this row samples at (its rows in a grammar bitmask)."""
+        return 1 + len(self.draft_token_ids) if self.samples else 0
 
 
 @dataclass
@@ -55,6 +64,10 @@ class SchedulerOutput:
         return any(row.constrained for row in self.scheduled)
 
     @property
+    def num_sampling_rows(self) -> int:
+        return sum(row.num_sampling_rows for row in self.scheduled)
+
+    @property
     def total_num_tokens(self) -> int:
         return sum(row.num_tokens for row in self.scheduled)
 
@@ -69,10 +82,17 @@ class ModelRunnerOutput:
 
     ``logprobs[i]`` is the sampled token's logprob; ``top_token_ids[i]`` /
     ``top_logprobs[i]`` the step's top alternatives (the batch's widest
-    request decides how many; narrower requests are cut on the host)."""
+    request decides how many; narrower requests are cut on the host).
+
+    With drafts (speculative decoding), ``sampled_token_ids[i]`` is the first
+    token a row emits and ``extra_token_ids[i]`` the tokens it emits after it
+    (its accepted drafts but the first, then the target's next token), so a
+    row accepted ``len(extra_token_ids[i])`` drafts. Rows that request
+    logprobs never draft."""
 
     request_ids: list[str]
     sampled_token_ids: list[int]
+    extra_token_ids: list[list[int]] | None = None
     logprobs: list[float] | None = None
     top_token_ids: list[list[int]] | None = None
     top_logprobs: list[list[float]] | None = None

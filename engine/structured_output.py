@@ -87,7 +87,33 @@ class RequestGrammar:
             return True  # the grammar is done; the request ends on this token
         return self.matcher.accept_token(token)
 
-    def fill(self, bitmask: torch.Tensor, row: int) -> None:
+    def fill(self, bitmask: torch.Tensor, row: int, drafts: tuple[int, ...] = ()) -> None:
+        """Fill ``bitmask[row]`` with the tokens allowed next and, for each
+        draft the grammar admits, the following row with those allowed after
+        it (the matcher is rolled back after). Rows past a draft the grammar
+        forbids stay as they are: that draft cannot match the target's
+        token, so nothing after it is accepted."""
+        self._fill_one(bitmask, row)
+        advanced = 0
+        for offset, token in enumerate(drafts, 1):
+            if self.matcher.is_terminated() or not self.matcher.accept_token(token):
+                break
+            advanced += 1
+            self._fill_one(bitmask, row + offset)
+        if advanced:
+            self.matcher.rollback(advanced)
+
+    def forced_tokens(self, limit: int) -> list[int]:
+        """Jump-forward: up to ``limit`` tokens spelling the continuation the
+        grammar forces from here (none when it admits more than one). They
+        are drafts, verified like any other: the output stays what decoding
+        token by token gives, whatever tokenization of the forced text the
+        model itself prefers."""
+        if limit <= 0 or self.matcher.is_terminated():
+            return []
+        return self.matcher.find_jump_forward_tokens()[:limit]
+
+    def _fill_one(self, bitmask: torch.Tensor, row: int) -> None:
         if self.matcher.is_terminated():
             bitmask[row].fill_(-1)
         else:

@@ -68,11 +68,33 @@ class _EngineCollector(Collector):
         yield counter(
             "agentgate_preemptions", "Requests preempted by the engines.", sum(s.num_preemptions for s in known)
         )
+        yield from _speculation_metrics(known)
         yield gauge("agentgate_engines_alive", "Engines this gateway can reach.", self._alive())
         yield gauge("agentgate_gateway_requests_in_flight", "HTTP generation requests in flight.", self._in_flight())
         yield gauge(
             "agentgate_gateway_requests_waiting", "Requests admitted that have no first token yet.", self._waiting()
         )
+
+
+def _speculation_metrics(known: list[SchedulerStats]) -> Iterator[Metric]:
+    """Speculative decoding: drafted and accepted tokens, their ratio, and
+    tokens confirmed per request-step (1.0 without speculation)."""
+    drafted = sum(s.num_draft_tokens for s in known)
+    accepted = sum(s.num_accepted_tokens for s in known)
+    steps = sum(s.num_sampling_steps for s in known)
+    tokens = sum(s.num_sampled_tokens for s in known)
+    yield CounterMetricFamily("agentgate_spec_draft_tokens", "Speculative tokens drafted.", value=drafted)
+    yield CounterMetricFamily("agentgate_spec_accepted_tokens", "Drafted tokens the target model accepted.", value=accepted)
+    yield GaugeMetricFamily(
+        "agentgate_spec_acceptance_ratio", "Accepted over drafted tokens (0 before any draft).",
+        value=accepted / drafted if drafted else 0.0,
+    )  # fmt: skip
+    yield CounterMetricFamily("agentgate_decode_request_steps", "Request-steps that sampled tokens.", value=steps)
+    yield CounterMetricFamily("agentgate_decode_step_tokens", "Tokens those request-steps confirmed.", value=tokens)
+    yield GaugeMetricFamily(
+        "agentgate_tokens_per_step", "Mean tokens confirmed per request-step (above 1 with accepted drafts).",
+        value=tokens / steps if steps else 0.0,
+    )  # fmt: skip
 
 
 class _SharedStateCollector(Collector):

@@ -84,6 +84,13 @@ class Settings:
         default="auto",
         engine=True,
     )
+    speculative: str = _opt(
+        "speculative decoding without a draft model: off, ngram (prompt lookup), suffix (prompt lookup and "
+        "recent outputs of all requests) or auto (suffix where the runner verifies drafts: --runner sync)",
+        default="off",
+        engine=True,
+    )
+    num_speculative_tokens: int = _opt("most tokens drafted per request and step", default=6, engine=True)
     null_step_seconds: float = _opt("null runner only: seconds each step takes", default=0.0, engine=True)
     cpu_threads: int | None = _opt(
         "CPU threads for the engine's math (default: every core other busy processes leave free, "

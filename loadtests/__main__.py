@@ -85,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--complete-conversations", action="store_true",
                       help="after --duration, finish the conversations begun (default: only the turns begun)")
     load.add_argument("--think-time", type=float, default=0.0, help="closed loop: seconds between conversations")
-    load.add_argument("--format", choices=("text", "openai"), default="text",
-                      help="text: tools in the system prompt; openai: tools + tool messages (needs issue 7)")
+    load.add_argument("--format", choices=("text", "openai", "tools"), default="text",
+                      help="text: tools in the system prompt; openai: tools + tool messages (needs issue 7); "
+                           "tools: the model writes the calls, which are run and answered")
     chaos = p.add_argument_group("chaos")
     chaos.add_argument("--abort-every", type=float, default=None, metavar="S", help="an abort storm every S seconds")
     chaos.add_argument("--abort-fraction", type=float, default=0.25, help="share of in-flight requests per storm")

@@ -30,8 +30,9 @@ import httpx
 
 from agentgate.agents import AsyncAdmin, AsyncClient
 from agentgate.agents.errors import AgentGateError, APIStatusError
-from agentgate.agents.events import ContentDelta, Finish, UsageEvent
+from agentgate.agents.events import ChatResult, ContentDelta, Finish, ToolCallDelta, UsageEvent
 from agentgate.loadtests.metrics import SLO, RequestRecord
+from agentgate.loadtests.tool_agents import ToolConversation
 from agentgate.loadtests.workload import Arrivals, Conversation, WorkloadConfig
 
 MAX_ATTEMPTS = 3  # tries of one turn when it is aborted
@@ -100,7 +101,9 @@ class Runner:
         self._rng = random.Random(f"{config.seed}/storms")
 
     # -- one request ---------------------------------------------------------------------
-    async def request(self, client: AsyncClient, conv: Conversation, attempt: int) -> tuple[RequestRecord, str]:
+    async def request(
+        self, client: AsyncClient, conv: Conversation | ToolConversation, attempt: int
+    ) -> tuple[RequestRecord, ChatResult | None]:
         state = self.state
         record = RequestRecord(conv.agent, conv.number, conv.turn, state.now())
         request_id = f"lt-{self.config.seed}-{conv.agent}-{conv.number}-{conv.turn}-{attempt}"
@@ -108,7 +111,7 @@ class Runner:
         times = record.token_times
         t0, clock = state.t0, time.perf_counter
         retries_before = client.retries
-        text = ""
+        result = None
         with anyio.CancelScope() as scope:
             state.in_flight[request_id] = scope
             try:
@@ -116,14 +119,14 @@ class Runner:
                 async with stream:
                     async for event in stream:
                         kind = type(event)
-                        if kind is ContentDelta:
+                        if kind is ContentDelta or kind is ToolCallDelta:
                             times.append(clock() - t0)
                         elif kind is Finish:
                             record.finish_reason = event.reason
                         elif kind is UsageEvent:
                             record.prompt_tokens = event.usage.prompt_tokens
                             record.completion_tokens = event.usage.completion_tokens
-                text = stream.result().content or ""
+                result = stream.result()
             except APIStatusError as exc:
                 record.status, record.error = "error", f"{exc.status_code} {exc.message}"[:300]
             except AgentGateError as exc:
@@ -136,23 +139,30 @@ class Runner:
             record.ttft = times[0] - record.start
         if scope.cancelled_caught or record.finish_reason == "abort":
             record.status = "aborted"
-        elif record.ok and record.completion_tokens < self.config.workload.reply_tokens:
+        elif record.ok and record.completion_tokens < conv.min_tokens:
             record.status = "truncated"  # a stream cut short
         state.records.append(record)
-        return record, text
+        return record, result
 
     # -- agents ----------------------------------------------------------------------------
     async def conversation(self, client: AsyncClient, agent: int, number: int) -> None:
         config, state = self.config, self.state
-        conv = Conversation(config.workload, config.seed, agent, number)
+        tools = config.workload.format == "tools"
+        conv = (ToolConversation if tools else Conversation)(config.workload, config.seed, agent, number)
         state.conversations += 1
         while not conv.done and (state.now() < config.duration or config.complete_conversations):
             for attempt in range(MAX_ATTEMPTS):
-                record, text = await self.request(client, conv, attempt)
+                record, result = await self.request(client, conv, attempt)
                 if record.status != "aborted":
                     break
-            if record.status != "ok":
+            if record.status != "ok" or result is None:
                 return  # an error (or aborted thrice): this conversation is over
+            if isinstance(conv, ToolConversation):  # the model's own calls, run and answered
+                made = result.tool_calls
+                await anyio.sleep(conv.tool_latency(len(made)))
+                conv.add_reply(result.message(), made)
+                continue
+            text = result.content or ""
             calls = conv.tool_calls() if conv.turn < config.workload.turns - 1 else []
             if calls:
                 await anyio.sleep(max(c.latency for c in calls))  # the calls run in parallel

@@ -41,7 +41,14 @@ def server_view(samples: list[dict[str, float]]) -> dict[str, Any]:
         name, labels = prometheus.split(key)
         if name == "agentgate_requests_total" and value:
             reasons[labels.get("finish_reason", "?")] = value
+    drafted = v(d, "agentgate_spec_draft_tokens_total")
+    accepted = v(d, "agentgate_spec_accepted_tokens_total")
+    steps = v(d, "agentgate_decode_request_steps_total")
     return {
+        "spec_draft_tokens": drafted,
+        "spec_accepted_tokens": accepted,
+        "spec_acceptance_rate": accepted / drafted if drafted else None,
+        "tokens_per_step": v(d, "agentgate_decode_step_tokens_total") / steps if steps else None,
         "prefix_cache_hit_rate": hits / queries if queries else None,
         "prefix_cache_queries_tokens": queries,
         "prefix_cache_hits_tokens": hits,
@@ -110,6 +117,10 @@ def figures_table(report: dict[str, Any]) -> Table:
     if server:
         hit = server.get("prefix_cache_hit_rate")
         table.add_row("prefix-cache hit rate", "-" if hit is None else f"{hit:.1%} of prompt tokens (/metrics)")
+        rate, per_step = server.get("spec_acceptance_rate"), server.get("tokens_per_step")
+        table.add_row("speculation (/metrics)", f"acceptance {'-' if rate is None else f'{rate:.1%}'} of "
+                      f"{server.get('spec_draft_tokens') or 0:.0f} drafted, "
+                      f"{'-' if per_step is None else f'{per_step:.2f}'} tokens per request-step")  # fmt: skip
         table.add_row("server TTFT (/metrics)", f"p50 {_fmt(server.get('ttft_p50_s'))}, "
                                                 f"p99 {_fmt(server.get('ttft_p99_s'))}")  # fmt: skip
     cpu = report.get("cpu") or {}

@@ -18,6 +18,8 @@ Two message formats:
   against any OpenAI-compatible server.
 - ``openai``: ``tools`` in the request, assistant messages with
   ``tool_calls`` and ``tool`` messages; the server renders them (issue 7).
+- ``tools``: the model itself writes the calls, which are run against
+  simulated tools and answered (see :mod:`loadtests.tool_agents`).
 
 Everything random comes from ``random.Random`` seeded per (seed, agent,
 conversation), so the requests of a run do not depend on timing.
@@ -100,11 +102,11 @@ class WorkloadConfig:
     max_calls: int = 4
     tool_latency: tuple[float, float] = (0.05, 0.4)  # seconds, uniform, per call (the turn waits for the slowest)
     think_time: float = 0.0  # seconds between a conversation's end and the next one's start (closed loop)
-    format: str = "text"  # "text" or "openai"
+    format: str = "text"  # "text", "openai" or "tools" (the model writes the calls: loadtests.tool_agents)
 
     def __post_init__(self) -> None:
-        if self.format not in ("text", "openai"):
-            raise ValueError("format must be 'text' or 'openai'")
+        if self.format not in ("text", "openai", "tools"):
+            raise ValueError("format must be 'text', 'openai' or 'tools'")
         if not 1 <= self.min_calls <= self.max_calls:
             raise ValueError("need 1 <= min_calls <= max_calls")
         if self.turns < 1 or self.reply_tokens < 1:
@@ -161,6 +163,11 @@ class Conversation:
     @property
     def done(self) -> bool:
         return self.turn >= self.config.turns
+
+    @property
+    def min_tokens(self) -> int:
+        """Tokens every complete reply has (``ignore_eos``: exactly ``reply_tokens``)."""
+        return self.config.reply_tokens
 
     def request_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {

@@ -12,6 +12,7 @@ import torch
 
 from agentgate.engine.runner.base import KVCacheSpec, ModelRunner
 from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from agentgate.engine.speculative.verify import emitted_tokens
 
 
 def null_next_token(previous: int, position: int, seed: int, greedy: bool, vocab_size: int) -> int:
@@ -64,26 +65,34 @@ class NullRunner(ModelRunner):
             self.states[new.request_id] = _State(new, list(new.token_ids), len(new.block_ids), new.num_computed_tokens)
         for request_id, block_ids in step.new_block_ids.items():
             self.states[request_id].num_blocks += len(block_ids)
-        ids, tokens = [], []
+        ids, tokens, extras = [], [], []
         for row in step.scheduled:
             state = self.states[row.request_id]
+            drafts = list(row.draft_token_ids)
             state.num_computed += row.num_tokens
             self.num_tokens_computed += row.num_tokens
-            assert state.num_computed <= len(state.token_ids), "computing tokens not yet sampled"
+            assert state.num_computed <= len(state.token_ids) + len(drafts), "computing tokens not yet sampled"
             assert state.num_blocks * self.kv_spec.block_size >= state.num_computed, "block table too short"
             assert row.samples == (state.num_computed >= len(state.token_ids)), "samples flag disagrees"
             if row.samples:
                 new = state.new
-                token = null_next_token(
-                    state.token_ids[-1], len(state.token_ids), new.seed, new.params.greedy, self.vocab_size
-                )
-                state.token_ids.append(token)
+                targets = []
+                for i in range(len(drafts) + 1):
+                    history = state.token_ids + drafts[:i]
+                    targets.append(null_next_token(
+                        history[-1], len(history), new.seed, new.params.greedy, self.vocab_size
+                    ))  # fmt: skip
+                emitted = emitted_tokens(drafts, targets)
+                state.token_ids.extend(emitted)
+                state.num_computed -= len(drafts) + 1 - len(emitted)
+                state.num_blocks = min(state.num_blocks, -(-state.num_computed // self.kv_spec.block_size))
                 ids.append(row.request_id)
-                tokens.append(token)
+                tokens.append(emitted[0])
+                extras.append(emitted[1:])
         self.num_steps += 1
         if self.step_seconds:
             time.sleep(self.step_seconds)
-        return ModelRunnerOutput(ids, tokens)
+        return ModelRunnerOutput(ids, tokens, extras if any(extras) else None)
 
     def wait(self, handle: ModelRunnerOutput) -> ModelRunnerOutput:
         return handle

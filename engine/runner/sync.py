@@ -18,6 +18,17 @@ from agentgate.engine.runner.host_sampling import SamplingRow, build_sampling_ba
 from agentgate.engine.runner.sampler import sample
 from agentgate.engine.runner.staging import StepStaging
 from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from agentgate.engine.speculative.verify import emitted_tokens
+
+
+@dataclass
+class _Verify:
+    """A row that samples: its request, its drafts (maybe none) and its
+    first sampling row; it samples at ``1 + len(drafts)`` rows."""
+
+    request_id: str
+    drafts: tuple[int, ...]
+    first_row: int
 
 
 @dataclass
@@ -26,7 +37,7 @@ class _Deferred:
 
     logits: torch.Tensor
     rows: list[SamplingRow]
-    request_ids: list[str]
+    groups: list[_Verify]
     output: ModelRunnerOutput | None = None
 
 
@@ -70,12 +81,13 @@ class SyncRunner(TorchModelRunner):
         query_start = [0]
         logits_rows: list[int] = []
         sampling_rows: list[SamplingRow] = []
-        sampled_ids: list[str] = []
+        groups: list[_Verify] = []
         tables = [self._states[row.request_id].block_ids for row in step.scheduled]
         for row in step.scheduled:
             state = self._states[row.request_id]
             start, end = state.num_computed, state.num_computed + row.num_tokens
             input_ids.extend(state.token_ids[start:end])
+            input_ids.extend(row.draft_token_ids)
             pos = np.arange(start, end, dtype=np.int64)
             table = np.asarray(state.block_ids, dtype=np.int64)
             positions.append(pos)
@@ -84,12 +96,15 @@ class SyncRunner(TorchModelRunner):
             query_start.append(query_start[-1] + row.num_tokens)
             state.num_computed = end
             if row.samples:
-                logits_rows.append(query_start[-1] - 1)
+                drafts = row.draft_token_ids
+                groups.append(_Verify(row.request_id, drafts, len(sampling_rows)))
+                logits_rows.extend(range(query_start[-1] - 1 - len(drafts), query_start[-1]))
                 new = state.new
-                sampling_rows.append(
-                    SamplingRow(new.params, new.seed, new.eos_token_ids, state.token_ids, new.num_prompt_tokens)
-                )
-                sampled_ids.append(row.request_id)
+                for i in range(len(drafts) + 1):  # position i sees the known tokens and drafts[:i]
+                    history = state.token_ids if i == 0 else state.token_ids + list(drafts[:i])
+                    sampling_rows.append(
+                        SamplingRow(new.params, new.seed, new.eos_token_ids, history, new.num_prompt_tokens)
+                    )
         num_rows, num_tokens = len(tables), query_start[-1]
         width = max(len(t) for t in tables)
         block_tables = np.zeros((num_rows, width), dtype=np.int32)
@@ -129,29 +144,42 @@ class SyncRunner(TorchModelRunner):
             return ModelRunnerOutput([], [])
         logits = self.model.compute_logits(hidden[rows_d.long()])
         if step.needs_bitmask:
-            return _Deferred(logits, sampling_rows, sampled_ids)
-        return self._sample(logits, sampling_rows, sampled_ids, None)
+            return _Deferred(logits, sampling_rows, groups)
+        return self._sample(logits, sampling_rows, groups, None)
 
     @torch.inference_mode()
     def complete(self, handle: _Deferred, bitmask: torch.Tensor) -> None:
-        handle.output = self._sample(handle.logits, handle.rows, handle.request_ids, bitmask)
+        handle.output = self._sample(handle.logits, handle.rows, handle.groups, bitmask)
 
     def _sample(
-        self, logits: torch.Tensor, rows: list[SamplingRow], request_ids: list[str], bitmask: torch.Tensor | None
+        self, logits: torch.Tensor, rows: list[SamplingRow], groups: list[_Verify], bitmask: torch.Tensor | None
     ) -> ModelRunnerOutput:
+        """Sample every row, then verify each request's drafts (see
+        `engine.speculative.verify`): its state takes the emitted tokens,
+        and the KV of its rejected positions is rolled back."""
         batch = build_sampling_batch(rows, self.vocab_size, self.device)
         if bitmask is not None:
             batch.allowed_bitmask = bitmask.to(self.device)
         result = sample(logits, batch)
         tokens = result.token_ids.tolist()
-        for row, token in zip(rows, tokens):
-            row.token_ids.append(token)
-        output = ModelRunnerOutput(request_ids, tokens)
-        if result.logprobs is not None:
-            output.logprobs = result.logprobs.tolist()
+        firsts, extras = [], []
+        for group in groups:
+            emitted = emitted_tokens(group.drafts, tokens[group.first_row : group.first_row + len(group.drafts) + 1])
+            state = self._states[group.request_id]
+            state.token_ids.extend(emitted)
+            if group.drafts:
+                state.num_computed -= len(group.drafts) + 1 - len(emitted)
+                del state.block_ids[-(-state.num_computed // self.kv_spec.block_size) :]
+            firsts.append(emitted[0])
+            extras.append(emitted[1:])
+        request_ids = [group.request_id for group in groups]
+        output = ModelRunnerOutput(request_ids, firsts, extras if any(g.drafts for g in groups) else None)
+        if result.logprobs is not None:  # rows that want logprobs never draft: one row each
+            first_rows = [group.first_row for group in groups]
+            output.logprobs = result.logprobs[first_rows].tolist()
             if result.top_token_ids is not None:
-                output.top_token_ids = result.top_token_ids.tolist()
-                output.top_logprobs = result.top_logprobs.tolist()
+                output.top_token_ids = result.top_token_ids[first_rows].tolist()
+                output.top_logprobs = result.top_logprobs[first_rows].tolist()
         return output
 
     def wait(self, handle: ModelRunnerOutput | _Deferred) -> ModelRunnerOutput:

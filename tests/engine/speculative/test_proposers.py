@@ -1,0 +1,64 @@
+"""Draft proposers, the bounded continuation index and adaptive draft length."""
+
+from agentgate.engine.speculative import DraftLength, NgramProposer, SuffixProposer
+from agentgate.engine.speculative.continuation_index import ContinuationIndex
+
+
+def test_prompt_lookup_continues_the_most_recent_longest_match():
+    proposer = NgramProposer()
+    #          0  1  2  3  4  5  6  7  8  9
+    prompt = [9, 1, 2, 3, 4, 7, 1, 2, 3, 5, 8, 6, 2, 3]
+    proposer.start("a", prompt)
+    # "2 3" last occurred at 7-8 (then 5 8); "1 2 3" at 6-8 too: the longest, most recent match.
+    assert proposer.propose("a", prompt, 3) == [5, 8, 6]
+    proposer.extend("a", [4])
+    assert proposer.propose("a", prompt + [4], 2) == [7, 1]  # "2 3 4" -> 7 1
+    assert proposer.propose("a", [40, 41], 2) == []
+    proposer.finish("a")
+    assert proposer.propose("a", prompt, 2) == []
+
+
+def test_suffix_proposer_drafts_what_other_requests_wrote():
+    proposer = SuffixProposer()
+    call = [50, 51, 52, 53, 54, 55, 56]
+    proposer.start("first", [1, 2, 3, 10, 11])
+    proposer.extend("first", call)
+    proposer.finish("first")
+    # Another request, another prompt with the same ending: the first's output is drafted.
+    proposer.start("second", [7, 8, 10, 11])
+    assert proposer.propose("second", [7, 8, 10, 11], 4) == call[:4]
+    proposer.extend("second", call[:3])
+    assert proposer.propose("second", [10, 11] + call[:3], 8) == call[3:]
+
+
+def test_the_global_index_is_bounded_and_evicts_the_oldest_outputs():
+    index = ContinuationIndex(2, 4, max_tokens=20)
+    for n in range(10):
+        index.append(n, [100 + n, 1, 2, 3 + n, 4])
+    assert index.num_tokens <= 20
+    assert 0 not in index and 9 in index
+    assert index.lookup([100, 1], 2) == ([], 0)  # evicted with its sequence
+    assert index.lookup([109, 1], 2) == ([2, 12], 2)
+    assert len(index._keys) <= 3 * 20
+
+
+def test_draft_length_grows_on_success_and_stops_on_repeated_misses():
+    length = DraftLength(8)
+    assert length.next() == 4
+    length.observe(4, 4)
+    assert length.next() == 8
+    length.observe(8, 2)
+    assert length.next() == 3
+    length.observe(3, 0)
+    length.observe(1, 0)  # second miss in a row: stop drafting for a while
+    pauses = 0
+    while length.next() == 0:
+        pauses += 1
+    assert pauses == 2 and length.k == 1
+    length.observe(1, 0)
+    pauses = 0
+    while length.next() == 0:
+        pauses += 1
+    assert pauses == 4  # the cooldown doubles
+    length.observe(1, 1)
+    assert length.next() == 2 and length.misses == 0
