@@ -127,6 +127,7 @@ class Runner:
                             record.prompt_tokens = event.usage.prompt_tokens
                             record.completion_tokens = event.usage.completion_tokens
                 result = stream.result()
+                record.tool_calls = len(result.tool_calls)
             except APIStatusError as exc:
                 record.status, record.error = "error", f"{exc.status_code} {exc.message}"[:300]
             except AgentGateError as exc:

@@ -35,6 +35,7 @@ class RequestRecord:
     retries: int = 0
     error: str | None = None
     request_id: str | None = None
+    tool_calls: int = 0  # calls the model wrote in its reply (--format tools)
 
     @property
     def ok(self) -> bool:
@@ -124,6 +125,7 @@ def summarize(records: Iterable[RequestRecord], window: float, slo: SLO) -> dict
             "truncated": sum(r.status == "truncated" for r in records),
             "retries": sum(r.retries for r in records),
             "finish_reasons": _count(r.finish_reason or "none" for r in ok),
+            "tool_calls": sum(r.tool_calls for r in ok),
         },
         "window_s": window,
         "throughput": {
