@@ -140,6 +140,9 @@ class Tokenizer:
             encoded[i] = token
         self.encoded_vocab: list[str] = encoded
         self.token_bytes: list[bytes] = [_token_bytes(t, vocab_type) for t in encoded]
+        # No token spans more bytes than this: a text of more bytes (characters) than
+        # max_token_bytes x N cannot fit in N tokens, whatever it holds.
+        self.max_token_bytes: int = max(map(len, self.token_bytes), default=1)
 
         first = backend.encode("a", add_special_tokens=False).tokens
         self.add_prefix_space: bool = bool(first) and first[0][0] in ("▁", "Ġ")

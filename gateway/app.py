@@ -28,14 +28,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
-from agentgate.engine.client import EngineClient, stop_engine_process
 from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.model_path import resolve_model_path
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
 from agentgate.gateway.auth import AuthMiddleware, KeyChecker
 from agentgate.gateway.cluster import Cluster
-from agentgate.gateway.engines import EnginePool, EngineTarget
+from agentgate.gateway.engines import EngineTarget
 from agentgate.gateway.errors import EXCEPTION_HANDLERS
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.middleware import BodyLimitMiddleware, RequestContextMiddleware, RequestIdMiddleware
@@ -47,6 +46,7 @@ from agentgate.gateway.routes import sessions as sessions_routes
 from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.settings import Settings
 from agentgate.gateway.state import GatewayState, ServedModel
+from agentgate.gateway.supervision import EngineSupervisor, RestartPolicy
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -76,32 +76,28 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
         limiter = limiter if limiter.enabled else None
         metrics.watch_shared_state(shared, limiter)
     registry = RequestRegistry(shared)
+    supervisor = EngineSupervisor(engines, policy=RestartPolicy.from_settings(settings),
+                                  startup_timeout=settings.startup_timeout)  # fmt: skip
     if shared is not None:
         sessions = SessionStore(shared, registry)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, GatewayState]]:
         async with AsyncExitStack() as stack:
-            connected = []
             for target in engines:
                 if target.owned and target.process is not None:
                     stack.callback(remove_socket_file, target.address)  # runs after the engine stopped
-                    stack.push_async_callback(anyio.to_thread.run_sync, stop_engine_process, target.process)
-                client = await stack.enter_async_context(
-                    EngineClient.connect(
-                        target.address, process=target.process, startup_timeout=settings.startup_timeout
-                    )
-                )
-                connected.append(client)
+            engine_tasks = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(engine_tasks.cancel_scope.cancel)
+            pool = await engine_tasks.start(supervisor.run)
             model_path = resolve_model_path(settings.model)
             tokenizer = await anyio.to_thread.run_sync(load_tokenizer, model_path)
-            pool = EnginePool(connected)
             info = pool.info
             metrics.watch(
                 lambda: pool.stats,
                 lambda: registry.num_requests,
                 lambda: admission.waiting,
-                lambda: sum(not e.is_dead for e in pool.engines),
+                lambda: pool.num_live,
             )
             state = GatewayState(
                 settings=settings,
@@ -114,6 +110,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                     tool_call_parser=settings.tool_call_parser,
                 ),
                 pool=pool,
+                supervisor=supervisor,
                 registry=registry,
                 admission=admission,
                 metrics=metrics,

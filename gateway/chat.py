@@ -8,7 +8,7 @@ items and content blocks onto messages, tools and tool_choice), calls
 :func:`start_chat`, and writes what a :class:`ReplyReader` reads in its own
 wire shape::
 
-    run = start_chat(gw, request, request_id=..., arrival=..., context=...)
+    run = await start_chat(gw, request, request_id=..., arrival=..., context=...)
     reader = run.reader()                                  # one per choice
     piece = reader.read(event.text, event.finish_reason)   # content and tool-call deltas
     run.generation.usage                                   # prompt and completion tokens
@@ -25,15 +25,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import anyio
+
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.generation import Generation
+from agentgate.gateway.limits import OFF_LOOP_CHARS, check_prompt_chars, message_chars
 from agentgate.gateway.prompts import (
     ToolPlan,
     chat_logprobs,
     chat_prompt,
     check_context,
     check_n,
+    check_request_json,
     sampling_params,
     tool_plan,
 )
@@ -53,16 +57,23 @@ class ChatRun:
         return ReplyReader(self.plan)
 
 
-def start_chat(
+async def start_chat(
     gw: GatewayState, request: ChatCompletionRequest, *, request_id: str, arrival: float, context: RequestContext
 ) -> ChatRun:
     """Validate ``request`` (400-class errors name the field), build its prompt, tool plan and
-    sampling parameters, and dispatch it."""
+    sampling parameters, and dispatch it. A prompt too long for the context is refused by its
+    characters before it is tokenized; a large one is rendered and tokenized on a worker thread,
+    so the event loop (every other stream, ``/health``) never waits on it."""
     model = gw.model
     model.check(request.model)
     check_n(request.n)
-    prompt = chat_prompt(model.tokenizer, request)
-    plan = tool_plan(model.tokenizer, request, model.tool_call_parser)
+    check_request_json(request)
+    chars = message_chars(request.messages)
+    check_prompt_chars(chars, model.max_model_len, model.tokenizer.max_token_bytes, "messages")
+    if chars > OFF_LOOP_CHARS:
+        prompt, plan = await anyio.to_thread.run_sync(_prompt_and_plan, gw, request)
+    else:
+        prompt, plan = _prompt_and_plan(gw, request)
     max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     check_context(len(prompt), max_tokens, model.max_model_len, "messages")
     params = sampling_params(
@@ -70,9 +81,14 @@ def start_chat(
         structured=plan.structured,
     )  # fmt: skip
     job = Job(request_id, arrival, [prompt], params, request.n)
-    generation = dispatch(gw, job, context, conversation=request.messages)
+    generation = await dispatch(gw, job, context, conversation=request.messages)
     generation.constraint_param = plan.constraint_param
     return ChatRun(generation, plan)
+
+
+def _prompt_and_plan(gw: GatewayState, request: ChatCompletionRequest) -> tuple[list[int], ToolPlan]:
+    tokenizer = gw.model.tokenizer
+    return chat_prompt(tokenizer, request), tool_plan(tokenizer, request, gw.model.tool_call_parser)
 
 
 class ReplyPiece(NamedTuple):

@@ -143,6 +143,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from agentgate.engine.client import start_engine_process, stop_engine_process
     from agentgate.engine.ipc import private_address, remove_socket_file
     from agentgate.gateway.engines import EngineTarget
+    from agentgate.gateway.supervision import spawner
 
     with contextlib.ExitStack() as stack:
         settings = _with_redis(stack, settings)
@@ -154,7 +155,10 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             process = start_engine_process(engine_config, address)
             stack.callback(remove_socket_file, address)  # runs after the engine stopped
             stack.callback(stop_engine_process, process)
-            targets.append(EngineTarget(address, process, owned=True))
+            # One gateway process restarts the engines it watches; workers re-attach to them (see
+            # gateway.supervision).
+            start = spawner(engine_config, address) if settings.gateway_workers == 1 else None
+            targets.append(EngineTarget(address, process, owned=True, start=start))
         return _run_gateways(settings, targets)
 
 

@@ -18,9 +18,10 @@ resume and aborts, over Redis (state + the control channel).
   each aborting its own. All: published, and each replica aborts every
   request of the engines the first one does not reach.
 
-Publishing needs Redis: without it these routes answer 503
-(``redis_unavailable``) before doing anything, so a pause is never half
-applied; aborting a request this replica holds still works.
+Without Redis (unreachable) the kill switch still works on this replica:
+pause, resume and aborts act on its own engines and requests, and the call
+returns :data:`UNREACHABLE` (the routes answer 200 with a ``warning`` saying
+the other replicas were not told).
 
 Control messages are a tagged union of msgspec structs, JSON on the channel
 (``{"op": "pause", "origin": ..., "mode": ..., "engines": [...]}``): each
@@ -90,11 +91,19 @@ class PausedState(msgspec.Struct):
     by: str  # the replica that paused it
 
 
+UNREACHABLE = ("redis is unreachable: this replica acted on its own engines and requests; the other replicas "
+               "were not told")  # fmt: skip
+
+
 class Cluster:
+    """Operator calls across replicas. Each returns None, or :data:`UNREACHABLE` when only this
+    replica acted."""
+
     def __init__(self, pool: EnginePool, registry: RequestRegistry, shared: SharedState | None) -> None:
         self.pool = pool
         self.registry = registry
         self.shared = shared
+        self.mode: PauseMode | None = None  # how this replica's engines were last paused; None: running
         self._tasks: anyio.abc.TaskGroup | None = None
 
     @property
@@ -102,23 +111,30 @@ class Cluster:
         return self.shared.replica_id
 
     # -- pause ------------------------------------------------------------------------
-    async def pause(self, mode: PauseMode) -> None:
+    async def pause(self, mode: PauseMode) -> str | None:
+        told = None
         if self.shared is not None:
             state = msgspec.json.encode(PausedState(mode, time.time(), self._origin))
             message = PauseAll(origin=self._origin, mode=mode, engines=self.pool.addresses)
-            await self._write_and_publish("pausing every replica", lambda p: p.set(self.shared.keys.pause, state),
-                                          message)  # fmt: skip
+            told = await self._write_and_publish("pausing every replica",
+                                                 lambda p: p.set(self.shared.keys.pause, state), message)  # fmt: skip
+        self.mode = mode
         await self.pool.pause(mode)
+        return told
 
-    async def resume(self) -> None:
+    async def resume(self) -> str | None:
+        told = None
         if self.shared is not None:
             message = ResumeAll(origin=self._origin, engines=self.pool.addresses)
-            await self._write_and_publish("resuming every replica", lambda p: p.delete(self.shared.keys.pause),
-                                          message)  # fmt: skip
+            told = await self._write_and_publish("resuming every replica",
+                                                 lambda p: p.delete(self.shared.keys.pause), message)  # fmt: skip
+        self.mode = None
         await self.pool.resume()
+        return told
 
-    async def _write_and_publish(self, what: str, write: Callable[[Any], object], message: ControlMessage) -> None:
-        """``write(pipeline)`` and publish ``message`` in one transaction."""
+    async def _write_and_publish(self, what: str, write: Callable[[Any], object], message: ControlMessage
+                                 ) -> str | None:  # fmt: skip
+        """``write(pipeline)`` and publish ``message`` in one transaction; UNREACHABLE if Redis is."""
         shared = self.shared
 
         async def run() -> None:
@@ -127,10 +143,21 @@ class Cluster:
                 pipe.publish(shared.keys.control, msgspec.json.encode(message))
                 await pipe.execute()
 
-        await shared.guard(what, run())
+        try:
+            await shared.guard(what, run())
+        except RedisUnavailableError:
+            log.warning("%s: %s", what, UNREACHABLE)
+            return UNREACHABLE
+        return None
 
-    async def _publish(self, message: ControlMessage, what: str) -> None:
-        await self.shared.publish(msgspec.json.encode(message), what)
+    async def _publish(self, message: ControlMessage, what: str) -> str | None:
+        """Publish ``message``; UNREACHABLE if Redis is."""
+        try:
+            await self.shared.publish(msgspec.json.encode(message), what)
+        except RedisUnavailableError:
+            log.warning("%s: %s", what, UNREACHABLE)
+            return UNREACHABLE
+        return None
 
     async def paused_state(self) -> PausedState | None:
         """The pause state in Redis (None: not paused, or no Redis)."""
@@ -149,6 +176,7 @@ class Cluster:
         if state is None:
             return
         mode = "keep" if state.mode == "keep" else "wait"
+        self.mode = self.mode or state.mode
         for engine in self.pool.engines:
             if engine.is_dead:
                 continue
@@ -183,36 +211,45 @@ class Cluster:
         request_ids: list[str] = (),
         session_id: str | None = None,
         key: str | None = None,
-    ) -> list[str]:
-        """Abort by request ids, a session and/or a key digest, on every replica; the ids found."""
+    ) -> tuple[list[str], str | None]:
+        """Abort by request ids, a session and/or a key digest, on every replica: the ids found,
+        and UNREACHABLE when Redis is (then only this replica's requests are aborted)."""
         registry, shared = self.registry, self.shared
         found = set(await registry.abort(request_ids)) if request_ids else set()
         remaining = [i for i in request_ids if i not in found]
-        if shared is None:
-            if session_id is not None:
-                found |= set(await self._abort_local(session_id=session_id))
-            if key is not None:
-                found |= set(await self._abort_local(key=key))
-            return sorted(found)
-        if remaining:
-            elsewhere = await registry.held(remaining)
-            if elsewhere:
-                await self._publish(AbortIds(origin=self._origin, ids=sorted(elsewhere)), "aborting on other replicas")
-                found |= set(elsewhere)
         if session_id is not None:
-            ids = await registry.requests_of(shared.keys.session_requests(session_id))
-            await self._publish(AbortSession(origin=self._origin, session=session_id), "aborting a session")
-            found |= set(ids) | set(await self._abort_local(session_id=session_id))
+            found |= set(await self._abort_local(session_id=session_id))
         if key is not None:
-            ids = await registry.requests_of(shared.keys.key_requests(key))
-            await self._publish(AbortKey(origin=self._origin, key=key), "aborting a key's requests")
-            found |= set(ids) | set(await self._abort_local(key=key))
-        return sorted(found)
+            found |= set(await self._abort_local(key=key))
+        if shared is None:
+            return sorted(found), None
+        try:
+            if remaining:
+                elsewhere = await registry.held(remaining)
+                if elsewhere:
+                    await shared.publish(msgspec.json.encode(AbortIds(origin=self._origin, ids=sorted(elsewhere))),
+                                         "aborting on other replicas")  # fmt: skip
+                    found |= set(elsewhere)
+            if session_id is not None:
+                found |= set(await registry.requests_of(shared.keys.session_requests(session_id)))
+                await shared.publish(msgspec.json.encode(AbortSession(origin=self._origin, session=session_id)),
+                                     "aborting a session")  # fmt: skip
+            if key is not None:
+                found |= set(await registry.requests_of(shared.keys.key_requests(key)))
+                await shared.publish(msgspec.json.encode(AbortKey(origin=self._origin, key=key)),
+                                     "aborting a key's requests")  # fmt: skip
+        except RedisUnavailableError:
+            log.warning("aborting: %s", UNREACHABLE)
+            return sorted(found), UNREACHABLE
+        return sorted(found), None
 
-    async def abort_all(self) -> None:
+    async def abort_all(self) -> str | None:
+        told = None
         if self.shared is not None:
-            await self._publish(AbortAll(origin=self._origin, engines=self.pool.addresses), "aborting on every replica")
+            told = await self._publish(AbortAll(origin=self._origin, engines=self.pool.addresses),
+                                       "aborting on every replica")  # fmt: skip
         await self.pool.abort_all()
+        return told
 
     async def _abort_local(self, *, session_id: str | None = None, key: str | None = None) -> list[str]:
         def match(entry: Entry) -> bool:
@@ -245,10 +282,13 @@ class Cluster:
                 case AbortAll(engines=skip):
                     await self.pool.abort_all(skip)
                 case PauseAll(mode="wait", engines=skip):
+                    self.mode = "wait"
                     await self._call_soon(self.pool.pause, "wait", skip)
                 case PauseAll(mode=mode, engines=skip):
+                    self.mode = mode
                     await self.pool.pause(mode, skip)
                 case ResumeAll(engines=skip):
+                    self.mode = None
                     await self.pool.resume(skip)
         except EngineDeadError as exc:
             log.warning("control message %s: %s", type(message).__name__, exc)

@@ -1,11 +1,14 @@
 """From a validated request to a running :class:`~gateway.generation.Generation`.
 
-    gen = dispatch(gw, Job(request_id, arrival, prompts, params, n), context, conversation=body.messages)
+    gen = await dispatch(gw, Job(request_id, arrival, prompts, params, n), context, conversation=body.messages)
 
 One call, one way down, nothing called back up:
 
-1. **admit**: an admission ticket (``gateway.admission``: 429 with
-   Retry-After when too many requests wait for their first token);
+1. **admit**, counting engine requests (``n x prompts``): at most
+   ``--max-engine-requests-per-request`` of them (else 400), the key's rate
+   limit charged for all of them (the middleware took one; 429), and an
+   admission ticket for each (``gateway.admission``: 429 with Retry-After
+   when too many wait for their first token);
 2. **route**: an engine (``gateway.engines``), the session's when it has one
    (``context.engine``, its affinity), else the least loaded;
 3. a :class:`Generation` over that engine, whose constructor does nothing
@@ -28,6 +31,7 @@ from agentgate.engine.sampling_params import SamplingParams
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.lease import Lease
+from agentgate.gateway.limits import check_engine_requests
 from agentgate.gateway.state import GatewayState
 
 
@@ -42,12 +46,15 @@ class Job:
     n: int = 1
 
 
-def dispatch(
+async def dispatch(
     gw: GatewayState, job: Job, context: RequestContext, *, conversation: Sequence[Any] = ()
 ) -> Generation:
     """Admit, route and register ``job`` (see the module docstring); ``conversation``: the
     messages a session records with the reply."""
-    ticket = gw.admission.enter()
+    count = check_engine_requests(len(job.prompts), job.n, gw.settings.max_engine_requests_per_request)
+    if gw.limiter is not None:
+        await gw.limiter.admit(context.key, count - 1)  # the middleware took one
+    ticket = gw.admission.enter(count)
     try:
         engine = gw.pool.pick(affinity=context.engine)
         lease = Lease(job.request_id, context, registry=gw.registry, sessions=gw.sessions, limiter=gw.limiter,

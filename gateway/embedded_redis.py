@@ -16,7 +16,9 @@ fixed port (``--port 0``) the data lives in a temporary directory removed on
 stop. A lock file in ``data_dir``
 keeps two agentgates from sharing one directory. The server gets SIGTERM
 when its parent dies (``PR_SET_PDEATHSIG``), so a killed agentgate leaves no
-orphan ``redis-server`` behind.
+orphan ``redis-server`` behind. A watch thread restarts a server that dies
+(within about 0.1 s) on the same socket; it loads its append-only file, so
+sessions survive (``appendfsync everysec``: the last second of writes may not).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Self
@@ -36,6 +39,8 @@ from typing import Self
 log = logging.getLogger("agentgate.redis")
 
 START_TIMEOUT_S = 20.0
+WATCH_INTERVAL_S = 0.1
+RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0)
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -63,14 +68,23 @@ def default_data_dir(port: int) -> Path:
     return Path(base) / "agentgate" / f"redis-{port}"
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _libc_prctl():
+    """libc's ``prctl``, resolved in the parent: the child between fork and exec (perhaps forked
+    from a threaded process) only calls it."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001, S110 - not Linux: the parent's stop() still applies
-        pass
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except Exception:  # noqa: BLE001 - not Linux: the parent's stop() still applies
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     os.setpgid(0, 0)  # a Ctrl-C for the terminal's process group is the parent's to handle
 
 
@@ -100,6 +114,9 @@ class EmbeddedRedis:
         self.process: subprocess.Popen | None = None
         self._socket_dir: str | None = None
         self._lock_file = None
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self.restarts = 0
 
     @property
     def socket_path(self) -> str:
@@ -111,9 +128,22 @@ class EmbeddedRedis:
         return f"unix://{self.socket_path}"
 
     def start(self) -> Self:
+        """Start the server and the watch that restarts it when it dies (see :meth:`_watch`)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock()
         self._socket_dir = tempfile.mkdtemp(prefix="agentgate-redis-")
+        try:
+            self._spawn()
+        except EmbeddedRedisError:
+            self.stop()
+            raise
+        self._stopping.clear()
+        self._watcher = threading.Thread(target=self._watch, name="embedded-redis-watch", daemon=True)
+        self._watcher.start()
+        return self
+
+    def _spawn(self) -> None:
+        """Start redis-server on the socket path (it replaces a stale socket file) and wait for PONG."""
         log_path = self.data_dir / "redis.log"
         command = [
             redis_server_binary(),
@@ -128,28 +158,56 @@ class EmbeddedRedis:
             "--logfile", str(log_path),
             "--loglevel", "warning",
         ]  # fmt: skip
-        self.process = subprocess.Popen(
+        process = self.process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - started before the gateway's threads
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - the main thread, or the watch thread that lives as long
         )  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                error = (self.process.stderr.read() or b"").decode(errors="replace") if self.process.stderr else ""
+            if process.poll() is not None:
+                error = (process.stderr.read() or b"").decode(errors="replace") if process.stderr else ""
                 tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
-                self.stop()
-                raise EmbeddedRedisError(f"redis-server exited during start-up ({self.process.returncode}): "
+                raise EmbeddedRedisError(f"redis-server exited during start-up ({process.returncode}): "
                                          f"{error.strip() or tail.strip()}")  # fmt: skip
             if ping(self.socket_path, 0.5):
-                log.info("embedded redis-server (pid %d) on %s, data in %s", self.process.pid, self.socket_path,
+                log.info("embedded redis-server (pid %d) on %s, data in %s", process.pid, self.socket_path,
                          self.data_dir)  # fmt: skip
-                return self
+                return
             time.sleep(0.02)
-        self.stop()
         raise EmbeddedRedisError(f"redis-server did not answer within {START_TIMEOUT_S:.0f} s")
+
+    def _watch(self) -> None:
+        """Restart the server when it dies (it is ours): at once, then with backoff while it keeps
+        dying. The Redis client reconnects by itself on its next call. Its append-only file
+        (``everysec``) is loaded again, so sessions survive; writes of the last second may not."""
+        failures = 0
+        while not self._stopping.wait(WATCH_INTERVAL_S):
+            process = self.process
+            if process is None or process.poll() is None:  # poll() reaps a dead server: no zombie
+                continue
+            if self._stopping.is_set():
+                return
+            log.error("embedded redis-server (pid %d) died (exit code %s); restarting it", process.pid,
+                      process.returncode)  # fmt: skip
+            if process.stderr is not None:
+                process.stderr.close()
+            self._stopping.wait(RESTART_BACKOFF_S[min(failures, len(RESTART_BACKOFF_S) - 1)])
+            if self._stopping.is_set():
+                return
+            try:
+                self._spawn()
+                failures = 0
+                self.restarts += 1
+            except EmbeddedRedisError as exc:
+                failures += 1
+                log.error("embedded redis-server did not restart: %s", exc)
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (the server flushes its append-only file and exits), then SIGKILL."""
+        self._stopping.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(5)
+            self._watcher = None
         process, self.process = self.process, None
         if process is not None:
             if process.poll() is None:

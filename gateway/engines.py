@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +31,14 @@ STATS_TIMEOUT_S = 2.0
 
 @dataclass(frozen=True)
 class EngineTarget:
-    """An engine to connect to. ``owned``: the gateway stops ``process`` when it shuts down."""
+    """An engine to connect to. ``owned``: the gateway stops ``process`` when it shuts down;
+    ``start``: starts it again at ``address`` after it died (``gateway.supervision``; None: an
+    engine started apart, re-attached when it answers again)."""
 
     address: str
     process: multiprocessing.process.BaseProcess | WatchedPid | None = None
     owned: bool = False
+    start: Callable[[], multiprocessing.process.BaseProcess] | None = None
 
 
 class WatchedPid:
@@ -66,6 +70,7 @@ class EnginePool:
             raise ValueError("an engine pool needs at least one engine")
         self.engines = list(engines)
         self.stats: list[SchedulerStats | None] = [None] * len(self.engines)
+        self.down_since: list[float | None] = [None] * len(self.engines)  # time.time() it died; None: up
         self._turn = 0
 
     @property
@@ -101,7 +106,32 @@ class EnginePool:
 
     @property
     def dead_reasons(self) -> list[str]:
-        return [e.dead_reason for e in self.engines if e.dead_reason is not None]
+        """Each engine that is down: which, since when, why."""
+        now = time.time()
+        reasons = []
+        for i, engine in enumerate(self.engines):
+            if engine.dead_reason is not None:
+                since = self.down_since[i] or now
+                at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
+                reasons.append(f"engine {i} at {engine.address} is down since {at} ({now - since:.1f} s): "
+                               f"{engine.dead_reason}")  # fmt: skip
+        return reasons
+
+    @property
+    def num_live(self) -> int:
+        return sum(not e.is_dead for e in self.engines)
+
+    def mark_down(self, i: int) -> None:
+        """Engine ``i`` died (its client is dead: routing skips it already)."""
+        if self.down_since[i] is None:
+            self.down_since[i] = time.time()
+
+    def mark_up(self, i: int, client: EngineClient) -> float:
+        """Engine ``i`` serves again through ``client``; the seconds it was down."""
+        since, self.down_since[i] = self.down_since[i], None
+        self.engines[i] = client
+        self.stats[i] = None
+        return time.time() - since if since is not None else 0.0
 
     # -- operator calls ----------------------------------------------------------------
     async def abort_all(self, skip: Iterable[str] = ()) -> None:
@@ -136,10 +166,9 @@ class EnginePool:
         return self.stats
 
     async def health(self, timeout: float = 5.0) -> list[str]:
-        """Reasons the pool is unhealthy (an empty list when every engine answers)."""
+        """Reasons the pool is unhealthy (an empty list when every engine answers): the engines down
+        and the live ones that do not answer."""
         problems = self.dead_reasons
-        if problems:
-            return problems
 
         async def one(engine: EngineClient) -> None:
             with anyio.move_on_after(timeout) as scope:
@@ -152,7 +181,8 @@ class EnginePool:
 
         async with anyio.create_task_group() as tasks:
             for engine in self.engines:
-                tasks.start_soon(one, engine)
+                if not engine.is_dead:
+                    tasks.start_soon(one, engine)
         return problems
 
     async def _each(self, call, skip: Iterable[str] = ()) -> None:

@@ -8,6 +8,7 @@ Every error body is OpenAI's: ``{"error": {"message", "type", "param",
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 
 import msgspec
@@ -108,12 +109,23 @@ _HTTP_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
                429: "rate_limit_error"}  # fmt: skip
 
 
-def error_parts(exc: BaseException) -> tuple[int, ErrorInfo, dict[str, str]]:
-    """(status, error fields, extra headers) for any exception."""
+# A source location inside a library's message ("/src/cpp/grammar.cc:123: ", "[12:00:01] "): the
+# client gets what was wrong with its request, not where in our dependencies it was found.
+_SOURCE_LOCATION = re.compile(r"\[\d{1,2}:\d{2}:\d{2}\]\s*|(?:[\w.+-]*/)+[\w.+-]+\.(?:cc|cpp|cxx|h|hpp|c|py)(?::\d+)*:?\s*")
+
+
+def scrub(message: str) -> str:
+    """``message`` without source paths and log timestamps (see ``_SOURCE_LOCATION``)."""
+    return _SOURCE_LOCATION.sub("", message).strip()
+
+
+def error_parts(exc: BaseException, request_id: str | None = None) -> tuple[int, ErrorInfo, dict[str, str]]:
+    """(status, error fields, extra headers) for any exception. No internal detail reaches the
+    body of a 5xx the gateway did not word itself: that is logged, under ``request_id``."""
     if isinstance(exc, GatewayError):
         return exc.status_code, ErrorInfo(exc.message, exc.error_type, exc.param, exc.code), exc.headers
     if isinstance(exc, InvalidRequestError):
-        return 400, ErrorInfo(str(exc), "invalid_request_error", exc.param, None), {}
+        return 400, ErrorInfo(scrub(str(exc)), "invalid_request_error", exc.param, None), {}
     if isinstance(exc, EngineDeadError):
         return 503, ErrorInfo(str(exc), "service_unavailable", None, "engine_dead"), {}
     if isinstance(exc, HTTPException):
@@ -123,26 +135,28 @@ def error_parts(exc: BaseException) -> tuple[int, ErrorInfo, dict[str, str]]:
             ErrorInfo(exc.detail, _HTTP_TYPES.get(status, "api_error"), None, status),
             dict(exc.headers or {}),
         )
+    where = f" (request id {request_id})" if request_id else ""
     if isinstance(exc, EngineError):
-        return 500, ErrorInfo(f"engine error: {exc}", "internal_server_error", None, "engine_error"), {}
-    return 500, ErrorInfo("internal server error", "internal_server_error", None, None), {}
+        log.error("engine error%s: %s", where, exc)
+        return 500, ErrorInfo(f"the engine failed this request{where}", "internal_server_error", None,
+                              "engine_error"), {}  # fmt: skip
+    log.error("unhandled error%s", where, exc_info=exc)
+    return 500, ErrorInfo(f"internal server error{where}", "internal_server_error", None, None), {}
 
 
-def error_json(exc: BaseException) -> bytes:
+def error_json(exc: BaseException, request_id: str | None = None) -> bytes:
     """The OpenAI error body of ``exc`` (for SSE streams, which cannot change status)."""
-    return _encoder.encode(ErrorBody(error_parts(exc)[1]))
+    return _encoder.encode(ErrorBody(error_parts(exc, request_id)[1]))
 
 
-def error_response(exc: BaseException) -> Response:
-    status, info, headers = error_parts(exc)
-    if status >= 500 and not isinstance(exc, (GatewayError, EngineDeadError)):
-        log.error("unhandled error", exc_info=exc)
+def error_response(exc: BaseException, request_id: str | None = None) -> Response:
+    status, info, headers = error_parts(exc, request_id)
     return Response(_encoder.encode(ErrorBody(info)), status, headers=headers, media_type="application/json")
 
 
 async def handle_exception(request: Request, exc: Exception) -> Response:
     """Starlette exception handler for every exception type the gateway maps."""
-    return error_response(exc)
+    return error_response(exc, request.scope.get("state", {}).get("request_id"))
 
 
 EXCEPTION_HANDLERS = {

@@ -11,7 +11,7 @@
   without a key), checks the key's rate limits (Redis, one script call; 429 +
   Retry-After), opens the ``X-Session-Id`` session if the request names one
   (Redis, one script call: created on first use, owner checked, its engine
-  read; 403 for another key's session, 503 when Redis is down), and leaves a
+  read; 404 for another key's session, as for a missing one; 503 when Redis is down), and leaves a
   :class:`~gateway.context.RequestContext` in the scope for the route
   (:func:`gateway.context.context_of`). Requests without a session and
   without rate limits make no Redis call here.
@@ -81,7 +81,7 @@ class RequestIdMiddleware:
             if started:
                 raise
             # A last resort for bugs: the client still gets an OpenAI body and its request id.
-            await error_response(exc)(scope, receive, send_with_id)
+            await error_response(exc, raw.decode())(scope, receive, send_with_id)
 
 
 class BodyLimitMiddleware:

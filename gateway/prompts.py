@@ -17,6 +17,7 @@ from typing import Any
 from agentgate.engine.sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutput
 from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway.errors import BadRequestError, GatewayError
+from agentgate.gateway.limits import check_depth
 from agentgate.gateway.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 from agentgate.gateway.tools import StreamingToolParser, render_chat_prompt, resolve_tool_choice, select_tool_parser, validate_tools
 from agentgate.gateway.tools.constraints import parse_response_format, structured_output
@@ -38,6 +39,25 @@ def chat_prompt(tokenizer: Tokenizer, request: ChatCompletionRequest) -> list[in
         template_kwargs=request.chat_template_kwargs,
     )
     return tokenizer.encode(text, add_special_tokens=False)  # the template writes the special tokens
+
+
+# What render_messages passes to the template itself: chat_template_kwargs may not set them.
+RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "tool_choice", "add_generation_prompt", "chat_template"})
+
+
+def check_request_json(request: ChatCompletionRequest) -> None:
+    """400 for free-form JSON nested too deep (``gateway.limits``) and for ``chat_template_kwargs``
+    that set what the request's own fields set."""
+    for param in ("tools", "tool_choice", "response_format", "chat_template_kwargs"):
+        check_depth(getattr(request, param), param)
+    for i, message in enumerate(request.messages):
+        check_depth(message.tool_calls, f"messages[{i}].tool_calls")
+    clash = sorted(RESERVED_TEMPLATE_KWARGS.intersection(request.chat_template_kwargs or ()))
+    if clash:
+        raise BadRequestError(
+            f"`chat_template_kwargs` may not set {', '.join(clash)}: use the request's own field",
+            param="chat_template_kwargs",
+        )
 
 
 def render_messages(
@@ -125,6 +145,9 @@ def message_dict(message: ChatMessage, index: int) -> dict[str, Any]:
                 )
             texts.append(part.text)
         content = "".join(texts)
+    if message.role == "tool" and not message.tool_call_id:
+        raise BadRequestError("a message with role `tool` needs `tool_call_id`: the id of the call it answers",
+                              param=f"messages[{index}].tool_call_id")  # fmt: skip
     out: dict[str, Any] = {"role": message.role, "content": "" if content is None else content}
     for key in ("name", "tool_calls", "tool_call_id", "reasoning_content"):
         value = getattr(message, key)

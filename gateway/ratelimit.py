@@ -5,7 +5,9 @@ Two token buckets per API key in Redis, refilled continuously at
 replica sees and changes the same numbers atomically (the clock is Redis's
 ``TIME``, not the replicas'):
 
-- requests: a request takes one; with less than one left it is refused;
+- requests: an engine request takes one (an HTTP request with ``n`` choices
+  of several prompts takes ``n x prompts``: the middleware one before the body
+  is read, :func:`gateway.dispatch.dispatch` the rest); with too few left it is refused;
 - tokens: a request is admitted while the bucket is above zero; when it ends,
   its prompt + completion tokens are taken out (the bucket may go below
   zero: the key then waits until it has refilled). Token limits are thus
@@ -34,7 +36,7 @@ from agentgate.gateway.context import key_digest
 log = logging.getLogger("agentgate.ratelimit")
 
 # KEYS: the requests bucket, the tokens bucket.
-# ARGV: rpm, tpm, mode ('admit', 'debit' or 'peek'), tokens to take (debit).
+# ARGV: rpm, tpm, mode ('admit', 'debit' or 'peek'), requests to take (admit; at most rpm) or tokens (debit).
 # admit -> {1, requests left, tokens left} or {0, wait ms, 'requests'|'tokens'}
 _BUCKETS = """
 local t = redis.call('TIME')
@@ -59,15 +61,16 @@ end
 if ARGV[3] == 'peek' then
   return {1, tostring(lr), tostring(lt)}
 end
+local need = math.min(tonumber(ARGV[4]), rpm)
 local wait, which = 0, ''
-if rpm > 0 and lr < 1 then wait, which = (1 - lr) * 60 / rpm, 'requests' end
+if rpm > 0 and lr < need then wait, which = (need - lr) * 60 / rpm, 'requests' end
 if tpm > 0 and lt <= 0 then
   local w = (1 - lt) * 60 / tpm
   if w > wait then wait, which = w, 'tokens' end
 end
 if wait > 0 then return {0, math.ceil(wait * 1000), which} end
-if rpm > 0 then save(KEYS[1], lr - 1, rpm) end
-return {1, math.floor(lr - 1), math.floor(lt)}
+if rpm > 0 then save(KEYS[1], lr - need, rpm) end
+return {1, math.floor(lr - need), math.floor(lt)}
 """
 
 
@@ -128,15 +131,15 @@ class RateLimiter:
             self.shared.keys.rate(digest, "tokens"),
         ]
 
-    async def admit(self, digest: str) -> None:
-        """Take one request from the key's bucket, or raise 429 (503 when Redis is down and so configured)."""
+    async def admit(self, digest: str, requests: int = 1) -> None:
+        """Take ``requests`` from the key's bucket, or raise 429 (503 when Redis is down and so configured)."""
         rpm, tpm = self.limits(digest)
-        if not rpm and not tpm:
+        if not rpm and not tpm or requests < 1:
             return
         try:
             ok, value, which = await self.shared.guard(
                 "rate limiting",
-                self._script(keys=self._keys(digest), args=[rpm, tpm, "admit", 0]),
+                self._script(keys=self._keys(digest), args=[rpm, tpm, "admit", requests]),
             )
         except RedisUnavailableError:
             if self.reject_when_down:

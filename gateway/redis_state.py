@@ -153,10 +153,10 @@ class SharedState:
             result = await call
         except (RedisError, OSError) as exc:
             self._failed(exc)
+            # The client learns what failed, not where or how (that is in the log, once per outage).
             raise RedisUnavailableError(
-                f"{what} needs the shared state store (Redis at {self.display_url}), which cannot be reached "
-                f"right now ({type(exc).__name__}: {exc}). Requests without X-Session-Id are still served; "
-                "retry later.",
+                f"{what} needs the shared state store (Redis), which cannot be reached right now. Requests "
+                "without X-Session-Id are still served; retry later.",
             ) from None
         self._succeeded()
         return result

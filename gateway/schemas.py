@@ -30,8 +30,11 @@ class ContentPart(Struct, kw_only=True):
     text: str | None = None
 
 
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+
+
 class ChatMessage(Struct, kw_only=True, omit_defaults=True):
-    role: str
+    role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
@@ -245,14 +248,16 @@ class DetokenizeResponse(Struct):
     prompt: str
 
 
-class AbortResponse(Struct):
+class AbortResponse(Struct, omit_defaults=True):
     aborted: list[str]
-    all: bool = False
+    all: bool
+    warning: str | None = None  # set when only this replica acted: the cluster (Redis) could not be told
 
 
-class PauseResponse(Struct):
+class PauseResponse(Struct, omit_defaults=True):
     is_paused: bool
     mode: Literal["abort", "wait", "keep"] | None = None
+    warning: str | None = None  # set when only this replica acted: the cluster (Redis) could not be told
 
 
 # -- decoding ---------------------------------------------------------------------
@@ -276,6 +281,27 @@ def decode_body(body: bytes, kind: type[T]) -> T:
         raise BadRequestError(message, param=param, code="invalid_type") from None
     except msgspec.DecodeError as exc:
         raise BadRequestError(f"malformed JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        param = _too_deep_field(body, kind)
+        raise BadRequestError(f"`{param or 'the request body'}` nests too deep", param=param, code="too_deep") from None
+
+
+# 32 openings in a row (arrays, objects, their keys between): where a too-deep value starts.
+_DEEP_RUN = re.compile(rb'(?:[\[{]\s*(?:"(?:[^"\\]|\\.)*"\s*:\s*)?){32}')
+
+
+def _too_deep_field(body: bytes, kind: type) -> str | None:
+    """The field of ``kind`` whose value nests too deep for the decoder: the last field name
+    before the first long run of openings (found by a regex, in C: no Python loop over the body)."""
+    match = _DEEP_RUN.search(body)
+    if match is None or not hasattr(kind, "__struct_fields__"):
+        return None
+    best, at = None, -1
+    for field_info in msgspec.structs.fields(kind):
+        i = body.rfind(b'"%s"' % field_info.encode_name.encode(), 0, match.start())
+        if i > at:
+            best, at = field_info.encode_name, i
+    return best
 
 
 def _explain(message: str) -> tuple[str, str | None]:

@@ -40,7 +40,7 @@ def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[s
         server.run(sockets=sockets)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return 0 if server.started else 1
+    return 0 if server.started and server.fatal is None else 1
 
 
 # sse-starlette would cancel every stream mid-flight at the first signal; the drain ends them instead.
@@ -62,6 +62,15 @@ class GatewayServer(uvicorn.Server):
         gc.collect()
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
+
+    @property
+    def fatal(self) -> str | None:
+        """Why the gateway gave up (an engine that keeps dying), else None."""
+        state = getattr(self._app.state, "gateway", None)
+        return state.supervisor.fatal if state is not None and state.supervisor is not None else None
+
+    async def on_tick(self, counter: int) -> bool:
+        return self.fatal is not None or await super().on_tick(counter)
 
     async def shutdown(self, sockets=None) -> None:
         for listener in self.servers:

@@ -8,8 +8,8 @@ activity. It expires ``--session-ttl`` seconds after its last activity.
 
 - A request naming a session opens it (:meth:`SessionStore.open`, one script
   call on the request's path): created on first use and owned by the key that
-  created it; another key's session is a 403 (the admin key may use any). It
-  returns the engine the session is bound to.
+  created it; another key's session is a 404, the answer a missing one gets on
+  every route (the admin key may use any). It returns the engine the session is bound to.
 - Once the request is routed, :meth:`SessionStore.bind` records its engine
   (affinity) and the request among the session's requests in flight; when it
   ends, :meth:`SessionStore.record_turn` records the turn (usage, messages,
@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 
 from agentgate.gateway.context import ANONYMOUS
-from agentgate.gateway.errors import NotFoundError, PermissionDeniedError
+from agentgate.gateway.errors import NotFoundError
 from agentgate.gateway.redis_state import SharedState
 from agentgate.gateway.registry import RequestRegistry
 
@@ -122,11 +122,8 @@ class SessionStore:
                 ],
             ),
         )
-        if status == "forbidden":
-            raise PermissionDeniedError(
-                f"the session {session_id!r} belongs to another API key",
-                code="session_forbidden",
-            )
+        if status == "forbidden":  # the same answer as a missing session: no way to learn that it exists
+            raise _not_found(session_id)
         return engine or None
 
     async def get(self, session_id: str, key: str, admin: bool) -> dict[str, Any]:

@@ -24,6 +24,7 @@ ENV_PREFIX = "AGENTGATE_"
 RUNNERS = ("overlap", "sync", "null")
 COMMANDS = ("serve", "gateway", "engine")
 RATE_LIMIT_REDIS_DOWN = ("allow", "reject")
+ON_ENGINE_DEATH = ("restart", "exit")
 
 
 def _opt(
@@ -118,7 +119,14 @@ class Settings:
         "most requests waiting for their first token; more get 429 with Retry-After (0: unbounded)",
         default=1024,
     )
-    max_body_bytes: int = _opt("largest request body accepted; larger ones get 413", default=8 * 1024 * 1024)
+    max_engine_requests_per_request: int = _opt(
+        "most generations (n x prompts) one request may ask for; more get 400. --max-waiting and rate limits "
+        "count generations too",
+        default=128,
+    )
+    max_body_bytes: int = _opt(
+        "largest request body accepted; larger ones get 413 before they are read", default=4 * 1024 * 1024
+    )
     tool_call_parser: str | None = _opt(
         "how tool calls are read from the model's text: hermes (<tool_call> blocks) or llama3_json "
         "(default: chosen from the chat template)",
@@ -149,6 +157,21 @@ class Settings:
     log_level: str = _opt("log level: debug, info, warning, error", default="info", commands=COMMANDS)
     access_log: bool = _opt("log every request (uvicorn's access log)", default=False)
     startup_timeout: float = _opt("seconds to wait for the engine to load its model", default=600.0)
+    on_engine_death: str = _opt(
+        "when an engine dies: restart (one this command spawned is started again with backoff; one "
+        "started apart is re-attached when it answers) or exit (the gateway exits non-zero)",
+        default="restart",
+    )
+    engine_max_restarts: int = _opt(
+        "restarts of one engine allowed within --engine-restart-window; one more death and the gateway "
+        "exits non-zero (for an outer supervisor)",
+        default=5,
+    )
+    engine_restart_window: float = _opt("seconds over which --engine-max-restarts counts", default=300.0)
+    health_degraded_status: int = _opt(
+        "HTTP status of /health when degraded (an engine of several down, Redis unreachable): 200 or 503",
+        default=200,
+    )
     # -- processes ------------------------------------------------------------------
     engines: int = _opt(
         "serve: engine processes to start on this machine",
@@ -189,7 +212,7 @@ class Settings:
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
             raise ValueError(f"runner must be one of {RUNNERS}, got {self.runner!r}")
-        for name in ("max_num_seqs", "max_body_bytes"):
+        for name in ("max_num_seqs", "max_body_bytes", "max_engine_requests_per_request"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive")
         if self.max_waiting < 0:
@@ -203,6 +226,12 @@ class Settings:
                 raise ValueError(
                     f"tool_call_parser must be one of {tuple(TOOL_PARSERS)}, got {self.tool_call_parser!r}"
                 )
+        if self.on_engine_death not in ON_ENGINE_DEATH:
+            raise ValueError(f"on_engine_death must be one of {ON_ENGINE_DEATH}, got {self.on_engine_death!r}")
+        if self.health_degraded_status not in (200, 503):
+            raise ValueError("health_degraded_status must be 200 or 503")
+        if self.engine_max_restarts < 0 or self.engine_restart_window <= 0:
+            raise ValueError("engine_max_restarts must be >= 0 and engine_restart_window positive")
         if self.engines < 1 or self.gateway_workers < 1:
             raise ValueError("engines and gateway_workers must be positive")
         if self.session_ttl <= 0:

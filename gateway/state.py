@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from agentgate.gateway.ratelimit import RateLimiter
     from agentgate.gateway.redis_state import SharedState
     from agentgate.gateway.sessions import SessionStore
+    from agentgate.gateway.supervision import EngineSupervisor
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class GatewayState:
     metrics: Metrics
     cluster: Cluster
     keys: KeyChecker
+    supervisor: EngineSupervisor | None = None  # None: engines not supervised (in-process tests)
     replica_id: str = ""
     shared: SharedState | None = None  # None: no Redis configured (sessions and cross-replica routes answer 503)
     sessions: SessionStore | None = None

@@ -80,7 +80,7 @@ class GenerationResponse(EventSourceResponse):
                 if gen.disconnected:
                     return
                 if gen.error is not None:
-                    await error_response(gen.error)(scope, receive, send)
+                    await error_response(gen.error, gen.request_id)(scope, receive, send)
                     return
             await super().__call__(scope, receive, send)
         finally:
@@ -112,7 +112,7 @@ def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False
                     for choice in gen.choices:
                         tasks.start_soon(gen.run_choice, lambda c=choice: run(c))
                 if gen.error is not None:
-                    send.send_nowait(sse(error_json(gen.error)))
+                    send.send_nowait(sse(error_json(gen.error, gen.request_id)))
                 elif fmt.include_usage:
                     send.send_nowait(fmt.usage_chunk())
             finally:
@@ -142,7 +142,7 @@ async def _single(gen: Generation, fmt: StreamFormat) -> AsyncIterator[bytes]:
         if fmt.include_usage:
             yield fmt.usage_chunk()
     except EngineError as exc:
-        yield sse(error_json(gen.record_error(exc)))
+        yield sse(error_json(gen.record_error(exc), gen.request_id))
     finally:
         gen.close()
     yield DONE

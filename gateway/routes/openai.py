@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -22,6 +23,7 @@ from agentgate.gateway.context import context_of
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.generation import Generation
+from agentgate.gateway.limits import OFF_LOOP_CHARS, check_engine_requests, check_prompt_chars
 from agentgate.gateway.middleware import request_id_of
 from agentgate.gateway.prompts import check_context, check_n, completion_prompts, sampling_params
 from agentgate.gateway.responses import ChatFormat, CompletionFormat
@@ -36,8 +38,8 @@ async def chat_completions(request: Request) -> Response:
     arrival = time.monotonic()
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), ChatCompletionRequest)
-    run = start_chat(gw, body, request_id=request_id_of(request.scope), arrival=arrival,
-                     context=context_of(request.scope))  # fmt: skip
+    run = await start_chat(gw, body, request_id=request_id_of(request.scope), arrival=arrival,
+                           context=context_of(request.scope))  # fmt: skip
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     fmt = ChatFormat(run, body.model or gw.model.name, include_usage=include_usage)
     if body.stream:
@@ -57,7 +59,19 @@ async def completions(request: Request) -> Response:
                               param="echo")  # fmt: skip
     if body.suffix:
         raise BadRequestError("`suffix` is not supported", param="suffix")
-    prompts = completion_prompts(model.tokenizer, body, model.vocab_size)
+    if body.best_of is not None and body.best_of != body.n:
+        raise BadRequestError("`best_of` other than `n` is not supported (this server scores no candidates)",
+                              param="best_of")  # fmt: skip
+    texts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+    check_engine_requests(len(texts) if texts and not isinstance(texts[0], int) else 1, body.n,
+                          gw.settings.max_engine_requests_per_request)  # fmt: skip
+    chars = sum(len(t) for t in texts if isinstance(t, str))
+    check_prompt_chars(max((len(t) for t in texts if isinstance(t, str)), default=0), model.max_model_len,
+                       model.tokenizer.max_token_bytes, "prompt")  # fmt: skip
+    if chars > OFF_LOOP_CHARS:
+        prompts = await anyio.to_thread.run_sync(completion_prompts, model.tokenizer, body, model.vocab_size)
+    else:
+        prompts = completion_prompts(model.tokenizer, body, model.vocab_size)
     max_tokens = 16 if body.max_tokens is None else body.max_tokens
     for prompt in prompts:
         check_context(len(prompt), max_tokens, model.max_model_len, "prompt")
@@ -65,7 +79,7 @@ async def completions(request: Request) -> Response:
     # a session records the prompt as the user's message
     conversation = [{"role": "user", "content": body.prompt}] if isinstance(body.prompt, str) else []
     job = Job(request_id_of(request.scope), arrival, prompts, params, body.n)
-    gen = dispatch(gw, job, context_of(request.scope), conversation=conversation)
+    gen = await dispatch(gw, job, context_of(request.scope), conversation=conversation)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     fmt = CompletionFormat(gen, body.model or model.name, include_usage=include_usage, echo=body.echo)
     if body.stream:

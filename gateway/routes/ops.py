@@ -27,10 +27,12 @@ JSON = "application/json"
 
 
 class _Status(msgspec.Struct):
-    status: str
+    status: str  # ok or degraded
     engines: int
     redis: str  # up, down, or off (no Redis configured)
     replica: str
+    engines_serving: int
+    reasons: list[str]  # why degraded: each engine down (since when) and Redis
 
 
 class AbortFilter(msgspec.Struct, kw_only=True):
@@ -56,19 +58,19 @@ async def pause(request: Request) -> Response:
     mode = request.query_params.get("mode", "abort")
     if mode not in PAUSE_MODES:
         raise BadRequestError(f"mode must be one of {', '.join(PAUSE_MODES)}, got {mode!r}", param="mode")
-    await gw.cluster.pause(mode)
-    return _json(PauseResponse(True, mode))  # type: ignore[arg-type]
+    warning = await gw.cluster.pause(mode)
+    return _json(PauseResponse(True, mode, warning))  # type: ignore[arg-type]
 
 
 async def resume(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
-    await gw.cluster.resume()
-    return _json(PauseResponse(False))
+    return _json(PauseResponse(False, None, await gw.cluster.resume()))
 
 
 async def is_paused(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
-    return _json(PauseResponse(await gw.pool.is_paused()))
+    paused = await gw.pool.is_paused()
+    return _json(PauseResponse(paused, (gw.cluster.mode or "abort") if paused else None))
 
 
 async def abort_requests(request: Request) -> Response:
@@ -78,35 +80,41 @@ async def abort_requests(request: Request) -> Response:
     raw = await request.body()
     body = decode_body(raw, AbortFilter) if raw.strip() else AbortFilter()
     if not body.request_ids and body.session_id is None and body.api_key is None:
-        await gw.cluster.abort_all()
-        return _json(AbortResponse([], all=True))
+        return _json(AbortResponse([], True, await gw.cluster.abort_all()))
     key = key_digest(body.api_key) if body.api_key is not None else None
-    return _json(AbortResponse(await gw.cluster.abort(body.request_ids, body.session_id, key)))
+    aborted, warning = await gw.cluster.abort(body.request_ids, body.session_id, key)
+    return _json(AbortResponse(aborted, False, warning))
 
 
 async def delete_request(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
     request_id = request.path_params["request_id"]
-    if not await gw.cluster.abort([request_id]):
+    aborted, warning = await gw.cluster.abort([request_id])
+    if not aborted:
         raise NotFoundError(
             f"no request {request_id!r} is in flight",
             param="request_id",
             code="request_not_found",
         )
-    return _json(AbortResponse([request_id]))
+    return _json(AbortResponse(aborted, False, warning))
 
 
 async def health(request: Request) -> Response:
-    """200 while every engine answers (whether Redis is up or not: stateless requests are
-    served either way; ``redis`` says which), else 503."""
+    """``ok`` while every engine answers and Redis (if configured) is reachable; ``degraded``
+    (``--health-degraded-status``, 200 by default) while some engine serves but another is down
+    or Redis is unreachable, each reason listed; 503 when no engine serves."""
     gw: GatewayState = request.state.gateway
     problems = await gw.pool.health()
-    if problems:
-        raise ServiceUnavailableError("; ".join(problems), code="engine_dead")
+    if len(problems) >= len(gw.pool.engines):
+        raise ServiceUnavailableError("no engine is serving: " + "; ".join(problems), code="engine_dead")
     redis = "off"
     if gw.shared is not None:
         redis = "up" if gw.shared.up and gw.shared.subscribed else "down"
-    return _json(_Status("ok", len(gw.pool.engines), redis, gw.replica_id))
+        if redis == "down":
+            problems.append("redis is unreachable: sessions answer 503 and operator calls reach this replica only")
+    status, code = ("degraded", gw.settings.health_degraded_status) if problems else ("ok", 200)
+    return Response(encode(_Status(status, len(gw.pool.engines), redis, gw.replica_id, gw.pool.num_live, problems)),
+                    code, media_type=JSON)  # fmt: skip
 
 
 async def metrics(request: Request) -> Response:

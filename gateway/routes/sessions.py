@@ -89,7 +89,7 @@ async def delete_session(request: Request) -> Response:
     key, admin = caller(request)
     session_id = request.path_params["session_id"]
     in_flight = await gw.sessions.delete(session_id, key, admin)
-    aborted = await gw.cluster.abort(session_id=session_id)
+    aborted, _ = await gw.cluster.abort(session_id=session_id)  # deleting the session needed Redis: it is up
     return _json({"id": session_id, "object": "session.deleted", "deleted": True,
                   "aborted": sorted(set(in_flight) | set(aborted))})  # fmt: skip
 

@@ -11,6 +11,12 @@ from tests.support.http import chat_body
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "hi"}]
 
+
+def _nested(depth: int) -> str:
+    """A JSON schema holding a value nested ``depth`` deep (as text: Python's json would not write it)."""
+    return '{"type": "object", "default": ' + '{"a": [' * (depth // 2) + "]}" * (depth // 2) + "}"
+
+
 CASES = [
     # (name, path, raw body or json, status, param, code)
     ("malformed JSON", CHAT, b'{"messages": [', 400, None, "invalid_json"),
@@ -35,6 +41,28 @@ CASES = [
     ("echo with logprobs", "/v1/completions", {"prompt": "a", "echo": True, "logprobs": 1}, 400, "echo", None),
     ("tokenize neither form", "/tokenize", {"model": None}, 400, "prompt", None),
     ("detokenize bad ids", "/detokenize", {"tokens": [-1]}, 400, "tokens", None),
+    # issue 18: these were 500s or were accepted
+    ("template kwargs set add_generation_prompt", CHAT,
+     {"messages": MESSAGES, "chat_template_kwargs": {"add_generation_prompt": False}}, 400, "chat_template_kwargs",
+     None),
+    ("template kwargs set tools", CHAT, {"messages": MESSAGES, "chat_template_kwargs": {"tools": []}}, 400,
+     "chat_template_kwargs", None),
+    ("tools nested 2,000 deep", CHAT, ('{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": '
+     '"function", "function": {"name": "f", "parameters": %s}}]}' % _nested(2000)).encode(), 400, "tools", "too_deep"),
+    ("response_format nested 2,000 deep", CHAT, ('{"messages": [{"role": "user", "content": "hi"}], '
+     '"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": %s}}}' % _nested(2000)).encode(),
+     400, "response_format", "too_deep"),
+    ("unknown role", CHAT, {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages[0].role",
+     "invalid_type"),
+    ("tool message without tool_call_id", CHAT, {"messages": [*MESSAGES, {"role": "tool", "content": "42"}]}, 400,
+     "messages[1].tool_call_id", None),
+    ("best_of", "/v1/completions", {"prompt": "a", "best_of": 1000}, 400, "best_of", None),
+    ("n x prompts over the cap", "/v1/completions", {"prompt": ["hi"] * 2000, "max_tokens": 1}, 400, "prompt",
+     "too_many_generations"),
+    ("n x prompts over the cap (n)", "/v1/completions", {"prompt": ["hi"] * 2, "n": 100, "max_tokens": 1}, 400,
+     "prompt", "too_many_generations"),
+    ("a prompt too long to tokenize", "/v1/completions", {"prompt": "x" * 60_000, "max_tokens": 1}, 400, "prompt",
+     "context_length_exceeded"),
 ]  # fmt: skip
 
 

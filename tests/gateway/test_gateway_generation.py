@@ -18,7 +18,7 @@ from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.engines import EnginePool
-from agentgate.gateway.errors import ConflictError, QueueFullError
+from agentgate.gateway.errors import BadRequestError, ConflictError, QueueFullError
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.prompts import NO_TOOLS
@@ -127,17 +127,37 @@ async def test_tickets_and_ids_are_released_whatever_happens(tokenizer):
     admission = Admission(1)
     engine = StubEngine([EngineCoreOutput("x", [5], "length")])
     gw = _gateway(tokenizer, engine, admission)
-    gen = dispatch(gw, Job("x", 0.0, [[1, 2, 3]], SamplingParams()), RequestContext())
+    gen = await dispatch(gw, Job("x", 0.0, [[1, 2, 3]], SamplingParams()), RequestContext())
     with pytest.raises(QueueFullError):
         admission.enter()
     unbounded = dataclasses.replace(gw, admission=Admission(0))  # the same registry
     with pytest.raises(ConflictError):
-        dispatch(unbounded, Job("x", 0.0, [[1]], SamplingParams()), RequestContext())
+        await dispatch(unbounded, Job("x", 0.0, [[1]], SamplingParams()), RequestContext())
     assert unbounded.admission.waiting == 0, "the refused request kept its ticket"
     gen.close()
     gen.close()  # idempotent
     assert admission.waiting == 0 and gw.registry.num_requests == 0
     admission.enter()
+
+
+async def test_admission_counts_engine_requests_and_caps_them_per_request(tokenizer):
+    """n x prompts engine requests: each waits in the admission count until its first token, and
+    a request of more than --max-engine-requests-per-request is a 400 before anything is admitted."""
+    admission = Admission(8)
+    outputs = [EngineCoreOutput(f"fan-{i}", [5], "length") for i in range(6)]
+    gw = dataclasses.replace(_gateway(tokenizer, StubEngine(outputs), admission),
+                             settings=Settings(max_engine_requests_per_request=6))  # fmt: skip
+    gen = await dispatch(gw, Job("fan", 0.0, [[1], [2], [3]], SamplingParams(), n=2), RequestContext())
+    assert len(gen.choices) == 6 and admission.waiting == 6
+    with pytest.raises(QueueFullError):  # 6 + 3 > 8
+        await dispatch(gw, Job("more", 0.0, [[1], [2], [3]], SamplingParams()), RequestContext())
+    with pytest.raises(BadRequestError) as refused:
+        await dispatch(gw, Job("big", 0.0, [[1]], SamplingParams(), n=7), RequestContext())
+    assert refused.value.param == "n" and admission.waiting == 6
+    gen.choices[0]._update([5], None, None, None)  # a choice's first token frees its place
+    assert admission.waiting == 5
+    gen.close()
+    assert admission.waiting == 0
 
 
 async def test_n_choices_get_suffixed_engine_ids(tokenizer):

@@ -12,7 +12,7 @@ import pytest
 
 from agentgate.gateway.context import RequestContext, key_digest
 from agentgate.gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
-from agentgate.gateway.errors import PermissionDeniedError
+from agentgate.gateway.errors import NotFoundError
 from agentgate.gateway.ratelimit import RateLimitedError, RateLimiter, parse_key_limits
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
 from agentgate.gateway.registry import RequestRegistry
@@ -90,8 +90,11 @@ async def test_sessions_are_owned_and_a_deleted_one_stays_deleted(shared):
     registry = RequestRegistry(shared)
     store = SessionStore(shared, registry)
     assert await store.open("s", "owner", admin=False) is None
-    with pytest.raises(PermissionDeniedError):
+    with pytest.raises(NotFoundError) as other:  # the answer a missing session gets: no existence oracle
         await store.open("s", "someone-else", admin=False)
+    with pytest.raises(NotFoundError) as missing:
+        await store.get("never-made", "someone-else", admin=False)
+    assert other.value.code == missing.value.code == "session_not_found"
     assert await store.open("s", "admin-digest", admin=True) is None  # admins may use any session
     registry.register("r1", FakeEngine("ipc:///engine-a"), ["r1"], RequestContext("owner", "s"))
     store.bind("s", "r1", "ipc:///engine-a")
