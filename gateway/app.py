@@ -141,7 +141,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
         )
     if keys.enabled:
         middleware.append(Middleware(AuthMiddleware, keys=keys))
-    middleware.append(Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes))
+    middleware.append(Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout))
     middleware.append(Middleware(RequestContextMiddleware, keys=keys, limiter=limiter, sessions=sessions))
 
     return Starlette(

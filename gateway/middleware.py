@@ -5,7 +5,8 @@
   ``request.state.request_id``; it is the base of the engine request ids.
   An exception no handler took becomes a 500 with an OpenAI body here.
 - BodyLimitMiddleware: a body larger than the limit gets 413, from its
-  Content-Length before anything is read, else while it is read.
+  Content-Length before anything is read, else while it is read; a body that
+  stalls longer than its timeout between two chunks gets 408.
 - RequestContextMiddleware (innermost), for ``POST /v1/chat/completions``
   and ``POST /v1/completions``: takes the API key's digest (``"anonymous"``
   without a key), checks the key's rate limits (Redis, one script call; 429 +
@@ -25,6 +26,8 @@ from __future__ import annotations
 import re
 import uuid
 
+import anyio
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentgate.gateway.auth import KeyChecker, Role, bearer_token
@@ -38,6 +41,7 @@ from agentgate.gateway.errors import (
 )
 from agentgate.gateway.ratelimit import RateLimiter
 from agentgate.gateway.sessions import SessionStore
+from agentgate.gateway.slow_clients import RequestTimeoutError
 
 REQUEST_ID_HEADER = b"x-request-id"
 SESSION_HEADER = b"x-session-id"
@@ -85,9 +89,10 @@ class RequestIdMiddleware:
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout  # seconds the body may stall between two chunks (408)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -101,14 +106,22 @@ class BodyLimitMiddleware:
                     return
                 break
         received = 0
+        body_done = False
 
         async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:  # waiting for a disconnect: no clock
+                return await receive()
+            message = None
+            with anyio.move_on_after(self.timeout):
+                message = await receive()
+            if message is None:
+                raise RequestTimeoutError(f"the request body stalled for {self.timeout:g} s")
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise self._error(received)
+                body_done = not message.get("more_body", False)
             return message
 
         await self.app(scope, limited_receive, send)

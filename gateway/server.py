@@ -18,6 +18,7 @@ from sse_starlette.sse import AppStatus
 from agentgate.gateway.app import create_app
 from agentgate.gateway.engines import EngineTarget
 from agentgate.gateway.settings import Settings
+from agentgate.gateway.slow_clients import guarded_protocol
 
 
 def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[socket.socket] | None = None) -> int:
@@ -31,6 +32,7 @@ def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[s
         lifespan="on",
         access_log=settings.access_log,
         timeout_graceful_shutdown=5,
+        http=guarded_protocol(settings.header_timeout, settings.max_connections),
     )
     server = GatewayServer(config, app, settings.drain_seconds)
     # uvicorn re-raises the signal that stopped it once it is done; with the default SIGTERM action that

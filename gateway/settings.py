@@ -127,6 +127,16 @@ class Settings:
     max_body_bytes: int = _opt(
         "largest request body accepted; larger ones get 413 before they are read", default=4 * 1024 * 1024
     )
+    header_timeout: float = _opt("seconds a request's headers may take to arrive; slower gets 408", default=10.0)
+    body_timeout: float = _opt("seconds a request body may stall between two chunks; longer gets 408", default=30.0)
+    max_connections: int = _opt(
+        "open HTTP connections per gateway process; more get 503 and are closed (0: no cap)", default=4096
+    )
+    sse_send_timeout: float = _opt(
+        "seconds an SSE write may wait on a client that stopped reading; then the stream is aborted "
+        "(its engine request and KV blocks freed)",
+        default=30.0,
+    )
     tool_call_parser: str | None = _opt(
         "how tool calls are read from the model's text: hermes (<tool_call> blocks) or llama3_json "
         "(default: chosen from the chat template)",
@@ -215,6 +225,8 @@ class Settings:
         for name in ("max_num_seqs", "max_body_bytes", "max_engine_requests_per_request"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive")
+        if min(self.header_timeout, self.body_timeout, self.sse_send_timeout) <= 0 or self.max_connections < 0:
+            raise ValueError("timeouts must be positive and max_connections 0 (no cap) or positive")
         if self.max_waiting < 0:
             raise ValueError("max_waiting must be 0 (unbounded) or positive")
         if not 0 <= self.port < 65536:

@@ -21,16 +21,22 @@ are submitted and their first outputs awaited (``Generation.prime``), so a
 grammar the engine cannot compile is a 400 with an OpenAI error body, like
 the same request without ``stream``, rather than an error event in a 200
 stream. The first chunk then goes out with the headers.
+
+A write that waits longer than ``--sse-send-timeout`` on a client that
+stopped reading ends the stream (``gateway.slow_clients``): the generation is
+closed, the engine request aborted, its KV blocks freed.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 import anyio
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
 from agentgate.engine.errors import EngineError
@@ -38,6 +44,8 @@ from agentgate.gateway.errors import error_json, error_response
 
 if TYPE_CHECKING:
     from agentgate.gateway.generation import Choice, ChoiceEvent, Generation
+
+log = logging.getLogger("agentgate.gateway")
 
 DONE = b"data: [DONE]\r\n\r\n"
 PING_SECONDS = 15
@@ -82,7 +90,13 @@ class GenerationResponse(EventSourceResponse):
                 if gen.error is not None:
                     await error_response(gen.error, gen.request_id)(scope, receive, send)
                     return
-            await super().__call__(scope, receive, send)
+            gw = scope.get("state", {}).get("gateway")
+            self.send_timeout = gw.settings.sse_send_timeout if gw is not None else None
+            try:
+                await super().__call__(scope, receive, send)
+            except* SendTimeoutError:
+                log.warning("request %s: the client stopped reading for %g s; its stream is aborted",
+                            gen.request_id, self.send_timeout)  # fmt: skip
         finally:
             await gen.aclose()
             gen.close()

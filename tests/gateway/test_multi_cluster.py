@@ -400,4 +400,5 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
             await _until(lambda: recorder.raw.endswith("data: [DONE]\r\n\r\n"), timeout=2)
         assert _finish(recorder) == "abort"
         # the session written before the outage is still there (append-only file)
-        assert (await client.get(f"{url_a}/v1/sessions/outage-survivor", headers=USER)).status_code == 200
+        r = await client.get(f"{url_a}/v1/sessions/outage-survivor", headers=USER)
+        assert r.status_code == 200, r.text

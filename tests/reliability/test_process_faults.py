@@ -18,16 +18,9 @@ import httpx
 import pytest
 
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for
-from tests.support.servers import NULL_ENGINE, RedisServer, alive, cmdline, launch_engine, launch_gateway, start_server, stop_all, wait_healthy
+from tests.support.servers import RedisServer, alive, cmdline, launch_engine, launch_gateway, stop_all, wait_healthy
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    server = start_server(tmp_path_factory.mktemp("faults"), *NULL_ENGINE)
-    yield server
-    server.stop()
 
 
 def _health(url: str) -> httpx.Response:
