@@ -50,11 +50,16 @@ class EngineConfig:
                   kernel reads them), "none" (dense), "int8"/"int4" (at
                   most that many bits per weight, quantizing at load what
                   the file has wider); see `engine.models.quantization`.
+    deterministic: greedy output (and seeded sampling) that does not depend
+                  on what else is in the batch: attention one token at a
+                  time, row-invariant linears, a fixed thread count (CPU
+                  only; slower, see `CausalLM.make_batch_invariant`).
     """
 
     model: str | None = None
     dtype: str = "auto"
     quantization: str = "auto"
+    deterministic: bool = False
     load_format: str = "auto"
     device: str = "auto"
     runner: RunnerKind = "overlap"

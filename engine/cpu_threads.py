@@ -49,9 +49,12 @@ def threads_for(cores: int, others_busy: float) -> int:
 
 
 def configure(config: EngineConfig, device: torch.device) -> ThreadGovernor | None:
-    """``--cpu-threads`` when given; else a governor for a model on the CPU."""
+    """``--cpu-threads`` when given; else, unless ``--deterministic`` keeps
+    torch's default, a governor for a model on the CPU."""
     if config.cpu_threads is not None:
         torch.set_num_threads(config.cpu_threads)
+        return None
+    if config.deterministic:  # a thread count that never changes mid-run
         return None
     if device.type != "cpu" or config.runner == "null":
         return None

@@ -92,6 +92,12 @@ class Settings:
         engine=True,
     )
     num_speculative_tokens: int = _opt("most tokens drafted per request and step", default=6, engine=True)
+    deterministic: bool = _opt(
+        "CPU: output that does not depend on what else is in the batch (attention one token at a time, "
+        "row-invariant matmuls, fixed threads); slower",
+        default=False,
+        engine=True,
+    )
     null_step_seconds: float = _opt("null runner only: seconds each step takes", default=0.0, engine=True)
     cpu_threads: int | None = _opt(
         "CPU threads for the engine's math (default: every core other busy processes leave free, "

@@ -10,6 +10,7 @@ so it can be captured in a CUDA graph.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import torch
@@ -19,6 +20,7 @@ from torch import Tensor, nn
 from agentgate.engine.attention.base import AttentionBackend
 from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.models.batch_invariant import make_rows_invariant
 from agentgate.engine.models.config import ModelConfig
 from agentgate.engine.models.cpu_linear import PackedLinear, can_pack, pack_linears
 from agentgate.engine.models.norm import RMSNorm
@@ -162,6 +164,24 @@ class CausalLM(nn.Module):
         if self.lm_head is None:
             self.lm_head = PackedLinear(self.embed_tokens.weight, None)
         return True
+
+
+    def make_batch_invariant(self) -> Counter[str]:
+        """For ``--deterministic`` (CPU): every token's result depends on its
+        own sequence alone, whatever else the batch holds. Attention runs one
+        query token at a time over exactly its context
+        (`BatchInvariantTorchBackend`); linears, the tied LM head included,
+        are made row-invariant where their kernel is not
+        (`engine.models.batch_invariant`). Returns the linears per mode."""
+        from agentgate.engine.attention.torch import BatchInvariantTorchBackend
+
+        self.attention = BatchInvariantTorchBackend()
+        for layer in self.layers:
+            layer.self_attn.attention = self.attention
+        if self.lm_head is None:  # tied: a head over the embeddings' own weight, no copy
+            self.lm_head = nn.Linear(self.config.hidden_size, self.config.vocab_size, bias=False, device="meta")
+            self.lm_head.weight = self.embed_tokens.weight
+        return make_rows_invariant(self, self.embed_tokens.weight.dtype)
 
 
 def fuse_hf_weights(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentgate.engine.config import EngineConfig
+from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.models.quantization import describe
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
@@ -88,6 +89,11 @@ class TorchModelRunner(ModelRunner):
 
         self.config = config
         self.device = config.resolved_device()
+        if config.deterministic and self.device.type != "cpu":
+            raise InvalidRequestError(
+                "--deterministic runs on the CPU only (the CUDA kernels' reductions depend on the batch)",
+                "deterministic",
+            )
         self.loaded = loaded or load_model(
             config.model, dtype=config.dtype, device=self.device, load_format=config.load_format,
             quantization=config.quantization,
@@ -95,8 +101,13 @@ class TorchModelRunner(ModelRunner):
         self.model = self.loaded.model
         if self.device.type == "cpu":
             self.model.pack_for_cpu()
+        if config.deterministic:
+            linears = self.model.make_batch_invariant()
         self.quantization = self.loaded.quantization
         self.weights, self.weight_bytes_per_step = describe(self.model)
+        if config.deterministic:
+            modes = ", ".join(f"{mode} x {count}" for mode, count in sorted(linears.items()))
+            self.weights += f"; deterministic: batch-invariant attention, linears {modes}"
         self.model_config = self.loaded.config
         self.architecture = self.model_config.architecture
         self.dtype = next(self.model.parameters()).dtype

@@ -1,0 +1,163 @@
+"""``--deterministic``: a token's result depends on its own sequence alone.
+
+Linears are checked row by row against batches of other sizes and offsets,
+attention token by token against the reference, and the whole engine
+generates, for 16 mixed requests run together (with chunked prefill and
+decodes mixed in one step), bit for bit what each generates alone: the same
+tokens and the same logprobs, in float32 and bfloat16, dense and int4."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agentgate.engine.attention.base import AttentionMetadata
+from agentgate.engine.attention.torch import batch_invariant_attention, paged_attention
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.core import EngineCore
+from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.models.batch_invariant import RowInvariantLinear, row_invariance
+from agentgate.engine.sampling_params import SamplingParams
+
+# SmolLM2's widths (the M-dependence of a float32 GEMM shows at K = 576),
+# two layers and a small vocabulary so that 16 solo runs stay quick.
+TINY_SMOLLM = {
+    "vocab_size": 512, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 2,
+    "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True, "torch_dtype": "float32",
+    "architectures": ["LlamaForCausalLM"],
+}
+
+
+@pytest.mark.parametrize("mode", ["padded", "per row"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_row_invariant_linear_gives_each_row_what_it_gives_that_row_alone(mode, dtype):
+    generator = torch.Generator().manual_seed(1)
+    inner = nn.Linear(576, 320, bias=True).to(dtype)
+    x = torch.randn(40, 576, generator=generator).to(dtype)
+    linear = RowInvariantLinear(inner, mode)
+    with torch.inference_mode():
+        alone = torch.cat([linear(x[i : i + 1]) for i in range(40)])
+        for start, rows in ((0, 2), (3, 5), (1, 8), (7, 13), (0, 40), (11, 29)):
+            assert torch.equal(linear(x[start : start + rows]), alone[start : start + rows])
+        # Still the same linear map (the padding rows are dropped).
+        torch.testing.assert_close(linear(x), F.linear(x, inner.weight, inner.bias), rtol=2e-2, atol=2e-2)
+        assert linear(x.view(4, 10, 576)).shape == (4, 10, 320)
+
+
+def test_the_check_keeps_a_linear_that_is_already_row_invariant():
+    class RowByRow(nn.Module):  # invariant by construction: one row per call
+        in_features, out_features = 64, 32
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.randn(32, 64)
+
+        def forward(self, x):
+            return torch.cat([row @ self.weight.T for row in x.split(1)])
+
+    class BatchDependent(RowByRow):  # a row's result changes with the batch's size
+        def forward(self, x):
+            return x @ self.weight.T + x.shape[0] * 1e-3
+
+    assert row_invariance(RowByRow(), torch.float32) == "as is"
+    assert row_invariance(BatchDependent(), torch.float32) == "per row"
+
+
+def _paged(seqs: list[tuple[int, int]], kv_heads: int = 2, head_dim: int = 16, block_size: int = 4):
+    """A random paged cache holding ``seqs`` ((context length, query tokens)
+    each) and the metadata of one step over them."""
+    generator = torch.Generator().manual_seed(2)
+    num_blocks = sum(-(-ctx // block_size) for ctx, _ in seqs) + 1
+    k_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=generator)
+    v_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=generator)
+    width = max(-(-ctx // block_size) for ctx, _ in seqs)
+    tables, next_block = torch.zeros(len(seqs), width, dtype=torch.int32), 1
+    for i, (ctx, _) in enumerate(seqs):
+        count = -(-ctx // block_size)
+        tables[i, :count] = torch.arange(next_block, next_block + count)
+        next_block += count
+    starts = torch.tensor([0] + [q for _, q in seqs], dtype=torch.int32).cumsum(0).to(torch.int32)
+    lens = torch.tensor([ctx for ctx, _ in seqs], dtype=torch.int32)
+    meta = AttentionMetadata(
+        slot_mapping=torch.full((int(starts[-1]),), -1), query_start_loc=starts, seq_lens=lens,
+        block_tables=tables, max_query_len=max(q for _, q in seqs), max_seq_len=int(lens.max()),
+        query_start_loc_cpu=starts, seq_lens_cpu=lens,
+    )
+    return k_cache, v_cache, meta
+
+
+def test_batch_invariant_attention_is_the_reference_attention_and_depends_on_each_token_alone():
+    heads, head_dim = 6, 16
+    seqs = [(23, 23), (9, 1), (30, 7), (1, 1), (17, 1)]  # a prefill, decodes, an extend, a lone token
+    k_cache, v_cache, meta = _paged(seqs)
+    query = torch.randn(int(meta.query_start_loc[-1]), heads, head_dim, generator=torch.Generator().manual_seed(3))
+    together = batch_invariant_attention(query, k_cache, v_cache, meta, 0.25)
+    torch.testing.assert_close(together, paged_attention(query, k_cache, v_cache, meta, 0.25), rtol=1e-5, atol=1e-5)
+    # The last token of the extend (sequence 2, position 29) asked for as a decode on its own.
+    token = int(meta.query_start_loc[3]) - 1
+    alone_meta = AttentionMetadata(
+        slot_mapping=torch.full((1,), -1), query_start_loc=torch.tensor([0, 1], dtype=torch.int32),
+        seq_lens=torch.tensor([30], dtype=torch.int32), block_tables=meta.block_tables[2:3], max_query_len=1,
+        max_seq_len=30, query_start_loc_cpu=torch.tensor([0, 1], dtype=torch.int32),
+        seq_lens_cpu=torch.tensor([30], dtype=torch.int32),
+    )
+    alone = batch_invariant_attention(query[token : token + 1], k_cache, v_cache, alone_meta, 0.25)
+    assert torch.equal(alone[0], together[token])
+
+
+def _requests() -> list[tuple[list[int], SamplingParams]]:
+    """16 mixed requests: lengths 3-90 (some chunked), a shared prefix, greedy
+    and seeded sampling, logprobs on."""
+    rng = random.Random(4)
+    shared = [rng.randrange(512) for _ in range(24)]
+    requests = []
+    for i in range(16):
+        prompt = [rng.randrange(512) for _ in range(rng.choice([3, 11, 40, 90]))]
+        if i % 4 == 0:
+            prompt = shared + prompt
+        temperature = 0.0 if i % 3 else 0.8
+        params = SamplingParams(temperature=temperature, seed=i, max_tokens=rng.randint(6, 20), ignore_eos=True,
+                                logprobs=1)
+        requests.append((prompt, params))
+    return requests
+
+
+def _run(core: EngineCore, requests, ids) -> dict[str, tuple[list[int], list[float]]]:
+    for rid in ids:
+        core.add_request(rid, *requests[int(rid)])
+    out: dict[str, tuple[list[int], list[float]]] = {rid: ([], []) for rid in ids}
+    while core.has_work:
+        for step in core.step():
+            tokens, logprobs = out[step.request_id]
+            tokens.extend(step.new_token_ids)
+            logprobs.extend(entry.logprob for entry in step.logprobs or [])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("dtype", "quantization"), [("float32", "none"), ("bfloat16", "none"), ("bfloat16", "int4")]
+)
+def test_deterministic_mode_generates_the_same_alone_as_in_a_batch(tmp_path, dtype, quantization):
+    (tmp_path / "config.json").write_text(json.dumps(TINY_SMOLLM))
+    config = EngineConfig(
+        model=str(tmp_path), load_format="dummy", dtype=dtype, quantization=quantization, deterministic=True,
+        max_num_batched_tokens=64, num_kv_blocks=256, enable_prefix_caching=False, runner="sync",
+    )
+    core = EngineCore(config)
+    assert "deterministic" in core.runner.weights
+    requests = _requests()
+    batched = _run(core, requests, [str(i) for i in range(16)])
+    for rid, expected in batched.items():
+        assert _run(core, requests, [rid]) == {rid: expected}, f"request {rid} differs alone"
+
+
+def test_deterministic_mode_is_refused_off_the_cpu():
+    with pytest.raises(InvalidRequestError, match="CPU only"):
+        EngineCore(EngineConfig(device="meta", deterministic=True))
