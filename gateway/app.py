@@ -34,6 +34,7 @@ from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
 from agentgate.gateway.auth import AuthMiddleware, KeyChecker
 from agentgate.gateway.cluster import Cluster
+from agentgate.gateway.context import use_digest_secret
 from agentgate.gateway.engines import EngineTarget
 from agentgate.gateway.errors import EXCEPTION_HANDLERS
 from agentgate.gateway.metrics import Metrics
@@ -58,6 +59,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     if not engines:
         raise ValueError("create_app needs at least one engine (engines=[EngineTarget(...)])")
     settings.check_shared_state()
+    use_digest_secret(settings.key_digest_secret)  # before any key is digested (per-key rate limits below)
     metrics = Metrics()
     keys = KeyChecker(settings.api_keys, settings.admin_key)
     admission = Admission(settings.max_waiting)

@@ -155,10 +155,9 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             process = start_engine_process(engine_config, address)
             stack.callback(remove_socket_file, address)  # runs after the engine stopped
             stack.callback(stop_engine_process, process)
-            # One gateway process restarts the engines it watches; workers re-attach to them (see
-            # gateway.supervision).
-            start = spawner(engine_config, address) if settings.gateway_workers == 1 else None
-            targets.append(EngineTarget(address, process, owned=True, start=start))
+            # Restarted by the gateway (one process), or by the supervisor of --gateway-workers, whose
+            # workers re-attach (gateway.supervision, gateway.supervisor).
+            targets.append(EngineTarget(address, process, owned=True, start=spawner(engine_config, address)))
         return _run_gateways(settings, targets)
 
 

@@ -1,10 +1,18 @@
-"""The OpenAPI document of the gateway, built once from the request and
-response structs (msgspec writes their JSON schemas)."""
+"""The OpenAPI document of the gateway, built once from the same msgspec
+structs that decode requests (msgspec writes their JSON schemas, bounds and
+enums included), so the document cannot drift from what is validated.
+
+Every route the app registers is an operation here
+(``tests/gateway/test_gateway_routes.py`` checks it): its security (the API key,
+the admin key, or none), its headers (``X-Request-Id`` both ways,
+``X-Session-Id`` on generation routes, ``Retry-After`` on 429) and its error
+statuses. Streaming answers are ``text/event-stream``.
+"""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -12,90 +20,147 @@ from agentgate.gateway import package_version
 from agentgate.gateway import schemas as s
 from agentgate.gateway.errors import ErrorBody
 
+Access = Literal["open", "user", "admin"]
+
 
 class Operation(NamedTuple):
     method: str
     path: str
     summary: str
     tag: str
+    access: Access = "user"
     request: type | None = None
     response: type | None = None
-    streams: bool = False
+    streams: type | None = None  # the chunk type of its SSE events
     params: tuple[dict[str, Any], ...] = ()
+    media: str = "application/json"  # of a 200 without a response type
+    errors: tuple[int, ...] = ()  # beyond those of its access
 
 
-_REQUEST_ID = {"name": "request_id", "in": "path", "required": True, "schema": {"type": "string"}}
-_MODE = {
-    "name": "mode",
-    "in": "query",
-    "required": False,
-    "schema": {"type": "string", "enum": ["abort", "wait", "keep"], "default": "abort"},
-}
+def _path(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+
+
+def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+_MODE = _query("mode", {"type": "string", "enum": ["abort", "wait", "keep"], "default": "abort"})
+_PAGE = (_query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+         _query("offset", {"type": "integer", "minimum": 0, "maximum": 10**9, "default": 0}))  # fmt: skip
+_ID = {"type": "string", "pattern": "^[!-~]{1,128}$"}
+_REQUEST_ID = {"name": "X-Request-Id", "in": "header", "required": False, "schema": _ID,
+               "description": "the request's id (else one is made); echoed in the response"}  # fmt: skip
+_SESSION_ID = {"name": "X-Session-Id", "in": "header", "required": False, "schema": _ID,
+               "description": "the session the request belongs to (created on first use)"}  # fmt: skip
+_GENERATION = (_SESSION_ID,)
+_GEN_ERRORS = (404, 409, 413, 429, 503)
 
 OPERATIONS = (
     Operation("post", "/v1/chat/completions", "Create a chat completion (SSE when stream is true)", "openai",
-              s.ChatCompletionRequest, s.ChatCompletion, streams=True),
+              request=s.ChatCompletionRequest, response=s.ChatCompletion, streams=s.ChatCompletionChunk,
+              params=_GENERATION, errors=_GEN_ERRORS),
     Operation("post", "/v1/completions", "Create a text completion (SSE when stream is true)", "openai",
-              s.CompletionRequest, s.Completion, streams=True),
-    Operation("get", "/v1/models", "List the served models", "openai", None, s.ModelList),
-    Operation("post", "/tokenize", "Tokenize a prompt or chat messages", "tokenize", s.TokenizeRequest,
-              s.TokenizeResponse),
-    Operation("post", "/detokenize", "Turn token ids back into text", "tokenize", s.DetokenizeRequest,
-              s.DetokenizeResponse),
-    Operation("post", "/pause", "Pause every engine (admin)", "operations", None, s.PauseResponse, params=(_MODE,)),
-    Operation("post", "/resume", "Resume every engine (admin)", "operations", None, s.PauseResponse),
-    Operation("get", "/is_paused", "Whether the engines are paused (admin)", "operations", None, s.PauseResponse),
-    Operation("post", "/abort_requests", "Abort requests by id; an empty list aborts all (admin)", "operations",
-              s.AbortRequestsRequest, s.AbortResponse),
-    Operation("delete", "/v1/requests/{request_id}", "Abort one request (admin)", "operations", None,
-              s.AbortResponse, params=(_REQUEST_ID,)),
-    Operation("get", "/dashboard/stats", "The operator dashboard's numbers (admin)", "operations"),
-    Operation("get", "/health", "200 when every engine answers, else 503", "operations"),
-    Operation("get", "/metrics", "Prometheus metrics", "operations"),
-    Operation("get", "/version", "The server's version", "operations"),
-    Operation("get", "/openapi.json", "This document", "operations"),
+              request=s.CompletionRequest, response=s.Completion, streams=s.Completion, params=_GENERATION,
+              errors=_GEN_ERRORS),
+    Operation("get", "/v1/models", "List the served models", "openai", response=s.ModelList),
+    Operation("post", "/tokenize", "Tokenize a prompt or chat messages", "tokenize", request=s.TokenizeRequest,
+              response=s.TokenizeResponse, errors=(404, 413)),
+    Operation("post", "/detokenize", "Turn token ids back into text", "tokenize", request=s.DetokenizeRequest,
+              response=s.DetokenizeResponse, errors=(404, 413)),
+    Operation("get", "/v1/sessions", "List sessions (admin)", "sessions", "admin", params=_PAGE, errors=(503,)),
+    Operation("get", "/v1/sessions/{session_id}", "A session: its messages, usage, engine", "sessions",
+              params=(_path("session_id"),), errors=(404, 503)),
+    Operation("delete", "/v1/sessions/{session_id}", "Delete a session, aborting its requests", "sessions",
+              params=(_path("session_id"),), errors=(404, 503)),
+    Operation("get", "/v1/requests", "Requests in flight on every replica (admin)", "operations", "admin",
+              errors=(503,)),
+    Operation("get", "/v1/replicas", "The live replicas (admin)", "operations", "admin", errors=(503,)),
+    Operation("get", "/v1/rate_limits", "The caller's rate limits and what is left", "operations", errors=(503,)),
+    Operation("post", "/pause", "Pause every engine (admin)", "operations", "admin", response=s.PauseResponse,
+              params=(_MODE,), errors=(503,)),
+    Operation("post", "/resume", "Resume every engine (admin)", "operations", "admin", response=s.PauseResponse,
+              errors=(503,)),
+    Operation("get", "/is_paused", "Whether the engines are paused, and how (admin)", "operations", "admin",
+              response=s.PauseResponse, errors=(503,)),
+    Operation("post", "/abort_requests", "Abort by ids, session or key; nothing named aborts all (admin)",
+              "operations", "admin", request=s.AbortRequestsRequest, response=s.AbortResponse, errors=(413, 503)),
+    Operation("delete", "/v1/requests/{request_id}", "Abort one request (admin)", "operations", "admin",
+              response=s.AbortResponse, params=(_path("request_id"),), errors=(404, 503)),
+    Operation("get", "/dashboard/stats", "The operator dashboard's numbers (admin)", "operations", "admin"),
+    Operation("get", "/dashboard", "The operator dashboard (a page)", "pages", "open", media="text/html"),
+    Operation("get", "/", "The playground (a page)", "pages", "open", media="text/html"),
+    Operation("get", "/playground", "The playground (a page)", "pages", "open", media="text/html"),
+    Operation("get", "/static/{path}", "The pages' scripts, styles and vendored libraries", "pages", "open",
+              params=(_path("path"),), media="application/octet-stream", errors=(404,)),
+    Operation("get", "/health", "ok; degraded (see --health-degraded-status); 503 when no engine serves",
+              "operations", "open", errors=(503,)),
+    Operation("get", "/metrics", "Prometheus metrics", "operations", "open", media="text/plain"),
+    Operation("get", "/version", "The server's version", "operations", "open"),
+    Operation("get", "/openapi.json", "This document", "operations", "open"),
 )  # fmt: skip
 
-_ERRORS = {
-    "400": "Malformed JSON, a wrong type or value, or a context overflow",
-    "401": "Missing or invalid API key",
-    "403": "The route needs the admin key",
-    "404": "Unknown model or request",
-    "413": "Request body too large",
-    "429": "Too many requests waiting (see Retry-After)",
-    "503": "An engine is dead",
+_WHY = {
+    400: "Malformed JSON, a wrong type or value, or a context overflow (the error names the parameter)",
+    401: "Missing or invalid API key",
+    403: "The route needs the admin key",
+    404: "Unknown model, session or request",
+    408: "The request's headers or body came too slowly",
+    409: "The X-Request-Id is in flight already",
+    413: "Request body too large",
+    429: "Too many generations waiting, or the key's rate limit (see Retry-After)",
+    503: "No engine serves, Redis is unreachable, or too many connections",
 }
+_SECURITY = {"open": [], "user": [{"bearer": []}, {}], "admin": [{"bearer": []}]}
 
 
 def _ref(kind: type) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{kind.__name__}"}
 
 
+def _operation(op: Operation) -> dict[str, Any]:
+    error = {"content": {"application/json": {"schema": _ref(ErrorBody)}}}
+    if op.response is not None:
+        content: dict[str, Any] = {"application/json": {"schema": _ref(op.response)}}
+    elif op.media == "application/json":
+        content = {"application/json": {"schema": {"type": "object"}}}
+    else:
+        content = {op.media: {"schema": {"type": "string"}}}
+    if op.streams is not None:
+        content["text/event-stream"] = {
+            "schema": {"type": "string", "description": f"`data: <{op.streams.__name__} JSON>` events, then "
+                                                        "`data: [DONE]`"},
+            "x-sse-event": _ref(op.streams),
+        }  # fmt: skip
+    request_id = {"X-Request-Id": {"schema": {"type": "string"}, "description": "the request's id"}}
+    responses: dict[str, Any] = {"200": {"description": "OK", "headers": request_id, "content": content}}
+    codes = {400, 408, *op.errors}
+    codes |= {401, 403} if op.access == "admin" else {401} if op.access == "user" else set()
+    for code in sorted(codes):
+        responses[str(code)] = {"description": _WHY[code], **error}
+        if code == 429:
+            responses["429"]["headers"] = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
+    entry: dict[str, Any] = {
+        "summary": op.summary,
+        "tags": [op.tag],
+        "operationId": f"{op.method}_{op.path.strip('/').replace('/', '_').replace('{', '').replace('}', '') or 'root'}",
+        "security": _SECURITY[op.access],
+        "parameters": [*op.params, _REQUEST_ID],
+        "responses": responses,
+    }
+    if op.request is not None:
+        entry["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(op.request)}}}
+    return entry
+
+
 def build_document(version: str = "0.1.0") -> dict[str, Any]:
-    types = {t for op in OPERATIONS for t in (op.request, op.response) if t is not None} | {ErrorBody}
+    types = {t for op in OPERATIONS for t in (op.request, op.response, op.streams) if t is not None} | {ErrorBody}
     _, components = msgspec.json.schema_components(
         sorted(types, key=lambda t: t.__name__), ref_template="#/components/schemas/{name}"
     )
     paths: dict[str, dict[str, Any]] = {}
-    error_response = {"content": {"application/json": {"schema": _ref(ErrorBody)}}}
     for op in OPERATIONS:
-        content: dict[str, Any] = {"application/json": {"schema": _ref(op.response)} if op.response else {}}
-        if op.streams:
-            content["text/event-stream"] = {
-                "schema": {"type": "string", "description": "data: <chunk JSON> events, then data: [DONE]"}
-            }
-        entry: dict[str, Any] = {
-            "summary": op.summary,
-            "tags": [op.tag],
-            "operationId": f"{op.method}_{op.path.strip('/').replace('/', '_').replace('{', '').replace('}', '')}",
-            "responses": {"200": {"description": "OK", "content": content}}
-            | {code: {"description": why, **error_response} for code, why in _ERRORS.items()},
-        }
-        if op.params:
-            entry["parameters"] = list(op.params)
-        if op.request is not None:
-            entry["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(op.request)}}}
-        paths.setdefault(op.path, {})[op.method] = entry
+        paths.setdefault(op.path, {})[op.method] = _operation(op)
     return {
         "openapi": "3.1.0",
         "info": {"title": "agentgate", "version": version,
@@ -103,7 +168,8 @@ def build_document(version: str = "0.1.0") -> dict[str, Any]:
         "paths": paths,
         "components": {
             "schemas": components,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "an API key (--api-key), or the admin key for admin routes"}},
         },
     }  # fmt: skip
 

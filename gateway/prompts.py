@@ -18,11 +18,9 @@ from agentgate.engine.sampling_params import MAX_LOGPROBS, SamplingParams, Struc
 from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway.errors import BadRequestError, GatewayError
 from agentgate.gateway.limits import check_depth
-from agentgate.gateway.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from agentgate.gateway.schemas import MAX_N, ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 from agentgate.gateway.tools import StreamingToolParser, render_chat_prompt, resolve_tool_choice, select_tool_parser, validate_tools
 from agentgate.gateway.tools.constraints import parse_response_format, structured_output
-
-MAX_N = 128
 
 
 def chat_prompt(tokenizer: Tokenizer, request: ChatCompletionRequest) -> list[int]:

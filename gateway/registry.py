@@ -93,7 +93,7 @@ class RequestRegistry:
         """File a request; ConflictError (409) when its id, or one of its engine ids, is in flight."""
         if request_id in self._requests or any(i in self._by_engine_id for i in engine_request_ids):
             raise ConflictError(
-                f"request id {request_id!r} (X-Request-Id) belongs to a request still in flight",
+                "the X-Request-Id belongs to a request still in flight; send another",  # not echoed: not ours to show
                 param="X-Request-Id",
                 code="duplicate_request_id",
             )

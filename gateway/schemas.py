@@ -8,14 +8,16 @@ field (:func:`decode_body`). Responses and SSE chunks encode with msgspec too.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
-from msgspec import Struct, field
+from msgspec import Meta, Struct, field
 
+from agentgate.engine.sampling_params import MAX_LOGPROBS
 from agentgate.gateway.errors import BadRequestError
 
 T = TypeVar("T")
+MAX_N = 128  # choices per request
 
 # -- requests ---------------------------------------------------------------------
 
@@ -46,34 +48,34 @@ class SamplingFields(Struct, kw_only=True):
     """Fields common to chat and completions: OpenAI's, then vLLM's extras."""
 
     model: str | None = None
-    n: int = 1
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
+    n: Annotated[int, Meta(ge=1, le=MAX_N)] = 1
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    seed: int | None = None  # 64 bits, checked by the engine (msgspec bounds stop at int64)
     stop: str | list[str] | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[int, float] | None = None
+    presence_penalty: Annotated[float, Meta(ge=-2, le=2)] = 0.0
+    frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] = 0.0
+    logit_bias: dict[int, Annotated[float, Meta(ge=-100, le=100)]] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
     # vLLM extras
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
+    top_k: Annotated[int, Meta(ge=-1)] | None = None
+    min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    repetition_penalty: Annotated[float, Meta(gt=0, le=2)] | None = None
     ignore_eos: bool = False
-    min_tokens: int = 0
+    min_tokens: Annotated[int, Meta(ge=0)] = 0
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
-    messages: list[ChatMessage]
-    max_completion_tokens: int | None = None
+    messages: Annotated[list[ChatMessage], Meta(min_length=1)]
+    max_completion_tokens: Annotated[int, Meta(ge=1)] | None = None
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=MAX_LOGPROBS)] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -87,7 +89,7 @@ PromptInput = str | list[str | int | list[int]]
 
 class CompletionRequest(SamplingFields, kw_only=True):
     prompt: PromptInput
-    logprobs: int | None = None
+    logprobs: Annotated[int, Meta(ge=0, le=MAX_LOGPROBS)] | None = None
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
@@ -112,9 +114,12 @@ class DetokenizeRequest(Struct, kw_only=True):
 
 
 class AbortRequestsRequest(Struct, kw_only=True):
-    """Operator abort: these request ids (an empty list aborts every request)."""
+    """What to abort: request ids, a session's requests, a key's requests (any together; none,
+    or an empty list alone, aborts every request)."""
 
     request_ids: list[str] = field(default_factory=list)
+    session_id: str | None = None
+    api_key: str | None = None
 
 
 REQUEST_TYPES: tuple[type, ...] = (

@@ -92,7 +92,7 @@ return 1
 
 
 def owner_label(digest: str) -> str:
-    return digest if digest == ANONYMOUS else f"sha256:{digest[:16]}"
+    return digest if digest == ANONYMOUS else f"key:{digest[:16]}"
 
 
 class SessionStore:

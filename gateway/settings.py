@@ -161,6 +161,12 @@ class Settings:
         secret=True,
         default=None,
     )
+    key_digest_secret: str | None = _opt(
+        "secret keying the digests of API keys stored in Redis (HMAC-SHA256); every gateway sharing a Redis "
+        "needs the same one (default: one made once per machine in the state directory)",
+        secret=True,
+        default=None,
+    )
     allowed_origins: tuple[str, ...] = _opt("CORS origins allowed (repeatable; none: no CORS headers)", default=())
     allowed_methods: tuple[str, ...] = _opt("CORS methods allowed (repeatable)", default=("*",))
     allowed_headers: tuple[str, ...] = _opt("CORS request headers allowed (repeatable)", default=("*",))

@@ -3,7 +3,9 @@ starts M workers, each binding the port with ``SO_REUSEPORT`` (the kernel
 spreads connections over them), each connected to every engine and to the
 one Redis, so they act as one (sessions, pause, aborts, rate limits). The
 supervisor stops them (SIGTERM: they drain), then the caller stops the
-engines and Redis; a worker whose supervisor dies stops itself.
+engines and Redis; a worker whose supervisor dies stops itself. An engine
+that dies is restarted here at its address (the restart policy of
+``gateway.supervision``); the workers re-attach to it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ import signal
 import socket
 import sys
 import threading
+import time
 
+from agentgate.engine.client import stop_engine_process
+from agentgate.engine.ipc import remove_socket_file
 from agentgate.gateway.engines import EngineTarget, WatchedPid
 from agentgate.gateway.flags import configure_logging
 from agentgate.gateway.redis_state import redact_url
 from agentgate.gateway.settings import Settings
+from agentgate.gateway.supervision import RestartBudget, RestartPolicy, exit_description
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -77,6 +83,7 @@ def supervise(settings: Settings, targets: list[EngineTarget]) -> int:
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     workers = []
+    restarts = EngineRestarts(targets, RestartPolicy.from_settings(settings))
     code = 0
     try:
         for i in range(settings.gateway_workers):
@@ -87,9 +94,9 @@ def supervise(settings: Settings, targets: list[EngineTarget]) -> int:
         log.info("agentgate serving on http://%s:%d with %d gateway workers (SO_REUSEPORT), %d engine(s), redis %s",
                  settings.host, port, len(workers), len(targets), redact_url(settings.redis_url) if settings.redis_url else "none")  # fmt: skip
         while not stop.wait(0.2):
-            for t in targets:  # reaps a dead engine, so workers see it gone
-                if t.process is not None:
-                    t.process.is_alive()
+            if not restarts.check():  # reaps (and restarts) a dead engine, so workers see it gone
+                code = 1
+                break
             dead = [w for w in workers if not w.is_alive()]
             if dead:
                 log.error(
@@ -111,4 +118,43 @@ def supervise(settings: Settings, targets: list[EngineTarget]) -> int:
                 worker.kill()
                 worker.join(5)
         probe.close()
+        restarts.stop_restarted()
     return code
+
+
+class EngineRestarts:
+    """The supervisor's engines, restarted at their address when they die (the workers re-attach
+    to them), with the gateway's restart policy (``gateway.supervision``)."""
+
+    def __init__(self, targets: list[EngineTarget], policy: RestartPolicy) -> None:
+        self.targets = targets
+        self.processes = [t.process for t in targets]
+        self.budgets = [RestartBudget(policy) for _ in targets]
+        self.due: list[float | None] = [None] * len(targets)  # when a dead engine is started again
+
+    def check(self) -> bool:
+        """Reap and restart dead engines; False once one died past its budget (the command exits 1)."""
+        now = time.monotonic()
+        for i, target in enumerate(self.targets):
+            process = self.processes[i]
+            if target.start is None or process is None:
+                continue
+            if self.due[i] is None and not process.is_alive():  # is_alive() reaps it
+                delay = self.budgets[i].died(now)
+                how = exit_description(process.exitcode)
+                if delay is None:
+                    log.error("engine %d at %s died (%s); giving up: past its restart budget", i, target.address, how)
+                    return False
+                log.error("engine %d at %s died (%s); restarting it in %.1f s", i, target.address, how, delay)
+                self.due[i] = now + delay
+            elif self.due[i] is not None and now >= self.due[i]:
+                self.due[i] = None
+                remove_socket_file(target.address)
+                self.processes[i] = target.start()
+        return True
+
+    def stop_restarted(self) -> None:
+        """Stop the engines started here (the first ones are the caller's to stop)."""
+        for target, process in zip(self.targets, self.processes, strict=True):
+            if process is not target.process and process is not None:
+                stop_engine_process(process)

@@ -20,7 +20,7 @@ from agentgate.gateway.errors import BadRequestError, NotFoundError, ServiceUnav
 from agentgate.gateway.metrics import CONTENT_TYPE_LATEST
 from agentgate.gateway.openapi import openapi_json
 from agentgate.gateway.context import key_digest
-from agentgate.gateway.schemas import AbortResponse, PauseResponse, decode_body, encode
+from agentgate.gateway.schemas import AbortRequestsRequest, AbortResponse, PauseResponse, decode_body, encode
 from agentgate.gateway.state import GatewayState
 
 JSON = "application/json"
@@ -33,14 +33,6 @@ class _Status(msgspec.Struct):
     replica: str
     engines_serving: int
     reasons: list[str]  # why degraded: each engine down (since when) and Redis
-
-
-class AbortFilter(msgspec.Struct, kw_only=True):
-    """What to abort: request ids, a session's requests, a key's requests (any together)."""
-
-    request_ids: list[str] = msgspec.field(default_factory=list)
-    session_id: str | None = None
-    api_key: str | None = None
 
 
 class _Version(msgspec.Struct):
@@ -78,7 +70,7 @@ async def abort_requests(request: Request) -> Response:
     ``session_id`` or by ``api_key``, on whichever replica holds them; nothing named aborts all."""
     gw: GatewayState = request.state.gateway
     raw = await request.body()
-    body = decode_body(raw, AbortFilter) if raw.strip() else AbortFilter()
+    body = decode_body(raw, AbortRequestsRequest) if raw.strip() else AbortRequestsRequest()
     if not body.request_ids and body.session_id is None and body.api_key is None:
         return _json(AbortResponse([], True, await gw.cluster.abort_all()))
     key = key_digest(body.api_key) if body.api_key is not None else None

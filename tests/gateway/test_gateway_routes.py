@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import re
 
+
+from starlette.routing import Mount
+
+from agentgate.gateway.app import EngineTarget, create_app
 from agentgate.gateway.schemas import REQUEST_TYPES
+from agentgate.gateway.settings import Settings
 from tests.support.http import chat_body, metrics
 
 METRIC_NAMES = [
@@ -71,21 +77,48 @@ def test_version_and_health(gateway):
     assert health["status"] == "ok" and health["engines"] == 1 and health["redis"] == "up"
 
 
+def _registered_operations() -> set[tuple[str, str]]:
+    """(path, method) of every route the app registers, path parameters as OpenAPI writes them."""
+    app = create_app(Settings(), engines=[EngineTarget("ipc:///unused")])  # routes only: no lifespan
+    found = set()
+    for route in app.routes:
+        path = re.sub(r"\{(\w+)(:\w+)?\}", r"{\1}", route.path)
+        if isinstance(route, Mount):
+            found.add((path + "/{path}", "get"))
+            continue
+        for method in route.methods or ():
+            if method != "HEAD":
+                found.add((path, method.lower()))
+    return found
+
+
 def test_openapi_describes_every_route(gateway):
     doc = gateway.client.get("/openapi.json").json()
     assert doc["openapi"].startswith("3.")
-    expected = {
-        "/v1/chat/completions": "post", "/v1/completions": "post", "/v1/models": "get", "/tokenize": "post",
-        "/detokenize": "post", "/pause": "post", "/resume": "post", "/is_paused": "get", "/abort_requests": "post",
-        "/v1/requests/{request_id}": "delete", "/dashboard/stats": "get", "/health": "get", "/metrics": "get", "/version": "get",
-        "/openapi.json": "get",
-    }  # fmt: skip
-    assert {path: next(iter(ops)) for path, ops in doc["paths"].items()} == expected
+    documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
+    registered = _registered_operations()
+    assert registered - documented == set(), "routes missing from /openapi.json"
+    assert documented - registered == set(), "/openapi.json documents routes that do not exist"
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            assert "security" in op and any(p["name"] == "X-Request-Id" for p in op["parameters"]), (path, method)
+    chat_op = doc["paths"]["/v1/chat/completions"]["post"]
+    assert {"200", "400", "401", "404", "408", "409", "413", "429", "503"} <= set(chat_op["responses"])
+    assert "Retry-After" in chat_op["responses"]["429"]["headers"]
+    assert "text/event-stream" in chat_op["responses"]["200"]["content"]
+    assert any(p["name"] == "X-Session-Id" for p in chat_op["parameters"])
+    assert doc["paths"]["/pause"]["post"]["security"] == [{"bearer": []}]
+    assert doc["paths"]["/health"]["get"]["security"] == []
+    assert "text/plain" in doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
     schemas = doc["components"]["schemas"]
     for kind in REQUEST_TYPES:
         assert kind.__name__ in schemas
     chat = schemas["ChatCompletionRequest"]
     assert {"messages", "max_tokens", "stream", "logprobs", "tools"} <= set(chat["properties"])
     assert chat["required"] == ["messages"]
+    # bounds and enums, from the structs that validate requests
+    assert chat["properties"]["messages"]["minItems"] == 1
+    assert (chat["properties"]["n"]["minimum"], chat["properties"]["n"]["maximum"]) == (1, 128)
+    assert set(schemas["ChatMessage"]["properties"]["role"]["enum"]) >= {"system", "user", "assistant", "tool"}
     ref = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     assert ref == "#/components/schemas/ChatCompletionRequest"

@@ -258,7 +258,7 @@ async def test_sessions_are_shared_owned_and_bound_to_one_engine(cluster):
         assert len(engines) == 1 and engines <= set(cluster.addresses), "the session moved between engines"
         assert session["messages"] == messages
         assert session["usage"]["completion_tokens"] == 18 and session["usage"]["prompt_tokens"] > 0
-        assert session["owner"].startswith("sha256:") and session["requests_in_flight"] == []
+        assert session["owner"].startswith("key:") and session["requests_in_flight"] == []
 
         # owner or admin only; the list is for admins
         r = await client.get(f"{cluster.a.url}/v1/sessions/{sid}", headers=USER_2)

@@ -4,13 +4,14 @@ embedded server."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 
 import anyio
 import pytest
 
-from agentgate.gateway.context import RequestContext, key_digest
+from agentgate.gateway.context import RequestContext, key_digest, use_digest_secret
 from agentgate.gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
 from agentgate.gateway.errors import NotFoundError
 from agentgate.gateway.ratelimit import RateLimitedError, RateLimiter, parse_key_limits
@@ -76,6 +77,19 @@ async def test_token_buckets_go_negative_and_make_the_key_wait(shared):
     assert "tokens per minute" in refused.value.message
     assert 5 <= int(refused.value.headers["Retry-After"]) <= 6  # 51 tokens to refill at 10/s
     assert (await limiter.status("k"))["tokens"]["remaining"] <= -49
+
+
+def test_key_digests_are_keyed_by_the_digest_secret():
+    try:
+        use_digest_secret("one")
+        first = key_digest("weak-key")
+        use_digest_secret("two")
+        assert key_digest("weak-key") != first and key_digest("other") != key_digest("weak-key")
+        use_digest_secret("one")
+        assert key_digest("weak-key") == first != hashlib.sha256(b"weak-key").hexdigest()
+        assert key_digest(None) == "anonymous"
+    finally:
+        use_digest_secret(None)  # this machine's secret, as every gateway of the test run uses
 
 
 def test_key_limits_parse():

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for
-from tests.support.servers import RedisServer, alive, cmdline, launch_engine, launch_gateway, stop_all, wait_healthy
+from tests.support.servers import NULL_ENGINE, RedisServer, alive, cmdline, launch_engine, launch_gateway, start_server, stop_all, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -111,3 +111,22 @@ def test_with_an_external_redis_down_sessions_fail_fast_and_the_kill_switch_stil
     finally:
         stop_all(gateway, engine)
         redis.stop()
+
+
+def test_with_gateway_workers_the_supervisor_restarts_a_killed_engine_and_the_workers_reattach(tmp_path):
+    server = start_server(tmp_path, *NULL_ENGINE, "--gateway-workers", "2")
+    try:
+        spawned = server.engine_pids()  # the engine and the two workers, all spawned by multiprocessing
+        assert len(spawned) == 3
+        engine = min(spawned)  # started before the workers
+        os.kill(engine, signal.SIGKILL)
+        wait_for(lambda: "restarting it in" in server.log(), timeout=5, message="the death noticed")
+        # both workers (the kernel spreads connections over them) serve again through the new engine
+        wait_for(lambda: all(_health(server.url).status_code == 200 for _ in range(6)), timeout=30,
+                 message="every worker re-attached")  # fmt: skip
+        for _ in range(4):
+            r = httpx.post(f"{server.url}/v1/chat/completions", json=chat_body(4, stream=False), timeout=30)
+            assert r.status_code == 200
+        assert not alive(engine)
+    finally:
+        stop_all(server)

@@ -77,7 +77,7 @@ def test_the_stats_endpoint_reports_engines_latencies_and_requests(pg):
     assert engine["tokens"] >= sum(r["output_tokens"] for r in stats["requests"]) > 0
     for request in stats["requests"]:
         assert request["age"] > 0 and request["prompt_tokens"] > 0 and request["session"] == "dash-session"
-        assert request["owner"].startswith("sha256:") and request["engine"] == engine["address"]
+        assert request["owner"].startswith("key:") and request["engine"] == engine["address"]
     for name in ("ttft", "itl"):
         h = stats[name]
         assert len(h["counts"]) == len(h["bounds"]) + 1 and h["counts"] == sorted(h["counts"]) and h["counts"][-1] > 0
