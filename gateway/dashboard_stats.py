@@ -5,7 +5,8 @@ compact snapshot of what the gateway already keeps.
   cache lookups and hits, preemptions, pause state) and the tokens it has
   generated for this gateway (finished requests' count from
   :class:`~gateway.metrics.Metrics`, plus what requests in flight have so far);
-- the TTFT and inter-token-latency histograms (cumulative bucket counts);
+- the TTFT and inter-token-latency histograms (cumulative bucket counts),
+  over all engines and per engine;
 - this gateway's requests in flight, with their age and tokens.
 
 Counters are cumulative, as Prometheus exposes them: rates and percentiles
@@ -30,6 +31,14 @@ from agentgate.gateway.sessions import owner_label
 from agentgate.gateway.state import GatewayState
 
 
+class LatencyHistogram(msgspec.Struct):
+    """Cumulative counts per upper bound, in seconds (the last count is +Inf's: the total)."""
+
+    bounds: list[float]
+    counts: list[float]
+    sum: float
+
+
 class EngineLoad(msgspec.Struct):
     address: str
     alive: bool
@@ -41,14 +50,8 @@ class EngineLoad(msgspec.Struct):
     preemptions: int
     paused: str  # unpaused, paused_new, paused_all; "unknown" before the first stats
     tokens: int  # tokens generated for this gateway (cumulative)
-
-
-class LatencyHistogram(msgspec.Struct):
-    """Cumulative counts per upper bound, in seconds (the last count is +Inf's: the total)."""
-
-    bounds: list[float]
-    counts: list[float]
-    sum: float
+    ttft: LatencyHistogram  # this gateway's requests on this engine
+    itl: LatencyHistogram
 
 
 class RequestLoad(msgspec.Struct):
@@ -71,9 +74,14 @@ class DashboardStats(msgspec.Struct):
     requests: list[RequestLoad]
 
 
-def _histogram(histogram: Histogram) -> LatencyHistogram:
+def _histogram(histogram: Histogram, engine: str | None = None) -> LatencyHistogram:
+    """The histogram's counts; with ``engine``, its series for that engine."""
+    if engine is not None:
+        histogram.labels(engine)  # an engine with no requests yet: zeros, not no buckets
     bounds, counts, total = [], [], 0.0
     for sample in histogram.collect()[0].samples:
+        if sample.labels.get("engine") != engine:
+            continue
         if sample.name.endswith("_bucket"):
             bound = float(sample.labels["le"])
             if not math.isinf(bound):
@@ -117,13 +125,16 @@ async def dashboard_stats(gw: GatewayState) -> DashboardStats:
     engines = []
     for engine, s in zip(pool.engines, stats, strict=True):
         tokens = int(finished.get(engine.address, 0)) + in_flight[engine.address]
+        ttft, itl = _histogram(gw.metrics.engine_ttft, engine.address), _histogram(gw.metrics.engine_itl, engine.address)
         if s is None:
-            engines.append(EngineLoad(engine.address, not engine.is_dead, 0, 0, 0.0, 0, 0, 0, "unknown", tokens))
+            engines.append(
+                EngineLoad(engine.address, not engine.is_dead, 0, 0, 0.0, 0, 0, 0, "unknown", tokens, ttft, itl)
+            )
             continue
         engines.append(
             EngineLoad(
                 engine.address, not engine.is_dead, s.num_running, s.num_waiting, s.kv_usage,
-                s.prefix_queries_tokens, s.prefix_hits_tokens, s.num_preemptions, s.paused, tokens,
+                s.prefix_queries_tokens, s.prefix_hits_tokens, s.num_preemptions, s.paused, tokens, ttft, itl,
             )
         )  # fmt: skip
     requests.sort(key=lambda r: -r.age)

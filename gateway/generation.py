@@ -179,15 +179,14 @@ class Choice:
         metrics = gen.metrics
         if new:
             if self.num_tokens == 0:
-                metrics.ttft.observe(now - gen.arrival)
+                metrics.first_token(gen.engine.address, now - gen.arrival)
                 gen.ticket.started()
                 if queue_time is not None:
                     metrics.queue_time.observe(queue_time)
             else:
                 if gap is None:
                     gap = (now - self._last_time) / len(new)
-                for _ in new:
-                    metrics.itl.observe(gap)
+                metrics.next_tokens(gen.engine.address, gap, len(new))
             self._last_time = now
             self.num_tokens += len(new)
         delta = self._processor.push(new, engine_finish is not None)

@@ -131,6 +131,21 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        # The same two latencies by engine, for the dashboard's per-engine plots.
+        self.engine_ttft = Histogram(
+            "agentgate_engine_time_to_first_token_seconds",
+            "Seconds from a request's arrival to its first token, by engine.",
+            ["engine"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.engine_itl = Histogram(
+            "agentgate_engine_inter_token_latency_seconds",
+            "Seconds between consecutive tokens of a request, by engine.",
+            ["engine"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.queue_time = Histogram(
             "agentgate_request_queue_time_seconds",
             "Seconds a request waited in the engine queue before its first step.",
@@ -164,6 +179,18 @@ class Metrics:
     ) -> None:
         """Publish engine stats and gateway state read through these callables."""
         self.registry.register(_EngineCollector(stats, in_flight, waiting, engines_alive))
+
+    def first_token(self, engine: str, seconds: float) -> None:
+        """A request's time to first token on ``engine`` (its address)."""
+        self.ttft.observe(seconds)
+        self.engine_ttft.labels(engine).observe(seconds)
+
+    def next_tokens(self, engine: str, gap: float, count: int) -> None:
+        """``count`` more tokens of a request on ``engine``, ``gap`` seconds apart."""
+        by_engine = self.engine_itl.labels(engine)
+        for _ in range(count):
+            self.itl.observe(gap)
+            by_engine.observe(gap)
 
     def generated(self, engine: str, tokens: int) -> None:
         """Tokens a finished request generated on ``engine`` (its address)."""

@@ -109,6 +109,10 @@ async def test_a_merged_output_streams_one_chunk_per_token_and_a_stop_string_abo
     assert samples["agentgate_time_to_first_token_seconds_count"] == 1
     assert samples["agentgate_request_queue_time_seconds_sum"] == 0.25
     assert samples["agentgate_inter_token_latency_seconds_count"] == 3
+    # The same, by engine (the dashboard's per-engine plots).
+    by_engine = {(s.name, s.labels.get("engine")): s.value for m in metrics.registry.collect() for s in m.samples}
+    assert by_engine[("agentgate_engine_time_to_first_token_seconds_count", "stub")] == 1
+    assert by_engine[("agentgate_engine_inter_token_latency_seconds_count", "stub")] == 3
     assert samples["agentgate_generation_tokens_total"] == 4
     assert samples["agentgate_prompt_tokens_total"] == 3
 

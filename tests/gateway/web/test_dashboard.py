@@ -79,8 +79,8 @@ def test_the_stats_endpoint_reports_engines_latencies_and_requests(pg):
         assert request["age"] > 0 and request["prompt_tokens"] > 0 and request["session"] == "dash-session"
         assert request["owner"].startswith("key:") and request["engine"] == engine["address"]
     for name in ("ttft", "itl"):
-        h = stats[name]
-        assert len(h["counts"]) == len(h["bounds"]) + 1 and h["counts"] == sorted(h["counts"]) and h["counts"][-1] > 0
+        for h in (stats[name], engine[name]):  # all engines', and this engine's own
+            assert len(h["counts"]) == len(h["bounds"]) + 1 and h["counts"] == sorted(h["counts"]) and h["counts"][-1] > 0
     after = httpx.get(f"{pg.url}/dashboard/stats", headers=pg.admin_headers).json()
     assert after["engines"][0]["tokens"] >= engine["tokens"]  # cumulative: finished requests keep their tokens
 
@@ -110,7 +110,14 @@ def test_timeline_rates_and_percentiles_in_the_browser(page: Page, pg):
                          { ...snap(0, a, 0, 0, [0]).engines[0], address: 'e1' },
                          { ...snap(0, b, 0, 0, [0]).engines[0], address: 'e2' }] });
                      t3.push(pair(10, 0, 0)); t3.push(pair(12, 20, 60));
-                     return [t3.series('load').names, t3.series('tps')]; })() };
+                     return [t3.series('load').names, t3.series('tps')]; })(),
+                 perEngine: (() => { const t4 = new Timeline(60);
+                     const pair = (time, c1, c2) => ({ ...snap(time, 0, 0, 0, [0, 0, 0, 0]), engines: [
+                         { ...snap(0, 0, 0, 0, [0]).engines[0], address: 'e1', ttft: h(c1), itl: h([0, 0, 0, 0]) },
+                         { ...snap(0, 0, 0, 0, [0]).engines[0], address: 'e2', ttft: h(c2), itl: h([0, 0, 0, 0]) }] });
+                     t4.push(pair(10, [0, 0, 0, 0], [0, 0, 0, 0]));
+                     t4.push(pair(11, [10, 10, 10, 10], [0, 0, 10, 10]));
+                     return t4.series('ttft'); })() };
     }"""
     )
     assert result["q"] == [1.5, 2, None]  # linear within the bucket; the +Inf bucket gives the last bound
@@ -128,6 +135,10 @@ def test_timeline_rates_and_percentiles_in_the_browser(page: Page, pg):
     assert names == ["running · engine 1", "running · engine 2", "waiting · engine 1", "waiting · engine 2"]
     assert tps2["names"] == ["tok/s · engine 1", "tok/s · engine 2", "all engines"]
     assert tps2["data"][1:] == [[None, 10], [None, 30], [None, 40]]
+    # Several engines with their own latencies: the percentiles of each.
+    ttft2 = result["perEngine"]
+    assert ttft2["names"] == [f"p{q} · engine {e}" for e in (1, 2) for q in (50, 90, 99)]
+    assert ttft2["data"][1][1] == pytest.approx(5) and ttft2["data"][4][1] == pytest.approx(550)
 
 
 def test_plots_move_under_load_and_pause_resume_abort_work(page: Page, pg):

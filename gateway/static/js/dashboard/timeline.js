@@ -35,7 +35,7 @@ export class Timeline {
 
   reset() {
     this.engines = []; // addresses, in the server's order
-    this.points = []; // {t, engines: [{running, waiting, kv, prefix, tps}], ttft: [..ms], itl: [..ms]}
+    this.points = []; // {t, engines: [{running, waiting, kv, prefix, tps}], ttft: [[..ms] per group], itl: same}
     this.history = new Map(); // replica -> recent snapshots (for rates and the latency window)
   }
 
@@ -67,15 +67,19 @@ export class Timeline {
     while (recent.length > 1 && snapshot.time - recent[0].time > LATENCY_WINDOW_S) recent.shift();
     this.history.set(snapshot.replica, recent);
     const base = recent.length > 1 ? recent[0] : null;
-    const percentiles = (name) => {
-      const h = snapshot[name];
-      const counts = histogramDelta(h, base?.[name]);
+    const percentiles = (h, then) => {
+      const counts = histogramDelta(h, then);
       return QUANTILES.map((q) => {
         const seconds = quantile(h.bounds, counts, q);
         return seconds === null ? null : seconds * 1000;
       });
     };
-    this.points.push({ t: snapshot.time, engines, ttft: percentiles("ttft"), itl: percentiles("itl") });
+    // One group of percentiles: all engines' together; with several engines, one group each.
+    const latencies = (name) =>
+      snapshot.engines.length > 1 && snapshot.engines.every((e) => e[name])
+        ? snapshot.engines.map((e, i) => percentiles(e[name], base?.engines[i]?.[name]))
+        : [percentiles(snapshot[name], base?.[name])];
+    this.points.push({ t: snapshot.time, engines, ttft: latencies("ttft"), itl: latencies("itl") });
     while (this.points.length && snapshot.time - this.points[0].t > this.windowSeconds) this.points.shift();
     return changed;
   }
@@ -109,10 +113,13 @@ export class Timeline {
         out.push(this.points.map((p) => (p.engines.some((e) => e.tps !== null) ? p.engines.reduce((s, e) => s + (e.tps ?? 0), 0) : null)));
       }
     } else if (plot === "ttft" || plot === "itl") {
-      QUANTILES.forEach((q, i) => {
-        names.push(`p${Math.round(q * 100)}`);
-        out.push(this.points.map((p) => p[plot][i]));
-      });
+      const groups = Math.max(1, ...this.points.map((p) => p[plot].length));
+      for (let g = 0; g < groups; g++) {
+        QUANTILES.forEach((q, i) => {
+          names.push([`p${Math.round(q * 100)}`, groups > 1 ? this.engineLabel(g) : ""].filter(Boolean).join(" · "));
+          out.push(this.points.map((p) => p[plot][g]?.[i] ?? null));
+        });
+      }
     }
     return { data: [xs, ...out], names };
   }
