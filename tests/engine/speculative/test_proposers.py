@@ -1,5 +1,10 @@
 """Draft proposers, the bounded continuation index and adaptive draft length."""
 
+import pytest
+
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.core import make_speculator
+from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.speculative import DraftLength, NgramProposer, SuffixProposer
 from agentgate.engine.speculative.continuation_index import ContinuationIndex
 
@@ -62,3 +67,15 @@ def test_draft_length_grows_on_success_and_stops_on_repeated_misses():
     assert pauses == 4  # the cooldown doubles
     length.observe(1, 1)
     assert length.next() == 2 and length.misses == 0
+
+
+def test_modes_resolve_per_runner_and_bad_ones_are_refused():
+    assert make_speculator(EngineConfig()) is None  # off by default
+    assert make_speculator(EngineConfig(speculative="auto")) is None  # the overlapped runner does not verify
+    assert isinstance(make_speculator(EngineConfig(runner="sync", speculative="auto")).proposer, SuffixProposer)
+    ngram = make_speculator(EngineConfig(runner="sync", speculative="ngram", num_speculative_tokens=3))
+    assert type(ngram.proposer) is NgramProposer and ngram.max_draft == 3
+    for bad in (dict(speculative="eagle"), dict(speculative="suffix"), dict(runner="sync", speculative="ngram",
+                                                                            num_speculative_tokens=0)):
+        with pytest.raises(InvalidRequestError):
+            EngineConfig(**bad)
