@@ -46,6 +46,9 @@ class EngineConfig:
                   runner verifies drafts, off with the overlapped runner);
                   ngram and suffix need the sync or null runner.
     num_speculative_tokens: the most tokens drafted per request and step.
+    speculative_step_tokens: the most draft tokens one step carries over all
+                  its requests; None: 8 on the CPU (each verified row costs
+                  there: drafts pay at small batch only), 256 on CUDA.
     quantization: "auto" (keep a GGUF file's quantized weights where a CPU
                   kernel reads them), "none" (dense), "int8"/"int4" (at
                   most that many bits per weight, quantizing at load what
@@ -75,6 +78,7 @@ class EngineConfig:
     enforce_eager: bool = False
     speculative: str = "off"
     num_speculative_tokens: int = 6
+    speculative_step_tokens: int | None = None
     seed: int = 0
     # The null runner only: seconds each step takes, to emulate a model.
     null_step_seconds: float = 0.0

@@ -23,7 +23,7 @@ from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits, TokenEvent
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from agentgate.engine.speculative import make_proposer
-from agentgate.engine.speculative.speculator import Speculator
+from agentgate.engine.speculative.speculator import CPU_STEP_DRAFTS, CUDA_STEP_DRAFTS, Speculator
 
 
 @dataclass
@@ -61,7 +61,12 @@ def make_speculator(config: EngineConfig) -> Speculator | None:
     if mode == "auto":
         mode = "suffix" if config.runner == "sync" else "off"
     proposer = make_proposer(mode)
-    return None if proposer is None else Speculator(proposer, config.num_speculative_tokens)
+    if proposer is None:
+        return None
+    step_drafts = config.speculative_step_tokens
+    if step_drafts is None:
+        step_drafts = CUDA_STEP_DRAFTS if config.resolved_device().type == "cuda" else CPU_STEP_DRAFTS
+    return Speculator(proposer, config.num_speculative_tokens, step_drafts)
 
 
 class EngineCore:

@@ -152,6 +152,8 @@ class Scheduler:
     ) -> int:
         decodes = [r for r in self.running if r.num_computed_tokens >= r.num_prompt_tokens]
         prefills = [r for r in self.running if r.num_computed_tokens < r.num_prompt_tokens]
+        speculator = self.speculator
+        draft_room = speculator.max_step_drafts if speculator is not None else 0
         for request in decodes + prefills:
             if budget == 0:
                 break
@@ -160,7 +162,7 @@ class Scheduler:
             if request.num_pending_outputs >= request.max_tokens:
                 continue  # its last token is in flight
             wanted = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
-            draft = self.speculator.draft(request) if self.speculator is not None else []
+            draft = speculator.draft(request, draft_room) if draft_room > 0 else []
             num_tokens = min(wanted + len(draft), budget)
             if num_tokens <= 0:
                 continue
@@ -180,6 +182,7 @@ class Scheduler:
             rows[request.request_id] = num_tokens
             if draft:
                 drafts[request.request_id] = tuple(draft)
+                draft_room -= len(draft)
             budget -= num_tokens
         return budget
 

@@ -92,6 +92,9 @@ class Settings:
         engine=True,
     )
     num_speculative_tokens: int = _opt("most tokens drafted per request and step", default=6, engine=True)
+    speculative_step_tokens: int | None = _opt(
+        "most draft tokens per step over all requests (default: 8 on the CPU, 256 on CUDA)", default=None, engine=True
+    )
     deterministic: bool = _opt(
         "CPU: output that does not depend on what else is in the batch (attention one token at a time, "
         "row-invariant matmuls, fixed threads); slower",

@@ -8,6 +8,9 @@ from agentgate.engine.speculative.draft_length import DraftLength
 from agentgate.engine.speculative.proposers import MAX_NGRAM, Proposer
 
 DEFAULT_MAX_DRAFT = 6
+# Draft tokens one step carries at most, across its requests (EngineConfig.speculative_step_tokens).
+CPU_STEP_DRAFTS = 8  # a CPU verify row costs ~1/5 of a one-token step (int4, AVX2; see the report of issue 15)
+CUDA_STEP_DRAFTS = 256  # a GPU step reads the weights once: rows are nearly free up to a few hundred
 
 
 class Speculator:
@@ -21,9 +24,10 @@ class Speculator:
     proposer's. Drafts never run past ``max_tokens``.
     """
 
-    def __init__(self, proposer: Proposer, max_draft: int = DEFAULT_MAX_DRAFT) -> None:
+    def __init__(self, proposer: Proposer, max_draft: int = DEFAULT_MAX_DRAFT, max_step_drafts: int = 1 << 30) -> None:
         self.proposer = proposer
         self.max_draft = max_draft
+        self.max_step_drafts = max_step_drafts
         self._lengths: dict[str, DraftLength] = {}
         self.num_drafted_tokens = 0
         self.num_accepted_tokens = 0
@@ -33,16 +37,18 @@ class Speculator:
         self.proposer.start(request.request_id, request.all_token_ids)
         self._lengths[request.request_id] = DraftLength(self.max_draft)
 
-    def draft(self, request: Request) -> list[int]:
+    def draft(self, request: Request, limit: int) -> list[int]:
+        """At most ``limit`` tokens to verify after the request's next input."""
         length = self._lengths.get(request.request_id)
         if (
-            length is None
+            limit <= 0
+            or length is None
             or request.num_output_placeholders
             or request.num_computed_tokens != request.num_tokens - 1
             or request.params.logprobs is not None
         ):
             return []
-        room = request.max_tokens - len(request.output_token_ids) - 1
+        room = min(request.max_tokens - len(request.output_token_ids) - 1, limit)
         if room <= 0:
             return []
         if request.grammar is not None:

@@ -17,6 +17,7 @@ from tests.engine.speculative.oracle import OracleProposer
 
 VOCAB = 1000
 BLOCK = 4
+STEP_DRAFTS = 9  # draft tokens per step, over all its requests
 
 
 def null_truth(seeds):
@@ -34,7 +35,16 @@ def make_core(num_blocks, speculate, seed, seeds):
     runner = NullRunner(num_blocks=num_blocks, block_size=BLOCK, vocab_size=VOCAB)
     core = EngineCore(EngineConfig(block_size=BLOCK, max_num_batched_tokens=48, max_num_seqs=8), runner)
     if speculate:
-        core.scheduler.speculator = Speculator(OracleProposer(null_truth(seeds), seed, VOCAB), max_draft=5)
+        proposer = OracleProposer(null_truth(seeds), seed, VOCAB)
+        core.scheduler.speculator = Speculator(proposer, max_draft=5, max_step_drafts=STEP_DRAFTS)
+        schedule = core.scheduler.schedule
+
+        def bounded_schedule():
+            step = schedule()
+            assert sum(len(row.draft_token_ids) for row in step.scheduled) <= STEP_DRAFTS
+            return step
+
+        core.scheduler.schedule = bounded_schedule
     return core
 
 
