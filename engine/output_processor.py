@@ -32,6 +32,7 @@ class OutputProcessor:
         self._hold = max((len(s) for s in self._stops), default=1) - 1
         self._pending = ""  # decoded but not yet released (may start a stop string)
         self.stopped = False
+        self.matched_stop: str | None = None  # the stop string that ended the text
 
     def push(self, token_ids: list[int], finished: bool = False) -> TextDelta:
         """Feed new tokens; ``finished`` when the engine has ended the request."""
@@ -63,4 +64,5 @@ class OutputProcessor:
                 end = at + len(stop) if self._include_stop else at
                 if best is None or at < best[0]:
                     best = (at, end)
+                    self.matched_stop = stop
         return None if best is None else best[1]

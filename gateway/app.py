@@ -12,7 +12,7 @@ still has to write to Redis, disconnects and stops the engine processes it
 owns.
 
 Middleware, outermost first: request id (and a last-resort 500 with an
-OpenAI body), CORS (when origins are configured), API keys (when keys are
+OpenAI body), Anthropic error bodies on the Anthropic routes, CORS (when origins are configured), API keys (when keys are
 configured), body size limit, request context (rate limits and sessions of
 generation requests). All pure ASGI.
 """
@@ -42,7 +42,12 @@ from agentgate.gateway.middleware import BodyLimitMiddleware, RequestContextMidd
 from agentgate.gateway.ratelimit import RateLimiter, parse_key_limits
 from agentgate.gateway.redis_state import SharedState, make_replica_id
 from agentgate.gateway.registry import RequestRegistry
-from agentgate.gateway.routes import dashboard, openai, ops, playground, tokenize
+from agentgate.gateway.responses_api.store import ResponseStore
+from agentgate.gateway.sampling_defaults import FIELDS as SAMPLING_FIELDS
+from agentgate.gateway.sampling_defaults import sampling_defaults
+from agentgate.gateway.anthropic_api.errors import AnthropicErrorMiddleware
+from agentgate.gateway.routes import anthropic, dashboard, openai, ops, playground, tokenize
+from agentgate.gateway.routes import responses as responses_routes
 from agentgate.gateway.routes import sessions as sessions_routes
 from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.settings import Settings
@@ -64,7 +69,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     keys = KeyChecker(settings.api_keys, settings.admin_key)
     admission = Admission(settings.max_waiting)
     replica_id = make_replica_id(settings.port)
-    shared = sessions = limiter = None
+    shared = sessions = limiter = responses = None
     if settings.redis_url is not None:  # connected on first use; without it the gateway runs alone
         shared = SharedState(settings.redis_url, prefix=settings.redis_prefix, replica_id=replica_id,
                              session_ttl=settings.session_ttl)  # fmt: skip
@@ -82,6 +87,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                                   startup_timeout=settings.startup_timeout)  # fmt: skip
     if shared is not None:
         sessions = SessionStore(shared, registry)
+        responses = ResponseStore(shared, settings.response_ttl)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, GatewayState]]:
@@ -110,6 +116,9 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                     max_model_len=info.max_model_len,
                     vocab_size=info.vocab_size,
                     tool_call_parser=settings.tool_call_parser,
+                    max_forced_tool_calls=settings.max_forced_tool_calls,
+                    sampling=sampling_defaults(model_path, {
+                        name: getattr(settings, f"default_{name}") for name in SAMPLING_FIELDS}),
                 ),
                 pool=pool,
                 supervisor=supervisor,
@@ -122,14 +131,16 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 shared=shared,
                 sessions=sessions,
                 limiter=limiter,
+                responses=responses,
             )
             await _start_shared_state(stack, state)
             app.state.gateway = state  # for the server's graceful drain (gateway.server)
             log.info(startup_line(settings, state))
+            log.info(state.model.sampling.describe())
             yield {"gateway": state}
             log.info("agentgate shutting down")
 
-    middleware = [Middleware(RequestIdMiddleware)]
+    middleware = [Middleware(RequestIdMiddleware), Middleware(AnthropicErrorMiddleware)]
     if settings.allowed_origins:
         middleware.append(
             Middleware(
@@ -147,7 +158,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     middleware.append(Middleware(RequestContextMiddleware, keys=keys, limiter=limiter, sessions=sessions))
 
     return Starlette(
-        routes=[*openai.routes, *tokenize.routes, *ops.routes, *sessions_routes.routes, *dashboard.routes,
+        routes=[*openai.routes, *responses_routes.routes, *anthropic.routes, *tokenize.routes, *ops.routes, *sessions_routes.routes, *dashboard.routes,
                 *playground.routes],  # fmt: skip,
         middleware=middleware,
         exception_handlers=EXCEPTION_HANDLERS,

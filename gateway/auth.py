@@ -1,4 +1,5 @@
-"""API keys: ``Authorization: Bearer <key>``, checked as SHA-256 digests.
+"""API keys: ``Authorization: Bearer <key>`` (or ``x-api-key``, as Anthropic's clients send
+it), checked as SHA-256 digests.
 
 Route groups:
 
@@ -104,11 +105,15 @@ class KeyChecker:
 
 
 def bearer_token(scope: Scope) -> str | None:
+    """The presented key: ``Authorization: Bearer <key>``, or Anthropic's ``x-api-key: <key>``."""
+    api_key = None
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
             return token.strip() if scheme.lower() == "bearer" else None
-    return None
+        if name == b"x-api-key":
+            api_key = value.decode("latin-1").strip()
+    return api_key
 
 
 class AuthMiddleware:

@@ -44,6 +44,8 @@ from agentgate.gateway.prompts import (
 from agentgate.gateway.schemas import ChatCompletionRequest
 from agentgate.gateway.state import GatewayState
 from agentgate.gateway.tools import Delta, ParsedOutput, accumulate, finish_reason
+from agentgate.gateway.tools.constraints import CALL_FORMATS
+from agentgate.gateway.tools.deltas import FunctionDelta, ToolCallDelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,7 @@ async def start_chat(
     check_context(len(prompt), max_tokens, model.max_model_len, "messages")
     params = sampling_params(
         request, max_tokens=max_tokens, logprobs=chat_logprobs(request), vocab_size=model.vocab_size,
-        structured=plan.structured,
+        structured=plan.structured, defaults=model.sampling,
     )  # fmt: skip
     job = Job(request_id, arrival, [prompt], params, request.n)
     generation = await dispatch(gw, job, context, conversation=request.messages)
@@ -88,7 +90,8 @@ async def start_chat(
 
 def _prompt_and_plan(gw: GatewayState, request: ChatCompletionRequest) -> tuple[list[int], ToolPlan]:
     tokenizer = gw.model.tokenizer
-    return chat_prompt(tokenizer, request), tool_plan(tokenizer, request, gw.model.tool_call_parser)
+    return chat_prompt(tokenizer, request), tool_plan(tokenizer, request, gw.model.tool_call_parser,
+                                                      gw.model.max_forced_tool_calls)
 
 
 class ReplyPiece(NamedTuple):
@@ -102,13 +105,21 @@ class ReplyPiece(NamedTuple):
 class ReplyReader:
     """One choice's reply, read through the plan's tool-call parser (if any), keeping at
     most ``plan.max_calls`` calls. The finish reason becomes ``"tool_calls"`` when the
-    reply made calls and ended normally."""
+    reply made calls and ended normally.
 
-    __slots__ = ("max_calls", "parser")
+    A call goes out whole: its header (id, name) is held until its arguments are
+    known, so a call that ``max_tokens`` cuts is never returned, streamed or not:
+    it is dropped, and so is any call markup the cut left in the text; the finish
+    reason stays ``"length"``."""
+
+    __slots__ = ("max_calls", "parser", "_trigger", "_pending")
 
     def __init__(self, plan: ToolPlan) -> None:
         self.parser = plan.parser() if plan.parser is not None else None
         self.max_calls = plan.max_calls
+        call_format = CALL_FORMATS.get(plan.parser.name) if plan.parser is not None else None
+        self._trigger = call_format.trigger if call_format is not None else None
+        self._pending: dict[int, ToolCallDelta] = {}  # call headers waiting for their arguments
 
     @property
     def num_calls(self) -> int:
@@ -120,22 +131,66 @@ class ReplyReader:
     def feed(self, text: str) -> list[Delta]:
         if not text:
             return []
-        return self._keep(self.parser.feed(text)) if self.parser is not None else [Delta(content=text)]
+        return self._whole_calls(self._keep(self.parser.feed(text))) if self.parser is not None else [Delta(content=text)]
 
-    def finish(self) -> list[Delta]:
-        return self._keep(self.parser.finish()) if self.parser is not None else []
+    def finish(self, cut: bool = False) -> list[Delta]:
+        """The rest of the reply; ``cut``: it ended at ``max_tokens`` (an open call is dropped)."""
+        if self.parser is None:
+            return []
+        deltas = self._keep(self.parser.finish())
+        if not cut:
+            deltas = self._whole_calls(deltas)
+            return deltas + [Delta(tool_calls=(t,)) for t in self._pending.values()]
+        cut_calls = set(self._pending)
+        kept = []
+        for d in deltas:
+            calls = tuple(t for t in d.tool_calls if t.index not in cut_calls)
+            content = self._before_markup(d.content)
+            if content or calls:
+                kept.append(Delta(content, calls))
+        return kept
+
+    def _whole_calls(self, deltas: list[Delta]) -> list[Delta]:
+        """``deltas`` with each call's header held back until its arguments come, then sent with them."""
+        out = []
+        for d in deltas:
+            calls = []
+            for t in d.tool_calls:
+                if t.id is not None and not t.function.arguments:
+                    self._pending[t.index] = t
+                    continue
+                header = self._pending.pop(t.index, None)
+                if header is not None:
+                    t = ToolCallDelta(t.index, FunctionDelta(header.function.name, t.function.arguments), header.id, header.type)
+                calls.append(t)
+            if d.content is not None or calls:
+                out.append(Delta(d.content, tuple(calls)))
+        return out
+
+    def _before_markup(self, text: str | None) -> str | None:
+        """The text before any call markup (or the start of one) at its end."""
+        trigger = self._trigger
+        if not text or trigger is None:
+            return text
+        at = text.find(trigger)
+        if at >= 0:
+            return text[:at]
+        for n in range(min(len(trigger) - 1, len(text)), 0, -1):
+            if text.endswith(trigger[:n]):
+                return text[:-n]
+        return text
 
     def read(self, text: str, engine_finish: str | None) -> ReplyPiece:
         """The piece an event adds (``engine_finish``: its finish reason, on the last)."""
         deltas = self.feed(text)
         if engine_finish is None:
             return ReplyPiece(deltas, None)
-        deltas += self.finish()
+        deltas += self.finish(cut=engine_finish == "length")
         return ReplyPiece(deltas, finish_reason(engine_finish, tool_calls=self.num_calls > 0))
 
     def whole(self, text: str, engine_finish: str | None) -> tuple[ParsedOutput, str | None]:
         """A whole reply at once (non-streaming): what its streamed pieces add up to."""
-        parsed = accumulate([*self.feed(text), *self.finish()])
+        parsed = accumulate([*self.feed(text), *self.finish(cut=engine_finish == "length")])
         return parsed, finish_reason(engine_finish, tool_calls=bool(parsed.tool_calls))
 
     def _keep(self, deltas: list[Delta]) -> list[Delta]:

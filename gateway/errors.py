@@ -7,6 +7,7 @@ Every error body is OpenAI's: ``{"error": {"message", "type", "param",
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from collections.abc import Mapping
@@ -155,8 +156,27 @@ def error_response(exc: BaseException, request_id: str | None = None) -> Respons
 
 
 async def handle_exception(request: Request, exc: Exception) -> Response:
-    """Starlette exception handler for every exception type the gateway maps."""
+    """Starlette exception handler for every exception type the gateway maps; the router's
+    own 404 and 405 name the method and path, and what this server serves instead."""
+    if type(exc) is HTTPException and exc.status_code in (404, 405):
+        exc = _route_error(request, exc)
     return error_response(exc, request.scope.get("state", {}).get("request_id"))
+
+
+def _route_error(request: Request, exc: HTTPException) -> GatewayError:
+    method, path = request.method, request.url.path
+    served: dict[str, set[str]] = {}
+    for route in request.app.routes:
+        if getattr(route, "methods", None):
+            served.setdefault(route.path, set()).update(route.methods - {"HEAD"})
+    if exc.status_code == 405:
+        allowed = " or ".join(sorted(served.get(path) or (exc.headers or {}).get("Allow", "").split(", ")))
+        error = GatewayError(f"{method} {path} is not supported; {path} takes {allowed}", code="method_not_allowed")
+        error.status_code, error.error_type, error.headers = 405, "invalid_request_error", dict(exc.headers or {})
+        return error
+    nearest = difflib.get_close_matches(path, list(served), n=1, cutoff=0.5)
+    hint = f"; did you mean {'/'.join(sorted(served[nearest[0]]))} {nearest[0]}?" if nearest else ""
+    return NotFoundError(f"no route {method} {path} on this server{hint}", code="unknown_route")
 
 
 EXCEPTION_HANDLERS = {

@@ -31,6 +31,7 @@ from contextlib import aclosing
 from typing import NamedTuple
 
 import anyio
+import msgspec
 
 from agentgate.engine.client import EngineClient
 from agentgate.engine.errors import EngineError, InvalidRequestError
@@ -41,7 +42,7 @@ from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway.admission import Ticket
 from agentgate.gateway.lease import Lease
 from agentgate.gateway.metrics import Metrics
-from agentgate.gateway.schemas import Usage
+from agentgate.gateway.schemas import PromptTokensDetails, Usage
 
 
 class ChoiceEvent(NamedTuple):
@@ -56,7 +57,7 @@ class ChoiceEvent(NamedTuple):
 class Choice:
     __slots__ = (
         "index", "request_id", "prompt_index", "prompt_ids", "params", "_processor", "num_tokens",
-        "finish_reason", "keep_text", "texts", "token_ids", "logprobs", "_generation", "_last_time", "_outputs", "_first",
+        "finish_reason", "num_cached_tokens", "keep_text", "texts", "token_ids", "logprobs", "_generation", "_last_time", "_outputs", "_first",
     )  # fmt: skip
 
     def __init__(
@@ -76,6 +77,7 @@ class Choice:
         self.params = params
         self._processor = OutputProcessor(generation.tokenizer, params)
         self.num_tokens = 0
+        self.num_cached_tokens = 0  # prompt tokens the engine found in its prefix cache
         self.finish_reason: str | None = None
         # The text, kept when keep_text (collect() sets it; a session keeps its
         # first choice's reply); tokens and logprobs by collect() only.
@@ -130,6 +132,8 @@ class Choice:
                     return
 
     def _events(self, out: EngineCoreOutput, per_token: bool) -> list[ChoiceEvent]:
+        if out.num_cached_tokens:
+            self.num_cached_tokens = out.num_cached_tokens
         if per_token and len(out.new_token_ids) > 1:
             return self._split(out)
         return [self._update(out.new_token_ids, out.logprobs, out.finish_reason, out.queue_time)]
@@ -146,6 +150,11 @@ class Choice:
     @property
     def text(self) -> str:
         return "".join(self.texts)
+
+    @property
+    def matched_stop(self) -> str | None:
+        """The stop string that ended the choice (finish reason "stop"), if one did."""
+        return self._processor.matched_stop
 
     def _split(self, out: EngineCoreOutput) -> list[ChoiceEvent]:
         tokens, logprobs = out.new_token_ids, out.logprobs
@@ -198,6 +207,15 @@ class Choice:
         return ChoiceEvent(delta.text, new, logprobs, reason)
 
 
+def choice_params(params: SamplingParams, index: int) -> SamplingParams:
+    """The parameters of a prompt's ``index``-th choice: with a seed, its own seed stream
+    (``seed + index``, as vLLM gives each of n choices), so n > 1 choices differ and are
+    each reproducible."""
+    if index == 0 or params.seed is None:
+        return params
+    return msgspec.structs.replace(params, seed=(params.seed + index) % 2**64)
+
+
 def engine_request_ids(request_id: str, num_choices: int) -> list[str]:
     """The engine request id of each choice: the request id itself, or ``<id>-<index>`` for several."""
     return [request_id] if num_choices == 1 else [f"{request_id}-{i}" for i in range(num_choices)]
@@ -232,7 +250,8 @@ class Generation:
         self.disconnected = False
         self.constraint_param: str | None = None  # the field a grammar the engine rejects comes from
         ids = engine_request_ids(request_id, len(prompts) * n)
-        self.choices = [Choice(self, i, rid, i // n, prompts[i // n], params) for i, rid in enumerate(ids)]
+        self.choices = [Choice(self, i, rid, i // n, prompts[i // n], choice_params(params, i % n))
+                        for i, rid in enumerate(ids)]  # fmt: skip
         if lease is not None and lease.keeps_reply:
             self.choices[0].keep_text = True  # the reply, for the session's messages
         self._lease = lease
@@ -242,13 +261,26 @@ class Generation:
     def usage(self) -> Usage:
         prompt = sum(len(p) for p in self.prompts)
         completion = sum(c.num_tokens for c in self.choices)
-        return Usage(prompt, completion, prompt + completion)
+        n = len(self.choices) // len(self.prompts)
+        cached = sum(c.num_cached_tokens for c in self.choices[::n])  # the first choice of each prompt
+        return Usage(prompt, completion, prompt + completion, PromptTokensDetails(cached))
 
     async def collect(self, receive) -> None:
         """Run every choice to its end (non-streaming), watching ``receive``
         for the client's disconnect: on one, every engine request is aborted
         and ``disconnected`` is set. Engine errors land in ``error``."""
         await self._each_choice(receive, lambda choice: choice.collect)
+
+    async def collect_or_raise(self, receive) -> bool:
+        """:meth:`collect`, then :meth:`close`; raises the engine error, if any. False: the
+        client left meanwhile (every engine request aborted), nobody is listening."""
+        try:
+            await self.collect(receive)
+        finally:
+            self.close()
+        if self.error is not None and not self.disconnected:
+            raise self.error
+        return not self.disconnected
 
     async def prime(self, receive) -> None:
         """Submit every choice and wait for its first output, watching ``receive`` for the

@@ -19,6 +19,8 @@ import msgspec
 from agentgate.gateway import package_version
 from agentgate.gateway import schemas as s
 from agentgate.gateway.errors import ErrorBody
+from agentgate.gateway.anthropic_api import types as a
+from agentgate.gateway.responses_api import types as r
 
 Access = Literal["open", "user", "admin"]
 
@@ -55,6 +57,7 @@ _SESSION_ID = {"name": "X-Session-Id", "in": "header", "required": False, "schem
                "description": "the session the request belongs to (created on first use)"}  # fmt: skip
 _GENERATION = (_SESSION_ID,)
 _GEN_ERRORS = (404, 409, 413, 429, 503)
+_RESPONSE_ID = _path("response_id")
 
 OPERATIONS = (
     Operation("post", "/v1/chat/completions", "Create a chat completion (SSE when stream is true)", "openai",
@@ -64,6 +67,22 @@ OPERATIONS = (
               request=s.CompletionRequest, response=s.Completion, streams=s.Completion, params=_GENERATION,
               errors=_GEN_ERRORS),
     Operation("get", "/v1/models", "List the served models", "openai", response=s.ModelList),
+    Operation("get", "/v1/models/{model_id}", "One served model", "openai", response=s.ModelCard,
+              params=(_path("model_id"),), errors=(404,)),
+    Operation("post", "/v1/responses", "Create a response (typed SSE events when stream is true)", "responses",
+              request=r.ResponsesRequest, response=r.ResponseObject, params=_GENERATION, errors=_GEN_ERRORS),
+    Operation("get", "/v1/responses/{response_id}", "A stored response", "responses", response=r.ResponseObject,
+              params=(_RESPONSE_ID,), errors=(404, 503)),
+    Operation("delete", "/v1/responses/{response_id}", "Delete a stored response", "responses",
+              response=r.DeletedResponse, params=(_RESPONSE_ID,), errors=(404, 503)),
+    Operation("post", "/v1/responses/{response_id}/cancel", "Cancel a background response", "responses",
+              response=r.ResponseObject, params=(_RESPONSE_ID,), errors=(404, 503)),
+    Operation("get", "/v1/responses/{response_id}/input_items", "A stored response's input items", "responses",
+              response=r.InputItemList, params=(_RESPONSE_ID,), errors=(404, 503)),
+    Operation("post", "/v1/messages", "Create a message, Anthropic's API (SSE events when stream is true)",
+              "anthropic", request=a.MessagesRequest, response=a.Message, params=_GENERATION, errors=_GEN_ERRORS),
+    Operation("post", "/v1/messages/count_tokens", "Count a message request's prompt tokens, Anthropic's API",
+              "anthropic", request=a.CountTokensRequest, response=a.TokenCount, errors=(404, 413)),
     Operation("post", "/tokenize", "Tokenize a prompt or chat messages", "tokenize", request=s.TokenizeRequest,
               response=s.TokenizeResponse, errors=(404, 413)),
     Operation("post", "/detokenize", "Turn token ids back into text", "tokenize", request=s.DetokenizeRequest,

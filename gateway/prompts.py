@@ -19,8 +19,9 @@ from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway.errors import BadRequestError, GatewayError
 from agentgate.gateway.limits import check_depth
 from agentgate.gateway.schemas import MAX_N, ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from agentgate.gateway.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
 from agentgate.gateway.tools import StreamingToolParser, render_chat_prompt, resolve_tool_choice, select_tool_parser, validate_tools
-from agentgate.gateway.tools.constraints import parse_response_format, structured_output
+from agentgate.gateway.tools.constraints import DEFAULT_MAX_FORCED_CALLS, parse_response_format, structured_output
 
 
 def chat_prompt(tokenizer: Tokenizer, request: ChatCompletionRequest) -> list[int]:
@@ -84,7 +85,8 @@ class ToolPlan:
 
     ``parser``: the tool-call parser reading the reply (None: the reply is
     plain content: no tools, or ``tool_choice`` none); ``max_calls``: 1 with
-    ``parallel_tool_calls: false``; ``structured``: what the engine enforces;
+    ``parallel_tool_calls: false``, the bound on forced parallel calls under
+    ``required``; ``structured``: what the engine enforces;
     ``constraint_param``: the request field that constraint comes from.
     """
 
@@ -97,28 +99,38 @@ class ToolPlan:
 NO_TOOLS = ToolPlan()
 
 
-def tool_plan(tokenizer: Tokenizer, request: ChatCompletionRequest, parser_override: str | None = None) -> ToolPlan:
+def tool_plan(
+    tokenizer: Tokenizer,
+    request: ChatCompletionRequest,
+    parser_override: str | None = None,
+    max_forced_calls: int = DEFAULT_MAX_FORCED_CALLS,
+) -> ToolPlan:
     """Decide a chat request's tool-call parsing and constrained decoding (400s name the field).
 
     The parser comes from the chat template (``--tool-call-parser`` overrides
     it); ``tool_choice`` required/named and ``response_format`` are enforced
-    by the engine (see :mod:`gateway.tools.constraints`).
+    by the engine (see :mod:`gateway.tools.constraints`), with at most
+    ``max_forced_calls`` parallel calls under ``required``.
     """
     tools = validate_tools(request.tools)
     choice = resolve_tool_choice(request.tool_choice, tools)
     response_format = parse_response_format(request.response_format)
     parallel = request.parallel_tool_calls is not False
     parser = parser_for(tokenizer.get_chat_template([]), parser_override) if choice.mode != "none" else None
+    max_calls = None if parallel else 1
+    if parallel and choice.mode == "required":
+        max_calls = max_forced_calls
     structured = structured_output(
-        tools, choice, response_format, parser=parser.name if parser else "hermes", parallel=parallel
-    )
+        tools, choice, response_format, parser=parser.name if parser else "hermes", parallel=parallel,
+        max_calls=max_calls,
+    )  # fmt: skip
     if structured is None:
         param = None
     elif structured.structural_tag is not None:
         param = "tools"
     else:
         param = "response_format"
-    return ToolPlan(parser, None if parallel else 1, structured, param)
+    return ToolPlan(parser, max_calls, structured, param)
 
 
 @functools.lru_cache(maxsize=16)
@@ -223,19 +235,26 @@ def sampling_params(
     logprobs: int | None,
     vocab_size: int,
     structured: StructuredOutput | None = None,
+    defaults: SamplingDefaults = OPENAI_DEFAULTS,
 ) -> SamplingParams:
-    """The engine's SamplingParams for ``request``, validated (400 naming the field)."""
+    """The engine's SamplingParams for ``request``, validated (400 naming the field); the fields
+    it leaves unset come from ``defaults`` (see :mod:`gateway.sampling_defaults`)."""
     stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+
+    def pick(name: str) -> Any:
+        value = getattr(request, name)
+        return getattr(defaults, name) if value is None else value
+
     params = SamplingParams(
         max_tokens=max_tokens,
-        temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        top_k=request.top_k or 0,
-        min_p=request.min_p or 0.0,
+        temperature=pick("temperature"),
+        top_p=pick("top_p"),
+        top_k=pick("top_k"),
+        min_p=pick("min_p"),
         seed=request.seed,
         presence_penalty=request.presence_penalty,
         frequency_penalty=request.frequency_penalty,
-        repetition_penalty=1.0 if request.repetition_penalty is None else request.repetition_penalty,
+        repetition_penalty=pick("repetition_penalty"),
         logit_bias=request.logit_bias or None,
         logprobs=logprobs,
         min_tokens=request.min_tokens,

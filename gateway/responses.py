@@ -35,7 +35,7 @@ from agentgate.gateway.schemas import (
     TopLogprob,
     encode,
 )
-from agentgate.gateway.streaming import sse
+from agentgate.gateway.streaming import OpenAIStream, sse
 from agentgate.gateway.tools import Delta as ToolDelta
 
 _EMPTY_DELTA = Delta()
@@ -52,7 +52,7 @@ def _token_text(tokenizer: Tokenizer, token_id: int) -> tuple[str, list[int]]:
     return raw.decode("utf-8", errors="replace"), list(raw)
 
 
-class ChatFormat:
+class ChatFormat(OpenAIStream):
     def __init__(self, run: ChatRun, model: str, *, include_usage: bool) -> None:
         self.run = run
         self.gen = gen = run.generation
@@ -126,7 +126,7 @@ class ChatFormat:
         return ChatLogprobs(content)
 
 
-class CompletionFormat:
+class CompletionFormat(OpenAIStream):
     def __init__(self, gen: Generation, model: str, *, include_usage: bool, echo: bool) -> None:
         self.gen = gen
         self.model = model

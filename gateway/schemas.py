@@ -133,10 +133,19 @@ REQUEST_TYPES: tuple[type, ...] = (
 # -- responses --------------------------------------------------------------------
 
 
+class PromptTokensDetails(Struct):
+    cached_tokens: int = 0  # prompt tokens the engine's prefix cache served
+
+
 class Usage(Struct):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = field(default_factory=PromptTokensDetails)
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.prompt_tokens_details.cached_tokens
 
 
 class TopLogprob(Struct):

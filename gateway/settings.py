@@ -151,6 +151,22 @@ class Settings:
         "(default: chosen from the chat template)",
         default=None,
     )
+    default_temperature: float | None = _opt(
+        "temperature of requests that leave it unset (default: the model's generation_config.json; "
+        "for a GGUF without one, 0.2)",
+        default=None,
+    )
+    default_top_p: float | None = _opt("top_p of requests that leave it unset (see --default-temperature)", default=None)
+    default_top_k: int | None = _opt("top_k of requests that leave it unset (see --default-temperature)", default=None)
+    default_min_p: float | None = _opt("min_p of requests that leave it unset (see --default-temperature)", default=None)
+    default_repetition_penalty: float | None = _opt(
+        "repetition_penalty of requests that leave it unset (see --default-temperature)", default=None
+    )
+    max_forced_tool_calls: int = _opt(
+        "most tool calls in one reply under tool_choice required (Anthropic any) with parallel calls; "
+        "enforced by the grammar, so a model that would repeat its call stops",
+        default=4,
+    )
     # -- auth and CORS ----------------------------------------------------------
     api_keys: tuple[str, ...] = _opt(
         "API key for /v1/*, /tokenize, /detokenize (repeatable; none: open)",
@@ -221,6 +237,7 @@ class Settings:
     )
     redis_prefix: str = _opt("prefix of every Redis key and channel of agentgate", default="agentgate")
     session_ttl: float = _opt("seconds a session lives after its last activity", default=3600.0)
+    response_ttl: float = _opt("seconds a stored /v1/responses response (and its chain) is kept", default=30 * 86400.0)
     rate_limit_rpm: int = _opt("requests per minute per API key (0: unlimited)", default=0)
     rate_limit_tpm: int = _opt("tokens (prompt + completion) per minute per API key (0: unlimited)", default=0)
     key_rate_limits: tuple[str, ...] = _opt(
@@ -261,8 +278,10 @@ class Settings:
             raise ValueError("engine_max_restarts must be >= 0 and engine_restart_window positive")
         if self.engines < 1 or self.gateway_workers < 1:
             raise ValueError("engines and gateway_workers must be positive")
-        if self.session_ttl <= 0:
-            raise ValueError("session_ttl must be positive")
+        if self.max_forced_tool_calls < 1:
+            raise ValueError("max_forced_tool_calls must be at least 1")
+        if self.session_ttl <= 0 or self.response_ttl <= 0:
+            raise ValueError("session_ttl and response_ttl must be positive")
         if self.rate_limit_rpm < 0 or self.rate_limit_tpm < 0:
             raise ValueError("rate limits must be 0 (unlimited) or positive")
 

@@ -15,6 +15,7 @@ from agentgate.gateway.engines import EnginePool
 from agentgate.gateway.errors import NotFoundError
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
 from agentgate.gateway.settings import Settings
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from agentgate.gateway.cluster import Cluster
     from agentgate.gateway.ratelimit import RateLimiter
     from agentgate.gateway.redis_state import SharedState
+    from agentgate.gateway.responses_api.store import ResponseStore
     from agentgate.gateway.sessions import SessionStore
     from agentgate.gateway.supervision import EngineSupervisor
 
@@ -36,6 +38,8 @@ class ServedModel:
     max_model_len: int
     vocab_size: int
     tool_call_parser: str | None = None  # --tool-call-parser (None: chosen from the chat template)
+    max_forced_tool_calls: int = 4  # --max-forced-tool-calls
+    sampling: SamplingDefaults = OPENAI_DEFAULTS  # for the fields a request leaves unset
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -67,3 +71,4 @@ class GatewayState:
     shared: SharedState | None = None  # None: no Redis configured (sessions and cross-replica routes answer 503)
     sessions: SessionStore | None = None
     limiter: RateLimiter | None = None  # None: no rate limit configured
+    responses: ResponseStore | None = None  # stored /v1/responses (None: no Redis)

@@ -1,10 +1,12 @@
-"""Server-sent events: OpenAI's framing over sse-starlette.
+"""Server-sent events over sse-starlette, in each API's framing (a :class:`StreamFormat`).
 
-Each event is ``data: <json>`` and a blank line, encoded once with msgspec
-and handed to sse-starlette as bytes (sent as they are); the stream ends
-with ``data: [DONE]``. An error after the stream has started cannot change
-the status any more, so it is sent as an event holding the OpenAI error body,
-then ``[DONE]``.
+OpenAI's chat and completions (:class:`OpenAIStream`): each event is
+``data: <json>`` and a blank line, encoded once with msgspec and handed to
+sse-starlette as bytes (sent as they are); the stream ends with
+``data: [DONE]``. An error after the stream has started cannot change the
+status any more, so it is sent as an event holding the OpenAI error body,
+then ``[DONE]``. The Responses and Anthropic Messages APIs name their events
+(``event: <type>``) and close with their own last event instead.
 
 Each token is one chunk. When the stream fell behind the engine, the tokens
 that queued up arrive as one engine output (the client merges them); their
@@ -57,11 +59,31 @@ def sse(payload: bytes) -> bytes:
 
 
 class StreamFormat(Protocol):
-    include_usage: bool
+    """An API's wire shape of a stream: what opens it, one event's chunk, what closes it
+    (awaited once every choice has finished, before the generation is closed) and the
+    event an error after the start becomes."""
 
     def opening(self) -> bytes: ...
     def chunk(self, choice: Choice, event: ChoiceEvent) -> bytes | None: ...
-    def usage_chunk(self) -> bytes: ...
+    async def closing(self) -> bytes: ...
+    def error(self, exc: BaseException) -> bytes: ...
+
+
+class OpenAIStream:
+    """OpenAI's chat and completions framing: the usage chunk when asked for, then ``[DONE]``;
+    an error is an event holding the OpenAI error body, then ``[DONE]``."""
+
+    include_usage: bool
+    gen: Generation
+
+    def usage_chunk(self) -> bytes:
+        raise NotImplementedError
+
+    async def closing(self) -> bytes:
+        return self.usage_chunk() + DONE if self.include_usage else DONE
+
+    def error(self, exc: BaseException) -> bytes:
+        return sse(error_json(exc, self.gen.request_id)) + DONE
 
 
 class GenerationResponse(EventSourceResponse):
@@ -125,13 +147,10 @@ def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False
                 async with anyio.create_task_group() as tasks:
                     for choice in gen.choices:
                         tasks.start_soon(gen.run_choice, lambda c=choice: run(c))
-                if gen.error is not None:
-                    send.send_nowait(sse(error_json(gen.error, gen.request_id)))
-                elif fmt.include_usage:
-                    send.send_nowait(fmt.usage_chunk())
+                tail = fmt.error(gen.error) if gen.error is not None else await fmt.closing()
             finally:
                 gen.close()
-            send.send_nowait(DONE)
+            send.send_nowait(tail)
 
     return GenerationResponse(gen, receive, data_sender=produce, prime=prime)
 
@@ -153,10 +172,9 @@ async def _single(gen: Generation, fmt: StreamFormat) -> AsyncIterator[bytes]:
             data = _chunks(fmt, choice, events)
             if data:
                 yield data
-        if fmt.include_usage:
-            yield fmt.usage_chunk()
+        tail = await fmt.closing()
     except EngineError as exc:
-        yield sse(error_json(gen.record_error(exc), gen.request_id))
+        tail = fmt.error(gen.record_error(exc))
     finally:
         gen.close()
-    yield DONE
+    yield tail

@@ -75,7 +75,8 @@ async def completions(request: Request) -> Response:
     max_tokens = 16 if body.max_tokens is None else body.max_tokens
     for prompt in prompts:
         check_context(len(prompt), max_tokens, model.max_model_len, "prompt")
-    params = sampling_params(body, max_tokens=max_tokens, logprobs=body.logprobs, vocab_size=model.vocab_size)
+    params = sampling_params(body, max_tokens=max_tokens, logprobs=body.logprobs, vocab_size=model.vocab_size,
+                             defaults=model.sampling)  # fmt: skip
     # a session records the prompt as the user's message
     conversation = [{"role": "user", "content": body.prompt}] if isinstance(body.prompt, str) else []
     job = Job(request_id_of(request.scope), arrival, prompts, params, body.n)
@@ -89,14 +90,8 @@ async def completions(request: Request) -> Response:
 
 async def _complete(request: Request, gen: Generation, render) -> Response:
     """Run a non-streaming request to its end; a client that leaves meanwhile aborts it."""
-    try:
-        await gen.collect(request.receive)
-    finally:
-        gen.close()
-    if gen.disconnected:
+    if not await gen.collect_or_raise(request.receive):
         return Response(status_code=499)  # nobody is listening any more
-    if gen.error is not None:
-        raise gen.error
     return Response(render(), media_type=JSON)
 
 
@@ -106,8 +101,17 @@ async def models(request: Request) -> Response:
     return Response(encode(ModelList(cards)), media_type=JSON)
 
 
+async def model_card(request: Request) -> Response:
+    """One served model by name (404 ``model_not_found`` naming the served ones otherwise)."""
+    model = request.state.gateway.model
+    name = request.path_params["model_id"]
+    model.check(name)
+    return Response(encode(ModelCard(name, model.created, model.max_model_len, model.root)), media_type=JSON)
+
+
 routes = [
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
     Route("/v1/models", models, methods=["GET"]),
+    Route("/v1/models/{model_id:path}", model_card, methods=["GET"]),
 ]

@@ -4,8 +4,12 @@ to enforce, built as plain JSON (the gateway never imports xgrammar; the engine 
 What is enforced (``tool_choice`` resolved by :func:`gateway.tools.schema.resolve_tool_choice`):
 
 - ``required``: the reply is one or more tool calls (exactly one with
-  ``parallel_tool_calls: false``) and nothing else; each call names one of the
-  tools and its arguments match that tool's ``parameters`` schema.
+  ``parallel_tool_calls: false``, at most ``max_calls`` with parallel calls:
+  ``--max-forced-tool-calls``, default :data:`DEFAULT_MAX_FORCED_CALLS`) and
+  nothing else; each call names one of the tools and its arguments match that
+  tool's ``parameters`` schema. The bound is in the grammar: after the last
+  allowed call only the end of the reply may follow, so a small model that
+  would repeat its call stops instead of running into ``max_tokens``.
 - named function: the reply is exactly one call of that function, arguments
   matching its schema (``parallel_tool_calls`` does not add calls: "call this
   function" is one call, as in vLLM).
@@ -28,7 +32,9 @@ grammar allows:
 The calls are an xgrammar *structural tag*: one ``tag`` per tool whose ``begin``
 is the call's fixed prefix up to the arguments, ``content`` the arguments'
 JSON schema and ``end`` the fixed suffix, combined with ``tags_with_separator``
-(``at_least_one``; ``stop_after_first`` unless parallel calls are allowed),
+(``at_least_one``; ``stop_after_first`` unless parallel calls are allowed; a
+bounded number of parallel calls nests ``or``/``sequence`` of the one-call
+format, which every xgrammar with structural tags compiles),
 ``triggered_tags`` (strict ``auto``) or ``or`` (``auto`` + ``response_format``). JSON inside
 a tag allows at most :data:`MAX_WHITESPACE` consecutive whitespace characters, so
 a small model cannot spin in whitespace until ``max_tokens``.
@@ -60,6 +66,7 @@ from agentgate.gateway.tools.schema import ToolChoice, check_json_schema
 
 __all__ = [
     "CALL_FORMATS",
+    "DEFAULT_MAX_FORCED_CALLS",
     "MAX_WHITESPACE",
     "CallFormat",
     "ResponseFormat",
@@ -67,6 +74,9 @@ __all__ = [
     "structured_output",
     "tool_call_structural_tag",
 ]
+
+DEFAULT_MAX_FORCED_CALLS = 4
+"""Most calls in one reply under ``tool_choice`` required (Anthropic ``any``) with parallel calls."""
 
 MAX_WHITESPACE = 8
 """Most consecutive whitespace characters in constrained JSON inside a tool call: room for a
@@ -116,10 +126,11 @@ def tool_call_structural_tag(
     parser: str,
     parallel: bool,
     or_json: Any = None,
+    max_calls: int | None = None,
 ) -> dict[str, Any]:
     """The structural tag enforcing ``choice`` over validated ``tools`` in ``parser``'s markup.
 
-    ``required``: one or more calls (one unless ``parallel``), nothing else;
+    ``required``: one or more calls (one unless ``parallel``; at most ``max_calls``), nothing else;
     ``named``: exactly one call of that function; ``auto``: free text in which
     every call that opens is well-formed, or, with ``or_json`` (a JSON schema),
     either that JSON or one or more calls.
@@ -139,6 +150,8 @@ def tool_call_structural_tag(
             "at_least_one": True,
             "stop_after_first": not parallel,
         }
+        if choice.mode == "required" and parallel and max_calls is not None:
+            return _structural_tag(_at_most(tags, fmt.separator, max_calls))
         if choice.mode == "required":
             return _structural_tag(calls)
         return _structural_tag({"type": "or", "elements": [_json(or_json), calls]})
@@ -153,6 +166,17 @@ def tool_call_structural_tag(
             }
         )
     raise ValueError(f"tool_choice {choice.mode!r} enforces nothing")
+
+
+def _at_most(tags: list[dict[str, Any]], separator: str, max_calls: int) -> dict[str, Any]:
+    """One to ``max_calls`` calls of any of ``tags``, separated by ``separator``:
+    ``one | one sep (one | one sep (...))``."""
+    one = tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}
+    calls = one
+    for _ in range(max_calls - 1):
+        more = {"type": "sequence", "elements": [one, {"type": "const_string", "value": separator}, calls]}
+        calls = {"type": "or", "elements": [one, more]}
+    return calls
 
 
 def _structural_tag(fmt: dict[str, Any]) -> dict[str, Any]:
@@ -233,10 +257,11 @@ def structured_output(
     *,
     parser: str,
     parallel: bool,
+    max_calls: int | None = None,
 ) -> StructuredOutput | None:
     """What the engine enforces for a chat request (see the module docstring), or None."""
     if choice.mode in ("required", "named"):
-        tag = tool_call_structural_tag(tools or [], choice, parser=parser, parallel=parallel)
+        tag = tool_call_structural_tag(tools or [], choice, parser=parser, parallel=parallel, max_calls=max_calls)
         return StructuredOutput(structural_tag=json.dumps(tag))
     if choice.mode == "auto" and tools:
         if response_format is not None:

@@ -108,6 +108,12 @@ def test_seed_reproducibility(client, model):
     assert first == again
     others = {sample(s) for s in (1, 2)}
     assert len(others | {first}) > 1, "different seeds never changed the text: seeds are ignored"
+    # n > 1: each choice has its own seed stream (seed + index, as in vLLM): they differ, and each
+    # is what a request seeded with its stream's seed samples
+    three = [c.message.content for c in client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=8, temperature=1.0,
+        seed=1233, n=3).choices]  # fmt: skip
+    assert three[1] == first and len(set(three)) > 1
 
 
 def test_completions_non_streaming_echo_and_logprobs(client, model):
@@ -201,3 +207,15 @@ def test_sdk_errors(client, model):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model=model, messages=MESSAGES, temperature=-1)
     assert info.value.body["param"] == "temperature"
+
+
+def test_cached_tokens_count_the_prefix_cache_hits(client, model):
+    """``usage.prompt_tokens_details.cached_tokens``: what the engine's prefix cache served (whole
+    16-token blocks), as agent frameworks read it for cost accounting."""
+    messages = [{"role": "user", "content": "List three colours of the rainbow, briefly, please."}]
+    first = client.chat.completions.create(model=model, messages=messages, max_tokens=1, temperature=0)
+    again = client.chat.completions.create(model=model, messages=messages, max_tokens=1, temperature=0)
+    prompt = again.usage.prompt_tokens
+    assert first.usage.prompt_tokens_details.cached_tokens < prompt
+    cached = again.usage.prompt_tokens_details.cached_tokens
+    assert 16 <= cached < prompt and cached % 16 == 0, (cached, prompt)

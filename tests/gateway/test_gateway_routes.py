@@ -48,6 +48,19 @@ def test_models(gateway):
     assert data["object"] == "list"
     [card] = data["data"]
     assert card["id"] == "SmolLM2-135M-Instruct" and card["object"] == "model" and card["max_model_len"] == 1024
+    one = gateway.client.get("/v1/models/SmolLM2-135M-Instruct", headers=gateway.headers)
+    assert one.status_code == 200 and one.json() == card
+    missing = gateway.client.get("/v1/models/gpt-9", headers=gateway.headers)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+def test_unknown_routes_and_methods_are_named_with_what_is_served(gateway):
+    r = gateway.client.post("/v1/response", json={}, headers=gateway.headers)
+    assert r.status_code == 404
+    assert r.json()["error"]["message"] == "no route POST /v1/response on this server; did you mean POST /v1/responses?"
+    r = gateway.client.get("/v1/chat/completions", headers=gateway.headers)
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert r.json()["error"]["message"] == "GET /v1/chat/completions is not supported; /v1/chat/completions takes POST"
 
 
 def test_metrics_names_and_counts_follow_requests(gateway):

@@ -11,74 +11,31 @@ import time
 
 import anyio
 import httpx
+import openai
 import pytest
 
-from tests.support.http import StreamRecorder, chat_body, check_chat_stream, wait_for
-from tests.support.servers import (
-    ADMIN_KEY,
-    USER_KEY,
-    USER_KEY_2,
-    RedisServer,
-    bearer,
-    launch_engine,
-    launch_gateway,
-    launch_serve,
-    stop_all,
-    wait_healthy,
-)
+from tests.support.http import StreamRecorder, chat_body, check_chat_stream, engine_idle, wait_for
+from tests.support.cluster import run_cluster
+from tests.support.servers import ADMIN_KEY, USER_KEY, USER_KEY_2, bearer, launch_serve, stop_all, wait_healthy
 
 pytestmark = pytest.mark.anyio
 
 RPM_KEY = "rl-requests-key"  # 6 requests per minute
 TPM_KEY = "rl-tokens-key"  # 60 tokens per minute
 KEYS = (USER_KEY, USER_KEY_2, RPM_KEY, TPM_KEY)
+MODEL = "SmolLM2-135M-Instruct"
 USER = bearer(USER_KEY)
 USER_2 = bearer(USER_KEY_2)
 ADMIN = bearer(ADMIN_KEY)
 
 
-class Cluster:
-    def __init__(self, tmp, redis, engines, addresses, gateways, flags):
-        self.tmp, self.redis, self.engines, self.addresses, self.flags = (
-            tmp,
-            redis,
-            engines,
-            addresses,
-            flags,
-        )
-        self.a, self.b = gateways
-
-    def restart_a(self) -> None:
-        stop_all(self.a)
-        self.a = launch_gateway(
-            self.tmp,
-            "gateway-a",
-            self.addresses,
-            self.redis.url,
-            *self.flags,
-            port=self.a.port,
-        )
-        wait_healthy(self.a)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cluster")
-    redis = RedisServer(tmp / "redis").start()
-    (e1, a1), (e2, a2) = launch_engine(tmp, "engine-1"), launch_engine(tmp, "engine-2")
     flags = [part for key in KEYS for part in ("--api-key", key)] + [
         "--admin-key", ADMIN_KEY, "--key-rate-limit", f"{RPM_KEY}:6:0", "--key-rate-limit", f"{TPM_KEY}:0:60",
         "--session-ttl", "120",
     ]  # fmt: skip
-    a = launch_gateway(tmp, "gateway-a", [a1, a2], redis.url, *flags)
-    b = launch_gateway(tmp, "gateway-b", [a1, a2], redis.url, *flags)
-    c = Cluster(tmp, redis, [e1, e2], [a1, a2], [a, b], flags)
-    try:
-        wait_healthy(a, b)
-        yield c
-    finally:
-        stop_all(c.a, c.b, e1, e2)
-        redis.stop()
+    yield from run_cluster(tmp_path_factory.mktemp("cluster"), flags)
 
 
 def _client() -> httpx.AsyncClient:
@@ -289,6 +246,36 @@ async def test_deleting_a_session_aborts_its_stream_on_the_other_gateway(cluster
         assert _finish(recorder) == "abort"
         await anyio.sleep(0.1)  # the aborted request's end must not bring the session back
         assert (await client.get(f"{cluster.a.url}/v1/sessions/{sid}", headers=USER)).status_code == 404
+
+
+def test_responses_chain_across_both_gateways_a_restart_and_a_cancel_from_the_other(cluster):
+    """``previous_response_id`` continues on any replica and after a restart, on the chain's
+    engine (its prefix comes from that engine's cache); another key neither reads nor chains
+    it; a background response is cancelled through the other gateway."""
+    def client(gateway, key=USER_KEY):
+        return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+
+    first = client(cluster.a).responses.create(model=MODEL, input="Hello there", max_output_tokens=4)
+    second = client(cluster.b).responses.create(model=MODEL, input="Again", previous_response_id=first.id,
+                                                max_output_tokens=4)  # fmt: skip
+    assert second.usage.input_tokens > first.usage.total_tokens and second.usage.input_tokens_details.cached_tokens >= 16
+    cluster.restart_a()
+    third = client(cluster.a).responses.create(model=MODEL, input="Once more", previous_response_id=second.id,
+                                               max_output_tokens=4)  # fmt: skip
+    assert third.usage.input_tokens > second.usage.total_tokens
+    assert third.usage.input_tokens_details.cached_tokens >= second.usage.input_tokens_details.cached_tokens
+    other = client(cluster.b, USER_KEY_2)
+    with pytest.raises(openai.NotFoundError):
+        other.responses.retrieve(third.id)
+    with pytest.raises(openai.BadRequestError) as caught:
+        other.responses.create(model=MODEL, input="Hi", previous_response_id=third.id, max_output_tokens=4)
+    assert caught.value.code == "previous_response_not_found"
+    long = client(cluster.b).responses.create(model=MODEL, input="Go on", max_output_tokens=900, background=True)
+    wait_for(lambda: client(cluster.a).responses.retrieve(long.id).status == "in_progress", timeout=10)
+    assert client(cluster.a).responses.cancel(long.id).status == "cancelled"
+    wait_for(lambda: all(engine_idle(g.url) for g in (cluster.a, cluster.b)), timeout=5,
+             message="the cancelled generation to stop on its engine")  # fmt: skip
+    assert client(cluster.b).responses.retrieve(long.id).status == "cancelled"
 
 
 def test_sessions_survive_a_gateway_restart(cluster):

@@ -116,13 +116,17 @@ async def _all(server: LiveServer, bodies: list[dict]) -> list[tuple[int, dict |
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # about a minute on two idle cores; far more on a loaded machine
-async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(server):
+@pytest.mark.parametrize("parallel", [False, True], ids=["one-call", "parallel-calls"])
+async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(server, parallel):
+    """Every returned call parses and validates, nothing of the markup reaches content. With
+    parallel calls the grammar bounds them (--max-forced-tool-calls, 4) and a call that
+    max_tokens cuts is dropped (finish_reason "length"), never returned half-written."""
     tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
 
     def body(seed: int, stream: bool) -> dict:
         return {
             "messages": [SYSTEM, ASK], "tools": [tools[seed]], "tool_choice": "required",
-            "parallel_tool_calls": False, "max_tokens": 160, "temperature": 0.7, "seed": seed, "stream": stream,
+            "parallel_tool_calls": parallel, "max_tokens": 160, "temperature": 0.7, "seed": seed, "stream": stream,
         }  # fmt: skip
 
     started = time.monotonic()
@@ -130,21 +134,31 @@ async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(ser
     middle = time.monotonic()
     streamed = await _all(server, [body(seed, True) for seed in range(NUM_SCHEMAS)])
     print(f"\n{NUM_SCHEMAS} schemas: non-streaming {middle - started:.1f} s, streaming {time.monotonic() - middle:.1f} s")
+    finishes = []
     for seed, ((status, completion), (stream_status, payloads)) in enumerate(zip(plain, streamed)):
         tool = tools[seed]["function"]
         assert status == 200 and stream_status == 200, (completion, payloads)
         [choice] = completion["choices"]
-        assert choice["finish_reason"] == "tool_calls", (seed, choice)
-        assert choice["message"]["content"] is None
-        [call] = choice["message"]["tool_calls"]
-        assert call["type"] == "function" and call["id"].startswith("call_")
-        assert call["function"]["name"] == tool["name"]
-        arguments = json.loads(call["function"]["arguments"])
-        jsonschema.validate(arguments, tool["parameters"])
-
-        content, [streamed_call], finish = stream_calls(payloads)
-        assert content == "" and finish == "tool_calls"
-        assert (streamed_call["name"], streamed_call["arguments"]) == (tool["name"], call["function"]["arguments"]), seed
+        calls = choice["message"].get("tool_calls") or []
+        content, streamed_calls, finish = stream_calls(payloads)
+        finishes += [choice["finish_reason"], finish]
+        assert not choice["message"]["content"] and content == "", (seed, choice, content)
+        for call in calls:
+            assert call["type"] == "function" and call["id"].startswith("call_")
+            assert call["function"]["name"] == tool["name"]
+            jsonschema.validate(json.loads(call["function"]["arguments"]), tool["parameters"])
+        for call in streamed_calls:
+            assert call["name"] == tool["name"]
+            jsonschema.validate(json.loads(call["arguments"]), tool["parameters"])
+        if not parallel:
+            assert choice["finish_reason"] == "tool_calls" and finish == "tool_calls", (seed, choice)
+            [call], [streamed_call] = calls, streamed_calls
+            assert (streamed_call["name"], streamed_call["arguments"]) == (tool["name"], call["function"]["arguments"]), seed
+        else:
+            for reason, made in ((choice["finish_reason"], calls), (finish, streamed_calls)):
+                assert reason in ("tool_calls", "length"), (seed, reason)
+                assert len(made) <= 4 and (reason == "length" or made), (seed, reason, made)
+    print(f"finish reasons: {sorted((r, finishes.count(r)) for r in set(finishes))}")
 
 
 def test_openai_sdk_parses_named_tool_calls(server):
@@ -300,3 +314,27 @@ def test_a_schema_the_grammar_compiler_rejects_is_a_400(server, stream):
     assert error["param"] == "tools" and "cannot be enforced" in error["message"] and "minimum" in error["message"]
     ok = chat(server, messages=PARIS, max_tokens=2)  # the engine carries on
     assert ok.status_code == 200
+
+
+def test_langchain_bind_tools_with_tool_choice_any(server):
+    """LangChain (langchain-openai) as its users write it: ``bind_tools(..., tool_choice="any")``
+    gives parsed calls, never an invalid one, streaming and not."""
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        return f"sunny in {city}"
+
+    llm = ChatOpenAI(model="SmolLM2-135M-Instruct", base_url=f"{server.url}/v1", api_key="unused", max_tokens=160,
+                     temperature=0.7, max_retries=0)  # fmt: skip
+    bound = llm.bind_tools([get_weather], tool_choice="any")
+    reply = bound.invoke("What is the weather in Paris?")
+    assert reply.tool_calls and not reply.invalid_tool_calls and not reply.content
+    assert all(c["name"] == "get_weather" and isinstance(c["args"]["city"], str) for c in reply.tool_calls)
+    merged = None
+    for chunk in bound.stream("What is the weather in Paris?"):
+        merged = chunk if merged is None else merged + chunk
+    assert merged.tool_calls and not merged.invalid_tool_calls
+    assert all(c["name"] == "get_weather" and isinstance(c["args"]["city"], str) for c in merged.tool_calls)

@@ -1,0 +1,130 @@
+"""Anthropic messages <-> the chat core's messages.
+
+In: ``system``, messages of content blocks (``text``, ``tool_use`` in the
+assistant's turns, ``tool_result`` in the user's), ``tools`` with
+``input_schema``, ``tool_choice`` (``auto``/``any``/``tool``/``none``, with
+``disable_parallel_tool_use``) and ``stop_sequences`` become a
+:class:`~gateway.schemas.ChatCompletionRequest`: ``any`` is OpenAI's
+``required`` and ``tool`` a named function, enforced by the same grammar.
+Out: a parsed reply becomes content blocks (``text``, ``tool_use`` with its
+``input`` object) and the finish reason Anthropic's ``stop_reason``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.responses_api.items import chat_request, new_id, text_of
+from agentgate.gateway.schemas import ChatCompletionRequest
+from agentgate.gateway.tools import ParsedOutput, ToolCall
+
+TEXT_BLOCKS = frozenset({"text"})
+STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
+
+
+def _text(content: Any, param: str) -> str:
+    return text_of(content, param, TEXT_BLOCKS)
+
+
+def _turn(message: dict[str, Any], param: str) -> list[dict[str, Any]]:
+    """One Anthropic message as chat messages: tool results become tool messages."""
+    role, content = message.get("role"), message.get("content")
+    if role not in ("user", "assistant"):
+        raise BadRequestError(f"role must be user or assistant, got {role!r}", param=f"{param}.role")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        raise BadRequestError("content must be a string or a list of content blocks", param=f"{param}.content")
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for i, block in enumerate(content):
+        where = f"{param}.content[{i}]"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            texts.append(_text([block], where))
+        elif kind == "tool_use" and role == "assistant":
+            arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
+            calls.append({"id": block.get("id") or new_id("toolu"), "type": "function",
+                          "function": {"name": block.get("name"), "arguments": arguments}})  # fmt: skip
+        elif kind == "tool_result" and role == "user":
+            result = block.get("content", "")
+            text = _text(result, f"{where}.content") if result is not None else ""
+            if block.get("is_error"):
+                text = f"Error: {text}"
+            out.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text})
+        elif kind in ("thinking", "redacted_thinking"):
+            continue  # nothing this model can read back
+        else:
+            raise BadRequestError(f"content blocks of type {kind!r} are not supported in a {role} message",
+                                  param=f"{where}.type")  # fmt: skip
+    if texts or calls or not out:
+        turn: dict[str, Any] = {"role": role, "content": "".join(texts)}
+        if calls:
+            turn["tool_calls"] = calls
+        out.append(turn)
+    return out
+
+
+def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    out = []
+    for i, tool in enumerate(tools):
+        if tool.get("type") not in (None, "custom") or "input_schema" not in tool:
+            raise BadRequestError("only client tools with an input_schema are supported", param=f"tools[{i}]")
+        function = {"name": tool.get("name"), "parameters": tool["input_schema"]}
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: dict[str, Any] | None) -> tuple[str | dict[str, Any] | None, bool | None]:
+    """(OpenAI's tool_choice, parallel_tool_calls) for Anthropic's ``tool_choice``."""
+    if choice is None:
+        return None, None
+    parallel = False if choice.get("disable_parallel_tool_use") else None
+    kind = choice.get("type")
+    if kind in ("auto", "none"):
+        return kind, parallel
+    if kind == "any":
+        return "required", parallel
+    if kind == "tool":
+        return {"type": "function", "function": {"name": choice.get("name")}}, parallel
+    raise BadRequestError(f"tool_choice.type must be auto, any, tool or none, got {kind!r}", param="tool_choice.type")
+
+
+def chat_messages(system: Any, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = [{"role": "system", "content": _text(system, "system")}] if system else []
+    for i, message in enumerate(messages):
+        out += _turn(message, f"messages[{i}]")
+    return out
+
+
+def to_chat(body: Any, **sampling: Any) -> ChatCompletionRequest:
+    """A messages (or count_tokens) request on the chat core."""
+    tool_choice, parallel = _tool_choice(body.tool_choice)
+    return chat_request(chat_messages(body.system, body.messages), model=body.model, tools=_tools(body.tools),
+                        tool_choice=tool_choice, parallel_tool_calls=parallel, **sampling)  # fmt: skip
+
+
+def tool_use_block(call: ToolCall) -> dict[str, Any]:
+    try:
+        arguments = json.loads(call.arguments) if call.arguments else {}
+    except ValueError:
+        arguments = {}  # a call whose arguments the model broke (never under tool_choice any/tool)
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+
+
+def content_blocks(parsed: ParsedOutput) -> list[dict[str, Any]]:
+    blocks = [{"type": "text", "text": parsed.content}] if parsed.content else []
+    return blocks + [tool_use_block(call) for call in parsed.tool_calls]
+
+
+def stop_reason(finish_reason: str | None, matched_stop: str | None) -> str | None:
+    if finish_reason == "stop" and matched_stop is not None:
+        return "stop_sequence"
+    return STOP_REASONS.get(finish_reason or "", finish_reason)

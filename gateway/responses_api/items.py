@@ -1,0 +1,161 @@
+"""Responses API items <-> the chat core's messages.
+
+In: ``input`` (a string, or items: messages with text parts, ``function_call``,
+``function_call_output``), ``instructions``, function ``tools``,
+``tool_choice`` and ``text.format`` become a
+:class:`~gateway.schemas.ChatCompletionRequest` (400s name the ``input[i]``
+field they are about). Out: a reply as the core parsed it becomes output
+items (an assistant ``message`` with ``output_text``, a ``function_call`` per
+call), and back into the chat message a later turn replays.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import msgspec
+
+from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.schemas import ChatCompletionRequest, ChatMessage
+from agentgate.gateway.tools import ParsedOutput, ToolCall
+
+TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+SKIPPED_ITEMS = frozenset({"reasoning"})  # nothing this model can read back
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+def text_of(content: Any, param: str, kinds: frozenset[str] = TEXT_PARTS) -> str:
+    """A message's content: a string, or its text parts (of ``kinds``) joined; 400 naming the
+    part otherwise (this model reads text only)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BadRequestError("content must be a string or a list of content parts", param=param)
+    texts = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        text = part.get("text", part.get("refusal")) if kind in kinds else None
+        if not isinstance(text, str):
+            raise BadRequestError(f"content of type {kind!r} is not supported (this model reads text only)",
+                                  param=f"{param}[{i}]")  # fmt: skip
+        texts.append(text)
+    return "".join(texts)
+
+
+def _message(item: dict[str, Any], param: str) -> dict[str, Any]:
+    role = item.get("role")
+    if role not in ("user", "assistant", "system", "developer"):
+        raise BadRequestError(f"role must be user, assistant, system or developer, got {role!r}", param=f"{param}.role")
+    return {"role": "system" if role == "developer" else role, "content": text_of(item.get("content"), f"{param}.content")}
+
+
+def _required(item: dict[str, Any], key: str, param: str) -> str:
+    value = item.get(key)
+    if not isinstance(value, str):
+        raise BadRequestError(f"`{key}` must be a string", param=f"{param}.{key}")
+    return value
+
+
+def input_messages(input: str | list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``input`` as chat messages, and as the input items stored with the response (each with an id)."""
+    if input is None:
+        return [], []
+    if isinstance(input, str):
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": input}]}
+        return [{"role": "user", "content": input}], [{"id": new_id("msg"), **item}]
+    messages: list[dict[str, Any]] = []
+    items = []
+    for i, item in enumerate(input):
+        param = f"input[{i}]"
+        kind = item.get("type", "message")
+        if kind == "message":
+            messages.append(_message(item, param))
+        elif kind == "function_call":
+            call = {"id": _required(item, "call_id", param), "type": "function",
+                    "function": {"name": _required(item, "name", param), "arguments": _required(item, "arguments", param)}}  # fmt: skip
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)  # parallel calls: one assistant turn
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else text_of(output, f"{param}.output")
+            messages.append({"role": "tool", "tool_call_id": _required(item, "call_id", param), "content": text})
+        elif kind not in SKIPPED_ITEMS:
+            raise BadRequestError(f"input items of type {kind!r} are not supported; this server takes message, "
+                                  "function_call and function_call_output items", param=f"{param}.type")  # fmt: skip
+        items.append({"id": item.get("id") or new_id("msg" if kind == "message" else "fc"), **item, "type": kind})
+    return messages, items
+
+
+def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Responses function tools (``{"type": "function", "name", "parameters", ...}``) in chat's shape."""
+    if tools is None:
+        return None
+    out = []
+    for i, tool in enumerate(tools):
+        if tool.get("type") != "function":
+            raise BadRequestError(f"tools of type {tool.get('type')!r} are not supported; this server runs "
+                                  "function tools", param=f"tools[{i}].type")  # fmt: skip
+        function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    if isinstance(choice, dict):
+        raise BadRequestError(f"tool_choice of type {choice.get('type')!r} is not supported", param="tool_choice")
+    return choice
+
+
+def response_format(text_format: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``text.format`` as chat's ``response_format`` (its json_schema fields sit one level up)."""
+    if text_format is None or text_format.get("type") != "json_schema":
+        return text_format
+    spec = {k: text_format[k] for k in ("name", "schema", "strict", "description") if k in text_format}
+    return {"type": "json_schema", "json_schema": spec}
+
+
+def chat_request(messages: list[dict[str, Any]], **fields: Any) -> ChatCompletionRequest:
+    try:
+        decoded = msgspec.convert(messages, list[ChatMessage])
+    except msgspec.ValidationError as exc:  # a stored chain is ours; this is the client's input
+        raise BadRequestError(f"invalid input: {exc}", param="input") from None
+    return ChatCompletionRequest(messages=decoded, **fields)
+
+
+def message_item(text: str, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
+    return {"id": item_id or new_id("msg"), "type": "message", "role": "assistant", "status": status,
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}  # fmt: skip
+
+
+def function_call_item(call: ToolCall, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
+    return {"id": item_id or new_id("fc"), "type": "function_call", "status": status, "call_id": call.id,
+            "name": call.name, "arguments": call.arguments}  # fmt: skip
+
+
+def output_items(parsed: ParsedOutput, status: str = "completed") -> list[dict[str, Any]]:
+    items = [message_item(parsed.content, status)] if parsed.content else []
+    return items + [function_call_item(call) for call in parsed.tool_calls]
+
+
+def assistant_message(output: list[dict[str, Any]]) -> dict[str, Any]:
+    """The output items as the one assistant message a later turn replays."""
+    texts, calls = [], []
+    for item in output:
+        if item["type"] == "message":
+            texts.append("".join(part["text"] for part in item["content"]))
+        elif item["type"] == "function_call":
+            calls.append({"id": item["call_id"], "type": "function",
+                          "function": {"name": item["name"], "arguments": item["arguments"]}})  # fmt: skip
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if calls:
+        message["tool_calls"] = calls
+    return message

@@ -1,0 +1,145 @@
+"""One ``POST /v1/responses`` on the chat core: the chain read back from the store,
+the request translated (:mod:`~gateway.responses_api.items`) and started with
+:func:`~gateway.chat.start_chat`, and the response object it ends as, stored
+for the next turn.
+
+    turn = await start_turn(gw, store, body, request_id=..., arrival=..., context=...)
+    ... run turn.run.generation (streamed, collected, or in the background) ...
+    turn.finish(parsed, finish_reason)      # status, output items, usage
+    await turn.save()
+
+The chain's engine (where the previous response ran) is the turn's affinity,
+so its prefix, already in that engine's cache, is not computed again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from agentgate.gateway.chat import ChatRun, start_chat
+from agentgate.gateway.context import RequestContext
+from agentgate.gateway.errors import BadRequestError, ServiceUnavailableError, error_parts
+from agentgate.gateway.responses_api import items as it
+from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
+from agentgate.gateway.responses_api.types import (
+    IncompleteDetails,
+    InputTokensDetails,
+    ResponseError,
+    ResponseObject,
+    ResponsesRequest,
+    ResponseUsage,
+    TextConfig,
+)
+from agentgate.gateway.state import GatewayState
+from agentgate.gateway.tools import ParsedOutput
+
+
+def need_store(store: ResponseStore | None, what: str) -> ResponseStore:
+    if store is None:
+        raise ServiceUnavailableError(f"{what} needs Redis, and this gateway runs without it (start it with "
+                                      "--redis-url, or through `agentgate serve`, which embeds one)",
+                                      code="redis_not_configured")  # fmt: skip
+    return store
+
+
+@dataclass
+class Turn:
+    response: ResponseObject
+    run: ChatRun
+    store: ResponseStore | None  # None: not stored (``store: false``, or no Redis)
+    owner: str
+    history: list[dict[str, Any]]  # the chain's messages and this input: what the next turn replays
+    input_items: list[dict[str, Any]]
+
+    @property
+    def request_id(self) -> str:
+        return self.run.generation.request_id
+
+    def finish(
+        self, parsed: ParsedOutput, finish_reason: str | None, output: list[dict[str, Any]] | None = None
+    ) -> ResponseObject:
+        """Set the response's final status, output and usage from the parsed reply (``output``:
+        its items as they were streamed)."""
+        response, gen = self.response, self.run.generation
+        if gen.error is not None:
+            _, info, _ = error_parts(gen.error)
+            response.status = "failed"
+            response.error = ResponseError(str(info.code or "server_error"), info.message)
+        elif finish_reason == "length":
+            response.status = "incomplete"
+            response.incomplete_details = IncompleteDetails("max_output_tokens")
+        elif finish_reason == "abort":
+            response.status = "cancelled"
+        else:
+            response.status = "completed"
+        item_status = "completed" if response.status == "completed" else "incomplete"
+        response.output = output if output is not None else it.output_items(parsed, item_status)
+        usage = gen.usage
+        response.usage = ResponseUsage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens,
+                                       InputTokensDetails(usage.cached_tokens))  # fmt: skip
+        response.completed_at = int(time.time()) if response.status == "completed" else None
+        return response
+
+    def stored(self) -> StoredResponse:
+        messages = self.history + [it.assistant_message(self.response.output)] if self.response.output else self.history
+        return StoredResponse(owner=self.owner, response=self.response, input_items=self.input_items,
+                              messages=messages, engine=self.run.generation.engine.address,
+                              request_id=self.request_id)  # fmt: skip
+
+    async def save(self) -> bool:
+        """Store the response as it stands (False: not stored, or cancelled meanwhile)."""
+        return self.store is not None and await self.store.save(self.stored())
+
+
+async def start_turn(
+    gw: GatewayState,
+    store: ResponseStore | None,
+    body: ResponsesRequest,
+    *,
+    request_id: str,
+    arrival: float,
+    context: RequestContext,
+) -> Turn:
+    """Validate ``body``, read its chain, and start its generation on the chat core."""
+    history: list[dict[str, Any]] = []
+    if body.previous_response_id is not None:
+        previous = await need_store(store, "previous_response_id").load(
+            body.previous_response_id, context.key, param="previous_response_id"
+        )
+        history = previous.messages
+        if context.engine is None and previous.engine is not None:
+            context = dataclasses.replace(context, engine=previous.engine)
+    if body.background and (not body.store or store is None):
+        need_store(store, "background")
+        raise BadRequestError("background responses must be stored: set `store` to true", param="background")
+    messages, input_items = it.input_messages(body.input)
+    if not messages and not history:
+        raise BadRequestError("`input` must hold at least one message or item", param="input")
+    system = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    text = body.text or TextConfig()
+    chat = it.chat_request(
+        system + history + messages,
+        model=body.model,
+        tools=it.chat_tools(body.tools),
+        tool_choice=it.chat_tool_choice(body.tool_choice),
+        parallel_tool_calls=body.parallel_tool_calls,
+        response_format=it.response_format(text.format),
+        max_tokens=body.max_output_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        seed=body.seed,
+    )
+    run = await start_chat(gw, chat, request_id=request_id, arrival=arrival, context=context)
+    params = run.generation.choices[0].params
+    response = ResponseObject(
+        id=it.new_id("resp"), created_at=int(time.time()), status="in_progress", model=body.model or gw.model.name,
+        background=body.background, instructions=body.instructions, max_output_tokens=body.max_output_tokens,
+        metadata=body.metadata or {}, parallel_tool_calls=body.parallel_tool_calls is not False,
+        previous_response_id=body.previous_response_id, store=body.store and store is not None,
+        temperature=params.temperature, text=text, tool_choice=body.tool_choice or "auto", tools=body.tools or [],
+        top_p=params.top_p, truncation=body.truncation or "disabled", user=body.user,
+    )  # fmt: skip
+    return Turn(response, run, store if response.store else None, context.key, history + messages, input_items)

@@ -1,0 +1,71 @@
+"""The Anthropic Messages API: ``POST /v1/messages`` (streamed or not) and
+``POST /v1/messages/count_tokens``, on the chat core.
+
+The request is translated onto a chat request
+(:mod:`gateway.anthropic_api.translate`), run by :func:`~gateway.chat.start_chat`
+like any chat completion (same prompt, tool plan, grammar and parsing), and
+written back as Anthropic content blocks and events
+(:mod:`gateway.anthropic_api.events`). Keys come as ``x-api-key`` or Bearer
+(``gateway.auth``); errors are Anthropic-shaped
+(:mod:`gateway.anthropic_api.errors`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from agentgate.gateway.anthropic_api.events import MessagesStream, usage
+from agentgate.gateway.anthropic_api.translate import content_blocks, stop_reason, to_chat
+from agentgate.gateway.anthropic_api.types import CountTokensRequest, Message, MessagesRequest, TokenCount
+from agentgate.gateway.chat import start_chat
+from agentgate.gateway.context import context_of
+from agentgate.gateway.middleware import request_id_of
+from agentgate.gateway.prompts import chat_prompt
+from agentgate.gateway.responses_api.items import new_id
+from agentgate.gateway.schemas import decode_body, encode
+from agentgate.gateway.state import GatewayState
+from agentgate.gateway.streaming import stream_generation
+
+JSON = "application/json"
+
+
+async def messages(request: Request) -> Response:
+    arrival = time.monotonic()
+    gw: GatewayState = request.state.gateway
+    body = decode_body(await request.body(), MessagesRequest)
+    chat = to_chat(body, max_tokens=body.max_tokens, stop=body.stop_sequences, temperature=body.temperature,
+                   top_p=body.top_p, top_k=body.top_k)  # fmt: skip
+    run = await start_chat(gw, chat, request_id=request_id_of(request.scope), arrival=arrival,
+                     context=context_of(request.scope))  # fmt: skip
+    message = Message(id=new_id("msg"), model=body.model)
+    if body.stream:
+        message.usage = usage(run)
+        return stream_generation(run.generation, MessagesStream(run, message), prime=run.plan.structured is not None)
+    gen = run.generation
+    if not await gen.collect_or_raise(request.receive):
+        return Response(status_code=499)  # nobody is listening any more
+    choice = gen.choices[0]
+    parsed, finish = run.reader().whole(choice.text, choice.finish_reason)
+    message.content = content_blocks(parsed)
+    message.stop_reason = stop_reason(finish, choice.matched_stop)
+    message.stop_sequence = choice.matched_stop if message.stop_reason == "stop_sequence" else None
+    message.usage = usage(run)
+    return Response(encode(message), media_type=JSON)
+
+
+async def count_tokens(request: Request) -> Response:
+    gw: GatewayState = request.state.gateway
+    body = decode_body(await request.body(), CountTokensRequest)
+    gw.model.check(body.model)
+    prompt = chat_prompt(gw.model.tokenizer, to_chat(body))
+    return Response(encode(TokenCount(len(prompt))), media_type=JSON)
+
+
+routes = [
+    Route("/v1/messages", messages, methods=["POST"]),
+    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+]

@@ -1,0 +1,155 @@
+"""The OpenAI Responses API: ``POST /v1/responses`` (streamed, collected, or in the
+background), ``GET``/``DELETE /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel``
+and ``GET /v1/responses/{id}/input_items``.
+
+A response runs on the chat core (:mod:`gateway.responses_api.turn`) and is
+stored in Redis (:mod:`gateway.responses_api.store`), so any replica answers
+for it and continues its chain. A background response is stored ``queued``
+at once and answered; it runs after the answer, and ``cancel`` (on any
+replica) aborts its generation through the cluster.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from agentgate.gateway.auth import bearer_token
+from agentgate.gateway.context import context_of, key_digest
+from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.middleware import request_id_of
+from agentgate.gateway.responses_api.events import ResponsesStream
+from agentgate.gateway.responses_api.store import RUNNING, ResponseStore
+from agentgate.gateway.responses_api.turn import Turn, need_store, start_turn
+from agentgate.gateway.responses_api.types import DeletedResponse, InputItemList, ResponsesRequest
+from agentgate.gateway.schemas import decode_body, encode
+from agentgate.gateway.state import GatewayState
+from agentgate.gateway.streaming import stream_generation
+
+JSON = "application/json"
+
+
+def _store(gw: GatewayState) -> ResponseStore | None:
+    return gw.responses
+
+
+def _json(value: object) -> Response:
+    return Response(encode(value), media_type=JSON)
+
+
+async def create_response(request: Request) -> Response:
+    arrival = time.monotonic()
+    gw: GatewayState = request.state.gateway
+    body = decode_body(await request.body(), ResponsesRequest)
+    turn = await start_turn(gw, _store(gw), body, request_id=request_id_of(request.scope), arrival=arrival,
+                            context=context_of(request.scope))  # fmt: skip
+    if body.stream:
+        return stream_generation(turn.run.generation, ResponsesStream(turn), prime=turn.run.plan.structured is not None)
+    if body.background:
+        turn.response.status = "queued"
+        await turn.save()
+        return Response(encode(turn.response), media_type=JSON, background=BackgroundTask(_run, turn, None))
+    if not await _run(turn, request.receive):
+        return Response(status_code=499)  # nobody is listening any more
+    return _json(turn.response)
+
+
+async def _never_disconnects() -> dict:
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+async def _run(turn: Turn, receive) -> bool:
+    """Run the turn's generation to its end, then finish and store its response. ``receive``:
+    the client's, whose disconnect aborts it (False: it left); an engine error is raised. None:
+    a background response, which nobody waits for: an error leaves it ``failed``."""
+    gen = turn.run.generation
+    if receive is None:
+        turn.response.status = "in_progress"
+        await turn.save()
+        try:
+            await gen.collect(_never_disconnects)
+        finally:
+            gen.close()
+    elif not await gen.collect_or_raise(receive):
+        return False
+    choice = gen.choices[0]
+    parsed, finish = turn.run.reader().whole(choice.text, choice.finish_reason)
+    turn.finish(parsed, finish)
+    await turn.save()
+    return True
+
+
+def _owner(request: Request) -> str:
+    return key_digest(bearer_token(request.scope))
+
+
+async def get_response(request: Request) -> Response:
+    store = need_store(_store(request.state.gateway), "stored responses")
+    stored = await store.load(request.path_params["response_id"], _owner(request))
+    return _json(stored.response)
+
+
+async def delete_response(request: Request) -> Response:
+    store = need_store(_store(request.state.gateway), "stored responses")
+    response_id = request.path_params["response_id"]
+    await store.delete(response_id, _owner(request))
+    return _json(DeletedResponse(response_id))
+
+
+async def cancel_response(request: Request) -> Response:
+    """Cancel a background response that is still running (any replica's): it is marked
+    cancelled and its generation aborted. A finished one is returned as it is."""
+    gw: GatewayState = request.state.gateway
+    store = need_store(_store(gw), "cancel")
+    stored = await store.load(request.path_params["response_id"], _owner(request))
+    if not stored.response.background:
+        raise BadRequestError("Only responses created with background=true can be cancelled.", param="response_id")
+    if stored.response.status in RUNNING:
+        stored.response.status = "cancelled"
+        if await store.cancel(stored) and stored.request_id is not None:
+            await gw.cluster.abort([stored.request_id])
+        else:
+            stored = await store.load(stored.response.id, stored.owner)
+    return _json(stored.response)
+
+
+async def input_items(request: Request) -> Response:
+    """The response's input items, newest first unless ``order=asc``; ``limit`` (1-100, default
+    20) and ``after`` (an item id) page through them."""
+    store = need_store(_store(request.state.gateway), "stored responses")
+    stored = await store.load(request.path_params["response_id"], _owner(request))
+    query = request.query_params
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise BadRequestError("order must be asc or desc", param="order")
+    try:
+        limit = int(query.get("limit", "20"))
+    except ValueError:
+        raise BadRequestError("limit must be an integer", param="limit") from None
+    if not 1 <= limit <= 100:
+        raise BadRequestError("limit must be in [1, 100]", param="limit")
+    items = stored.input_items if order == "asc" else stored.input_items[::-1]
+    after = query.get("after")
+    if after is not None:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise BadRequestError(f"no input item with id {after!r}", param="after")
+        items = items[ids.index(after) + 1 :]
+    page = items[:limit]
+    return _json(InputItemList(page, page[0]["id"] if page else None, page[-1]["id"] if page else None,
+                               len(items) > limit))  # fmt: skip
+
+
+routes = [
+    Route("/v1/responses", create_response, methods=["POST"]),
+    Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+    Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
+    Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),
+]

@@ -1,0 +1,156 @@
+"""The Responses API with the real clients, as their users write them, against
+`agentgate serve` with the default model (the shared ``model_server``: its
+embedded Redis stores the responses): the openai SDK's ``responses.create``
+streamed and not, chained by ``previous_response_id``, with a forced tool
+call and its output sent back, background + poll + cancel, OpenAI's errors;
+and the OpenAI Agents SDK with its default model settings running an agent
+with a function tool to its final answer."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import openai
+import pytest
+
+from tests.support.http import engine_idle, wait_for
+
+MODEL = "SmolLM2-135M-Instruct"
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                   "additionalProperties": False},
+    "strict": True,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def client(model_server):
+    with openai.OpenAI(base_url=f"{model_server.url}/v1", api_key="unused", max_retries=0) as c:
+        yield c
+
+
+def test_create_retrieve_list_input_items_delete(client):
+    r = client.responses.create(model=MODEL, input="What is the capital of France?", max_output_tokens=24,
+                                temperature=0, metadata={"run": "1"})  # fmt: skip
+    assert r.status == "completed" and r.object == "response" and r.id.startswith("resp_")
+    assert "Paris" in r.output_text
+    assert r.usage.input_tokens > 0 and 0 < r.usage.output_tokens <= 24
+    assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
+    assert r.metadata == {"run": "1"} and r.temperature == 0
+    stored = client.responses.retrieve(r.id)
+    assert stored.output_text == r.output_text and stored.status == "completed"
+    [item] = client.responses.input_items.list(r.id).data
+    assert item.role == "user" and item.content[0].text == "What is the capital of France?"
+    deleted = client.responses.delete(r.id)
+    assert deleted is None or getattr(deleted, "deleted", True)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(r.id)
+
+
+def test_streaming_sends_the_documented_events_in_order(client):
+    stream = client.responses.create(model=MODEL, input="Say hello.", max_output_tokens=16, temperature=0, stream=True)
+    events = list(stream)
+    kinds = [e.type for e in events]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"]  # fmt: skip
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          kinds[-1]]  # fmt: skip
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    done = next(e for e in events if e.type == "response.output_text.done")
+    final = events[-1].response
+    assert text and done.text == text == final.output_text
+    assert final.usage.output_tokens == sum(1 for k in kinds if k == "response.output_text.delta")
+    assert client.responses.retrieve(final.id).output_text == text  # stored before the last event
+
+
+def test_previous_response_id_chains_and_hits_the_prefix_cache(client):
+    first = client.responses.create(model=MODEL, input="My name is Ada. Remember it.", instructions="Be brief.",
+                                    max_output_tokens=12, temperature=0)  # fmt: skip
+    second = client.responses.create(model=MODEL, input="What is my name?", previous_response_id=first.id,
+                                     instructions="Be brief.", max_output_tokens=12, temperature=0)  # fmt: skip
+    assert second.previous_response_id == first.id
+    # the second prompt holds the whole first turn: its input, its reply, then the new input
+    assert second.usage.input_tokens > first.usage.total_tokens
+    assert second.usage.input_tokens_details.cached_tokens >= 16  # the first turn's prefix, from the engine's cache
+    [item] = client.responses.input_items.list(second.id).data  # only this turn's input
+    assert item.content[0].text == "What is my name?"
+
+
+def test_forced_tool_call_then_its_output_sent_back(client):
+    r = client.responses.create(model=MODEL, input="What is the weather in Paris?", tools=[WEATHER],
+                                tool_choice="required", max_output_tokens=160, temperature=0.7)  # fmt: skip
+    calls = [item for item in r.output if item.type == "function_call"]
+    assert calls and r.status == "completed" and not r.output_text
+    for call in calls:
+        assert call.name == "get_weather" and isinstance(json.loads(call.arguments)["city"], str)
+    follow = client.responses.create(
+        model=MODEL, previous_response_id=r.id, tools=[WEATHER], max_output_tokens=24, temperature=0,
+        input=[{"type": "function_call_output", "call_id": c.call_id, "output": "Sunny, 22 C"} for c in calls],
+    )  # fmt: skip
+    assert follow.status in ("completed", "incomplete") and follow.usage.input_tokens > r.usage.total_tokens
+    stream = client.responses.create(model=MODEL, input="What is the weather in Paris?", tools=[WEATHER],
+                                     tool_choice="required", max_output_tokens=160, stream=True)  # fmt: skip
+    events = list(stream)
+    args = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert args and all("city" in json.loads(e.arguments) for e in args)
+    assert not any(e.type == "response.output_text.delta" for e in events)
+
+
+def test_background_poll_and_cancel(client, model_server):
+    done = client.responses.create(model=MODEL, input="Count to three.", max_output_tokens=8, background=True)
+    assert done.status in ("queued", "in_progress") and done.background
+    wait_for(lambda: client.responses.retrieve(done.id).status == "completed", timeout=60,
+             message="the background response to complete")  # fmt: skip
+    assert client.responses.retrieve(done.id).usage.output_tokens > 0
+    long = client.responses.create(model=MODEL, input="Write a long story.", max_output_tokens=1500,
+                                   background=True, extra_body={"ignore_eos": True})  # fmt: skip
+    wait_for(lambda: client.responses.retrieve(long.id).status == "in_progress", timeout=30,
+             message="the background response to start")  # fmt: skip
+    cancelled = client.responses.cancel(long.id)
+    assert cancelled.status == "cancelled"
+    wait_for(lambda: engine_idle(model_server.url), timeout=20, message="the cancelled generation to stop")
+    time.sleep(0.2)
+    assert client.responses.retrieve(long.id).status == "cancelled"  # its final write did not undo the cancel
+    with pytest.raises(openai.BadRequestError):
+        client.responses.cancel(client.responses.create(model=MODEL, input="Hi", max_output_tokens=2).id)
+
+
+def test_errors_are_openais(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=MODEL, input="Hi", previous_response_id="resp_nope", max_output_tokens=4)
+    assert caught.value.code == "previous_response_not_found" and caught.value.param == "previous_response_id"
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_nope")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=MODEL, input="Hi", tools=[{"type": "web_search"}])
+    assert caught.value.param == "tools[0].type"
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=MODEL, input=[{"type": "message", "role": "robot", "content": "Hi"}])
+    assert caught.value.param == "input[0].role"
+
+
+@pytest.mark.anyio
+async def test_openai_agents_sdk_runs_an_agent_with_a_function_tool_to_its_final_answer(model_server):
+    """The Agents SDK as its docs show it: default model settings (it calls the Responses API)."""
+    from agents import Agent, Runner, function_tool, set_default_openai_client, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    set_default_openai_client(openai.AsyncOpenAI(base_url=f"{model_server.url}/v1", api_key="unused"))
+    cities: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        cities.append(city)
+        return f"It is sunny and 22 C in {city}."
+
+    agent = Agent(name="weather", instructions="Answer with the get_weather tool.", tools=[get_weather], model=MODEL)
+    result = await Runner.run(agent, "What is the weather in Paris?")
+    assert isinstance(result.final_output, str) and result.final_output.strip()
+    assert result.raw_responses and all(r.usage.input_tokens > 0 for r in result.raw_responses)
