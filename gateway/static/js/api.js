@@ -15,14 +15,14 @@ export function apiUrl(conn, path) {
   return (conn.base || "").replace(/\/+$/, "") + path;
 }
 
-function headers(key, json = false) {
+export function headers(key, json = false) {
   const h = {};
   if (key) h.Authorization = `Bearer ${key}`;
   if (json) h["Content-Type"] = "application/json";
   return h;
 }
 
-async function errorFrom(response) {
+export async function errorFrom(response) {
   let message = "";
   try {
     message = (await response.json()).error?.message || "";

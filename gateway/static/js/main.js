@@ -2,6 +2,7 @@
 // composer, the settings and the operator strip.
 
 import { ApiError, getSession, listModels, streamChat } from "./api.js";
+import { streamResponses } from "./responses.js";
 import { conversationList } from "./conversations.js";
 import { dialogOpen } from "./dialog.js";
 import { operatorStrip } from "./operator.js";
@@ -192,9 +193,16 @@ async function generate() {
   const bubble = view.addReply(reply);
   state.controller = new AbortController();
   setBusy(true);
+  let responseId = null; // the Responses API's id of this reply: the next turn chains on it
   try {
-    for await (const chunk of streamChat(connection(), body, state.controller.signal, conversation.sessionId)) {
+    const { signal } = state.controller;
+    const chunks =
+      $("api").value === "responses"
+        ? streamResponses(connection(), body, conversation.messages, signal, conversation.sessionId)
+        : streamChat(connection(), body, signal, conversation.sessionId);
+    for await (const chunk of chunks) {
       reply.apply(chunk);
+      responseId = chunk.responseId ?? responseId;
       bubble.update(reply);
     }
   } catch (e) {
@@ -207,6 +215,7 @@ async function generate() {
   bubble.update(reply, true);
   const message = reply.message();
   if (message) {
+    if (responseId) message.meta.responseId = responseId;
     conversation.messages.push(message);
     save();
     bubble.done(message);
