@@ -97,6 +97,13 @@ class ResponseObject(Struct, kw_only=True):
     usage: ResponseUsage | None = None
     user: str | None = None
     completed_at: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    top_logprobs: int = 0
+    max_tool_calls: int | None = None
+    service_tier: str = "default"
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
 
 
 class DeletedResponse(Struct):
