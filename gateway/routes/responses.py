@@ -24,7 +24,7 @@ from agentgate.gateway.context import context_of, key_digest
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.middleware import request_id_of
 from agentgate.gateway.responses_api.events import ResponsesStream
-from agentgate.gateway.responses_api.store import RUNNING, ResponseStore
+from agentgate.gateway.responses_api.store import RUNNING
 from agentgate.gateway.responses_api.turn import Turn, need_store, start_turn
 from agentgate.gateway.responses_api.types import DeletedResponse, InputItemList, ResponsesRequest
 from agentgate.gateway.schemas import decode_body, encode
@@ -32,10 +32,6 @@ from agentgate.gateway.state import GatewayState
 from agentgate.gateway.streaming import stream_generation
 
 JSON = "application/json"
-
-
-def _store(gw: GatewayState) -> ResponseStore | None:
-    return gw.responses
 
 
 def _json(value: object) -> Response:
@@ -46,7 +42,7 @@ async def create_response(request: Request) -> Response:
     arrival = time.monotonic()
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), ResponsesRequest)
-    turn = await start_turn(gw, _store(gw), body, request_id=request_id_of(request.scope), arrival=arrival,
+    turn = await start_turn(gw, gw.responses, body, request_id=request_id_of(request.scope), arrival=arrival,
                             context=context_of(request.scope))  # fmt: skip
     if body.stream:
         return stream_generation(turn.run.generation, ResponsesStream(turn), prime=turn.run.plan.structured is not None)
@@ -90,13 +86,13 @@ def _owner(request: Request) -> str:
 
 
 async def get_response(request: Request) -> Response:
-    store = need_store(_store(request.state.gateway), "stored responses")
+    store = need_store(request.state.gateway.responses, "stored responses")
     stored = await store.load(request.path_params["response_id"], _owner(request))
     return _json(stored.response)
 
 
 async def delete_response(request: Request) -> Response:
-    store = need_store(_store(request.state.gateway), "stored responses")
+    store = need_store(request.state.gateway.responses, "stored responses")
     response_id = request.path_params["response_id"]
     await store.delete(response_id, _owner(request))
     return _json(DeletedResponse(response_id))
@@ -106,7 +102,7 @@ async def cancel_response(request: Request) -> Response:
     """Cancel a background response that is still running (any replica's): it is marked
     cancelled and its generation aborted. A finished one is returned as it is."""
     gw: GatewayState = request.state.gateway
-    store = need_store(_store(gw), "cancel")
+    store = need_store(gw.responses, "cancel")
     stored = await store.load(request.path_params["response_id"], _owner(request))
     if not stored.response.background:
         raise BadRequestError("Only responses created with background=true can be cancelled.", param="response_id")
@@ -122,7 +118,7 @@ async def cancel_response(request: Request) -> Response:
 async def input_items(request: Request) -> Response:
     """The response's input items, newest first unless ``order=asc``; ``limit`` (1-100, default
     20) and ``after`` (an item id) page through them."""
-    store = need_store(_store(request.state.gateway), "stored responses")
+    store = need_store(request.state.gateway.responses, "stored responses")
     stored = await store.load(request.path_params["response_id"], _owner(request))
     query = request.query_params
     order = query.get("order", "desc")

@@ -3,6 +3,10 @@ default model on the sync runner."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import anyio
 import httpx
 import openai
@@ -219,3 +223,14 @@ def test_cached_tokens_count_the_prefix_cache_hits(client, model):
     assert first.usage.prompt_tokens_details.cached_tokens < prompt
     cached = again.usage.prompt_tokens_details.cached_tokens
     assert 16 <= cached < prompt and cached % 16 == 0, (cached, prompt)
+
+
+def test_the_readmes_first_example_answers_sensibly(model_server):
+    """The README's first curl, as a newcomer runs it (no sampling fields): the server's
+    sampling defaults (for this GGUF: temperature 0.2, top_p 0.9) make the answer sensible."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    body = json.loads(re.search(r"curl -s http://127\.0\.0\.1:8000/v1/chat/completions .*?-d '(\{.*?\})'", readme,
+                                re.S).group(1))  # fmt: skip
+    assert not {"temperature", "top_p", "seed"} & set(body)
+    reply = httpx.post(f"{model_server.url}/v1/chat/completions", json=body, timeout=300).json()
+    assert "Paris" in reply["choices"][0]["message"]["content"]
