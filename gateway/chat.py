@@ -168,16 +168,16 @@ class ReplyReader:
         return out
 
     def _before_markup(self, text: str | None) -> str | None:
-        """The text before any call markup (or the start of one) at its end."""
+        """The text before any call markup (or the start of one at its end), right-stripped."""
         trigger = self._trigger
         if not text or trigger is None:
             return text
         at = text.find(trigger)
         if at >= 0:
-            return text[:at]
+            return text[:at].rstrip()  # as before any call: the text is right-stripped
         for n in range(min(len(trigger) - 1, len(text)), 0, -1):
             if text.endswith(trigger[:n]):
-                return text[:-n]
+                return text[:-n].rstrip()
         return text
 
     def read(self, text: str, engine_finish: str | None) -> ReplyPiece:

@@ -19,6 +19,7 @@ from agentgate.gateway.schemas import ChatCompletionRequest, decode_body
 from agentgate.gateway.tools import (
     HermesToolParser,
     Llama3JsonToolParser,
+    ParsedOutput,
     ToolChoice,
     accumulate,
     validate_tools,
@@ -89,6 +90,36 @@ def test_required_parallel_calls(compiler):
     assert accepts(compiler, spec, CALL) and accepts(compiler, spec, both)
     parsed = HermesToolParser.parse(both)
     assert [c.name for c in parsed.tool_calls] == ["get_weather", "get_time"] and parsed.content is None
+
+
+def test_required_parallel_calls_are_bounded_by_max_calls(compiler):
+    spec = structured_output(validate_tools([WEATHER, TIME]), ToolChoice("required"), None, parser="hermes",
+                             parallel=True, max_calls=3)  # fmt: skip
+    three = "\n".join([CALL, TIME_CALL, CALL])
+    assert accepts(compiler, spec, CALL) and accepts(compiler, spec, three)
+    assert not accepts(compiler, spec, three + "\n" + TIME_CALL)  # a fourth call cannot start
+    assert not accepts(compiler, spec, "")
+
+
+def test_a_call_cut_by_max_tokens_is_dropped_streamed_or_not():
+    """The reader sends a call whole (its header with its arguments): the call max_tokens cut
+    is never returned, nor is its markup, whatever the chunking; finish_reason stays length."""
+    plan = ToolPlan(HermesToolParser, 4)
+    text = CALL + "\n" + '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'
+    parsed, finish = ReplyReader(plan).whole(text, "length")
+    assert finish == "length" and parsed.content is None and [c.arguments for c in parsed.tool_calls] == [
+        '{"city": "Paris", "unit": "celsius"}']  # fmt: skip
+    for size in (1, 3, 7):
+        reader = ReplyReader(plan)
+        pieces = [reader.read(text[i : i + size], None) for i in range(0, len(text), size)]
+        pieces.append(reader.read("", "length"))
+        deltas = [d for piece in pieces for d in piece.deltas]
+        assert all(t.id is None or t.function.arguments for d in deltas for t in d.tool_calls)  # header + arguments
+        streamed = accumulate(deltas)
+        assert streamed.content is None and [c.arguments for c in streamed.tool_calls] == [parsed.tool_calls[0].arguments]
+        assert pieces[-1].finish_reason == "length"
+    assert ReplyReader(plan).whole('Sure. <tool_call>\n{"na', "length") == (ParsedOutput("Sure."), "length")
+    assert ReplyReader(plan).whole("Sure. <tool_", "length") == (ParsedOutput("Sure."), "length")
 
 
 def test_named_forces_that_function_once(compiler):
