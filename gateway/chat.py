@@ -131,7 +131,9 @@ class ReplyReader:
     def feed(self, text: str) -> list[Delta]:
         if not text:
             return []
-        return self._whole_calls(self._keep(self.parser.feed(text))) if self.parser is not None else [Delta(content=text)]
+        if self.parser is None:
+            return [Delta(content=text)]
+        return self._whole_calls(self._keep(self.parser.feed(text)))
 
     def finish(self, cut: bool = False) -> list[Delta]:
         """The rest of the reply; ``cut``: it ended at ``max_tokens`` (an open call is dropped)."""
@@ -161,7 +163,8 @@ class ReplyReader:
                     continue
                 header = self._pending.pop(t.index, None)
                 if header is not None:
-                    t = ToolCallDelta(t.index, FunctionDelta(header.function.name, t.function.arguments), header.id, header.type)
+                    function = FunctionDelta(header.function.name, t.function.arguments)
+                    t = ToolCallDelta(t.index, function, header.id, header.type)
                 calls.append(t)
             if d.content is not None or calls:
                 out.append(Delta(d.content, tuple(calls)))

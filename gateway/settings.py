@@ -156,11 +156,11 @@ class Settings:
         "for a GGUF without one, 0.2)",
         default=None,
     )
-    default_top_p: float | None = _opt("top_p of requests that leave it unset (see --default-temperature)", default=None)
-    default_top_k: int | None = _opt("top_k of requests that leave it unset (see --default-temperature)", default=None)
-    default_min_p: float | None = _opt("min_p of requests that leave it unset (see --default-temperature)", default=None)
+    default_top_p: float | None = _opt("top_p of requests that leave it unset (as --default-temperature)", default=None)
+    default_top_k: int | None = _opt("top_k of requests that leave it unset (as --default-temperature)", default=None)
+    default_min_p: float | None = _opt("min_p of requests that leave it unset (as --default-temperature)", default=None)
     default_repetition_penalty: float | None = _opt(
-        "repetition_penalty of requests that leave it unset (see --default-temperature)", default=None
+        "repetition_penalty of requests that leave it unset (as --default-temperature)", default=None
     )
     max_forced_tool_calls: int = _opt(
         "most tool calls in one reply under tool_choice required (Anthropic any) with parallel calls; "

@@ -42,7 +42,8 @@ class AnthropicErrorMiddleware:
             if message.get("more_body"):
                 return
             body = _anthropic_body(start["status"], b"".join(chunks))
-            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length", b"content-type")]
+            replaced = (b"content-length", b"content-type")
+            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in replaced]
             headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
             await send({**start, "headers": headers})
             await send({"type": "http.response.body", "body": body})

@@ -64,10 +64,11 @@ class MessagesStream:
                                        delta={"type": "text_delta", "text": d.content}))  # fmt: skip
             for call in d.tool_calls:
                 if call.id is not None:
-                    out.append(self._start({"type": "tool_use", "id": call.id, "name": call.function.name, "input": {}}))
+                    block = {"type": "tool_use", "id": call.id, "name": call.function.name, "input": {}}
+                    out.append(self._start(block))
                 if call.function.arguments:
-                    out.append(self._event("content_block_delta", index=self.index,
-                                           delta={"type": "input_json_delta", "partial_json": call.function.arguments}))  # fmt: skip
+                    delta = {"type": "input_json_delta", "partial_json": call.function.arguments}
+                    out.append(self._event("content_block_delta", index=self.index, delta=delta))
         if finish is not None:
             self.finish_reason = finish
         return b"".join(out) or None
@@ -86,7 +87,8 @@ class MessagesStream:
 
     async def closing(self) -> bytes:
         choice = self.run.generation.choices[0]
-        delta = {"stop_reason": stop_reason(self.finish_reason, choice.matched_stop), "stop_sequence": choice.matched_stop}
+        stop = choice.matched_stop
+        delta = {"stop_reason": stop_reason(self.finish_reason, stop), "stop_sequence": stop}
         u = usage(self.run)
         return (
             self._stop()

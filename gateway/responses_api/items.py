@@ -50,7 +50,8 @@ def _message(item: dict[str, Any], param: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
         raise BadRequestError(f"role must be user, assistant, system or developer, got {role!r}", param=f"{param}.role")
-    return {"role": "system" if role == "developer" else role, "content": text_of(item.get("content"), f"{param}.content")}
+    content = text_of(item.get("content"), f"{param}.content")
+    return {"role": "system" if role == "developer" else role, "content": content}
 
 
 def _required(item: dict[str, Any], key: str, param: str) -> str:
@@ -75,8 +76,8 @@ def input_messages(input: str | list[dict[str, Any]] | None) -> tuple[list[dict[
         if kind == "message":
             messages.append(_message(item, param))
         elif kind == "function_call":
-            call = {"id": _required(item, "call_id", param), "type": "function",
-                    "function": {"name": _required(item, "name", param), "arguments": _required(item, "arguments", param)}}  # fmt: skip
+            function = {"name": _required(item, "name", param), "arguments": _required(item, "arguments", param)}
+            call = {"id": _required(item, "call_id", param), "type": "function", "function": function}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and "tool_calls" in last:
                 last["tool_calls"].append(call)  # parallel calls: one assistant turn

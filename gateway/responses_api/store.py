@@ -86,7 +86,8 @@ class ResponseStore:
     async def save(self, stored: StoredResponse) -> bool:
         """Write ``stored`` (False: it was cancelled meanwhile, and stays so)."""
         args = [stored.response.status, _encoder.encode(stored), stored.owner, self.ttl]
-        written = await self.shared.guard("storing a response", self._save(keys=[self._key(stored.response.id)], args=args))
+        save = self._save(keys=[self._key(stored.response.id)], args=args)
+        written = await self.shared.guard("storing a response", save)
         return bool(written)
 
     async def cancel(self, stored: StoredResponse) -> bool:
