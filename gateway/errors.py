@@ -16,6 +16,7 @@ import msgspec
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
 
 from agentgate.engine.errors import EngineDeadError, EngineError, InvalidRequestError
 
@@ -166,11 +167,14 @@ async def handle_exception(request: Request, exc: Exception) -> Response:
 def _route_error(request: Request, exc: HTTPException) -> GatewayError:
     method, path = request.method, request.url.path
     served: dict[str, set[str]] = {}
+    takes: set[str] = set()  # the methods of every route whose path matches this one
     for route in request.app.routes:
         if getattr(route, "methods", None):
             served.setdefault(route.path, set()).update(route.methods - {"HEAD"})
+            if route.matches(request.scope)[0] is not Match.NONE:
+                takes |= route.methods - {"HEAD"}
     if exc.status_code == 405:
-        allowed = " or ".join(sorted(served.get(path) or (exc.headers or {}).get("Allow", "").split(", ")))
+        allowed = " or ".join(sorted(takes))
         error = GatewayError(f"{method} {path} is not supported; {path} takes {allowed}", code="method_not_allowed")
         error.status_code, error.error_type, error.headers = 405, "invalid_request_error", dict(exc.headers or {})
         return error

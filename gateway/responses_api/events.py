@@ -35,8 +35,9 @@ FINAL_EVENTS = {"completed": "response.completed", "incomplete": "response.incom
 
 
 def named_event(kind: str, payload: Any) -> bytes:
-    """One SSE event with its type named (``event:``) and its JSON payload."""
-    return b"event: " + kind.encode() + b"\r\ndata: " + _encoder.encode(payload) + b"\r\n\r\n"
+    """One SSE event with its type named (``event:``) and its JSON payload. Lines end with
+    ``\n``, as OpenAI's and Anthropic's do (line-splitting clients read nothing else)."""
+    return b"event: " + kind.encode() + b"\ndata: " + _encoder.encode(payload) + b"\n\n"
 
 
 class ResponsesStream:

@@ -94,18 +94,24 @@ def input_messages(input: str | list[dict[str, Any]] | None) -> tuple[list[dict[
     return messages, items
 
 
-def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    """Responses function tools (``{"type": "function", "name", "parameters", ...}``) in chat's shape."""
-    if tools is None:
-        return None
+def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The request's function tools as the response echoes them: ``strict`` defaults to true,
+    as in OpenAI's Responses API (the arguments of a call are then enforced by the grammar)."""
     out = []
-    for i, tool in enumerate(tools):
+    for i, tool in enumerate(tools or ()):
         if tool.get("type") != "function":
             raise BadRequestError(f"tools of type {tool.get('type')!r} are not supported; this server runs "
                                   "function tools", param=f"tools[{i}].type")  # fmt: skip
-        function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
-        out.append({"type": "function", "function": function})
+        strict = tool.get("strict")
+        out.append({"type": "function", "name": tool.get("name"), "description": tool.get("description"),
+                    "parameters": tool.get("parameters"), "strict": True if strict is None else strict})  # fmt: skip
     return out
+
+
+def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Function tools (:func:`function_tools`) in chat's shape."""
+    keys = ("name", "description", "parameters", "strict")
+    return [{"type": "function", "function": {k: t[k] for k in keys if t[k] is not None}} for t in tools] or None
 
 
 def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:

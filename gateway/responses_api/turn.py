@@ -120,10 +120,11 @@ async def start_turn(
         raise BadRequestError("`input` must hold at least one message or item", param="input")
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     text = body.text or TextConfig()
+    tools = it.function_tools(body.tools)
     chat = it.chat_request(
         system + history + messages,
         model=body.model,
-        tools=it.chat_tools(body.tools),
+        tools=it.chat_tools(tools),
         tool_choice=it.chat_tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls,
         response_format=it.response_format(text.format),
@@ -139,7 +140,7 @@ async def start_turn(
         background=body.background, instructions=body.instructions, max_output_tokens=body.max_output_tokens,
         metadata=body.metadata or {}, parallel_tool_calls=body.parallel_tool_calls is not False,
         previous_response_id=body.previous_response_id, store=body.store and store is not None,
-        temperature=params.temperature, text=text, tool_choice=body.tool_choice or "auto", tools=body.tools or [],
+        temperature=params.temperature, text=text, tool_choice=body.tool_choice or "auto", tools=tools,
         top_p=params.top_p, truncation=body.truncation or "disabled", user=body.user,
     )  # fmt: skip
     return Turn(response, run, store if response.store else None, context.key, history + messages, input_items)
