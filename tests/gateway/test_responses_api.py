@@ -105,11 +105,11 @@ def test_forced_tool_call_then_its_output_sent_back(client):
 def test_background_poll_and_cancel(client, model_server):
     done = client.responses.create(model=MODEL, input="Count to three.", max_output_tokens=8, background=True)
     assert done.status in ("queued", "in_progress") and done.background
-    wait_for(lambda: client.responses.retrieve(done.id).status == "completed", timeout=60,
-             message="the background response to complete")  # fmt: skip
-    assert client.responses.retrieve(done.id).usage.output_tokens > 0
-    long = client.responses.create(model=MODEL, input="Write a long story.", max_output_tokens=1500,
-                                   background=True, extra_body={"ignore_eos": True})  # fmt: skip
+    wait_for(lambda: client.responses.retrieve(done.id).status in ("completed", "incomplete"), timeout=120,
+             message="the background response to finish")  # fmt: skip  (incomplete: it used its 8 tokens)
+    assert 0 < client.responses.retrieve(done.id).usage.output_tokens <= 8
+    long = client.responses.create(model=MODEL, input="Count from 1 to 1000, one number per line.",
+                                   max_output_tokens=1500, background=True)  # fmt: skip
     wait_for(lambda: client.responses.retrieve(long.id).status == "in_progress", timeout=30,
              message="the background response to start")  # fmt: skip
     cancelled = client.responses.cancel(long.id)
