@@ -23,7 +23,8 @@ engine enforces), sampling parameters, admission, routing and registration
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from functools import partial
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -85,6 +86,7 @@ async def start_chat(
     job = Job(request_id, arrival, [prompt], params, request.n)
     generation = await dispatch(gw, job, context, conversation=request.messages)
     generation.constraint_param = plan.constraint_param
+    generation.reply_message = partial(recorded_reply, plan)
     return ChatRun(generation, plan)
 
 
@@ -92,6 +94,16 @@ def _prompt_and_plan(gw: GatewayState, request: ChatCompletionRequest) -> tuple[
     tokenizer = gw.model.tokenizer
     return chat_prompt(tokenizer, request), tool_plan(tokenizer, request, gw.model.tool_call_parser,
                                                       gw.model.max_forced_tool_calls)
+
+
+def recorded_reply(plan: ToolPlan, text: str) -> dict[str, Any]:
+    """A reply as a session records it: the assistant message, its tool calls parsed by the
+    plan (with ids of their own: the client's come back with the next turn's messages)."""
+    parsed, _ = ReplyReader(plan).whole(text, None)
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.tool_calls:
+        message["tool_calls"] = [call.to_openai() for call in parsed.tool_calls]
+    return message
 
 
 class ReplyPiece(NamedTuple):

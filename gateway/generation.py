@@ -26,9 +26,9 @@ field such an error is about.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import anyio
 import msgspec
@@ -249,6 +249,8 @@ class Generation:
         self.error: BaseException | None = None
         self.disconnected = False
         self.constraint_param: str | None = None  # the field a grammar the engine rejects comes from
+        # The reply as a session records it; the chat core sets one that parses tool calls.
+        self.reply_message: Callable[[str], dict[str, Any]] = text_reply
         ids = engine_request_ids(request_id, len(prompts) * n)
         self.choices = [Choice(self, i, rid, i // n, prompts[i // n], choice_params(params, i % n))
                         for i, rid in enumerate(ids)]  # fmt: skip
@@ -341,7 +343,8 @@ class Generation:
         self.ticket.close()
         if self._lease is not None:
             first = self.choices[0]
-            reply = first.text if first.keep_text and (first.num_tokens or first.finish_reason) else None
+            keep = first.keep_text and (first.num_tokens or first.finish_reason)
+            reply = self.reply_message(first.text) if keep else None
             usage = self.usage
             self._lease.release(usage.prompt_tokens, usage.completion_tokens, reply)
         metrics = self.metrics
@@ -353,3 +356,8 @@ class Generation:
                 reason = "error"
             metrics.finished(reason)
         metrics.e2e.observe(time.monotonic() - self.arrival)
+
+
+def text_reply(text: str) -> dict[str, Any]:
+    """A reply as a session records it when nothing parses it: the assistant's text."""
+    return {"role": "assistant", "content": text}

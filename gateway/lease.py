@@ -40,11 +40,11 @@ class Lease:
 
     @property
     def keeps_reply(self) -> bool:
-        """Whether the reply's text is recorded (a session's turn)."""
+        """Whether the reply is recorded (a session's turn)."""
         return self._sessions is not None
 
-    def release(self, prompt_tokens: int, completion_tokens: int, reply: str | None) -> None:
-        """The request ended: ``reply`` is its first choice's text as the client got it (None:
+    def release(self, prompt_tokens: int, completion_tokens: int, reply: dict[str, Any] | None) -> None:
+        """The request ended: ``reply`` is its first choice as an assistant message (None:
         not kept, or the engine produced nothing)."""
         # The session's turn is queued first: a client that reads its session right after the
         # reply waits for one background write, not two.

@@ -195,16 +195,17 @@ class SessionStore:
         self.shared.enqueue(lambda: self._bind(keys=keys, args=args))
 
     def record_turn(self, session_id: str, request_id: str, usage: tuple[int, int], messages: Sequence[Any],
-                    reply: str | None) -> None:  # fmt: skip
+                    reply: dict[str, Any] | None) -> None:  # fmt: skip
         """A request of the session ended: count its turn and tokens, and keep ``messages``
-        (what the client sent) then ``reply`` (the first choice's text as the client got it;
-        None: the engine produced nothing) as the session's messages. In the background."""
+        (what the client sent) then ``reply`` (the first choice as an assistant message, its
+        tool calls parsed; None: the engine produced nothing) as the session's messages. In
+        the background."""
         keys = [self.keys.session(session_id), self.keys.session_requests(session_id), self.keys.sessions]
 
         async def write() -> Any:
             conversation = msgspec.to_builtins(list(messages))
             if reply is not None:
-                conversation.append({"role": "assistant", "content": reply})
+                conversation.append(reply)
             text = json.dumps(conversation, ensure_ascii=False)
             args = [request_id, session_id, usage[0], usage[1], f"{time.time():.3f}", self.ttl, text]
             return await self._turn(keys=keys, args=args)

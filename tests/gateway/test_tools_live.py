@@ -14,7 +14,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.support.http import parse_sse
+from tests.support.http import parse_sse, wait_for
 from tests.support.servers import LiveServer, start_server
 from tests.support.tool_schemas import random_tool
 
@@ -198,12 +198,21 @@ def test_two_turn_tool_loop(server):
     """call -> tool result -> final answer, the way an agent loop sends it."""
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=600)
     messages = list(PARIS)
+    session = {"X-Session-Id": "tool-loop"}
     first = client.chat.completions.create(
         model="SmolLM2-135M-Instruct", messages=messages, tools=[WEATHER], tool_choice="required",
-        parallel_tool_calls=False, max_tokens=60, temperature=0,
+        parallel_tool_calls=False, max_tokens=60, temperature=0, extra_headers=session,
     )  # fmt: skip
     [call] = first.choices[0].message.tool_calls
     assert call.function.name == "get_weather"
+    # The session records the reply as the call it is (a reload shows a call, not markup).
+    def recorded() -> dict:
+        return httpx.get(f"{server.url}/v1/sessions/tool-loop", headers=session).json()
+
+    wait_for(lambda: recorded().get("turns") == 1, message="the turn recorded")
+    reply = recorded()["messages"][-1]
+    [recorded_call] = reply["tool_calls"]
+    assert reply["content"] is None and recorded_call["function"] == call.function.model_dump()
     messages.append(first.choices[0].message.model_dump(exclude_none=True))  # content None, tool_calls
     messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 18, "sky": "sunny"})})
 
