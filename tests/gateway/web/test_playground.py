@@ -372,21 +372,3 @@ def test_a_real_tool_call_from_the_default_model(page: Page, model_server):
     assert call.get_attribute("data-valid") == "true"
     assert isinstance(json.loads(call.locator(".tool-args").text_content())["city"], str)
     expect(page.get_by_label("Result of get_weather", exact=False)).to_be_visible()  # the page awaits its result
-
-
-def test_the_responses_api_option_chains_turns_by_previous_response_id(page: Page, model_server):
-    open_playground(page, model_server.url)
-    page.get_by_label("API", exact=True).select_option("responses")
-    setting(page, "Temperature", "0")
-    setting(page, "Max tokens", "16")
-    bodies: list[dict] = []
-    page.on("request", lambda r: bodies.append(json.loads(r.post_data)) if r.url.endswith("/v1/responses") else None)
-    first = send(page, "What is the capital of France?")
-    expect(first).to_have_attribute("data-state", "done", timeout=120_000)
-    assert "Paris" in first.locator(".content").text_content()
-    second = send(page, "And of Germany?")
-    expect(second).to_have_attribute("data-state", "done", timeout=120_000)
-    assert "previous_response_id" not in bodies[0] and bodies[1]["previous_response_id"].startswith("resp_")
-    assert bodies[1]["input"] == [{"type": "message", "role": "user", "content": "And of Germany?"}]  # the rest: Redis
-    chained = httpx.get(f"{model_server.url}/v1/responses/{bodies[1]['previous_response_id']}").json()
-    assert "Paris" in chained["output"][0]["content"][0]["text"]  # the first reply, stored where the chain reads it
