@@ -111,7 +111,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 settings=settings,
                 model=ServedModel(
                     names=settings.served_model_name or (info.model,),
-                    root=str(model_path),
+                    root=model_path.name,  # the file's (or directory's) name: a client learns no server path
                     tokenizer=tokenizer,
                     max_model_len=info.max_model_len,
                     vocab_size=info.vocab_size,

@@ -121,6 +121,19 @@ def scrub(message: str) -> str:
     return _SOURCE_LOCATION.sub("", message).strip()
 
 
+# The directories of an absolute path on the server ("/srv/models/", the "/tmp/" of "ipc:///tmp/x.sock")
+# where one starts a word or follows "scheme://"; not a URL's path, which follows its host.
+_SERVER_DIRECTORIES = re.compile(r"(?:(?<=://)|(?<![\w.~:/#-]))/(?:[^\s/'\"`()<>\[\]]+/)+"
+                                 r"(?=[^\s/'\"`()<>\[\]])")
+
+
+def redact_paths(message: str) -> str:
+    """``message`` (the engine's words: why it died, why a model did not load) with each absolute
+    server path cut to its last part: ``/srv/models/m.gguf`` -> ``m.gguf``, ``ipc:///tmp/e.sock`` ->
+    ``ipc://e.sock``. The full text stays in the server's log."""
+    return _SERVER_DIRECTORIES.sub("", message)
+
+
 def error_parts(exc: BaseException, request_id: str | None = None) -> tuple[int, ErrorInfo, dict[str, str]]:
     """(status, error fields, extra headers) for any exception. No internal detail reaches the
     body of a 5xx the gateway did not word itself: that is logged, under ``request_id``."""
@@ -129,7 +142,7 @@ def error_parts(exc: BaseException, request_id: str | None = None) -> tuple[int,
     if isinstance(exc, InvalidRequestError):
         return 400, ErrorInfo(scrub(str(exc)), "invalid_request_error", exc.param, None), {}
     if isinstance(exc, EngineDeadError):
-        return 503, ErrorInfo(str(exc), "service_unavailable", None, "engine_dead"), {}
+        return 503, ErrorInfo(redact_paths(str(exc)), "service_unavailable", None, "engine_dead"), {}
     if isinstance(exc, HTTPException):
         status = exc.status_code
         return (

@@ -33,7 +33,7 @@ class ServedModel:
     """The model behind the engines, as requests see it: its names, its tokenizer, its limits."""
 
     names: tuple[str, ...]
-    root: str  # the path it was loaded from
+    root: str  # the name of the file (or directory) it was loaded from, never its path: /v1/models shows it
     tokenizer: Tokenizer
     max_model_len: int
     vocab_size: int

@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from agentgate.engine.protocol import PAUSE_MODES
 from agentgate.gateway import package_version
-from agentgate.gateway.errors import BadRequestError, NotFoundError, ServiceUnavailableError
+from agentgate.gateway.errors import BadRequestError, NotFoundError, ServiceUnavailableError, redact_paths
 from agentgate.gateway.metrics import CONTENT_TYPE_LATEST
 from agentgate.gateway.openapi import openapi_json
 from agentgate.gateway.context import key_digest
@@ -96,7 +96,7 @@ async def health(request: Request) -> Response:
     (``--health-degraded-status``, 200 by default) while some engine serves but another is down
     or Redis is unreachable, each reason listed; 503 when no engine serves."""
     gw: GatewayState = request.state.gateway
-    problems = await gw.pool.health()
+    problems = [redact_paths(problem) for problem in await gw.pool.health()]  # /health is open: no server paths
     if len(problems) >= len(gw.pool.engines):
         raise ServiceUnavailableError("no engine is serving: " + "; ".join(problems), code="engine_dead")
     redis = "off"
