@@ -12,9 +12,10 @@ still has to write to Redis, disconnects and stops the engine processes it
 owns.
 
 Middleware, outermost first: request id (and a last-resort 500 with an
-OpenAI body), Anthropic error bodies on the Anthropic routes, CORS (when origins are configured), API keys (when keys are
-configured), body size limit, request context (rate limits and sessions of
-generation requests). All pure ASGI.
+OpenAI body), Anthropic error bodies on the Anthropic routes, CORS (when
+origins are configured), API keys (when keys are configured, or the server
+listens off loopback: ``gateway.exposure``), body size limit, request context
+(rate limits and sessions of generation requests). All pure ASGI.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.context import use_digest_secret
 from agentgate.gateway.engines import EngineTarget
 from agentgate.gateway.errors import EXCEPTION_HANDLERS
+from agentgate.gateway.exposure import auth_summary, exposure_warnings
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.middleware import BodyLimitMiddleware, RequestContextMiddleware, RequestIdMiddleware
 from agentgate.gateway.ratelimit import RateLimiter, parse_key_limits
@@ -66,7 +68,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     settings.check_shared_state()
     use_digest_secret(settings.key_digest_secret)  # before any key is digested (per-key rate limits below)
     metrics = Metrics()
-    keys = KeyChecker(settings.api_keys, settings.admin_key)
+    keys = KeyChecker.from_settings(settings)  # off loopback, operator routes are guarded even with no key
     admission = Admission(settings.max_waiting)
     replica_id = make_replica_id(settings.port)
     shared = sessions = limiter = responses = None
@@ -136,6 +138,8 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
             await _start_shared_state(stack, state)
             app.state.gateway = state  # for the server's graceful drain (gateway.server)
             log.info(startup_line(settings, state))
+            for warning in exposure_warnings(settings):
+                log.warning(warning)
             log.info(state.model.sampling.describe())
             yield {"gateway": state}
             log.info("agentgate shutting down")
@@ -190,11 +194,7 @@ async def _start_shared_state(stack: AsyncExitStack, state: GatewayState) -> Non
 
 def startup_line(settings: Settings, state: GatewayState) -> str:
     info = state.pool.info
-    auth = "open"
-    if state.keys.enabled:
-        parts = [f"{len(settings.api_keys)} API key(s)"] if settings.api_keys else ["open /v1"]
-        parts.append("admin key" if settings.admin_key else "no admin key (operator routes closed)")
-        auth = ", ".join(parts)
+    auth = auth_summary(settings)
     cors = ", ".join(settings.allowed_origins) or "off"
     engines = len(state.pool.engines)
     redis = state.shared.display_url if state.shared is not None else "none"

@@ -30,7 +30,7 @@ import anyio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentgate.gateway.auth import KeyChecker, Role, bearer_token
+from agentgate.gateway.auth import KeyChecker, bearer_token
 from agentgate.gateway.context import RequestContext, key_digest
 from agentgate.gateway.errors import (
     BadRequestError,
@@ -178,5 +178,4 @@ class RequestContextMiddleware:
                 "or through `agentgate serve`, which embeds one)",
                 code="redis_not_configured",
             )
-        admin = self.keys.role(token) is Role.ADMIN if self.keys.enabled else True
-        return RequestContext(key, session_id, await self.sessions.open(session_id, key, admin))
+        return RequestContext(key, session_id, await self.sessions.open(session_id, key, self.keys.is_admin(token)))

@@ -175,10 +175,17 @@ class Settings:
         default=(),
     )
     admin_key: str | None = _opt(
-        "key for /pause, /resume, /is_paused, /abort_requests, DELETE /v1/requests/{id}; "
-        "required for them whenever any key is set",
+        "key for /pause, /resume, /is_paused, /abort_requests, DELETE /v1/requests/{id}, the dashboard's stats "
+        "and the request, session and replica listings; required for them whenever any key is set, or the "
+        "server listens off loopback (unless --allow-unauthenticated-ops)",
         secret=True,
         default=None,
+    )
+    allow_unauthenticated_ops: bool = _opt(
+        "off loopback, serve /metrics without a key and, with no --admin-key, the operator routes and the "
+        "dashboard to anyone who reaches the port, instead of refusing them (403): a private network only "
+        "(logged at WARNING)",
+        default=False,
     )
     key_digest_secret: str | None = _opt(
         "secret keying the digests of API keys stored in Redis (HMAC-SHA256); every gateway sharing a Redis "

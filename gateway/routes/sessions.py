@@ -22,12 +22,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from agentgate.gateway.auth import Role, bearer_token
-from agentgate.gateway.errors import (
-    BadRequestError,
-    PermissionDeniedError,
-    ServiceUnavailableError,
-)
+from agentgate.gateway.auth import bearer_token
+from agentgate.gateway.errors import BadRequestError, ServiceUnavailableError
 from agentgate.gateway.context import key_digest
 from agentgate.gateway.schemas import encode
 from agentgate.gateway.sessions import owner_label
@@ -54,13 +50,12 @@ def caller(request: Request) -> tuple[str, bool]:
     """(the caller's key digest, whether it is the admin key). An open server treats everyone as admin."""
     gw: GatewayState = request.state.gateway
     token = bearer_token(request.scope)
-    admin = gw.keys is None or not gw.keys.enabled or gw.keys.role(token) is Role.ADMIN
-    return key_digest(token), admin
+    return key_digest(token), gw.keys.is_admin(token)
 
 
 def _require_admin(request: Request) -> None:
-    if not caller(request)[1]:
-        raise PermissionDeniedError("this route needs the admin key")
+    """403 unless the caller is the admin (off loopback with no admin key: nobody, naming --admin-key)."""
+    request.state.gateway.keys.require_admin(bearer_token(request.scope))
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:

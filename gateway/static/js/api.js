@@ -94,9 +94,10 @@ export async function resume(conn) {
   return (await request(conn, "/resume", { key: conn.adminKey, method: "POST" })).json();
 }
 
-/** /metrics (open, no key) as {name or name{labels}: value}. */
+/** /metrics as {name or name{labels}: value}; sent with the admin key, which a server listening
+ * off loopback asks for (on loopback /metrics is open and ignores it). */
 export async function fetchMetrics(conn) {
-  return parsePrometheus(await (await request(conn, "/metrics")).text());
+  return parsePrometheus(await (await request(conn, "/metrics", { key: conn.adminKey })).text());
 }
 
 /** Prometheus text exposition format: one sample per line, `# ...` lines skipped. */
