@@ -2,60 +2,96 @@
 
 A BLAS picks its kernel by the matrix's shape: on an AVX2 CPU, MKL computes
 a float32 row differently when it is alone (1-3 rows take a GEMV-like path)
-than inside a larger GEMM, by a few ulps, and a few ulps are enough to flip
-a greedy argmax a dozen tokens later. So greedy output changes with what
-else the engine is running. Under ``--deterministic`` every linear is
-checked once at load and, where its rows move with the batch, made invariant:
+than inside a larger GEMM; on an AVX-512 CPU oneDNN's bfloat16 kernel splits
+the reduction differently from about 12 rows on; on a CPU with AMX tiles the
+blocking changes again with the row count, even at multiples of 8. A few
+ulps are enough to flip a greedy argmax a dozen tokens later, so greedy
+output would change with what else the engine is running. Under
+``--deterministic`` every linear is checked once at load, on this CPU, and
+run in the cheapest mode the check finds invariant here:
 
 - ``as is`` where the kernel already computes every row alike (PyTorch's
-  int4/int8 weight-only CPU kernels, bf16 without native bf16 here);
-- ``padded``: rows padded with zeros to a multiple of `TILE_ROWS`, so the
-  BLAS always runs its full-tile kernel, where that is checked invariant;
-- ``per row``: each row alone in its own zero-padded tile, one call each;
-  invariant by construction (the same call on the same shape), and slow.
+  int4/int8 weight-only CPU kernels, some bf16 shapes);
+- ``padded``: rows padded with zeros to a multiple of `TILE_ROWS`;
+- ``tiles``: rows cut into tiles of exactly `TILE_ROWS` (the last one
+  zero-padded), one call per tile, so the BLAS only ever sees one shape;
+- ``per row``: each row alone in its own zero-padded tile, one call each:
+  the same call on the same shape for every row, and slow.
+
+Every mode also cuts a batch into chunks of at most ``max_rows`` rows, the
+largest batch the check tried, so no batch runs a shape it did not check.
 
 The check (`row_invariance`) runs the linear on random rows, each alone and
-inside batches of several sizes at several offsets, and compares bitwise.
+inside batches of every size up to four tiles and one row, and of the sizes
+around each power of two up to ``max_rows``, at several offsets, and
+compares bitwise. When no mode passes, `make_rows_invariant` raises
+`NoInvariantMode`: ``--deterministic`` must refuse to start rather than
+serve output that moves with the batch.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-TILE_ROWS = 8
-Mode = Literal["as is", "padded", "per row"]
+log = logging.getLogger("agentgate.engine")
 
-# Batches the check puts a row in: (first row, rows); sizes around the tile.
-_PROBES = ((0, 1), (0, 2), (0, 3), (1, 5), (2, 8), (3, 13), (0, 17), (5, 19))
+TILE_ROWS = 8
+# The largest batch a linear is checked at: larger batches run in chunks of
+# this many rows (the check's cost grows with it; 256 rows keep every
+# projection's matmul efficient).
+MAX_CHECKED_ROWS = 256
+Mode = Literal["as is", "padded", "tiles", "per row"]
+MODES: tuple[Mode, ...] = ("as is", "padded", "tiles", "per row")
+# Distinct random rows the check compares (a batch repeats them cyclically).
+_POOL_ROWS = 24
+_OFFSETS = (0, 3, 5)
+
+
+class NoInvariantMode(RuntimeError):
+    """No mode makes a linear's rows independent of the batch on this CPU."""
 
 
 class RowInvariantLinear(nn.Module):
     """Runs ``inner`` (any module mapping [rows, in] → [rows, out]) so that a
     row's result depends on that row alone (see the module docstring)."""
 
-    def __init__(self, inner: nn.Module, mode: Mode) -> None:
+    def __init__(self, inner: nn.Module, mode: Mode, max_rows: int = MAX_CHECKED_ROWS) -> None:
         super().__init__()
         self.inner = inner
         self.mode = mode
+        self.max_rows = max_rows
         self.in_features: int = inner.in_features
         self.out_features: int = inner.out_features
 
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         rows = x.reshape(-1, self.in_features)
-        if self.mode == "padded":
-            out = self.inner(_pad_rows(rows))[: rows.shape[0]]
-        else:  # per row
-            out = torch.cat([self.inner(_pad_rows(row))[:1] for row in rows.split(1)])
+        if rows.shape[0] <= self.max_rows:
+            out = self._run(rows)
+        else:
+            out = torch.cat([self._run(chunk) for chunk in rows.split(self.max_rows)])
         return out.view(*lead, self.out_features)
 
+    def _run(self, rows: Tensor) -> Tensor:
+        if self.mode == "as is":
+            return self.inner(rows)
+        if self.mode == "padded":
+            return self.inner(_pad_rows(rows))[: rows.shape[0]]
+        if self.mode == "tiles":
+            return torch.cat([self.inner(_pad_rows(tile))[: tile.shape[0]] for tile in rows.split(TILE_ROWS)])
+        return torch.cat([self.inner(_pad_rows(row))[:1] for row in rows.split(1)])  # per row
+
     def extra_repr(self) -> str:
-        return f"mode={self.mode!r}"
+        return f"mode={self.mode!r}, max_rows={self.max_rows}"
 
 
 def _pad_rows(rows: Tensor) -> Tensor:
@@ -63,38 +99,124 @@ def _pad_rows(rows: Tensor) -> Tensor:
     return F.pad(rows, (0, 0, 0, missing)) if missing else rows
 
 
-def row_invariance(linear: nn.Module, dtype: torch.dtype) -> Mode:
-    """The cheapest way to run ``linear`` with rows independent of the batch,
-    found by trying (see the module docstring)."""
+def probe_sizes(max_rows: int) -> list[int]:
+    """Batch sizes the check tries: every size up to 4 tiles and one more,
+    then each power of two up to ``max_rows`` with its neighbours, and
+    ``max_rows`` itself (kernels change blocking at such boundaries)."""
+    sizes = set(range(1, min(max_rows, 4 * TILE_ROWS + 1) + 1))
+    power = 8 * TILE_ROWS
+    while power // 2 < max_rows:
+        sizes.update(n for n in (power - 1, power, power + 1, power + power // 2) if n <= max_rows)
+        power *= 2
+    sizes.add(max_rows)
+    return sorted(sizes, reverse=True)  # large batches first: where kernels switch paths
+
+
+def _probes(mode: Mode, max_rows: int) -> Iterator[tuple[int, int]]:
+    """(first row, rows) batches to check ``mode`` on. Modes that call the
+    BLAS on one shape whatever the batch (tiles, per row) need only every
+    offset within a tile; the others every probed size."""
+    if mode in ("tiles", "per row"):
+        sizes = [n for n in range(1, 2 * TILE_ROWS + 2) if n <= max_rows]
+        offsets: tuple[int, ...] = tuple(range(TILE_ROWS))
+    else:
+        sizes, offsets = probe_sizes(max_rows), _OFFSETS
+    for rows in sizes:
+        for first in offsets:
+            yield first, rows
+
+
+def is_row_invariant(run: nn.Module, in_features: int, dtype: torch.dtype, max_rows: int) -> bool:
+    """Whether ``run`` gives every row, in each probed batch, bit for bit
+    what it gives that row alone (and the same twice in a row)."""
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(24, linear.in_features, generator=generator).to(dtype)
-    for mode in ("as is", "padded"):
-        run = linear if mode == "as is" else RowInvariantLinear(linear, "padded")
-        with torch.inference_mode():
-            alone = torch.cat([run(x[i : i + 1]) for i in range(x.shape[0])])
-            if all(torch.equal(run(x[s : s + n]), alone[s : s + n]) for s, n in _PROBES):
-                return mode
-    return "per row"
+    pool = torch.randn(_POOL_ROWS, in_features, generator=generator).to(dtype)
+    with torch.inference_mode():
+        alone = torch.cat([run(pool[i : i + 1]) for i in range(_POOL_ROWS)])
+        if not torch.equal(alone, torch.cat([run(pool[i : i + 1]) for i in range(_POOL_ROWS)])):
+            return False  # not even repeatable
+        for first, rows in _probes(getattr(run, "mode", "as is"), max_rows):
+            index = torch.arange(first, first + rows) % _POOL_ROWS
+            if not torch.equal(run(pool[index]), alone[index]):
+                return False
+    return True
 
 
-def make_rows_invariant(model: nn.Module, dtype: torch.dtype) -> Counter[str]:
+def row_invariance(linear: nn.Module, dtype: torch.dtype, max_rows: int = MAX_CHECKED_ROWS) -> Mode:
+    """The cheapest mode that runs ``linear`` with rows independent of the
+    batch here, found by trying each (see the module docstring). Raises
+    `NoInvariantMode` when none is."""
+    for mode in MODES:
+        if is_row_invariant(RowInvariantLinear(linear, mode, max_rows), linear.in_features, dtype, max_rows):
+            return mode
+    raise NoInvariantMode(
+        f"no way to run a {linear.in_features}x{linear.out_features} {type(linear).__name__} ({dtype}) whose rows "
+        f"do not depend on the batch on this CPU: every mode ({', '.join(MODES)}) gave a row different results "
+        "in different batches"
+    )
+
+
+@dataclass(frozen=True)
+class ModeChoice:
+    """The mode chosen for one kind of linear, and what it costs here: a
+    ``rows``-row batch in this mode against the plain kernel."""
+
+    mode: Mode
+    label: str
+    rows: int
+    plain_ms: float
+    mode_ms: float
+
+    def __str__(self) -> str:
+        return (
+            f"{self.label}: {self.mode} ({self.rows} rows {self.mode_ms:.2f} ms, "
+            f"x{self.mode_ms / max(self.plain_ms, 1e-9):.2f} the plain kernel's)"
+        )
+
+
+def _time_ms(run: nn.Module, x: Tensor, repeat: int = 5) -> float:
+    """The fastest of ``repeat`` calls after a warm-up (a busy neighbour only ever adds time)."""
+    times = []
+    with torch.inference_mode():
+        run(x)
+        for _ in range(repeat):
+            start = time.perf_counter()
+            run(x)
+            times.append(time.perf_counter() - start)
+    return min(times) * 1e3
+
+
+def choose_mode(linear: nn.Module, dtype: torch.dtype, max_rows: int, cost_rows: int = 16) -> ModeChoice:
+    """`row_invariance` plus the mode's measured cost on ``cost_rows`` rows."""
+    mode = row_invariance(linear, dtype, max_rows)
+    x = torch.randn(min(cost_rows, max_rows), linear.in_features, generator=torch.Generator().manual_seed(1)).to(dtype)
+    label = f"{type(linear).__name__} {linear.in_features}x{linear.out_features}"
+    wrapped = RowInvariantLinear(linear, mode, max_rows)
+    return ModeChoice(mode, label, x.shape[0], _time_ms(linear, x), _time_ms(wrapped, x))
+
+
+def make_rows_invariant(model: nn.Module, dtype: torch.dtype, max_rows: int = MAX_CHECKED_ROWS) -> Counter[str]:
     """Wrap every linear of ``model`` (``nn.Linear``, packed or quantized:
     any child with ``in_features``/``out_features``, including the LM head)
-    whose rows move with the batch; shapes and kernels are checked once
-    each. Returns how many linears run in each mode."""
-    modes: dict[tuple[type, int, int], Mode] = {}
+    in the mode `row_invariance` finds invariant here; shapes and kernels
+    are checked once each, up to ``max_rows`` rows (capped at
+    `MAX_CHECKED_ROWS`: larger batches run in chunks). Logs each choice with
+    its cost and returns how many linears run in each mode; raises
+    `NoInvariantMode` when some linear has none."""
+    max_rows = max(1, min(max_rows, MAX_CHECKED_ROWS))
+    choices: dict[tuple[type, int, int, bool], ModeChoice] = {}
     counts: Counter[str] = Counter()
     targets = [
         (name, module) for name, module in model.named_modules()
         if name and hasattr(module, "in_features") and hasattr(module, "out_features")
     ]
     for name, module in targets:
-        key = (type(module), module.in_features, module.out_features)
-        if key not in modes:
-            modes[key] = row_invariance(module, dtype)
-        mode = modes[key]
+        key = (type(module), module.in_features, module.out_features, getattr(module, "bias", None) is not None)
+        if key not in choices:
+            choices[key] = choose_mode(module, dtype, max_rows)
+            log.info("deterministic: %s", choices[key])
+        mode = choices[key].mode
         counts[mode] += 1
-        if mode != "as is":
-            parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent), child, RowInvariantLinear(module, mode))
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, RowInvariantLinear(module, mode, max_rows))
     return counts

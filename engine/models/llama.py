@@ -166,22 +166,31 @@ class CausalLM(nn.Module):
         return True
 
 
-    def make_batch_invariant(self) -> Counter[str]:
+    def make_batch_invariant(self, max_rows: int) -> Counter[str]:
         """For ``--deterministic`` (CPU): every token's result depends on its
         own sequence alone, whatever else the batch holds. Attention runs one
         query token at a time over exactly its context
         (`BatchInvariantTorchBackend`); linears, the tied LM head included,
         are made row-invariant where their kernel is not
-        (`engine.models.batch_invariant`). Returns the linears per mode."""
+        (`engine.models.batch_invariant`), checked for batches up to
+        ``max_rows`` rows. Returns the linears per mode; raises
+        `NoInvariantMode` when this CPU offers none for some linear."""
         from agentgate.engine.attention.torch import BatchInvariantTorchBackend
 
         self.attention = BatchInvariantTorchBackend()
         for layer in self.layers:
             layer.self_attn.attention = self.attention
-        if self.lm_head is None:  # tied: a head over the embeddings' own weight, no copy
-            self.lm_head = nn.Linear(self.config.hidden_size, self.config.vocab_size, bias=False, device="meta")
-            self.lm_head.weight = self.embed_tokens.weight
-        return make_rows_invariant(self, self.embed_tokens.weight.dtype)
+        self.lm_head = self.head_linear()
+        return make_rows_invariant(self, self.embed_tokens.weight.dtype, max_rows)
+
+    def head_linear(self) -> nn.Module:
+        """The LM head as a linear module: its own, or, when tied, one over
+        the embeddings' own weight (no copy)."""
+        if self.lm_head is not None:
+            return self.lm_head
+        head = nn.Linear(self.config.hidden_size, self.config.vocab_size, bias=False, device="meta")
+        head.weight = self.embed_tokens.weight
+        return head
 
 
 def fuse_hf_weights(

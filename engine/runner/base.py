@@ -11,6 +11,7 @@ import torch
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.models.batch_invariant import NoInvariantMode
 from agentgate.engine.models.quantization import describe
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
@@ -102,7 +103,12 @@ class TorchModelRunner(ModelRunner):
         if self.device.type == "cpu":
             self.model.pack_for_cpu()
         if config.deterministic:
-            linears = self.model.make_batch_invariant()
+            try:
+                linears = self.model.make_batch_invariant(config.max_num_batched_tokens)
+            except NoInvariantMode as exc:
+                raise InvalidRequestError(
+                    f"--deterministic cannot be honoured on this CPU: {exc}; start without it", "deterministic"
+                ) from exc
         self.quantization = self.loaded.quantization
         self.weights, self.weight_bytes_per_step = describe(self.model)
         if config.deterministic:

@@ -9,7 +9,9 @@ tokens and the same logprobs, in float32 and bfloat16, dense and int4."""
 from __future__ import annotations
 
 import json
+import logging
 import random
+import re
 
 import pytest
 import torch
@@ -21,7 +23,16 @@ from agentgate.engine.attention.torch import batch_invariant_attention, paged_at
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.models.batch_invariant import RowInvariantLinear, row_invariance
+from agentgate.engine.models import batch_invariant
+from agentgate.engine.models.batch_invariant import (
+    MODES,
+    NoInvariantMode,
+    RowInvariantLinear,
+    make_rows_invariant,
+    probe_sizes,
+    row_invariance,
+)
+from agentgate.engine.models.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.sampling_params import SamplingParams
 
 # SmolLM2's widths (the M-dependence of a float32 GEMM shows at K = 576),
@@ -34,39 +45,133 @@ TINY_SMOLLM = {
 }
 
 
-@pytest.mark.parametrize("mode", ["padded", "per row"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_row_invariant_linear_gives_each_row_what_it_gives_that_row_alone(mode, dtype):
+def test_every_mode_is_the_same_linear_map(mode, dtype):
     generator = torch.Generator().manual_seed(1)
     inner = nn.Linear(576, 320, bias=True).to(dtype)
     x = torch.randn(40, 576, generator=generator).to(dtype)
-    linear = RowInvariantLinear(inner, mode)
+    linear = RowInvariantLinear(inner, mode, max_rows=16)  # 40 rows: three chunks
     with torch.inference_mode():
-        alone = torch.cat([linear(x[i : i + 1]) for i in range(40)])
-        for start, rows in ((0, 2), (3, 5), (1, 8), (7, 13), (0, 40), (11, 29)):
-            assert torch.equal(linear(x[start : start + rows]), alone[start : start + rows])
-        # Still the same linear map (the padding rows are dropped).
+        # The padding rows are dropped, the chunks put back in order, the leading dims kept.
         torch.testing.assert_close(linear(x), F.linear(x, inner.weight, inner.bias), rtol=2e-2, atol=2e-2)
         assert linear(x.view(4, 10, 576)).shape == (4, 10, 320)
 
 
-def test_the_check_keeps_a_linear_that_is_already_row_invariant():
-    class RowByRow(nn.Module):  # invariant by construction: one row per call
-        in_features, out_features = 64, 32
+@pytest.mark.parametrize(("in_features", "out_features"), [(576, 320), (1536, 576)])
+@pytest.mark.parametrize(
+    ("dtype", "packed"), [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)],
+    ids=["float32", "bfloat16", "bfloat16-packed"],
+)
+def test_the_mode_the_check_chooses_here_gives_each_row_what_it_gives_that_row_alone(
+    dtype, in_features, out_features, packed
+):
+    """Whatever this CPU's BLAS does (the check may choose any mode), the
+    chosen mode holds for batches the check never tried: other rows, other
+    sizes, other offsets, and batches past ``max_rows`` (run in chunks)."""
+    if packed and not can_pack(dtype):
+        pytest.skip("this CPU's oneDNN has no native bf16: the engine packs no linears here")
+    inner = nn.Linear(in_features, out_features, bias=True).to(dtype)
+    if packed:
+        inner = PackedLinear(inner.weight, inner.bias)
+    mode = row_invariance(inner, dtype, max_rows=64)
+    linear = RowInvariantLinear(inner, mode, max_rows=64)
+    x = torch.randn(100, in_features, generator=torch.Generator().manual_seed(7)).to(dtype)
+    with torch.inference_mode():
+        alone = torch.cat([linear(x[i : i + 1]) for i in range(100)])
+        for start, rows in ((0, 2), (3, 5), (1, 8), (7, 13), (2, 22), (0, 40), (11, 29), (5, 57), (1, 64), (0, 100)):
+            assert torch.equal(linear(x[start : start + rows]), alone[start : start + rows]), (mode, start, rows)
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.weight = torch.randn(32, 64)
 
-        def forward(self, x):
-            return torch.cat([row @ self.weight.T for row in x.split(1)])
+class _RowByRow(nn.Module):
+    """Invariant by construction: one row per call."""
 
-    class BatchDependent(RowByRow):  # a row's result changes with the batch's size
-        def forward(self, x):
-            return x @ self.weight.T + x.shape[0] * 1e-3
+    in_features, out_features = 64, 32
 
-    assert row_invariance(RowByRow(), torch.float32) == "as is"
-    assert row_invariance(BatchDependent(), torch.float32) == "per row"
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.randn(32, 64, generator=torch.Generator().manual_seed(5))
+
+    def forward(self, x):
+        return torch.cat([row @ self.weight.T for row in x.split(1)])
+
+
+class _OffTileDependent(_RowByRow):
+    """A row's result moves with the batch's size unless the batch is whole
+    tiles (as MKL's fp32 GEMV/GEMM paths on an AVX2 CPU): padding helps."""
+
+    def forward(self, x):
+        return super().forward(x) + (x.shape[0] % 8) * 1e-3
+
+
+class _BlockingAtLargeBatches(_RowByRow):
+    """Invariant below 16 rows, different from 16 rows on, multiples of 8
+    included (as an AMX kernel's blocking): padding does not help, a fixed
+    tile does."""
+
+    def forward(self, x):
+        return super().forward(x) + (1e-3 if x.shape[0] >= 16 else 0.0)
+
+
+class _PositionDependent(_RowByRow):
+    """A row's result depends on where in the call it sits: only a row alone
+    at the top of its own call is invariant."""
+
+    def forward(self, x):
+        return super().forward(x) + torch.arange(x.shape[0])[:, None] * 1e-3
+
+
+class _Noisy(_RowByRow):
+    """Not even the same call twice gives the same result."""
+
+    def forward(self, x):
+        return super().forward(x) + torch.rand(x.shape[0], 1) * 1e-3
+
+
+@pytest.mark.parametrize(
+    ("linear", "mode"),
+    [(_RowByRow, "as is"), (_OffTileDependent, "padded"), (_BlockingAtLargeBatches, "tiles"),
+     (_PositionDependent, "per row")],
+)  # fmt: skip
+def test_the_check_picks_the_cheapest_mode_that_is_invariant(linear, mode):
+    assert row_invariance(linear(), torch.float32, max_rows=64) == mode
+
+
+def test_the_check_finds_a_difference_that_shows_only_in_large_batches():
+    # _BlockingAtLargeBatches passes every probe below 16 rows: a check that
+    # stopped at small batches (as it once did, at 19) would keep it as is.
+    assert row_invariance(_BlockingAtLargeBatches(), torch.float32, max_rows=15) == "as is"
+    assert row_invariance(_BlockingAtLargeBatches(), torch.float32, max_rows=16) == "tiles"
+
+
+def test_probe_sizes_cover_small_batches_and_each_power_of_two_up_to_the_limit():
+    sizes = set(probe_sizes(256))
+    assert set(range(1, 34)) <= sizes and max(sizes) == 256
+    assert {63, 64, 65, 127, 128, 129, 255, 256} <= sizes
+    assert set(probe_sizes(5)) == {1, 2, 3, 4, 5}
+
+
+def test_no_invariant_mode_is_an_error_and_deterministic_refuses_to_start(tmp_path, monkeypatch):
+    with pytest.raises(NoInvariantMode, match="every mode"):
+        row_invariance(_Noisy(), torch.float32)
+    # The engine refuses --deterministic with a clear error rather than serving output that moves with the batch.
+    monkeypatch.setattr(batch_invariant, "MODES", ())
+    (tmp_path / "config.json").write_text(json.dumps(TINY_SMOLLM))
+    config = EngineConfig(model=str(tmp_path), load_format="dummy", dtype="float32", quantization="none",
+                          deterministic=True, num_kv_blocks=16, runner="sync")  # fmt: skip
+    with pytest.raises(InvalidRequestError, match="--deterministic cannot be honoured on this CPU"):
+        EngineCore(config)
+
+
+def test_each_choice_is_logged_with_its_cost(caplog):
+    model = nn.Sequential(nn.Linear(64, 32), nn.Linear(32, 64), nn.Linear(64, 32))
+    with caplog.at_level(logging.INFO, logger="agentgate.engine"):
+        counts = make_rows_invariant(model, torch.float32, max_rows=32)
+    assert sum(counts.values()) == 3 and all(isinstance(m, RowInvariantLinear) for m in model)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("deterministic: ")]
+    assert len(lines) == 2  # one per distinct kind of linear, with its mode and cost
+    assert {re.match(r"deterministic: (\w+ \d+x\d+): ", line).group(1) for line in lines} == {"Linear 64x32", "Linear 32x64"}
+    assert all(re.search(r": (as is|padded|tiles|per row) \(16 rows [0-9.]+ ms, x[0-9.]+ the plain", line) for line in lines)
 
 
 def _paged(seqs: list[tuple[int, int]], kv_heads: int = 2, head_dim: int = 16, block_size: int = 4):
