@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from agentgate.agents import Agent, AsyncClient, ContentDelta, tool
+from tests.support.answers import CAPITAL_CHAT, CAPITAL_PROMPT, reference_chat, reference_completion
 
 pytestmark = pytest.mark.anyio
 
@@ -44,15 +45,17 @@ async def _tool_calls_supported(client: AsyncClient) -> bool:
 
 @pytest.mark.slow
 async def test_greedy_streaming_matches_the_non_streaming_answer(model_server):
-    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    # The server's own answers over plain HTTP, each decided with margin.
+    reference = reference_chat(model_server.url, CAPITAL_CHAT, max_tokens=16)
+    reference_text = reference_completion(model_server.url, CAPITAL_PROMPT, max_tokens=4)["text"]
     async with AsyncClient(model_server.url) as client:
-        plain = await client.chat(messages, max_tokens=16, temperature=0)
-        async with client.chat_stream(messages, max_tokens=16, temperature=0) as stream:
+        plain = await client.chat(CAPITAL_CHAT, max_tokens=16, temperature=0)
+        async with client.chat_stream(CAPITAL_CHAT, max_tokens=16, temperature=0) as stream:
             texts = [e.text async for e in stream if isinstance(e, ContentDelta)]
-        completion = await client.complete("The capital of France is", max_tokens=4, temperature=0)
-    assert "Paris" in plain.content and "".join(texts) == plain.content
+        completion = await client.complete(CAPITAL_PROMPT, max_tokens=4, temperature=0)
+    assert plain.content == reference["message"]["content"] and "".join(texts) == plain.content
     assert stream.result().usage == plain.usage and plain.usage.completion_tokens <= 16
-    assert "Paris" in completion.text
+    assert completion.text == reference_text
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ import pytest
 
 from agentgate.engine import LLM, SamplingParams
 from agentgate.engine.errors import InvalidRequestError, ModelLoadError
+from tests.support.answers import CAPITAL_CHAT, engine_top_two, require_margin
 
 
 @pytest.fixture(scope="module")
@@ -12,7 +13,8 @@ def llm():
 
 
 def test_greedy_chat_answers_paris(llm):
-    [out] = llm.chat([{"role": "user", "content": "What is the capital of France?"}], SamplingParams(temperature=0, max_tokens=24))
+    [out] = llm.chat(CAPITAL_CHAT, SamplingParams(temperature=0, max_tokens=24, logprobs=2))
+    require_margin(engine_top_two(out.logprobs))
     assert "Paris" in out.text
     assert out.finish_reason == "stop"  # ended on <|im_end|>, which is not in the text
     assert "<|im_end|>" not in out.text and out.token_ids[-1] in llm.tokenizer.eos_token_ids

@@ -9,6 +9,7 @@ from __future__ import annotations
 import anthropic
 import pytest
 
+from tests.support.answers import CAPITAL_CHAT, reference_chat
 from tests.support.servers import USER_KEY
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -26,14 +27,17 @@ def client(model_server):
         yield c
 
 
-def test_a_message_and_its_token_count(client):
-    messages = [{"role": "user", "content": "What is the capital of France?"}]
+def test_a_message_and_its_token_count(client, model_server):
+    messages = CAPITAL_CHAT
+    # The same server's answer through chat completions, with Anthropic's system prompt as a system message.
+    reference = reference_chat(model_server.url, [{"role": "system", "content": "Be brief."}, *messages], max_tokens=24)
     reply = client.messages.create(model=MODEL, max_tokens=24, messages=messages, system="Be brief.",
                                    extra_body={"temperature": 0})  # the SDK has no temperature argument any more
     assert reply.type == "message" and reply.role == "assistant" and reply.model == MODEL
     [block] = reply.content
-    assert block.type == "text" and "Paris" in block.text
-    assert reply.stop_reason in ("end_turn", "max_tokens") and 0 < reply.usage.output_tokens <= 24
+    assert block.type == "text" and block.text == reference["message"]["content"]
+    stop = {"stop": "end_turn", "length": "max_tokens"}[reference["finish_reason"]]
+    assert reply.stop_reason == stop and 0 < reply.usage.output_tokens <= 24
     count = client.messages.count_tokens(model=MODEL, messages=messages, system="Be brief.")
     assert count.input_tokens == reply.usage.input_tokens
 

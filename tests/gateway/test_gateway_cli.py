@@ -5,18 +5,26 @@ import sys
 
 import pytest
 
+from agentgate.engine import LLM, SamplingParams
+from tests.support.answers import CAPITAL_CHAT, engine_top_two, require_margin
 from tests.support.servers import REPO
 
 
 @pytest.mark.slow
 def test_generate_prints_the_completion():
+    [prompt] = CAPITAL_CHAT
     out = subprocess.run(
-        [sys.executable, "-m", "agentgate.gateway.cli", "generate", "What is the capital of France?", "--runner", "sync",
+        [sys.executable, "-m", "agentgate.gateway.cli", "generate", prompt["content"], "--runner", "sync",
          "--max-tokens", "8", "--dtype", "float32"],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "Paris" in out.stdout
+    # What the offline engine answers with the same settings, in this process.
+    [reference] = LLM(runner="sync", dtype="float32").chat(
+        CAPITAL_CHAT, SamplingParams(temperature=0, max_tokens=8, logprobs=2)
+    )
+    require_margin(engine_top_two(reference.logprobs))
+    assert out.stdout == reference.text + "\n"
 
 
 def test_help_lists_the_serve_flags():

@@ -14,6 +14,7 @@ import time
 import openai
 import pytest
 
+from tests.support.answers import CAPITAL_CHAT, reference_chat
 from tests.support.http import engine_idle, wait_for
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -33,18 +34,21 @@ def client(model_server):
         yield c
 
 
-def test_create_retrieve_list_input_items_delete(client):
-    r = client.responses.create(model=MODEL, input="What is the capital of France?", max_output_tokens=24,
+def test_create_retrieve_list_input_items_delete(client, model_server):
+    [question] = CAPITAL_CHAT
+    reference = reference_chat(model_server.url, CAPITAL_CHAT, max_tokens=24)  # the same server's chat answer
+    assert reference["finish_reason"] == "stop", "SET-UP: the reference answer does not end within 24 tokens"
+    r = client.responses.create(model=MODEL, input=question["content"], max_output_tokens=24,
                                 temperature=0, metadata={"run": "1"})  # fmt: skip
     assert r.status == "completed" and r.object == "response" and r.id.startswith("resp_")
-    assert "Paris" in r.output_text
+    assert r.output_text == reference["message"]["content"]
     assert r.usage.input_tokens > 0 and 0 < r.usage.output_tokens <= 24
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
     assert r.metadata == {"run": "1"} and r.temperature == 0
     stored = client.responses.retrieve(r.id)
     assert stored.output_text == r.output_text and stored.status == "completed"
     [item] = client.responses.input_items.list(r.id).data
-    assert item.role == "user" and item.content[0].text == "What is the capital of France?"
+    assert item.role == "user" and item.content[0].text == question["content"]
     deleted = client.responses.delete(r.id)
     assert deleted is None or getattr(deleted, "deleted", True)
     with pytest.raises(openai.NotFoundError):

@@ -37,6 +37,7 @@ from tests.support.browser import (
     shoot,
     text_length,
 )
+from tests.support.answers import CAPITAL_CHAT, reference_chat
 from tests.support.http import engine_idle, metrics, wait_for
 from tests.support.servers import ADMIN_KEY, USER_KEY
 
@@ -74,7 +75,7 @@ def test_the_pages_and_their_assets_need_no_key_and_the_api_still_does(web_serve
     assert httpx.get(f"{url}/dashboard/stats", headers=web_server.headers).status_code == 403
     assert httpx.get(f"{url}/dashboard/stats", headers=web_server.admin_headers).status_code == 200
     assert route_access("GET", "/static/js/main.js") is Access.OPEN
-    assert route_access("GET", "/dashboard") is Access.OPEN
+    assert route_access("GET", "/dashboard") is Access.OPS_PAGE  # open, but off loopback only with an admin key
     assert route_access("POST", "/playground") is Access.USER
 
 
@@ -319,9 +320,17 @@ def test_a_real_reply_from_the_default_model(page: Page, model_server):
     expect(page.get_by_label("Model", exact=True)).to_have_value(MODEL)
     setting(page, "Temperature", "0")
     setting(page, "Max tokens", "24")
-    reply = send(page, "What is the capital of France?")
+    [question] = CAPITAL_CHAT
+    with page.expect_request(lambda request: request.url.endswith("/v1/chat/completions")) as sent:
+        reply = send(page, question["content"])
     expect(reply).to_have_attribute("data-state", "done", timeout=120_000)
-    assert "Paris" in reply.locator(".content").text_content()
+    # The page shows what the same server answers, not streamed, to exactly what the page sent.
+    body = sent.value.post_data_json
+    options = {k: v for k, v in body.items() if k not in ("messages", "max_tokens", "stream", "stream_options",
+                                                          "logprobs", "top_logprobs")}  # fmt: skip
+    assert body["temperature"] == 0 and body["max_tokens"] == 24
+    reference = reference_chat(model_server.url, body["messages"], body["max_tokens"], **options)
+    assert reply.locator(".content").text_content().strip() == reference["message"]["content"].strip()
     expect(reply.locator(".stats")).to_have_text(re.compile(r"^TTFT \d+ ms · [\d.]+ tok/s · \d+ tokens · finish: "))
 
 
