@@ -17,6 +17,9 @@ if ! command -v chromium >/dev/null 2>&1 && [ -z "${AGENTGATE_CHROMIUM:-}" ] \
     echo "chromium did not install (log: $apt_log); the browser tests will skip"
   fi
 fi
+# Which CPU this runs on, first in the log: these machines differ (AVX2 only, AVX-512 BF16,
+# AMX), and so do greedy answers near a tie and --deterministic's modes (loadtests/cpu_report.py).
+.venv/bin/python -P -m agentgate.loadtests.cpu_report --brief || echo "cpu report failed (the tests still run)"
 # -P: the repository root is not put on sys.path, so `agents` is the OpenAI Agents
 # SDK and our packages import only as agentgate.* (as installed).
 exec .venv/bin/python -P -m pytest "$@"
