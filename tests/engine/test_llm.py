@@ -15,6 +15,7 @@ def llm():
 def test_greedy_chat_answers_paris(llm):
     [out] = llm.chat(CAPITAL_CHAT, SamplingParams(temperature=0, max_tokens=24, logprobs=2))
     require_margin(engine_top_two(out.logprobs))
+    assert all(entry.logprob == entry.top_logprobs[0] for entry in out.logprobs)  # greedy took the best token
     assert "Paris" in out.text
     assert out.finish_reason == "stop"  # ended on <|im_end|>, which is not in the text
     assert "<|im_end|>" not in out.text and out.token_ids[-1] in llm.tokenizer.eos_token_ids
