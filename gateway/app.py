@@ -45,6 +45,7 @@ from agentgate.gateway.ratelimit import RateLimiter, parse_key_limits
 from agentgate.gateway.redis_state import SharedState, make_replica_id
 from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.responses_api.store import ResponseStore
+from agentgate.gateway.output_budget import OutputBudget
 from agentgate.gateway.sampling_defaults import FIELDS as SAMPLING_FIELDS
 from agentgate.gateway.sampling_defaults import sampling_defaults
 from agentgate.gateway.anthropic_api.errors import AnthropicErrorMiddleware
@@ -119,6 +120,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                     vocab_size=info.vocab_size,
                     tool_call_parser=settings.tool_call_parser,
                     max_forced_tool_calls=settings.max_forced_tool_calls,
+                    budget=OutputBudget.from_flags(settings.max_tokens_default, settings.max_tokens_cap),
                     sampling=sampling_defaults(model_path, {
                         name: getattr(settings, f"default_{name}") for name in SAMPLING_FIELDS}),
                 ),
@@ -202,6 +204,7 @@ def startup_line(settings: Settings, state: GatewayState) -> str:
         f"agentgate ready at http://{settings.host}:{settings.port} serving {state.model.name} "
         f"| runner {info.runner} on {info.device} ({info.dtype}) "
         f"| KV cache {info.kv_capacity_tokens:,} tokens ({info.num_kv_blocks} blocks x {info.block_size}) "
-        f"| max_model_len {info.max_model_len:,} | {engines} engine{'s' if engines > 1 else ''} "
+        f"| max_model_len {info.max_model_len:,} | {state.model.budget.describe()} "
+        f"| {engines} engine{'s' if engines > 1 else ''} "
         f"| auth: {auth} | CORS: {cors} | redis: {redis} | replica {state.replica_id}"
     )

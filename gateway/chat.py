@@ -36,7 +36,6 @@ from agentgate.gateway.prompts import (
     ToolPlan,
     chat_logprobs,
     chat_prompt,
-    check_context,
     check_n,
     check_request_json,
     sampling_params,
@@ -61,10 +60,18 @@ class ChatRun:
 
 
 async def start_chat(
-    gw: GatewayState, request: ChatCompletionRequest, *, request_id: str, arrival: float, context: RequestContext
+    gw: GatewayState,
+    request: ChatCompletionRequest,
+    *,
+    request_id: str,
+    arrival: float,
+    context: RequestContext,
+    budget_param: str | None = None,
 ) -> ChatRun:
     """Validate ``request`` (400-class errors name the field), build its prompt, tool plan and
-    sampling parameters, and dispatch it. A prompt too long for the context is refused by its
+    sampling parameters, and dispatch it. ``budget_param``: the API's name for max_tokens in
+    its errors (Responses: ``max_output_tokens``); the server's output budget applies
+    (:mod:`gateway.output_budget`). A prompt too long for the context is refused by its
     characters before it is tokenized; a large one is rendered and tokenized on a worker thread,
     so the event loop (every other stream, ``/health``) never waits on it."""
     model = gw.model
@@ -77,8 +84,11 @@ async def start_chat(
         prompt, plan = await anyio.to_thread.run_sync(_prompt_and_plan, gw, request)
     else:
         prompt, plan = _prompt_and_plan(gw, request)
-    max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
-    check_context(len(prompt), max_tokens, model.max_model_len, "messages")
+    requested, param = request.max_tokens, "max_tokens"
+    if request.max_completion_tokens is not None:
+        requested, param = request.max_completion_tokens, "max_completion_tokens"
+    max_tokens = model.budget.resolve(requested, prompt_tokens=len(prompt), max_model_len=model.max_model_len,
+                                      param=budget_param or param)  # fmt: skip
     params = sampling_params(
         request, max_tokens=max_tokens, logprobs=chat_logprobs(request), vocab_size=model.vocab_size,
         structured=plan.structured, defaults=model.sampling,

@@ -192,8 +192,12 @@ def completion_prompts(tokenizer: Tokenizer, request: CompletionRequest, vocab_s
     return prompts
 
 
-def check_context(num_prompt_tokens: int, max_tokens: int | None, max_model_len: int, prompt_field: str) -> None:
-    """400 when the prompt, or the prompt plus max_tokens, does not fit in the context."""
+def check_context(
+    num_prompt_tokens: int, max_tokens: int | None, max_model_len: int, prompt_field: str, *,
+    budget_param: str = "max_tokens",
+) -> None:
+    """400 when the prompt, or the prompt plus max_tokens, does not fit in the context
+    (``budget_param``: the request's name for max_tokens)."""
     if num_prompt_tokens >= max_model_len:
         raise BadRequestError(
             f"This model's maximum context length is {max_model_len} tokens. However, your prompt has "
@@ -205,8 +209,8 @@ def check_context(num_prompt_tokens: int, max_tokens: int | None, max_model_len:
         raise BadRequestError(
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
             f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in the prompt, {max_tokens} for the "
-            "completion). Please reduce the prompt or max_tokens.",
-            param="max_tokens",
+            f"completion). Please reduce the prompt or {budget_param}.",
+            param=budget_param,
             code="context_length_exceeded",
         )
 

@@ -167,6 +167,17 @@ class Settings:
         "enforced by the grammar, so a model that would repeat its call stops",
         default=4,
     )
+    max_tokens_default: int = _opt(
+        "output budget (tokens) of a request that sets none (max_tokens, max_completion_tokens, "
+        "max_output_tokens), never more than the context leaves; 0: up to the context. /v1/completions keeps "
+        "OpenAI's 16 when that is smaller",
+        default=2048,
+    )
+    max_tokens_cap: int | None = _opt(
+        "most output tokens one request may ask for; more is a 400 naming the parameter (default: no cap but "
+        "the context)",
+        default=None,
+    )
     # -- auth and CORS ----------------------------------------------------------
     api_keys: tuple[str, ...] = _opt(
         "API key for /v1/*, /tokenize, /detokenize (repeatable; none: open)",
@@ -285,6 +296,8 @@ class Settings:
             raise ValueError("engine_max_restarts must be >= 0 and engine_restart_window positive")
         if self.engines < 1 or self.gateway_workers < 1:
             raise ValueError("engines and gateway_workers must be positive")
+        if self.max_tokens_default < 0 or (self.max_tokens_cap is not None and self.max_tokens_cap < 1):
+            raise ValueError("max_tokens_default must be 0 (up to the context) or positive, max_tokens_cap positive")
         if self.max_forced_tool_calls < 1:
             raise ValueError("max_forced_tool_calls must be at least 1")
         if self.session_ttl <= 0 or self.response_ttl <= 0:

@@ -14,6 +14,7 @@ from agentgate.gateway.admission import Admission
 from agentgate.gateway.engines import EnginePool
 from agentgate.gateway.errors import NotFoundError
 from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.output_budget import OutputBudget
 from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
 from agentgate.gateway.settings import Settings
@@ -40,6 +41,7 @@ class ServedModel:
     tool_call_parser: str | None = None  # --tool-call-parser (None: chosen from the chat template)
     max_forced_tool_calls: int = 4  # --max-forced-tool-calls
     sampling: SamplingDefaults = OPENAI_DEFAULTS  # for the fields a request leaves unset
+    budget: OutputBudget = OutputBudget()  # --max-tokens-default, --max-tokens-cap
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property

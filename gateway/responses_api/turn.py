@@ -133,7 +133,8 @@ async def start_turn(
         top_p=body.top_p,
         seed=body.seed,
     )
-    run = await start_chat(gw, chat, request_id=request_id, arrival=arrival, context=context)
+    run = await start_chat(gw, chat, request_id=request_id, arrival=arrival, context=context,
+                           budget_param="max_output_tokens")
     params = run.generation.choices[0].params
     response = ResponseObject(
         id=it.new_id("resp"), created_at=int(time.time()), status="in_progress", model=body.model or gw.model.name,

@@ -25,7 +25,8 @@ from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.limits import OFF_LOOP_CHARS, check_engine_requests, check_prompt_chars
 from agentgate.gateway.middleware import request_id_of
-from agentgate.gateway.prompts import check_context, check_n, completion_prompts, sampling_params
+from agentgate.gateway.output_budget import COMPLETIONS_DEFAULT
+from agentgate.gateway.prompts import check_n, completion_prompts, sampling_params
 from agentgate.gateway.responses import ChatFormat, CompletionFormat
 from agentgate.gateway.schemas import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, decode_body, encode
 from agentgate.gateway.state import GatewayState
@@ -72,9 +73,9 @@ async def completions(request: Request) -> Response:
         prompts = await anyio.to_thread.run_sync(completion_prompts, model.tokenizer, body, model.vocab_size)
     else:
         prompts = completion_prompts(model.tokenizer, body, model.vocab_size)
-    max_tokens = 16 if body.max_tokens is None else body.max_tokens
-    for prompt in prompts:
-        check_context(len(prompt), max_tokens, model.max_model_len, "prompt")
+    budgets = [model.budget.resolve(body.max_tokens, prompt_tokens=len(p), max_model_len=model.max_model_len,
+                                    prompt_field="prompt", api_default=COMPLETIONS_DEFAULT) for p in prompts]
+    max_tokens = min(b for b in budgets if b is not None)  # never None: completions have their own default
     params = sampling_params(body, max_tokens=max_tokens, logprobs=body.logprobs, vocab_size=model.vocab_size,
                              defaults=model.sampling)  # fmt: skip
     # a session records the prompt as the user's message
