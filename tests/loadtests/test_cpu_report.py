@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 from agentgate.loadtests import cpu_report
 from agentgate.loadtests.cpu_report import ISA_FLAGS, cpu_flags, kernels_in
-
-# A tiny Llama whose widths are multiples of the int4 kernel's 32-wide groups.
-TINY = {
-    "architectures": ["LlamaForCausalLM"], "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
-    "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
-    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "float32",
-}  # fmt: skip
+from tests.support.tiny_models import tiny_llama_dir
 
 
 def test_the_brief_report_names_this_cpu_and_what_the_libraries_use(capfd):
@@ -43,8 +36,7 @@ def test_verbose_lines_name_the_kernels():
 
 
 def test_the_full_report_covers_every_form_and_matmul(tmp_path, capfd):
-    (tmp_path / "config.json").write_text(json.dumps(TINY))
-    cpu_report.main(["--model", str(tmp_path), "--load-format", "dummy", "--max-rows", "16", "--repeat", "1"])
+    cpu_report.main(["--model", str(tiny_llama_dir(tmp_path)), "--load-format", "dummy", "--max-rows", "16", "--repeat", "1"])
     out = capfd.readouterr().out
     for part in ("matmul kernels", "--deterministic modes (checked up to 16 rows", "int4 / dense crossover"):
         assert part in out

@@ -1,0 +1,202 @@
+"""Where a decode step's time goes on the CPU: ``python -m agentgate.loadtests.step_profile``.
+
+For each batch size (default 1 and 16) on the model (default: the default
+model, as the engine serves it), it fills the batch with decoding requests
+and prints:
+
+- **aten calls per decode step**, counted by ``torch.profiler`` (every ATen
+  operator, nested ones included: an ``aten::to`` that copies counts with its
+  ``aten::_to_copy``, ``aten::empty_strided`` and ``aten::copy_``), and the
+  operators called most;
+- **wall time per step**, timed without the profiler, split by the profiled
+  run's shares into matmuls (the weight-only int4/int8 kernels, oneDNN/MKL
+  linears), attention (writing the step's keys and values and reading the
+  paged cache), the sampler, and everything else on the host (norms, RoPE
+  tables, casts, input preparation, the scheduler, Python);
+- **threads**: torch's intra-op threads and how much of their time the step
+  kept busy (CPU seconds of the process over wall seconds x threads; the
+  rest is time the threads waited, on each other or on the host);
+- **per layer**: the mean time of one decoder layer and the sum over layers.
+
+    python -m agentgate.loadtests.step_profile
+    python -m agentgate.loadtests.step_profile --batch 1 --steps 32 --quantization none --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from agentgate.engine import LLM, SamplingParams
+from agentgate.engine.runner import overlap, sync
+
+# Operators that are matrix products: the weight-only CPU kernels, dense GEMMs, oneDNN's packed linears.
+MATMULS = frozenset({
+    "aten::_weight_int4pack_mm_for_cpu", "aten::_weight_int8pack_mm", "aten::mm", "aten::addmm", "aten::bmm",
+    "aten::matmul", "aten::linear", "mkldnn::_linear_pointwise",
+})  # fmt: skip
+PROMPT = "Write a long story about a lighthouse keeper and the ships she guides home at night."
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """One batch size's decode step: operators called, and where the wall time went (milliseconds)."""
+
+    batch: int
+    aten_calls: float
+    top_ops: list[tuple[str, float]]
+    step_ms: float
+    linear_ms: float  # every linear module's forward: its matmul kernel, casts and reshapes
+    kernel_ms: float  # of which the matmul kernels themselves
+    attention_ms: float
+    sampler_ms: float
+    layer_ms: float
+    layers: int
+    threads: int
+    thread_busy: float
+
+    @property
+    def other_ms(self) -> float:
+        return max(0.0, self.step_ms - self.linear_ms - self.attention_ms - self.sampler_ms)
+
+    def lines(self) -> list[str]:
+        top = ", ".join(f"{name.removeprefix('aten::')} {count:.0f}" for name, count in self.top_ops)
+        return [
+            f"batch {self.batch}: {self.aten_calls:,.0f} aten calls per decode step (most: {top})",
+            f"  wall {self.step_ms:.2f} ms per step = linears {self.linear_ms:.2f} (matmul kernels "
+            f"{self.kernel_ms:.2f}, casts and reshapes {self.linear_ms - self.kernel_ms:.2f}) + attention "
+            f"{self.attention_ms:.2f} + sampler {self.sampler_ms:.2f} + other host work {self.other_ms:.2f} "
+            "(norms, RoPE, residuals, input preparation, scheduler, Python)",
+            f"  per layer {self.layer_ms:.3f} ms (x {self.layers} layers = {self.layer_ms * self.layers:.2f} ms); "
+            f"threads {self.threads}, busy {self.thread_busy:.0%} of wall x threads (the rest: waiting)",
+        ]
+
+
+@contextmanager
+def timed(targets: list[tuple[Any, str, str]], totals: Counter[str]) -> Iterator[None]:
+    """Each ``(obj, attribute, bucket)``: the function ``obj.attribute`` adds its wall time to
+    ``totals[bucket]`` while the block runs (a perf_counter pair per call: well under a microsecond)."""
+
+    def wrap(original: Callable[..., Any], bucket: str) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                totals[bucket] += time.perf_counter() - start
+
+        return wrapped
+
+    # What each object held itself (a module's function; not a method its class provides).
+    own = [(obj, attribute, vars(obj).get(attribute)) for obj, attribute, _ in targets]
+    for obj, attribute, bucket in targets:
+        setattr(obj, attribute, wrap(getattr(obj, attribute), bucket))
+    try:
+        yield
+    finally:
+        for obj, attribute, original in reversed(own):
+            if original is None:
+                delattr(obj, attribute)
+            else:
+                setattr(obj, attribute, original)
+
+
+def targets(model: torch.nn.Module) -> list[tuple[Any, str, str]]:
+    """What `measure` times: every linear (any module with in/out features, the LM head included), attention's
+    two calls, the sampler (as each runner calls it), and each decoder layer."""
+    linears = [m for m in model.modules() if hasattr(m, "in_features") and hasattr(m, "out_features")]
+    return [
+        *((m, "forward", "linears") for m in linears),
+        (model.attention, "rotary_write_kv", "attention"), (model.attention, "paged_attention", "attention"),
+        (sync, "sample", "sampler"), (overlap, "sample", "sampler"),
+        *((layer, "forward", "layers") for layer in model.layers),
+    ]
+
+
+def fill(llm: LLM, batch: int, steps: int) -> None:
+    """``batch`` requests decoding, each with room for ``steps`` more tokens after warm-up."""
+    params = SamplingParams(temperature=0, max_tokens=steps * 3 + 64, ignore_eos=True)
+    vocab = llm.core.vocab_size
+    for i in range(batch):
+        # A model loaded without a tokenizer (--load-format dummy) gets token ids of the same length.
+        ids = llm.tokenizer.encode(f"{i}. {PROMPT}") if llm.tokenizer else [(i * 31 + j) % vocab for j in range(24)]
+        llm.core.add_request(f"profile-{batch}-{i}", ids, params)
+    scheduler = llm.core.scheduler
+    while len(scheduler.waiting) or any(r.num_computed_tokens < r.num_prompt_tokens for r in scheduler.running):
+        llm.core.step()
+    for _ in range(4):  # a few decode steps to warm caches and allocators
+        llm.core.step()
+
+
+def run_steps(llm: LLM, steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        llm.core.step()
+    return time.perf_counter() - start
+
+
+def measure(llm: LLM, batch: int, steps: int) -> StepProfile:
+    fill(llm, batch, steps)
+    # Wall time and CPU time without the profiler: medians of a few short runs.
+    walls, busy = [], []
+    for _ in range(3):
+        cpu = os.times()
+        wall = run_steps(llm, max(1, steps // 3))
+        after = os.times()
+        walls.append(wall / max(1, steps // 3))
+        busy.append((after.user + after.system - cpu.user - cpu.system) / (wall * torch.get_num_threads()))
+    step_ms = statistics.median(walls) * 1e3
+    model = llm.core.runner.model
+    # Operator counts and the matmul kernels' share of the linears, from the profiler.
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run_steps(llm, steps)
+    events = prof.key_averages()
+    calls = Counter({e.key: e.count / steps for e in events if e.key.startswith("aten::")})
+    # Times by part, from timers around each (no profiler), scaled to the plain step.
+    totals: Counter[str] = Counter()
+    with timed(targets(model), totals):
+        timed_step = run_steps(llm, steps) / steps
+    part = {name: seconds / steps / timed_step * step_ms for name, seconds in totals.items()}
+    llm.core.abort_requests(None)
+    while llm.core.has_work:
+        llm.core.step()
+    # The kernels' own time as profiled (large calls: the profiler's per-call cost is lost in them).
+    kernel_ms = sum(e.self_cpu_time_total for e in events if e.key in MATMULS) / steps / 1e3
+    return StepProfile(
+        batch=batch, aten_calls=sum(calls.values()), top_ops=calls.most_common(6), step_ms=step_ms,
+        linear_ms=part.get("linears", 0.0), kernel_ms=min(kernel_ms, part.get("linears", 0.0)),
+        attention_ms=part.get("attention", 0.0), sampler_ms=part.get("sampler", 0.0),
+        layer_ms=part.get("layers", 0.0) / len(model.layers), layers=len(model.layers),
+        threads=torch.get_num_threads(), thread_busy=statistics.median(busy),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="a .gguf file or an HF directory (default: the default model)")
+    parser.add_argument("--load-format", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--quantization", default="auto")
+    parser.add_argument("--runner", default="overlap", choices=["overlap", "sync"])
+    parser.add_argument("--batch", type=int, action="append", help="batch sizes (repeatable; default 1 and 16)")
+    parser.add_argument("--steps", type=int, default=24, help="decode steps profiled per batch size")
+    args = parser.parse_args(argv)
+    llm = LLM(args.model, load_format=args.load_format, dtype=args.dtype, quantization=args.quantization,
+              runner=args.runner)  # fmt: skip
+    print(f"step profile: {llm.core.runner.weights} | runner {args.runner}", flush=True)
+    for batch in args.batch or [1, 16]:
+        print("\n".join(measure(llm, batch, args.steps).lines()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
