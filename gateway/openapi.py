@@ -112,8 +112,10 @@ OPERATIONS = (
     Operation("get", "/playground", "The playground (a page)", "pages", "open", media="text/html"),
     Operation("get", "/static/{path}", "The pages' scripts, styles and vendored libraries", "pages", "open",
               params=(_path("path"),), media="application/octet-stream", errors=(404,)),
-    Operation("get", "/health", "ok; degraded (see --health-degraded-status); 503 when no engine serves",
-              "operations", "open", errors=(503,)),
+    Operation("get", "/health", "ok; degraded (see --health-degraded-status); 503 when no engine serves, "
+              "or fewer than min_engines do (a readiness probe's bar)", "operations", "open",
+              params=(_query("min_engines", {"type": "integer", "minimum": 0, "maximum": 10**6, "default": 0}),),
+              errors=(400, 503)),
     Operation("get", "/metrics", "Prometheus metrics", "operations", "open", media="text/plain"),
     Operation("get", "/version", "The server's version", "operations", "open"),
     Operation("get", "/openapi.json", "This document", "operations", "open"),

@@ -94,11 +94,17 @@ async def delete_request(request: Request) -> Response:
 async def health(request: Request) -> Response:
     """``ok`` while every engine answers and Redis (if configured) is reachable; ``degraded``
     (``--health-degraded-status``, 200 by default) while some engine serves but another is down
-    or Redis is unreachable, each reason listed; 503 when no engine serves."""
+    or Redis is unreachable, each reason listed; 503 when no engine serves, or fewer than the query's
+    ``min_engines`` (a readiness probe's bar: this replica is ready while that many engines serve)."""
     gw: GatewayState = request.state.gateway
+    wanted = _min_engines(request)
     problems = [redact_paths(problem) for problem in await gw.pool.health()]  # /health is open: no server paths
     if len(problems) >= len(gw.pool.engines):
         raise ServiceUnavailableError("no engine is serving: " + "; ".join(problems), code="engine_dead")
+    serving = len(gw.pool.engines) - len(problems)
+    if serving < wanted:
+        raise ServiceUnavailableError(f"{serving} engine(s) serving, {wanted} needed: " + "; ".join(problems),
+                                      code="engine_dead")  # fmt: skip
     redis = "off"
     if gw.shared is not None:
         redis = "up" if gw.shared.up and gw.shared.subscribed else "down"
@@ -107,6 +113,13 @@ async def health(request: Request) -> Response:
     status, code = ("degraded", gw.settings.health_degraded_status) if problems else ("ok", 200)
     return Response(encode(_Status(status, len(gw.pool.engines), redis, gw.replica_id, gw.pool.num_live, problems)),
                     code, media_type=JSON)  # fmt: skip
+
+
+def _min_engines(request: Request) -> int:
+    raw = request.query_params.get("min_engines", "0")
+    if not raw.isdigit() or int(raw) > 10**6:
+        raise BadRequestError(f"min_engines must be an integer in [0, 1000000], got {raw!r}", param="min_engines")
+    return int(raw)
 
 
 async def metrics(request: Request) -> Response:

@@ -90,6 +90,14 @@ def test_version_and_health(gateway):
     assert health["status"] == "ok" and health["engines"] == 1 and health["redis"] == "up"
 
 
+def test_health_min_engines_is_a_readiness_bar(gateway):
+    """The Kubernetes readiness probe asks /health?min_engines=N: 503 while fewer engines serve."""
+    assert gateway.client.get("/health?min_engines=1").status_code == 200
+    short = gateway.client.get("/health?min_engines=2")
+    assert short.status_code == 503 and "1 engine(s) serving, 2 needed" in short.json()["error"]["message"]
+    assert gateway.client.get("/health?min_engines=many").status_code == 400
+
+
 def _registered_operations() -> set[tuple[str, str]]:
     """(path, method) of every route the app registers, path parameters as OpenAPI writes them."""
     app = create_app(Settings(), engines=[EngineTarget("ipc:///unused")])  # routes only: no lifespan
