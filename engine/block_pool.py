@@ -9,13 +9,15 @@ from collections.abc import Sequence
 
 class Block:
     """One physical KV block. ``block_hash``/``token_ids`` are set while the
-    block's contents are registered in the prefix cache."""
+    block's contents are registered in the prefix cache. ``pins``: how many of
+    its references are retention pins (engine.retention), not requests."""
 
-    __slots__ = ("block_id", "ref_count", "block_hash", "token_ids")
+    __slots__ = ("block_id", "ref_count", "block_hash", "token_ids", "pins")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_count = 0
+        self.pins = 0
         self.block_hash: int | None = None
         self.token_ids: tuple[int, ...] | None = None
 
@@ -85,6 +87,12 @@ class BlockPool:
             block.ref_count -= 1
             if block.ref_count == 0:
                 self._free[block.block_id] = block
+
+    def is_free(self, block: Block) -> bool:
+        return block.block_id in self._free
+
+    def is_cached(self, block: Block) -> bool:
+        return block.block_hash is not None and self._cached.get(block.block_hash) is block
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached hash (content of live blocks stays valid)."""

@@ -44,10 +44,12 @@ from agentgate.engine.protocol import (
     IsPaused,
     Pause,
     PauseMode,
+    ProgramTag,
     Ready,
     Resume,
     SchedulerStats,
     StartupFailed,
+    TurnEnded,
     decode_from_engine,
     encode,
 )
@@ -156,9 +158,11 @@ class EngineClient:
         prompt_token_ids: list[int],
         params: SamplingParams,
         eos_token_ids: frozenset[int] | list[int] = frozenset(),
+        program: ProgramTag | None = None,
     ) -> AsyncIterator[EngineCoreOutput]:
         """Submit a request and yield its outputs until one carries a finish
-        reason. Leaving early (break, cancel, aclose) aborts it in the engine."""
+        reason. Leaving early (break, cancel, aclose) aborts it in the engine.
+        ``program``: the agent program it is a turn of."""
         self._check_alive()
         if request_id in self._streams:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
@@ -166,7 +170,8 @@ class EngineClient:
         self._streams[request_id] = send
         finished = False
         try:
-            await self._send(AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), time.monotonic()))
+            add = AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), time.monotonic(), program)
+            await self._send(add)
             held: EngineCoreOutput | BaseException | None = None
             while True:
                 item = held if held is not None else await receive.receive()
@@ -187,6 +192,12 @@ class EngineClient:
             if not finished and not self.is_dead:
                 with anyio.CancelScope(shield=True):
                     await self._send(AbortRequests([request_id]))
+
+    def turn_ended(self, program_id: str, request_id: str, tool_names: list[str]) -> None:
+        """Tell the engine what a program's finished turn called (none: drop what it keeps for
+        it). Sent without waiting (ZMQ queues it), so a request's synchronous close can call it."""
+        if not self.is_dead:
+            self._socket.send(encode(TurnEnded(program_id, request_id, list(tool_names))))
 
     async def abort(self, request_ids: list[str]) -> None:
         self._check_alive()

@@ -15,8 +15,24 @@ RunnerKind = Literal["overlap", "sync", "null"]
 RUNNERS: tuple[str, ...] = ("overlap", "sync", "null")
 DTYPES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATIONS: tuple[str, ...] = ("auto", "none", "int8", "int4")
+# engine.waiting_queue.SCHEDULING_POLICIES, kept here so front ends import this module without the engine.
+SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "program")
 # engine.speculative.SPECULATIVE_MODES, kept here so front ends import this module without the engine.
 SPECULATIVE_MODES: tuple[str, ...] = ("off", "ngram", "suffix", "auto")
+
+
+def parse_retention(mode: str) -> float | None:
+    """``--kv-retention``: "auto" -> None (learned TTLs); "off" -> 0.0; "SECONDS" -> that fixed
+    TTL. ValueError for anything else."""
+    if mode in ("auto", "off"):
+        return None if mode == "auto" else 0.0
+    try:
+        seconds = float(mode)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"kv_retention must be auto, off or a positive number of seconds, got {mode!r}")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,13 @@ class EngineConfig:
                   kernel reads them), "none" (dense), "int8"/"int4" (at
                   most that many bits per weight, quantizing at load what
                   the file has wider); see `engine.models.quantization`.
+    kv_retention: "auto" (default): when a program's turn ends in tool calls, its
+                  conversation's blocks stay pinned for a TTL learned from tool gaps;
+                  "off"; or a fixed TTL in seconds (``engine.retention``).
+    kv_retention_max_fraction: the most of the cache pins may hold.
+    scheduling_policy: "fcfs" (by request) or "program" (by the start of the
+                  request's program, returning turns first, with anti-starvation
+                  after ``program_max_wait`` seconds; ``engine.waiting_queue``).
     deterministic: greedy output (and seeded sampling) that does not depend
                   on what else is in the batch: attention one token at a
                   time, row-invariant linears, a fixed thread count (CPU
@@ -80,6 +103,10 @@ class EngineConfig:
     num_speculative_tokens: int = 6
     speculative_step_tokens: int | None = None
     seed: int = 0
+    kv_retention: str = "auto"
+    kv_retention_max_fraction: float = 0.5
+    scheduling_policy: str = "fcfs"
+    program_max_wait: float = 10.0
     # The null runner only: seconds each step takes, to emulate a model.
     null_step_seconds: float = 0.0
     # CPU threads for the model's math; None: every core the machine's other
@@ -113,6 +140,19 @@ class EngineConfig:
             raise InvalidRequestError("steps_in_flight must be 1 or 2", "steps_in_flight")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise InvalidRequestError("num_kv_blocks must be at least 2", "num_kv_blocks")
+        try:
+            parse_retention(self.kv_retention)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), "kv_retention") from None
+        if not 0.0 <= self.kv_retention_max_fraction <= 1.0:
+            raise InvalidRequestError("kv_retention_max_fraction must be in [0, 1]", "kv_retention_max_fraction")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise InvalidRequestError(
+                f"scheduling_policy must be one of {SCHEDULING_POLICIES}, got {self.scheduling_policy!r}",
+                "scheduling_policy",
+            )
+        if not self.program_max_wait > 0:
+            raise InvalidRequestError("program_max_wait must be positive", "program_max_wait")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise InvalidRequestError("gpu_memory_utilization must be in (0, 1]", "gpu_memory_utilization")
 

@@ -16,14 +16,23 @@ from agentgate.engine import cpu_threads
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.kv_cache_manager import KVCacheManager
-from agentgate.engine.protocol import PAUSE_MODES, EngineCoreOutput, EngineInfo, SchedulerStats, TokenLogprobs
+from agentgate.engine.protocol import (
+    PAUSE_MODES,
+    EngineCoreOutput,
+    EngineInfo,
+    ProgramTag,
+    SchedulerStats,
+    TokenLogprobs,
+)
 from agentgate.engine.request import FinishReason, Request
+from agentgate.engine.retention import KVRetention
 from agentgate.engine.runner.base import ModelRunner
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits, TokenEvent
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from agentgate.engine.speculative import make_proposer
 from agentgate.engine.speculative.speculator import CPU_STEP_DRAFTS, CUDA_STEP_DRAFTS, Speculator
+from agentgate.engine.waiting_queue import make_queue
 
 
 @dataclass
@@ -79,10 +88,14 @@ class EngineCore:
         spec = self.runner.kv_spec
         self.max_model_len = spec.max_model_len
         self.vocab_size = self.runner.vocab_size
+        kv = KVCacheManager(spec.num_blocks, spec.block_size, config.enable_prefix_caching)
+        retention = "off" if not config.enable_prefix_caching else config.kv_retention
         self.scheduler = Scheduler(
             SchedulerLimits(config.max_num_seqs, config.max_num_batched_tokens, spec.max_model_len),
-            KVCacheManager(spec.num_blocks, spec.block_size, config.enable_prefix_caching),
+            kv,
             make_speculator(config),
+            waiting=make_queue(config.scheduling_policy, config.program_max_wait),
+            retention=KVRetention(kv.pool, retention, config.kv_retention_max_fraction),
         )
         self._in_flight: deque[_InFlight] = deque()
         self._seeds = random.Random(config.seed)
@@ -117,8 +130,10 @@ class EngineCore:
         params: SamplingParams,
         eos_token_ids: frozenset[int] | list[int] = frozenset(),
         arrival_time: float | None = None,
+        program: ProgramTag | None = None,
     ) -> None:
-        """Validate and queue a request; InvalidRequestError leaves no trace."""
+        """Validate and queue a request; InvalidRequestError leaves no trace. ``program``: the
+        agent program it is a turn of (KV retention, program scheduling)."""
         self.validate_request(request_id, prompt_token_ids, params)
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
         request = Request(
@@ -129,11 +144,17 @@ class EngineCore:
             eos_token_ids=frozenset(eos_token_ids),
             max_model_len=self.max_model_len,
             arrival_time=arrival_time,
+            program=program,
         )
         if params.structured is None:
             self.scheduler.add_request(request)
         else:  # scheduled once its grammar has compiled (see _admit_compiled)
             self._compiling.append((request, self._grammar_compiler().submit(params.structured)))
+
+    def turn_ended(self, program_id: str, request_id: str, tool_names: list[str]) -> None:
+        """The front end read the reply of ``request_id``, a turn of ``program_id``: it called
+        ``tool_names`` (none: the conversation's pin, if any, is released)."""
+        self.scheduler.retention.on_turn_ended(program_id, request_id, tool_names)
 
     def _grammar_compiler(self):
         if self._grammars is None:

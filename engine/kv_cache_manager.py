@@ -120,6 +120,43 @@ class KVCacheManager:
             self.pool.free(held[keep:][::-1])
             del held[keep:]
 
+    def detach(self, request: Request) -> list[Block]:
+        """End the request's table but keep its leading blocks registered in the
+        prefix cache: they are returned with the request's reference on each, now
+        the caller's (a retention pin's) to give back with ``pool.free``. The
+        rest is freed, tail first."""
+        self._num_offered.pop(request.request_id, None)
+        held = self._blocks.pop(request.request_id, None) or []
+        keep = 0
+        while keep < len(held) and self.pool.is_cached(held[keep]):
+            keep += 1
+        if keep < len(held):
+            self.pool.free(held[keep:][::-1])
+        return held[:keep]
+
+    def accounting_errors(self, pinned: list[list[Block]] = ()) -> list[str]:
+        """Every way the pool's state disagrees with its holders (empty when exact):
+        each block's reference count must equal the request tables and ``pinned``
+        block lists holding it, its pin count the latter, and a block is free
+        exactly when nothing holds it."""
+        refs = [0] * self.pool.num_blocks
+        pins = [0] * self.pool.num_blocks
+        for held in self._blocks.values():
+            for block in held:
+                refs[block.block_id] += 1
+        for held in pinned:
+            for block in held:
+                refs[block.block_id] += 1
+                pins[block.block_id] += 1
+        errors = []
+        for block in self.pool.blocks:
+            i = block.block_id
+            if block.ref_count != refs[i] or block.pins != pins[i]:
+                errors.append(f"block {i}: ref_count {block.ref_count}/pins {block.pins}, held {refs[i]}/{pins[i]}")
+            if self.pool.is_free(block) != (refs[i] == 0):
+                errors.append(f"block {i}: free {self.pool.is_free(block)} with {refs[i]} holders")
+        return errors
+
     def free(self, request: Request) -> None:
         """Release every block of the request (tail first, so the tail is
         evicted before the shared prefix)."""

@@ -39,6 +39,7 @@ from agentgate.engine.protocol import (
     Ready,
     Resume,
     StartupFailed,
+    TurnEnded,
     decode_to_engine,
     encode,
 )
@@ -118,6 +119,8 @@ class EngineServer:
             return
         elif isinstance(message, AddRequest):
             self._add(identity, message)
+        elif isinstance(message, TurnEnded):
+            self.core.turn_ended(message.program_id, message.request_id, message.tool_names)
         elif isinstance(message, AbortRequests):
             ids = None if message.all_requests else message.request_ids
             self._send_outputs(self.core.abort_requests(ids))
@@ -132,6 +135,7 @@ class EngineServer:
                 message.params,
                 frozenset(message.eos_token_ids),
                 message.arrival_time or None,
+                message.program,
             )
         except EngineError as exc:
             failed = EngineCoreOutput(message.request_id, [], "error", error=str(exc), invalid=True)

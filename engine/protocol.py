@@ -2,7 +2,7 @@
 
 Every message is a msgspec struct encoded as msgpack (``array_like`` keeps
 them compact), one tagged union each way. Front end -> engine: Hello,
-AddRequest, AbortRequests, and the calls that get a CallResult (Pause,
+AddRequest, TurnEnded, AbortRequests, and the calls that get a CallResult (Pause,
 Resume, IsPaused, GetStats, Health). Engine -> front end: Ready,
 StartupFailed, EngineOutputs, CallResult, Heartbeat. Token ids travel, never
 text.
@@ -27,12 +27,40 @@ class Hello(msgspec.Struct, tag="hello", array_like=True):
     client_name: str
 
 
+class ProgramTag(msgspec.Struct, array_like=True, omit_defaults=True):
+    """Which agent program a request is a turn of (the gateway's choice: a session, a
+    Responses chain, a ``prompt_cache_key`` or a ``user``, in that order), for KV
+    retention and program-level scheduling.
+
+    ``tools_offered``: the turn may end in tool calls (its conversation may be pinned
+    when it ends, until a TurnEnded says whether it did). ``after_tool_calls``: the
+    previous turn ended in tool calls, whose results this turn carries; it ended at
+    ``previous_turn_end`` (wall clock, ``time.time()``; 0: unknown) calling
+    ``tool_names``."""
+
+    program_id: str
+    tools_offered: bool = False
+    after_tool_calls: bool = False
+    previous_turn_end: float = 0.0
+    tool_names: list[str] = []
+
+
 class AddRequest(msgspec.Struct, tag="add", array_like=True, omit_defaults=True):
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
     eos_token_ids: list[int] = []
     arrival_time: float = 0.0
+    program: ProgramTag | None = None
+
+
+class TurnEnded(msgspec.Struct, tag="turn_ended", array_like=True):
+    """A program's turn (engine request ``request_id``) finished and the gateway has read
+    its reply: it called ``tool_names`` (empty: no tool call, so nothing is kept for it)."""
+
+    program_id: str
+    request_id: str
+    tool_names: list[str]
 
 
 class AbortRequests(msgspec.Struct, tag="abort", array_like=True):
@@ -134,6 +162,27 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     queue_time: float | None = None
 
 
+class RetentionStats(msgspec.Struct, array_like=True):
+    """KV retention for programs waiting on tools (counters since start, but ``pins``
+    and ``held_blocks``, which are now). Returning turns: turns after tool calls; their
+    prompt tokens looked up in the prefix cache and found there. Tool gaps: seconds from
+    a turn's end to the program's next turn."""
+
+    pins: int = 0
+    held_blocks: int = 0
+    max_held_blocks: int = 0
+    pinned_total: int = 0
+    released_returned: int = 0
+    released_expired: int = 0
+    released_pressure: int = 0
+    released_no_tool_call: int = 0
+    returning_turns: int = 0
+    returning_queries_tokens: int = 0
+    returning_hits_tokens: int = 0
+    tool_gaps: int = 0
+    tool_gap_seconds_sum: float = 0.0
+
+
 class SchedulerStats(msgspec.Struct, array_like=True):
     num_running: int
     num_waiting: int
@@ -148,6 +197,7 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     num_sampled_tokens: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    retention: RetentionStats | None = None
 
 
 class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):
@@ -170,7 +220,7 @@ class CallResult(msgspec.Struct, tag="result", array_like=True, omit_defaults=Tr
     error: str | None = None
 
 
-ToEngine = Hello | AddRequest | AbortRequests | Pause | Resume | IsPaused | GetStats | Health
+ToEngine = Hello | AddRequest | TurnEnded | AbortRequests | Pause | Resume | IsPaused | GetStats | Health
 FromEngine = Ready | StartupFailed | EngineOutputs | CallResult | Heartbeat
 
 _encoder = msgspec.msgpack.Encoder()

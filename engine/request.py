@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import time
 
+from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
 
 
@@ -38,6 +39,7 @@ class Request:
         "max_tokens", "arrival_time", "output_token_ids", "num_computed_tokens",
         "num_output_placeholders", "num_cached_tokens", "status", "finish_reason",
         "epoch", "block_hashes", "ever_scheduled", "first_scheduled_time", "grammar",
+        "program", "program_start",
     )
 
     def __init__(
@@ -50,6 +52,7 @@ class Request:
         eos_token_ids: frozenset[int],
         max_model_len: int,
         arrival_time: float | None = None,
+        program: ProgramTag | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
@@ -71,6 +74,10 @@ class Request:
         self.first_scheduled_time: float | None = None
         # The request's RequestGrammar when its output is constrained.
         self.grammar = None
+        # The agent program it is a turn of, and when that program started (its
+        # first turn's arrival, as this engine saw it; the request's own without one).
+        self.program = program
+        self.program_start = self.arrival_time
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import enum
 import time
-from collections import deque
 from dataclasses import dataclass
 
 from agentgate.engine.kv_cache_manager import KVCacheManager
 from agentgate.engine.protocol import SchedulerStats
 from agentgate.engine.request import FinishReason, Request, RequestStatus
+from agentgate.engine.retention import KVRetention
 from agentgate.engine.speculative.speculator import Speculator
 from agentgate.engine.scheduler_output import (
     ModelRunnerOutput,
@@ -22,6 +22,7 @@ from agentgate.engine.scheduler_output import (
     ScheduledRequest,
     SchedulerOutput,
 )
+from agentgate.engine.waiting_queue import FcfsQueue
 
 
 class PauseState(enum.Enum):
@@ -49,15 +50,31 @@ class TokenEvent:
 
 
 class Scheduler:
-    def __init__(self, limits: SchedulerLimits, kv: KVCacheManager, speculator: Speculator | None = None) -> None:
+    """``waiting``: the queue's order is the scheduling policy (engine.waiting_queue); with it,
+    the program policy preempts the running request whose program started last. ``retention``:
+    pins of programs waiting on tools (engine.retention); released before any running request
+    is preempted, and for a waiting head that is a returning turn or resumes, or when nothing
+    runs; a new program's turn waits for memory instead."""
+
+    def __init__(
+        self,
+        limits: SchedulerLimits,
+        kv: KVCacheManager,
+        speculator: Speculator | None = None,
+        *,
+        waiting: FcfsQueue | None = None,
+        retention: KVRetention | None = None,
+    ) -> None:
         self.limits = limits
         self.kv = kv
         self.speculator = speculator
+        self.retention = retention if retention is not None else KVRetention(kv.pool, "off")
         # Request-steps that sampled, and the tokens they confirmed (> 1 per step with accepted drafts).
         self.num_sampling_steps = 0
         self.num_sampled_tokens = 0
         self.requests: dict[str, Request] = {}
-        self.waiting: deque[Request] = deque()
+        self.waiting = waiting if waiting is not None else FcfsQueue()
+        self.preempt_by_program = type(self.waiting) is not FcfsQueue
         self.running: list[Request] = []
         self.pause_state = PauseState.UNPAUSED
         self.num_preemptions = 0
@@ -66,7 +83,8 @@ class Scheduler:
     # -- requests in and out ---------------------------------------------
     def add_request(self, request: Request) -> None:
         self.requests[request.request_id] = request
-        self.waiting.append(request)
+        self.retention.on_arrival(request)
+        self.waiting.push(request)
         if self.speculator is not None:
             self.speculator.start(request)
 
@@ -82,6 +100,7 @@ class Scheduler:
                 self.running.remove(request)
             else:
                 self.waiting.remove(request)
+                self.retention.on_abort(request)
             self._finish(request, FinishReason.ABORT)
             aborted.append(request)
         return aborted
@@ -92,6 +111,7 @@ class Scheduler:
         return len(self.running) + sum(1 for r in self.waiting if r.ever_scheduled)
 
     def stats(self) -> SchedulerStats:
+        self.retention.expire()
         return SchedulerStats(
             num_running=len(self.running),
             num_waiting=len(self.waiting),
@@ -104,6 +124,7 @@ class Scheduler:
             num_sampled_tokens=self.num_sampled_tokens,
             num_draft_tokens=self.speculator.num_drafted_tokens if self.speculator else 0,
             num_accepted_tokens=self.speculator.num_accepted_tokens if self.speculator else 0,
+            retention=self.retention.stats(),
         )
 
     # -- one step -----------------------------------------------------------
@@ -127,6 +148,7 @@ class Scheduler:
         out = SchedulerOutput()
         if self.pause_state is PauseState.PAUSED_ALL:
             return out
+        self.retention.expire()
         budget = self.limits.max_num_batched_tokens
         rows: dict[str, int] = {}
         drafts: dict[str, tuple[int, ...]] = {}
@@ -168,7 +190,9 @@ class Scheduler:
                 continue
             del draft[max(0, num_tokens - wanted) :]
             while (block_ids := self.kv.allocate(request, num_tokens)) is None:
-                victim = self.running[-1]
+                if self.retention.release_one(None):
+                    continue
+                victim = self._victim()
                 budget += rows.pop(victim.request_id, 0)
                 drafts.pop(victim.request_id, None)
                 out.new_block_ids.pop(victim.request_id, None)
@@ -188,16 +212,15 @@ class Scheduler:
 
     def _schedule_waiting(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
-            request = self.waiting[0]
+            request = self.waiting.peek()
             if self.pause_state is PauseState.PAUSED_NEW and not request.ever_scheduled:
                 break
-            hits = self.kv.find_cached_prefix(request)
-            num_cached = len(hits) * self.kv.block_size
-            num_tokens = min(request.num_tokens - num_cached, budget)
-            if self.kv.allocate(request, num_tokens, hits) is None:
+            num_cached, num_tokens = self._allocate_waiting(request, budget)
+            if num_tokens is None:
                 break
-            self.waiting.popleft()
+            self.waiting.remove(request)
             self.kv.record_prefix_lookup(request.num_tokens, num_cached)
+            self.retention.on_admitted(request, num_cached)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_cached
             if not request.ever_scheduled:
@@ -225,6 +248,32 @@ class Scheduler:
             # no longer be preempted within this schedule.
             self.kv.cache_full_blocks(request, num_cached + num_tokens)
 
+    def _allocate_waiting(self, request: Request, budget: int) -> tuple[int, int | None]:
+        """Allocate the waiting ``request``'s blocks (prefix hits, then up to ``budget`` tokens):
+        its cached token count and tokens to compute, None when memory is short. Pins are
+        released for it (never its own program's) when it returns after tool calls, resumes
+        after a preemption, or nothing runs."""
+        program = request.program
+        may_release = (
+            request.ever_scheduled or not self.running or (program is not None and program.after_tool_calls)
+        )
+        while True:
+            hits = self.kv.find_cached_prefix(request)
+            num_cached = len(hits) * self.kv.block_size
+            num_tokens = min(request.num_tokens - num_cached, budget)
+            if self.kv.allocate(request, num_tokens, hits) is not None:
+                return num_cached, num_tokens
+            exclude = program.program_id if program is not None else None
+            if not (may_release and self.retention.release_one(exclude)):
+                return num_cached, None
+
+    def _victim(self) -> Request:
+        """The running request to preempt: the last admitted (fcfs), or the last admitted of
+        the programs that started last (program policy)."""
+        if not self.preempt_by_program:
+            return self.running[-1]
+        return max(reversed(self.running), key=lambda r: r.program_start)
+
     def _preempt(self, request: Request) -> None:
         """Free the request's blocks and requeue it first in line; it is
         recomputed from its known tokens when readmitted."""
@@ -234,7 +283,7 @@ class Scheduler:
         request.num_computed_tokens = 0
         request.num_output_placeholders = 0
         request.epoch += 1
-        self.waiting.appendleft(request)
+        self.waiting.push_preempted(request)
         self._released.append(request.request_id)
         self.num_preemptions += 1
 
@@ -288,7 +337,10 @@ class Scheduler:
         return tokens, None
 
     def _finish(self, request: Request, reason: FinishReason) -> None:
-        self.kv.free(request)
+        if reason is FinishReason.ABORT or reason is FinishReason.ERROR:
+            self.kv.free(request)
+        elif not self.retention.on_finished(request, self.kv.detach):
+            self.kv.free(request)
         if self.speculator is not None:
             self.speculator.finish(request.request_id)
         request.status = RequestStatus.FINISHED

@@ -1,0 +1,205 @@
+"""KV retention for agent programs waiting on their tools.
+
+When a turn that was offered tools finishes, the registered blocks of its conversation
+are *pinned*: the pin holds a reference on each, so the prefix cache's LRU cannot evict
+them. The pin is provisional (``GRACE_S``) until the gateway, having read the reply,
+says whether it called tools (``TurnEnded``): no call releases it, calls give it the
+TTL of the gap law of (program, tools) (``engine.tool_gaps``; ``--kv-retention
+SECONDS``: that fixed TTL). It is released when the program's next turn is admitted
+(its blocks then held by that turn), at its TTL, or under pressure.
+
+Bounds and order. Blocks held by pins never exceed ``max_fraction`` of the cache: a pin
+that would pass it releases pins, new one included, in release order until it fits.
+Release order (bound and pressure): pins whose next turn has not arrived before pins
+whose turn waits to be admitted; among them the least likely to return within
+``HORIZON_S`` first (``GapLaw.return_soon``), then the oldest turn end. Releasing drops
+only the pin's references: blocks a running request shares are never taken from it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agentgate.engine.block_pool import Block, BlockPool
+from agentgate.engine.config import parse_retention
+from agentgate.engine.programs import ProgramTable
+from agentgate.engine.protocol import RetentionStats
+from agentgate.engine.request import Request
+from agentgate.engine.tool_gaps import ToolGaps, tool_key
+
+# Seconds a pin lives before the gateway says whether its turn called tools.
+GRACE_S = 5.0
+
+
+@dataclass(slots=True)
+class Pin:
+    program_id: str
+    request_id: str  # the turn that ended
+    blocks: list[Block]
+    ended: float  # monotonic
+    expires: float
+    tools: str | None = None  # set once TurnEnded says what was called
+    claimed_by: str | None = None  # the id of its next turn, waiting to be admitted
+
+
+class KVRetention:
+    """Pins, their bound and release order, tool gaps and the figures on /metrics."""
+
+    def __init__(
+        self,
+        pool: BlockPool,
+        mode: str = "auto",
+        max_fraction: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.pool = pool
+        self.fixed_ttl = parse_retention(mode)
+        self.enabled = self.fixed_ttl != 0.0
+        self.max_held_blocks = int(max_fraction * pool.num_blocks)
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.gaps = ToolGaps()
+        self.programs = ProgramTable()
+        self.pins: dict[str, Pin] = {}
+        self.held_blocks = 0
+        self.counts = RetentionStats(max_held_blocks=self.max_held_blocks)
+
+    # -- a program's turns -----------------------------------------------------------
+    def on_arrival(self, request: Request) -> None:
+        """A turn arrived: record its program, learn the tool gap it ends, claim its pin."""
+        tag = request.program
+        if tag is None:
+            return
+        now = self.clock()
+        record = self.programs.touch(tag.program_id, request.arrival_time)
+        request.program_start = record.started
+        if tag.after_tool_calls:
+            self._observe_gap(tag, record.last_end, record.last_tools, now)
+        pin = self.pins.get(tag.program_id)
+        if pin is not None and pin.claimed_by is None:
+            pin.claimed_by = request.request_id
+
+    def _observe_gap(self, tag, last_end: float | None, last_tools: str | None, now: float) -> None:
+        if last_end is not None:
+            gap = now - last_end
+        elif tag.previous_turn_end > 0:  # ended on another engine: the gateway's clock
+            gap = self.wall_clock() - tag.previous_turn_end
+        else:
+            return
+        tools = last_tools if last_tools is not None else tool_key(tag.tool_names)
+        self.gaps.observe(tag.program_id, tools, max(gap, 0.0))
+
+    def on_admitted(self, request: Request, num_cached: int) -> None:
+        """A turn was admitted (its prefix hits already referenced): its program's pin goes."""
+        tag = request.program
+        if tag is None:
+            return
+        if tag.after_tool_calls and not request.ever_scheduled:
+            self.counts.returning_turns += 1
+            self.counts.returning_queries_tokens += request.num_tokens
+            self.counts.returning_hits_tokens += num_cached
+        pin = self.pins.get(tag.program_id)
+        if pin is not None:
+            self._release(pin, "returned")
+
+    def on_abort(self, request: Request) -> None:
+        """A waiting turn was aborted: the pin it claimed waits for no one now."""
+        if request.program is None:
+            return
+        pin = self.pins.get(request.program.program_id)
+        if pin is not None and pin.claimed_by == request.request_id:
+            pin.claimed_by = None
+
+    def on_finished(self, request: Request, blocks: Callable[[Request], list[Block]]) -> bool:
+        """A turn finished (not aborted). Returns True when it was pinned: ``blocks(request)``
+        handed its kept blocks over with their references; else the caller frees them."""
+        tag = request.program
+        if tag is None:
+            return False
+        now = self.clock()
+        record = self.programs.touch(tag.program_id, request.arrival_time)
+        record.last_end, record.last_tools = now, None
+        if not (self.enabled and tag.tools_offered):
+            return False
+        old = self.pins.get(tag.program_id)
+        if old is not None:
+            self._release(old, "returned")
+        kept = blocks(request)
+        if not kept:
+            return True
+        pin = Pin(tag.program_id, request.request_id, kept, now, now + GRACE_S)
+        self.pins[tag.program_id] = pin
+        for block in kept:
+            block.pins += 1
+            if block.pins == 1:
+                self.held_blocks += 1
+        self.counts.pinned_total += 1
+        while self.held_blocks > self.max_held_blocks and self.release_one(None, "pressure"):
+            pass
+        return True
+
+    def on_turn_ended(self, program_id: str, request_id: str, tool_names: list[str]) -> None:
+        """The gateway read the reply of ``request_id``: it called ``tool_names``."""
+        record = self.programs.get(program_id)
+        key = tool_key(tool_names) if tool_names else None
+        if record is not None:
+            record.last_tools = key
+        pin = self.pins.get(program_id)
+        if pin is None or pin.request_id != request_id:
+            return
+        if key is None:
+            self._release(pin, "no_tool_call")
+            return
+        pin.tools = key
+        ttl = self.fixed_ttl if self.fixed_ttl is not None else self.gaps.law(program_id, key).ttl()
+        pin.expires = pin.ended + ttl
+
+    # -- releasing -------------------------------------------------------------------
+    def expire(self) -> None:
+        """Release the pins past their TTL whose next turn has not arrived."""
+        now = self.clock()
+        for pin in [p for p in self.pins.values() if p.expires <= now and p.claimed_by is None]:
+            self._release(pin, "expired")
+
+    def release_order(self, exclude: str | None = None) -> list[Pin]:
+        """Pins (but ``exclude``'s) in the order pressure releases them."""
+        now = self.clock()
+
+        def key(pin: Pin) -> tuple[bool, float, float]:
+            law = self.gaps.law(pin.program_id, pin.tools)
+            return (pin.claimed_by is not None, law.return_soon(now - pin.ended), pin.ended)
+
+        return sorted((p for p in self.pins.values() if p.program_id != exclude), key=key)
+
+    def release_one(self, exclude: str | None, reason: str = "pressure") -> bool:
+        """Release the first pin in release order (not ``exclude``'s); False: none left."""
+        order = self.release_order(exclude)
+        if not order:
+            return False
+        self._release(order[0], reason)
+        return True
+
+    def release_all(self) -> None:
+        for pin in list(self.pins.values()):
+            self._release(pin, "expired")
+
+    def _release(self, pin: Pin, reason: str) -> None:
+        del self.pins[pin.program_id]
+        for block in pin.blocks:
+            block.pins -= 1
+            if block.pins == 0:
+                self.held_blocks -= 1
+        self.pool.free(pin.blocks[::-1])
+        name = f"released_{reason}"
+        setattr(self.counts, name, getattr(self.counts, name) + 1)
+
+    def stats(self) -> RetentionStats:
+        counts = self.counts
+        counts.pins = len(self.pins)
+        counts.held_blocks = self.held_blocks
+        counts.tool_gaps = self.gaps.count
+        counts.tool_gap_seconds_sum = self.gaps.seconds_sum
+        return RetentionStats(*(getattr(counts, f) for f in counts.__struct_fields__))

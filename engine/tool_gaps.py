@@ -1,0 +1,127 @@
+"""How long programs stay away while their tools run: tool gaps (seconds from a turn's
+end to the program's next turn) learned per program and tool, as log-normal laws.
+
+The laws nest: the global law starts from a stated prior (median ``PRIOR_MEDIAN_S``,
+log-space spread ``PRIOR_SIGMA``: P95 about 5 s), a tool's law starts from the global
+one and a (program, tool) law from its tool's, each parent weighing ``PRIOR_WEIGHT``
+observations. So a program's first return is predicted from everyone's use of the
+same tool, and its own habits take over as it returns.
+
+The TTL a pin gets is the gap law's ``TTL_QUANTILE`` quantile (P(return within the
+TTL) = 0.9), clamped to [``MIN_TTL_S``, ``MAX_TTL_S``]: past it, the chance the program
+returns in the next moment is small beside what its held blocks keep from others.
+Pins are released under pressure by :meth:`GapLaw.return_soon`: the chance the program
+returns within ``HORIZON_S`` given it has not yet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+PRIOR_MEDIAN_S = 1.0
+PRIOR_SIGMA = 1.0
+PRIOR_WEIGHT = 2.0
+TTL_QUANTILE = 0.9
+MIN_TTL_S = 0.5
+MAX_TTL_S = 60.0
+HORIZON_S = 1.0
+MIN_GAP_S = 1e-3
+# Programs whose own gap laws are kept (least recently returned forgotten first).
+MAX_PROGRAMS = 65536
+# z of the normal law at TTL_QUANTILE (0.9).
+_Z_TTL = 1.2815515655446004
+
+
+@dataclass(frozen=True, slots=True)
+class GapLaw:
+    """A log-normal law of tool gaps: log(gap) ~ Normal(mu, sigma)."""
+
+    mu: float
+    sigma: float
+
+    def cdf(self, seconds: float) -> float:
+        if seconds <= 0:
+            return 0.0
+        return 0.5 * (1.0 + math.erf((math.log(seconds) - self.mu) / (self.sigma * math.sqrt(2.0))))
+
+    def ttl(self) -> float:
+        """The pin's time to live: the TTL_QUANTILE quantile, clamped."""
+        return min(MAX_TTL_S, max(MIN_TTL_S, math.exp(self.mu + _Z_TTL * self.sigma)))
+
+    def return_soon(self, elapsed: float, horizon: float = HORIZON_S) -> float:
+        """P(gap <= elapsed + horizon | gap > elapsed)."""
+        before = self.cdf(elapsed)
+        if before >= 1.0:
+            return 0.0
+        return (self.cdf(elapsed + horizon) - before) / (1.0 - before)
+
+
+PRIOR = GapLaw(math.log(PRIOR_MEDIAN_S), PRIOR_SIGMA)
+
+
+class _Moments:
+    """Count, mean and sum of squared deviations of log gaps (Welford)."""
+
+    __slots__ = ("n", "mean", "m2")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+
+    def add(self, value: float) -> None:
+        self.n += 1
+        delta = value - self.mean
+        self.mean += delta / self.n
+        self.m2 += delta * (value - self.mean)
+
+    def law(self, parent: GapLaw) -> GapLaw:
+        """The posterior-like blend of ``parent`` (weighing PRIOR_WEIGHT observations) and these."""
+        if self.n == 0:
+            return parent
+        w, n = PRIOR_WEIGHT, self.n
+        mu = (w * parent.mu + n * self.mean) / (w + n)
+        var = (w * parent.sigma**2 + self.m2 + w * n / (w + n) * (self.mean - parent.mu) ** 2) / (w + n)
+        return GapLaw(mu, max(math.sqrt(var), 0.05))
+
+
+def tool_key(tool_names: list[str] | tuple[str, ...]) -> str:
+    """One key for the tools a turn called (several: the set, in name order)."""
+    return "+".join(sorted(set(tool_names)))
+
+
+class ToolGaps:
+    """Observed tool gaps: the global law, one per tool key, one per (program, tool key)."""
+
+    def __init__(self) -> None:
+        self._global = _Moments()
+        self._tools: dict[str, _Moments] = {}
+        self._programs: OrderedDict[tuple[str, str], _Moments] = OrderedDict()
+        self.count = 0
+        self.seconds_sum = 0.0
+
+    def observe(self, program_id: str, tools: str, gap: float) -> None:
+        log_gap = math.log(max(gap, MIN_GAP_S))
+        self.count += 1
+        self.seconds_sum += gap
+        self._global.add(log_gap)
+        self._tools.setdefault(tools, _Moments()).add(log_gap)
+        key = (program_id, tools)
+        moments = self._programs.pop(key, None) or _Moments()
+        moments.add(log_gap)
+        self._programs[key] = moments
+        if len(self._programs) > MAX_PROGRAMS:
+            self._programs.popitem(last=False)
+
+    def law(self, program_id: str | None = None, tools: str | None = None) -> GapLaw:
+        """The most specific law known: (program, tools) over tools over global over the prior."""
+        law = self._global.law(PRIOR)
+        if tools is None:
+            return law
+        tool = self._tools.get(tools)
+        if tool is not None:
+            law = tool.law(law)
+        own = self._programs.get((program_id, tools)) if program_id is not None else None
+        return own.law(law) if own is not None else law
