@@ -121,6 +121,18 @@ class Settings:
         default=True,
         engine=True,
     )
+    # -- agents as programs (issue 26) ----------------------------------------------------
+    kv_retention: str = _opt(
+        "keep a program's KV while its tools run: auto (TTL learned from tool gaps), off, or SECONDS",
+        default="auto",
+        engine=True,
+    )
+    kv_retention_max_fraction: float = _opt("most of the KV cache retention may hold", default=0.5, engine=True)
+    scheduling_policy: str = _opt(
+        "waiting queue order: fcfs (by request) or program (by program start; returning turns first)",
+        default="fcfs",
+        engine=True,
+    )
     # -- HTTP -----------------------------------------------------------------------
     host: str = _opt("address to listen on", default="127.0.0.1")
     port: int = _opt("port to listen on", default=8000)
