@@ -128,14 +128,3 @@ class AttentionBackend(Protocol):
         Rows of padded sequences (seq_len 0) may hold anything."""
         ...
 
-
-def get_backend(device: torch.device | str) -> AttentionBackend:
-    """Triton kernels on CUDA, the plain-torch reference elsewhere."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        from agentgate.engine.attention.triton import TritonAttentionBackend
-
-        return TritonAttentionBackend()
-    from agentgate.engine.attention.torch import TorchAttentionBackend
-
-    return TorchAttentionBackend()

@@ -16,7 +16,7 @@ import triton.language as tl
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from agentgate.engine.runner.input_prep import StepBatch, StepInputs
+    from agentgate.engine.runner.step_batch import StepBatch, StepInputs
     from agentgate.engine.runner.slot_state import SlotState
 
 BLOCK = 128  # tokens per loop iteration of `_prepare_inputs_kernel`

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from agentgate.engine.attention.base import get_backend
+from agentgate.engine.attention.select import get_backend
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.gguf_file import GGUFFile, read_gguf
 from agentgate.engine.models import quantization as quant

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from agentgate.engine.attention.base import get_backend
+from agentgate.engine.attention.select import get_backend
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.models import quantization as quant
 from agentgate.engine.models.config import ModelConfig, read_hf_config, resolve_dtype

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from agentgate.engine.attention import AttentionMetadata
-from agentgate.engine.runner.input_prep import StepInputs
+from agentgate.engine.runner.step_batch import StepInputs
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 

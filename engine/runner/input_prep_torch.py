@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from agentgate.engine.runner.input_prep import StepBatch, StepInputs
+    from agentgate.engine.runner.step_batch import StepBatch, StepInputs
     from agentgate.engine.runner.slot_state import SlotState
 
 

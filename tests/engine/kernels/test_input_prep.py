@@ -15,7 +15,7 @@ import torch
 
 from agentgate.engine.kernels import input_prep as input_prep_triton
 from agentgate.engine.runner import input_prep, input_prep_torch
-from agentgate.engine.runner.input_prep import StepBatch, StepInputs
+from agentgate.engine.runner.step_batch import StepBatch, StepInputs
 from agentgate.engine.runner.slot_state import SlotState
 
 BLOCK_SIZE = 16
