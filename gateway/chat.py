@@ -32,6 +32,7 @@ from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.limits import OFF_LOOP_CHARS, check_prompt_chars, message_chars
+from agentgate.gateway.programs import program_tag
 from agentgate.gateway.prompts import (
     ToolPlan,
     chat_logprobs,
@@ -93,7 +94,9 @@ async def start_chat(
         request, max_tokens=max_tokens, logprobs=chat_logprobs(request), vocab_size=model.vocab_size,
         structured=plan.structured, defaults=model.sampling,
     )  # fmt: skip
-    job = Job(request_id, arrival, [prompt], params, request.n)
+    program = program_tag(context, request.messages, tools_offered=bool(request.tools),
+                          prompt_cache_key=request.prompt_cache_key, user=request.user)  # fmt: skip
+    job = Job(request_id, arrival, [prompt], params, request.n, program)
     generation = await dispatch(gw, job, context, conversation=request.messages)
     generation.constraint_param = plan.constraint_param
     generation.reply_message = partial(recorded_reply, plan)

@@ -63,6 +63,7 @@ class RequestContext:
     key: str = ANONYMOUS  # the API key's digest
     session_id: str | None = None
     engine: str | None = None  # the address of the engine the session is bound to; None: any
+    program: str | None = None  # the Responses chain the request continues (its first response's id)
 
 
 NO_CONTEXT = RequestContext()

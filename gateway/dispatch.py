@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.generation import Generation
@@ -44,6 +45,7 @@ class Job:
     prompts: list[list[int]]
     params: SamplingParams
     n: int = 1
+    program: ProgramTag | None = None  # the agent program it is a turn of (gateway.programs)
 
 
 async def dispatch(
@@ -70,6 +72,7 @@ async def dispatch(
             params=job.params,
             n=job.n,
             lease=lease,
+            program=job.program,
         )
         gw.registry.register(job.request_id, engine, [c.request_id for c in generation.choices], context,
                              progress=generation)  # fmt: skip

@@ -36,9 +36,10 @@ import msgspec
 from agentgate.engine.client import EngineClient
 from agentgate.engine.errors import EngineError, InvalidRequestError
 from agentgate.engine.output_processor import OutputProcessor
-from agentgate.engine.protocol import EngineCoreOutput, TokenLogprobs
+from agentgate.engine.protocol import EngineCoreOutput, ProgramTag, TokenLogprobs
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway import programs
 from agentgate.gateway.admission import Ticket
 from agentgate.gateway.lease import Lease
 from agentgate.gateway.metrics import Metrics
@@ -93,7 +94,9 @@ class Choice:
         """The engine request's outputs; the first call submits it."""
         if self._outputs is None:
             gen = self._generation
-            self._outputs = gen.engine.generate(self.request_id, self.prompt_ids, self.params, gen.tokenizer.eos_token_ids)
+            tagged = {"program": gen.program} if gen.program is not None and self.index == 0 else {}
+            self._outputs = gen.engine.generate(self.request_id, self.prompt_ids, self.params,
+                                                gen.tokenizer.eos_token_ids, **tagged)  # fmt: skip
         return self._outputs
 
     async def prime(self) -> None:
@@ -237,8 +240,12 @@ class Generation:
         params: SamplingParams,
         n: int,
         lease: Lease | None = None,
+        program: ProgramTag | None = None,
     ) -> None:
         self.request_id = request_id
+        # The agent program this is a turn of: its first choice is tagged, and its reply,
+        # read when it ends, tells the engine whether to keep the conversation's KV.
+        self.program = program
         self.engine = engine
         self.tokenizer = tokenizer
         self.metrics = metrics
@@ -254,7 +261,7 @@ class Generation:
         ids = engine_request_ids(request_id, len(prompts) * n)
         self.choices = [Choice(self, i, rid, i // n, prompts[i // n], choice_params(params, i % n))
                         for i, rid in enumerate(ids)]  # fmt: skip
-        if lease is not None and lease.keeps_reply:
+        if (lease is not None and lease.keeps_reply) or (program is not None and program.tools_offered):
             self.choices[0].keep_text = True  # the reply, for the session's messages
         self._lease = lease
         self._closed = False
@@ -341,12 +348,16 @@ class Generation:
             return
         self._closed = True
         self.ticket.close()
+        first = self.choices[0]
+        keep = first.keep_text and (first.num_tokens or first.finish_reason)
+        reply = self.reply_message(first.text) if keep else None
         if self._lease is not None:
-            first = self.choices[0]
-            keep = first.keep_text and (first.num_tokens or first.finish_reason)
-            reply = self.reply_message(first.text) if keep else None
             usage = self.usage
             self._lease.release(usage.prompt_tokens, usage.completion_tokens, reply)
+        if self.program is not None:
+            called = programs.turn_ended(self.program, reply if first.finish_reason == "stop" else None)
+            if self.program.tools_offered:
+                self.engine.turn_ended(self.program.program_id, first.request_id, called)
         metrics = self.metrics
         metrics.prompt_tokens.inc(sum(len(p) for p in self.prompts))
         metrics.generated(self.engine.address, sum(c.num_tokens for c in self.choices))

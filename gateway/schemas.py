@@ -78,6 +78,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     top_logprobs: Annotated[int, Meta(ge=0, le=MAX_LOGPROBS)] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    prompt_cache_key: str | None = None  # names the agent program the request is a turn of
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
     add_generation_prompt: bool = True

@@ -54,6 +54,7 @@ class StoredResponse(msgspec.Struct, kw_only=True):
     messages: list[dict[str, Any]] = msgspec.field(default_factory=list)
     engine: str | None = None
     request_id: str | None = None
+    program: str | None = None  # the chain's first response's id: the agent program it is
 
 
 _decoder = msgspec.json.Decoder(StoredResponse)

@@ -53,6 +53,7 @@ class Turn:
     owner: str
     history: list[dict[str, Any]]  # the chain's messages and this input: what the next turn replays
     input_items: list[dict[str, Any]]
+    program: str | None = None  # the chain's first response's id
 
     @property
     def request_id(self) -> str:
@@ -87,7 +88,7 @@ class Turn:
         messages = self.history + [it.assistant_message(self.response.output)] if self.response.output else self.history
         return StoredResponse(owner=self.owner, response=self.response, input_items=self.input_items,
                               messages=messages, engine=self.run.generation.engine.address,
-                              request_id=self.request_id)  # fmt: skip
+                              request_id=self.request_id, program=self.program)  # fmt: skip
 
     async def save(self) -> bool:
         """Store the response as it stands (False: not stored, or cancelled meanwhile)."""
@@ -105,11 +106,14 @@ async def start_turn(
 ) -> Turn:
     """Validate ``body``, read its chain, and start its generation on the chat core."""
     history: list[dict[str, Any]] = []
+    response_id = it.new_id("resp")
+    chain = response_id  # the agent program: the chain's first response
     if body.previous_response_id is not None:
         previous = await need_store(store, "previous_response_id").load(
             body.previous_response_id, context.key, param="previous_response_id"
         )
         history = previous.messages
+        chain = previous.program or previous.response.id
         if context.engine is None and previous.engine is not None:
             context = dataclasses.replace(context, engine=previous.engine)
     if body.background and (not body.store or store is None):
@@ -132,16 +136,19 @@ async def start_turn(
         temperature=body.temperature,
         top_p=body.top_p,
         seed=body.seed,
+        user=body.user,
     )
+    context = dataclasses.replace(context, program=chain)
     run = await start_chat(gw, chat, request_id=request_id, arrival=arrival, context=context,
                            budget_param="max_output_tokens")
     params = run.generation.choices[0].params
     response = ResponseObject(
-        id=it.new_id("resp"), created_at=int(time.time()), status="in_progress", model=body.model or gw.model.name,
+        id=response_id, created_at=int(time.time()), status="in_progress", model=body.model or gw.model.name,
         background=body.background, instructions=body.instructions, max_output_tokens=body.max_output_tokens,
         metadata=body.metadata or {}, parallel_tool_calls=body.parallel_tool_calls is not False,
         previous_response_id=body.previous_response_id, store=body.store and store is not None,
         temperature=params.temperature, text=text, tool_choice=body.tool_choice or "auto", tools=tools,
         top_p=params.top_p, truncation=body.truncation or "disabled", user=body.user,
     )  # fmt: skip
-    return Turn(response, run, store if response.store else None, context.key, history + messages, input_items)
+    return Turn(response, run, store if response.store else None, context.key, history + messages, input_items,
+                chain)  # fmt: skip

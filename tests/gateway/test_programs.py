@@ -1,0 +1,39 @@
+"""Program identity as the gateway gives it to the engine: session, Responses chain,
+prompt_cache_key, user, in that order; per API key; after tool calls or not."""
+
+from agentgate.gateway import programs
+from agentgate.gateway.context import RequestContext
+
+CALL = {"role": "assistant", "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]}  # fmt: skip
+
+
+def test_program_id_follows_session_chain_cache_key_user_in_that_order():
+    full = RequestContext(key="k", session_id="s", program="resp_1")
+    ids = [
+        programs.program_id(full, "ck", "u"),
+        programs.program_id(RequestContext(key="k", program="resp_1"), "ck", "u"),
+        programs.program_id(RequestContext(key="k"), "ck", "u"),
+        programs.program_id(RequestContext(key="k"), None, "u"),
+    ]
+    assert [i.split(":")[0] for i in ids] == ["session", "chain", "cache", "user"]
+    assert len(set(ids)) == 4
+    assert programs.program_id(RequestContext(key="k"), None, None) is None
+    assert programs.program_id(RequestContext(key="other"), None, "u") != ids[3], "keys share no program"
+    assert "u" not in ids[3].split(":")[1]
+
+
+def test_a_turn_after_tool_calls_carries_their_names_and_the_previous_end():
+    user = {"role": "user", "content": "find it"}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "found"}
+    context = RequestContext(key="k", session_id="tags")
+    first = programs.program_tag(context, [user], tools_offered=True)
+    assert first.tools_offered and not first.after_tool_calls and first.previous_turn_end == 0.0
+    assert programs.turn_ended(first, CALL) == ["search"]
+    back = programs.program_tag(context, [user, CALL, result], tools_offered=True)
+    assert back.after_tool_calls and back.tool_names == ["search"] and back.previous_turn_end > 0
+    again = programs.program_tag(context, [user, CALL, result, {"role": "user", "content": "thanks"}],
+                                 tools_offered=False)  # fmt: skip
+    assert not again.after_tool_calls and not again.tools_offered
+    assert programs.turn_ended(again, {"role": "assistant", "content": "ok"}) == []
+    assert programs.program_tag(RequestContext(), [user], tools_offered=True) is None
