@@ -117,13 +117,12 @@ def _probes(mode: Mode, max_rows: int) -> Iterator[tuple[int, int]]:
     BLAS on one shape whatever the batch (tiles, per row) need only every
     offset within a tile; the others every probed size."""
     if mode in ("tiles", "per row"):
-        sizes = [n for n in range(1, 2 * TILE_ROWS + 2) if n <= max_rows]
-        offsets: tuple[int, ...] = tuple(range(TILE_ROWS))
-    else:
-        sizes, offsets = probe_sizes(max_rows), _OFFSETS
-    for rows in sizes:
-        for first in offsets:
-            yield first, rows
+        for rows in range(1, min(max_rows, 2 * TILE_ROWS + 1) + 1):
+            yield from ((first, rows) for first in range(TILE_ROWS))
+        return
+    for rows in probe_sizes(max_rows):
+        # Where a row sits matters within a few tiles; past them one offset per size (the check's cost).
+        yield from ((first, rows) for first in (_OFFSETS if rows <= 4 * TILE_ROWS + 1 else _OFFSETS[1:2]))
 
 
 def is_row_invariant(run: nn.Module, in_features: int, dtype: torch.dtype, max_rows: int) -> bool:
