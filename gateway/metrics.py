@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agentgate.engine.protocol import SchedulerStats
+from agentgate.gateway.retention_metrics import retention_metrics
 
 if TYPE_CHECKING:
     from agentgate.gateway.ratelimit import RateLimiter
@@ -69,6 +70,7 @@ class _EngineCollector(Collector):
             "agentgate_preemptions", "Requests preempted by the engines.", sum(s.num_preemptions for s in known)
         )
         yield from _speculation_metrics(known)
+        yield from retention_metrics(known)
         yield gauge("agentgate_engines_alive", "Engines this gateway can reach.", self._alive())
         yield gauge("agentgate_gateway_requests_in_flight", "HTTP generation requests in flight.", self._in_flight())
         yield gauge(
