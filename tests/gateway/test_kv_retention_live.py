@@ -14,14 +14,15 @@ pytestmark = pytest.mark.slow
 SYSTEM = "You are an agent that uses tools. " + " ".join(
     f"Rule {i}: call the search tool before you answer, and quote what it returned." for i in range(24)
 )
-TOOLS = [{"type": "function", "function": {"name": "search", "description": "search the web",
-          "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}]  # fmt: skip
+QUERY = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+TOOLS = [{"type": "function", "function": {"name": "search", "description": "search the web", "parameters": QUERY}}]
 
 
 def sweep(client: httpx.Client, url: str) -> None:
     """Traffic of no program, each prompt different, through the whole cache."""
     for i in range(4):
-        text = f"Document {i}. " + " ".join(f"Line {i}-{j}: the value of item {j * 7 + i} is {j * 13}." for j in range(30))
+        lines = (f"Line {i}-{j}: the value of item {j * 7 + i} is {j * 13}." for j in range(30))
+        text = f"Document {i}. " + " ".join(lines)
         r = client.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": text}],
                                                             "max_tokens": 1, "temperature": 0})  # fmt: skip
         assert r.status_code == 200, r.text

@@ -4,8 +4,8 @@ prompt_cache_key, user, in that order; per API key; after tool calls or not."""
 from agentgate.gateway import programs
 from agentgate.gateway.context import RequestContext
 
-CALL = {"role": "assistant", "content": None,
-        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]}  # fmt: skip
+SEARCH = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+CALL = {"role": "assistant", "content": None, "tool_calls": [SEARCH]}
 
 
 def test_program_id_follows_session_chain_cache_key_user_in_that_order():
