@@ -15,7 +15,7 @@ import signal
 import time
 import traceback
 from collections import defaultdict
-from typing import Any
+from typing import Any, Protocol
 
 import zmq
 
@@ -29,6 +29,7 @@ from agentgate.engine.protocol import (
     CallResult,
     EngineCall,
     EngineCoreOutput,
+    EngineInfo,
     EngineOutputs,
     GetStats,
     Health,
@@ -46,14 +47,30 @@ from agentgate.engine.protocol import (
 
 log = logging.getLogger("agentgate.engine")
 
+DRAINING = "the engine is draining (shutting down): send the request to another engine"
 IDLE_POLL_MS = 100
 HEARTBEAT_INTERVAL_S = 0.5
 # prctl(PR_SET_PDEATHSIG): the signal Linux sends us when our parent dies.
 _PR_SET_PDEATHSIG = 1
 
 
+class Lifecycle(Protocol):
+    """Who hears of the engine's life (``agentgate engine`` announces it in Redis:
+    ``gateway.engine_registry``): ready to serve, draining, stopped."""
+
+    def ready(self, info: EngineInfo, max_num_seqs: int) -> None: ...
+
+    def draining(self) -> None: ...
+
+    def stopped(self) -> None: ...
+
+
 class EngineServer:
-    """Serves one EngineCore on ``address`` until stopped."""
+    """Serves one EngineCore on ``address`` until stopped.
+
+    Draining (:meth:`drain`, on SIGTERM when ``drain_seconds`` > 0): new requests are refused
+    with an error naming the drain, those in flight run until they finish or the deadline, when
+    they are aborted (finish reason "abort"); then the loop ends."""
 
     def __init__(self, core: EngineCore | None, address: str, model_name: str, startup_error: str | None = None):
         self.core = core
@@ -72,10 +89,29 @@ class EngineServer:
         self._pending_wait: list[tuple[bytes, int]] = []
         self._front_ends: set[bytes] = set()
         self._next_heartbeat = 0.0
+        self.drain_deadline: float | None = None  # time.monotonic() by which a drain aborts what is left
+
+    def drain(self, seconds: float) -> None:
+        """Take no new requests; stop once those in flight are done, aborting them after ``seconds``."""
+        if self.drain_deadline is None:
+            self.drain_deadline = time.monotonic() + seconds
+            log.info("draining: no new requests; %d in flight get %.0f s", len(self._owners), seconds)
+
+    def _drained(self) -> bool:
+        """During a drain: whether the loop may end (nothing in flight, or the deadline passed)."""
+        if not self._owners:
+            return True
+        if time.monotonic() < self.drain_deadline:
+            return False
+        log.warning("drain deadline: aborting %d request(s) still in flight", len(self._owners))
+        self._send_outputs(self.core.abort_requests(None))
+        return True
 
     def serve_forever(self) -> None:
         try:
             while not self.stopping:
+                if self.drain_deadline is not None and (self.core is None or self._drained()):
+                    break
                 busy = self.core is not None and self.core.has_work
                 self._drain_inbox(0 if busy else IDLE_POLL_MS)
                 if self.core is None:
@@ -128,6 +164,10 @@ class EngineServer:
             self._call(identity, message)
 
     def _add(self, identity: bytes, message: AddRequest) -> None:
+        if self.drain_deadline is not None:
+            refused = EngineCoreOutput(message.request_id, [], "error", error=DRAINING)
+            self._send(identity, EngineOutputs([refused]))
+            return
         try:
             self.core.add_request(
                 message.request_id,
@@ -225,10 +265,18 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def run_engine_process(
-    config: EngineConfig, address: str, model_name: str, parent_pid: int | None = None
+    config: EngineConfig,
+    address: str,
+    model_name: str,
+    parent_pid: int | None = None,
+    *,
+    drain_seconds: float = 0.0,
+    lifecycle: Lifecycle | None = None,
 ) -> None:
     """Entry point of the engine process (spawned, or `agentgate engine`).
-    With ``parent_pid``, the engine stops when that process dies."""
+    With ``parent_pid``, the engine stops when that process dies. With ``drain_seconds`` > 0, a
+    first SIGTERM drains (``EngineServer.drain``) and a second stops at once; ``lifecycle``
+    hears of it (and of the engine being ready, and stopped)."""
     logging.basicConfig(
         level=os.environ.get("AGENTGATE_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s engine %(levelname)s %(message)s",
@@ -246,7 +294,15 @@ def run_engine_process(
     def stop(signum: int, frame: Any) -> None:
         server.stopping = True
 
-    signal.signal(signal.SIGTERM, stop)
+    def drain(signum: int, frame: Any) -> None:
+        if server.drain_deadline is not None or server.core is None:
+            server.stopping = True  # a second signal: stop now
+            return
+        server.drain(drain_seconds)
+        if lifecycle is not None:
+            lifecycle.draining()
+
+    signal.signal(signal.SIGTERM, drain if drain_seconds > 0 else stop)
     # An engine started by a gateway shares its terminal's process group: a
     # Ctrl-C is the gateway's to handle (it drains, then stops the engine).
     signal.signal(signal.SIGINT, signal.SIG_IGN if parent_pid is not None else stop)
@@ -259,4 +315,10 @@ def run_engine_process(
             info.weights or "no model", info.weight_bytes_per_step / 1e6, info.num_kv_blocks,
             info.block_size, info.kv_capacity_tokens, info.max_model_len, info.runner,
         )
-    server.serve_forever()
+        if lifecycle is not None:
+            lifecycle.ready(info, config.max_num_seqs)
+    try:
+        server.serve_forever()
+    finally:
+        if lifecycle is not None:
+            lifecycle.stopped()

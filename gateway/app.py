@@ -36,6 +36,7 @@ from agentgate.gateway.admission import Admission
 from agentgate.gateway.auth import AuthMiddleware, KeyChecker
 from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.context import use_digest_secret
+from agentgate.gateway.discovery import EngineDiscovery
 from agentgate.gateway.engines import EngineTarget
 from agentgate.gateway.errors import EXCEPTION_HANDLERS
 from agentgate.gateway.exposure import auth_summary, exposure_warnings
@@ -64,8 +65,8 @@ __all__ = ["EngineTarget", "create_app"]
 
 def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starlette:
     """The gateway in front of ``engines`` (connected by the lifespan)."""
-    if not engines:
-        raise ValueError("create_app needs at least one engine (engines=[EngineTarget(...)])")
+    if not engines and settings.redis_url is None:
+        raise ValueError("create_app needs engines (engines=[EngineTarget(...)]), or a redis_url to find them in")
     settings.check_shared_state()
     use_digest_secret(settings.key_digest_secret)  # before any key is digested (per-key rate limits below)
     metrics = Metrics()
@@ -86,8 +87,12 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
         limiter = limiter if limiter.enabled else None
         metrics.watch_shared_state(shared, limiter)
     registry = RequestRegistry(shared)
-    supervisor = EngineSupervisor(engines, policy=RestartPolicy.from_settings(settings),
-                                  startup_timeout=settings.startup_timeout)  # fmt: skip
+    supervisor: EngineSupervisor | EngineDiscovery
+    if engines:
+        supervisor = EngineSupervisor(engines, policy=RestartPolicy.from_settings(settings),
+                                      startup_timeout=settings.startup_timeout)  # fmt: skip
+    else:  # the engines the Redis registry names, found and dropped while the gateway runs
+        supervisor = EngineDiscovery(shared, startup_timeout=settings.startup_timeout)
     if shared is not None:
         sessions = SessionStore(shared, registry)
         responses = ResponseStore(shared, settings.response_ttl)
@@ -138,6 +143,8 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 responses=responses,
             )
             await _start_shared_state(stack, state)
+            if isinstance(supervisor, EngineDiscovery):
+                supervisor.on_added = state.cluster.sync_pause  # an engine found while paused is paused
             app.state.gateway = state  # for the server's graceful drain (gateway.server)
             log.info(startup_line(settings, state))
             for warning in exposure_warnings(settings):

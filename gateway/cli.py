@@ -1,8 +1,9 @@
 """The ``agentgate`` command.
 
     agentgate serve [--engines N] [--gateway-workers M] [--model PATH] [--port 8000] ...
-    agentgate engine --address tcp://0.0.0.0:5555 [--model PATH] [--runner overlap] ...
+    agentgate engine --address tcp://0.0.0.0:5555 [--model PATH] [--redis-url redis://... --advertise-address ...]
     agentgate gateway --engine tcp://HOST:5555 [--engine ...] [--redis-url redis://...] ...
+    agentgate gateway --redis-url redis://...      (the engines registered in Redis, found while it runs)
     agentgate generate "Write a haiku about GPUs" [--max-tokens 64]
 
 Process topology:
@@ -14,9 +15,12 @@ Process topology:
   watches them and stops them on shutdown). With M > 1 this process is a
   supervisor of M gateway processes sharing the port (``gateway.supervisor``);
   it stops them, then the engines, then Redis.
-- ``engine``: one engine process in the foreground, bound to ``--address``.
+- ``engine``: one engine process in the foreground, bound to ``--address``; with
+  ``--redis-url`` it announces itself in Redis (``gateway.engine_registry``), and SIGTERM
+  drains it for ``--drain-seconds`` (its entry says draining), then it exits 0.
 - ``gateway``: a gateway (or M workers) in front of engines started elsewhere
-  (``--engine``, repeatable), with the embedded Redis unless ``--redis-url``.
+  (``--engine``, repeatable), with the embedded Redis unless ``--redis-url``; without
+  ``--engine``, the engines registered in ``--redis-url`` (``gateway.discovery``).
   Several gateways on several machines share one ``--redis-url``.
 
 Every flag can also be set as an ``AGENTGATE_*`` environment variable (see
@@ -62,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     engine = commands.add_parser("engine", help="run one engine process, bound to --address, in the foreground")
     engine.add_argument("--address", default=None,
                         help="the address to bind: tcp://HOST:PORT or ipc:///PATH [env AGENTGATE_ADDRESS]")  # fmt: skip
+    engine.add_argument("--advertise-address", default=None,
+                        help="with --redis-url: the address gateways dial, announced in the registry (default: "
+                        "--address; needed when that binds 0.0.0.0), e.g. tcp://engine-0.engines:5555 "
+                        "[env AGENTGATE_ADVERTISE_ADDRESS]")  # fmt: skip
     add_settings_flags(engine, "engine")
     engine.set_defaults(func=_engine)
 
@@ -165,8 +173,11 @@ def _gateway(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     settings = _setup(args, parser)
     given = args.engine_addresses or [os.environ.get("AGENTGATE_ENGINE", "")]
     addresses = [part.strip() for item in given for part in item.split(",") if part.strip()]
+    if not addresses and settings.redis_url is None:
+        parser.error("agentgate gateway needs --engine ADDRESS (or AGENTGATE_ENGINE), or --redis-url to find the "
+                     "engines registered there")  # fmt: skip
     if not addresses:
-        parser.error("agentgate gateway needs at least one --engine ADDRESS (or AGENTGATE_ENGINE)")
+        log.info("no --engine: serving the engines registered in redis (agentgate engine --redis-url)")
     from agentgate.gateway.engines import EngineTarget
 
     with contextlib.ExitStack() as stack:
@@ -184,7 +195,14 @@ def _engine(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     config = settings.engine_config()
     log.info("engine (runner %s, model %s) binding %s", config.runner, config.model or "default", address)
-    run_engine_process(config, address, model_display_name(config.model))
+    lifecycle = None
+    if settings.redis_url is not None:  # announced in the registry gateways without --engine read
+        from agentgate.gateway.engine_registry import EngineAnnouncer
+
+        advertised = args.advertise_address or os.environ.get("AGENTGATE_ADVERTISE_ADDRESS") or address
+        lifecycle = EngineAnnouncer(settings.redis_url, settings.redis_prefix, advertised)
+    run_engine_process(config, address, model_display_name(config.model), drain_seconds=settings.drain_seconds,
+                       lifecycle=lifecycle)  # fmt: skip
     return 0
 
 

@@ -5,7 +5,9 @@ Routing (:meth:`EnginePool.pick`): a request of a session goes to the
 engine the session is bound to (its ``affinity``: its prefix is cached
 there) when this gateway reaches it and it is alive; any other request goes
 to the least loaded live engine (fewest open requests of this gateway; ties
-taken in turn, so idle engines share the work).
+taken in turn, so idle engines share the work). An engine that is leaving
+(its registry entry says draining, or is gone: ``gateway.discovery``) takes
+no new request, its own sessions' included, while its streams finish.
 """
 
 from __future__ import annotations
@@ -71,14 +73,30 @@ class EnginePool:
         self.engines = list(engines)
         self.stats: list[SchedulerStats | None] = [None] * len(self.engines)
         self.down_since: list[float | None] = [None] * len(self.engines)  # time.time() it died; None: up
+        self.leaving: set[str] = set()  # addresses routing skips (draining, or gone from the registry)
         self._turn = 0
+        self._info = self.engines[0].info
 
     @property
     def info(self) -> EngineInfo:
-        """The first engine's model facts (every engine serves the same model)."""
-        info = self.engines[0].info
+        """The first engine's model facts (every engine serves the same model; kept when none is left)."""
+        info = self.engines[0].info if self.engines else self._info
         assert info is not None, "connected engines have their info"
         return info
+
+    def add(self, client: EngineClient) -> None:
+        """Serve a newly found engine too (``gateway.discovery``)."""
+        self.engines.append(client)
+        self.stats.append(None)
+        self.down_since.append(None)
+        self.leaving.discard(client.address)
+
+    def remove(self, client: EngineClient) -> None:
+        """Forget an engine (gone, or its client closed)."""
+        for i, engine in enumerate(self.engines):
+            if engine is client:
+                del self.engines[i], self.stats[i], self.down_since[i]
+                return
 
     # -- routing -----------------------------------------------------------------
     @property
@@ -88,12 +106,14 @@ class EnginePool:
     def pick(self, affinity: str | None = None) -> EngineClient:
         """The engine at ``affinity`` (a session's engine) while it is alive, else the
         least loaded live engine (see the module doc); EngineDeadError when none is left."""
-        if affinity is not None:
+        if affinity is not None and affinity not in self.leaving:
             for engine in self.engines:
                 if engine.address == affinity and not engine.is_dead:
                     return engine
-        engines = self.engines
+        engines = [e for e in self.engines if e.address not in self.leaving] if self.leaving else self.engines
         n = len(engines)
+        if n == 0:
+            raise EngineDeadError("no engine is serving (none is registered, or every one is draining)")
         self._turn = (self._turn + 1) % n
         best: EngineClient | None = None
         for i in range(n):
@@ -101,7 +121,7 @@ class EnginePool:
             if not engine.is_dead and (best is None or engine.num_streams < best.num_streams):
                 best = engine
         if best is None:
-            raise EngineDeadError(self.engines[0].dead_reason or "no engine is alive")
+            raise EngineDeadError(engines[0].dead_reason or "no engine is alive")
         return best
 
     @property
@@ -156,9 +176,11 @@ class EnginePool:
                 return
             with anyio.move_on_after(STATS_TIMEOUT_S):
                 try:
-                    self.stats[i] = await engine.stats()
+                    stats = await engine.stats()
                 except EngineDeadError:
-                    pass
+                    return
+                if i < len(self.engines) and self.engines[i] is engine:  # not removed meanwhile
+                    self.stats[i] = stats
 
         async with anyio.create_task_group() as tasks:
             for i, engine in enumerate(self.engines):
@@ -196,7 +218,7 @@ class EnginePool:
         skip = set(skip)
         live = [e for e in self.engines if not e.is_dead and e.address not in skip]
         if not live:
-            raise EngineDeadError(self.engines[0].dead_reason or "no engine is alive")
+            raise EngineDeadError((self.engines[0].dead_reason if self.engines else None) or "no engine is alive")
         results: list = [None] * len(live)
         errors: list[BaseException] = []
 

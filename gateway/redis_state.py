@@ -29,6 +29,8 @@ Keys (``P`` is ``--redis-prefix``, default ``agentgate``)::
     P:key:{digest}:requests   set of the key's request ids in flight (gateway.registry)
     P:replica:{replica}       JSON about a live replica, TTL 15 s, refreshed every 5 s
     P:pause                   JSON {mode, at, by} while paused
+    P:engine:{address}        JSON about a registered engine (address, model, capacity, device, started,
+                              state serving/draining), TTL 10 s, refreshed every 2 s (gateway.engine_registry)
     P:rl:{digest}:requests / :tokens   rate-limit buckets (gateway.ratelimit)
     channel P:control         control messages, typed JSON (gateway.cluster)
 """
@@ -98,6 +100,9 @@ class Keys:
 
     def rate(self, digest: str, kind: str) -> str:
         return f"{self.prefix}:rl:{digest}:{kind}"
+
+    def engine(self, address: str) -> str:
+        return f"{self.prefix}:engine:{address}"
 
 
 def redact_url(url: str) -> str:

@@ -222,8 +222,10 @@ class Settings:
     allow_credentials: bool = _opt("CORS: allow credentials", default=False)
     # -- operations -----------------------------------------------------------------
     drain_seconds: float = _opt(
-        "on SIGTERM/SIGINT, seconds requests in flight get to finish before they are aborted",
+        "on SIGTERM/SIGINT, seconds requests in flight get to finish before they are aborted (agentgate "
+        "engine: refusing new ones, its registry entry saying draining; then it exits 0)",
         default=5.0,
+        commands=COMMANDS,
     )
     log_level: str = _opt("log level: debug, info, warning, error", default="info", commands=COMMANDS)
     access_log: bool = _opt("log every request (uvicorn's access log)", default=False)
@@ -256,16 +258,19 @@ class Settings:
     # -- shared state (Redis) -----------------------------------------------------------
     redis_url: str | None = _opt(
         "Redis shared by every replica (redis://HOST:PORT/DB, unix:///PATH); default: an embedded "
-        "redis-server on a private unix socket, started and stopped with agentgate",
+        "redis-server on a private unix socket, started and stopped with agentgate. agentgate engine: the "
+        "registry it announces itself in; agentgate gateway without --engine: the registry it finds engines in",
         default=None,
         secret=True,
+        commands=COMMANDS,
     )
     redis_dir: str | None = _opt(
         "embedded Redis: data directory (sessions survive restarts); default ~/.local/state/agentgate/redis-PORT "
         "(a temporary one with --port 0)",
         default=None,
     )
-    redis_prefix: str = _opt("prefix of every Redis key and channel of agentgate", default="agentgate")
+    redis_prefix: str = _opt("prefix of every Redis key and channel of agentgate", default="agentgate",
+                             commands=COMMANDS)  # fmt: skip
     session_ttl: float = _opt("seconds a session lives after its last activity", default=3600.0)
     response_ttl: float = _opt("seconds a stored /v1/responses response (and its chain) is kept", default=30 * 86400.0)
     rate_limit_rpm: int = _opt("requests per minute per API key (0: unlimited)", default=0)

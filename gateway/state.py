@@ -22,6 +22,7 @@ from agentgate.gateway.settings import Settings
 if TYPE_CHECKING:
     from agentgate.gateway.auth import KeyChecker
     from agentgate.gateway.cluster import Cluster
+    from agentgate.gateway.discovery import EngineDiscovery
     from agentgate.gateway.ratelimit import RateLimiter
     from agentgate.gateway.redis_state import SharedState
     from agentgate.gateway.responses_api.store import ResponseStore
@@ -68,7 +69,7 @@ class GatewayState:
     metrics: Metrics
     cluster: Cluster
     keys: KeyChecker
-    supervisor: EngineSupervisor | None = None  # None: engines not supervised (in-process tests)
+    supervisor: EngineSupervisor | EngineDiscovery | None = None  # None: engines not supervised (in-process tests)
     replica_id: str = ""
     shared: SharedState | None = None  # None: no Redis configured (sessions and cross-replica routes answer 503)
     sessions: SessionStore | None = None

@@ -103,29 +103,39 @@ def test_service_selects_the_gateway_pods(rendered):
 
 
 def test_engine_addresses_resolve_to_the_statefulset_pods(rendered):
+    """Each engine announces tcp://$(POD_NAME).<service>:<port> in Redis and the gateways dial what the
+    registry says (no fixed list): that name must be the pod's DNS name under a headless Service."""
     _, docs = rendered
     gateway = one(docs, "Deployment", "agentgate-gateway")["spec"]["template"]["spec"]["containers"][0]
-    addresses = env_of(gateway)["AGENTGATE_ENGINE"]["value"].split(",")
-    assert addresses
-    seen = set()
-    for address in addresses:
-        m = re.fullmatch(r"tcp://([a-z0-9-]+)-(\d+)\.([a-z0-9-]+):(\d+)", address)
-        assert m, f"{address} is not tcp://<statefulset>-<ordinal>.<headless service>:<port>"
-        sts_name, ordinal, svc_name, port = m[1], int(m[2]), m[3], int(m[4])
-        sts = one(docs, "StatefulSet", sts_name)
-        svc = one(docs, "Service", svc_name)
-        assert sts["spec"]["serviceName"] == svc_name, "pod DNS names live under the StatefulSet's serviceName"
-        assert svc["spec"]["clusterIP"] == "None", "only a headless Service gives each pod a DNS name"
-        assert selects(svc["spec"]["selector"], sts["spec"]["template"]["metadata"]["labels"])
-        assert ordinal < sts["spec"]["replicas"], f"{address}: the StatefulSet has {sts['spec']['replicas']} pods"
-        [svc_port] = [p for p in svc["spec"]["ports"] if p["port"] == port]
-        engine = sts["spec"]["template"]["spec"]["containers"][0]
-        named = {p["name"]: p["containerPort"] for p in engine["ports"]}
-        assert named[svc_port["targetPort"]] == port
-        assert env_of(engine)["AGENTGATE_ADDRESS"]["value"] == f"tcp://0.0.0.0:{port}"
-        seen.add(ordinal)
-    assert seen == set(range(one(docs, "StatefulSet", "agentgate-engine")["spec"]["replicas"])), \
-        "the gateways dial every engine the StatefulSet runs"
+    assert "AGENTGATE_ENGINE" not in env_of(gateway), "gateways find the engines in Redis"
+    sts = one(docs, "StatefulSet", "agentgate-engine")
+    engine = sts["spec"]["template"]["spec"]["containers"][0]
+    env = env_of(engine)
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    names = [e["name"] for e in engine["env"]]  # $(VAR) expands only variables defined before it
+    assert names.index("POD_NAME") < names.index("AGENTGATE_ADVERTISE_ADDRESS")
+    m = re.fullmatch(r"tcp://\$\(POD_NAME\)\.([a-z0-9-]+):(\d+)", env["AGENTGATE_ADVERTISE_ADDRESS"]["value"])
+    assert m, env["AGENTGATE_ADVERTISE_ADDRESS"]["value"]
+    svc_name, port = m[1], int(m[2])
+    svc = one(docs, "Service", svc_name)
+    assert sts["spec"]["serviceName"] == svc_name, "pod DNS names live under the StatefulSet's serviceName"
+    assert svc["spec"]["clusterIP"] == "None", "only a headless Service gives each pod a DNS name"
+    assert selects(svc["spec"]["selector"], sts["spec"]["template"]["metadata"]["labels"])
+    [svc_port] = [p for p in svc["spec"]["ports"] if p["port"] == port]
+    named = {p["name"]: p["containerPort"] for p in engine["ports"]}
+    assert named[svc_port["targetPort"]] == port
+    assert env["AGENTGATE_ADDRESS"]["value"] == f"tcp://0.0.0.0:{port}"
+    # Engines and gateways share the registry: the same Redis from the same Secret key.
+    for container in (engine, gateway):
+        assert env_of(container)["AGENTGATE_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
+            "name": SECRET, "key": "redis-url"}
+    # Only gateways may dial the engines.
+    policy = one(docs, "NetworkPolicy", "agentgate-engine")
+    assert selects(policy["spec"]["podSelector"]["matchLabels"], sts["spec"]["template"]["metadata"]["labels"])
+    [rule] = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": port}]
+    assert [f["podSelector"]["matchLabels"] for f in rule["from"]] == [
+        one(docs, "Deployment", "agentgate-gateway")["spec"]["template"]["metadata"]["labels"]]
 
 
 def test_keys_come_from_the_secret_and_gateways_off_loopback_have_both(rendered):
