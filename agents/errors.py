@@ -1,20 +1,20 @@
 """The SDK's exception tree: one base, an HTTP-status branch, transport failures.
 
-    AgentGateError
-    ├── APIConnectionError          the server could not be reached (after retries)
-    │   └── APITimeoutError         connect/read/write/pool timeout
-    ├── APIStatusError              an HTTP error status with OpenAI's error body
-    │   ├── BadRequestError         400 (and 413, 422)
-    │   ├── AuthenticationError     401
-    │   ├── PermissionDeniedError   403
-    │   ├── NotFoundError           404
-    │   ├── ConflictError           409
-    │   ├── RateLimitError          429 (retried first, honouring Retry-After)
-    │   ├── InternalServerError     500
-    │   └── ServiceUnavailableError 503 (retried first)
-    ├── StreamError                 an error event inside an SSE stream (the status was already 200)
-    ├── UnsupportedError            the server lacks a route or field this call needs
-    └── ToolError                   a tool could not be described or called (see agents.tools)
+AgentGateError
+├── APIConnectionError          the server could not be reached (after retries)
+│   └── APITimeoutError         connect/read/write/pool timeout
+├── APIStatusError              an HTTP error status with OpenAI's error body
+│   ├── BadRequestError         400 (and 413, 422)
+│   ├── AuthenticationError     401
+│   ├── PermissionDeniedError   403
+│   ├── NotFoundError           404
+│   ├── ConflictError           409
+│   ├── RateLimitError          429 (retried first, honouring Retry-After)
+│   ├── InternalServerError     500
+│   └── ServiceUnavailableError 503 (retried first)
+├── StreamError                 an error event inside an SSE stream (the status was already 200)
+├── UnsupportedError            the server lacks a route or field this call needs
+└── ToolError                   a tool could not be described or called (see agents.tools)
 """
 
 from __future__ import annotations

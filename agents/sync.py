@@ -1,10 +1,10 @@
 """The synchronous twin of :class:`agents.client.AsyncClient`: the same calls, without ``await``.
 
-    with Client("http://127.0.0.1:8000") as client:
-        print(client.chat([{"role": "user", "content": "Hi"}]).content)
-        with client.chat_stream(messages) as stream:
-            for event in stream:
-                ...
+with Client("http://127.0.0.1:8000") as client:
+    print(client.chat([{"role": "user", "content": "Hi"}]).content)
+    with client.chat_stream(messages) as stream:
+        for event in stream:
+            ...
 """
 
 from __future__ import annotations

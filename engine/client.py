@@ -170,7 +170,9 @@ class EngineClient:
         self._streams[request_id] = send
         finished = False
         try:
-            add = AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), time.monotonic(), program)
+            add = AddRequest(
+                request_id, list(prompt_token_ids), params, sorted(eos_token_ids), time.monotonic(), program
+            )
             await self._send(add)
             held: EngineCoreOutput | BaseException | None = None
             while True:
@@ -278,7 +280,9 @@ class EngineClient:
     async def _watch_heartbeats(self) -> None:
         while time.monotonic() - self._last_seen < HEARTBEAT_TIMEOUT_S:
             await anyio.sleep(WATCH_INTERVAL_S * 4)
-        self._fail_everyone(f"the engine at {self.address} stopped answering (no heartbeat for {HEARTBEAT_TIMEOUT_S:.0f} s)")
+        self._fail_everyone(
+            f"the engine at {self.address} stopped answering (no heartbeat for {HEARTBEAT_TIMEOUT_S:.0f} s)"
+        )
 
     def _fail_everyone(self, reason: str) -> None:
         if self.dead_reason is None:
@@ -308,7 +312,9 @@ def _merge_queued(
             return item, None
         if isinstance(more, BaseException) or more.finish_reason == "error":
             return item, more
-        logprobs = None if item.logprobs is None and more.logprobs is None else (item.logprobs or []) + (more.logprobs or [])
+        logprobs = (
+            None if item.logprobs is None and more.logprobs is None else (item.logprobs or []) + (more.logprobs or [])
+        )
         item = EngineCoreOutput(
             item.request_id,
             item.new_token_ids + more.new_token_ids,

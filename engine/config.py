@@ -132,7 +132,8 @@ class EngineConfig:
         if self.speculative in ("ngram", "suffix") and self.runner == "overlap":
             raise InvalidRequestError(
                 "speculative decoding needs the sync runner (--runner sync): the overlapped runner "
-                "does not verify drafts yet", "speculative"
+                "does not verify drafts yet",
+                "speculative",
             )
         if self.num_speculative_tokens < 1:
             raise InvalidRequestError("num_speculative_tokens must be positive", "num_speculative_tokens")

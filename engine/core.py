@@ -180,8 +180,13 @@ class EngineCore:
             elif future.exception() is not None:
                 error = future.exception()
                 failed.append(
-                    EngineCoreOutput(request.request_id, [], "error", error=str(error),
-                                     invalid=isinstance(error, InvalidRequestError))
+                    EngineCoreOutput(
+                        request.request_id,
+                        [],
+                        "error",
+                        error=str(error),
+                        invalid=isinstance(error, InvalidRequestError),
+                    )
                 )
             else:
                 request.grammar = RequestGrammar(future.result())
@@ -344,4 +349,3 @@ class EngineCore:
         if self._grammars is not None:
             self._grammars.shutdown()
         self.runner.shutdown()
-

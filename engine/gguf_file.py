@@ -22,13 +22,19 @@ import numpy as np
 from agentgate.engine.errors import ModelLoadError
 
 _SCALARS: dict[int, str] = {
-    gguf.GGUFValueType.UINT8: "<B", gguf.GGUFValueType.INT8: "<b",
-    gguf.GGUFValueType.UINT16: "<H", gguf.GGUFValueType.INT16: "<h",
-    gguf.GGUFValueType.UINT32: "<I", gguf.GGUFValueType.INT32: "<i",
-    gguf.GGUFValueType.UINT64: "<Q", gguf.GGUFValueType.INT64: "<q",
-    gguf.GGUFValueType.FLOAT32: "<f", gguf.GGUFValueType.FLOAT64: "<d",
+    gguf.GGUFValueType.UINT8: "<B",
+    gguf.GGUFValueType.INT8: "<b",
+    gguf.GGUFValueType.UINT16: "<H",
+    gguf.GGUFValueType.INT16: "<h",
+    gguf.GGUFValueType.UINT32: "<I",
+    gguf.GGUFValueType.INT32: "<i",
+    gguf.GGUFValueType.UINT64: "<Q",
+    gguf.GGUFValueType.INT64: "<q",
+    gguf.GGUFValueType.FLOAT32: "<f",
+    gguf.GGUFValueType.FLOAT64: "<d",
     gguf.GGUFValueType.BOOL: "<?",
 }
+
 
 @dataclass(frozen=True)
 class GGUFTensor:
@@ -103,7 +109,7 @@ class _Cursor:
         end = self.pos + length
         if end > len(self.buffer):
             raise ValueError(f"string of {length} bytes runs past the end of the file")
-        text = self.buffer[self.pos:end].decode("utf-8")
+        text = self.buffer[self.pos : end].decode("utf-8")
         self.pos = end
         return text
 

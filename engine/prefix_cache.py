@@ -15,9 +15,7 @@ def block_hash(parent_hash: int, token_ids: Sequence[int]) -> int:
     return hash((parent_hash, tuple(token_ids)))
 
 
-def extend_block_hashes(
-    hashes: list[int], token_ids: Sequence[int], num_tokens: int, block_size: int
-) -> None:
+def extend_block_hashes(hashes: list[int], token_ids: Sequence[int], num_tokens: int, block_size: int) -> None:
     """Append the keys of every full block among the first ``num_tokens`` of
     ``token_ids`` not hashed yet (``hashes`` grows in place)."""
     for index in range(len(hashes), num_tokens // block_size):

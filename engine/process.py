@@ -311,9 +311,19 @@ def run_engine_process(
         log.info(
             "ready on %s: %s (%s, %s, %s), quantization %s (%s; %.1f MB of weights read per step), "
             "KV cache %d blocks x %d = %d tokens, max_model_len %d, runner %s",
-            address, model_name, info.architecture, info.device, info.dtype, info.quantization,
-            info.weights or "no model", info.weight_bytes_per_step / 1e6, info.num_kv_blocks,
-            info.block_size, info.kv_capacity_tokens, info.max_model_len, info.runner,
+            address,
+            model_name,
+            info.architecture,
+            info.device,
+            info.dtype,
+            info.quantization,
+            info.weights or "no model",
+            info.weight_bytes_per_step / 1e6,
+            info.num_kv_blocks,
+            info.block_size,
+            info.kv_capacity_tokens,
+            info.max_model_len,
+            info.runner,
         )
         if lifecycle is not None:
             lifecycle.ready(info, config.max_num_seqs)

@@ -35,11 +35,26 @@ class Request:
     """
 
     __slots__ = (
-        "request_id", "prompt_token_ids", "params", "seed", "eos_token_ids",
-        "max_tokens", "arrival_time", "output_token_ids", "num_computed_tokens",
-        "num_output_placeholders", "num_cached_tokens", "status", "finish_reason",
-        "epoch", "block_hashes", "ever_scheduled", "first_scheduled_time", "grammar",
-        "program", "program_start",
+        "request_id",
+        "prompt_token_ids",
+        "params",
+        "seed",
+        "eos_token_ids",
+        "max_tokens",
+        "arrival_time",
+        "output_token_ids",
+        "num_computed_tokens",
+        "num_output_placeholders",
+        "num_cached_tokens",
+        "status",
+        "finish_reason",
+        "epoch",
+        "block_hashes",
+        "ever_scheduled",
+        "first_scheduled_time",
+        "grammar",
+        "program",
+        "program_start",
     )
 
     def __init__(
@@ -100,9 +115,7 @@ class Request:
     def check_stop(self, token: int) -> FinishReason | None:
         """Whether the confirmed output (ending in ``token``) is complete."""
         num_out = len(self.output_token_ids)
-        if num_out >= self.params.min_tokens and (
-            token in self.eos_token_ids or token in self.params.stop_token_ids
-        ):
+        if num_out >= self.params.min_tokens and (token in self.eos_token_ids or token in self.params.stop_token_ids):
             return FinishReason.STOP
         if num_out >= self.max_tokens:
             return FinishReason.LENGTH

@@ -15,13 +15,13 @@ from agentgate.engine.kv_cache_manager import KVCacheManager
 from agentgate.engine.protocol import SchedulerStats
 from agentgate.engine.request import FinishReason, Request, RequestStatus
 from agentgate.engine.retention import KVRetention
-from agentgate.engine.speculative.speculator import Speculator
 from agentgate.engine.scheduler_output import (
     ModelRunnerOutput,
     NewRequestData,
     ScheduledRequest,
     SchedulerOutput,
 )
+from agentgate.engine.speculative.speculator import Speculator
 from agentgate.engine.waiting_queue import FcfsQueue
 
 
@@ -254,9 +254,7 @@ class Scheduler:
         released for it (never its own program's) when it returns after tool calls, resumes
         after a preemption, or nothing runs."""
         program = request.program
-        may_release = (
-            request.ever_scheduled or not self.running or (program is not None and program.after_tool_calls)
-        )
+        may_release = request.ever_scheduled or not self.running or (program is not None and program.after_tool_calls)
         while True:
             hits = self.kv.find_cached_prefix(request)
             num_cached = len(hits) * self.kv.block_size

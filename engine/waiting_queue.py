@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 
 from agentgate.engine.config import SCHEDULING_POLICIES
 from agentgate.engine.request import Request
+
 # Seconds after which a waiting request is served by arrival, whatever its program.
 DEFAULT_MAX_WAIT_S = 10.0
 

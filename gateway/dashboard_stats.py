@@ -93,9 +93,7 @@ def _histogram(histogram: Histogram, engine: str | None = None) -> LatencyHistog
 
 
 def _finished_tokens(counter: Counter) -> dict[str, float]:
-    return {
-        s.labels["engine"]: s.value for s in counter.collect()[0].samples if s.name.endswith("_total")
-    }
+    return {s.labels["engine"]: s.value for s in counter.collect()[0].samples if s.name.endswith("_total")}
 
 
 def _request(request_id: str, entry: Entry, now: float) -> RequestLoad:
@@ -125,7 +123,10 @@ async def dashboard_stats(gw: GatewayState) -> DashboardStats:
     engines = []
     for engine, s in zip(pool.engines, stats, strict=True):
         tokens = int(finished.get(engine.address, 0)) + in_flight[engine.address]
-        ttft, itl = _histogram(gw.metrics.engine_ttft, engine.address), _histogram(gw.metrics.engine_itl, engine.address)
+        ttft, itl = (
+            _histogram(gw.metrics.engine_ttft, engine.address),
+            _histogram(gw.metrics.engine_itl, engine.address),
+        )
         if s is None:
             engines.append(
                 EngineLoad(engine.address, not engine.is_dead, 0, 0, 0.0, 0, 0, 0, "unknown", tokens, ttft, itl)

@@ -234,4 +234,3 @@ class EnginePool:
         if errors:
             raise errors[0]
         return results
-

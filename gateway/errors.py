@@ -113,7 +113,9 @@ _HTTP_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
 
 # A source location inside a library's message ("/src/cpp/grammar.cc:123: ", "[12:00:01] "): the
 # client gets what was wrong with its request, not where in our dependencies it was found.
-_SOURCE_LOCATION = re.compile(r"\[\d{1,2}:\d{2}:\d{2}\]\s*|(?:[\w.+-]*/)+[\w.+-]+\.(?:cc|cpp|cxx|h|hpp|c|py)(?::\d+)*:?\s*")
+_SOURCE_LOCATION = re.compile(
+    r"\[\d{1,2}:\d{2}:\d{2}\]\s*|(?:[\w.+-]*/)+[\w.+-]+\.(?:cc|cpp|cxx|h|hpp|c|py)(?::\d+)*:?\s*"
+)
 
 
 def scrub(message: str) -> str:
@@ -123,8 +125,10 @@ def scrub(message: str) -> str:
 
 # The directories of an absolute path on the server ("/srv/models/", the "/tmp/" of "ipc:///tmp/x.sock")
 # where one starts a word or follows "scheme://"; not a URL's path, which follows its host.
-_SERVER_DIRECTORIES = re.compile(r"(?:(?<=://)|(?<![\w.~:/#-]))/(?:[^\s/'\"`()<>\[\]]+/)+"
-                                 r"(?=[^\s/'\"`()<>\[\]])")
+_SERVER_DIRECTORIES = re.compile(
+    r"(?:(?<=://)|(?<![\w.~:/#-]))/(?:[^\s/'\"`()<>\[\]]+/)+"
+    r"(?=[^\s/'\"`()<>\[\]])"
+)
 
 
 def redact_paths(message: str) -> str:

@@ -86,7 +86,9 @@ def _speculation_metrics(known: list[SchedulerStats]) -> Iterator[Metric]:
     steps = sum(s.num_sampling_steps for s in known)
     tokens = sum(s.num_sampled_tokens for s in known)
     yield CounterMetricFamily("agentgate_spec_draft_tokens", "Speculative tokens drafted.", value=drafted)
-    yield CounterMetricFamily("agentgate_spec_accepted_tokens", "Drafted tokens the target model accepted.", value=accepted)
+    yield CounterMetricFamily(
+        "agentgate_spec_accepted_tokens", "Drafted tokens the target model accepted.", value=accepted
+    )
     yield GaugeMetricFamily(
         "agentgate_spec_acceptance_ratio", "Accepted over drafted tokens (0 before any draft).",
         value=accepted / drafted if drafted else 0.0,

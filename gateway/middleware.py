@@ -27,7 +27,6 @@ import re
 import uuid
 
 import anyio
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentgate.gateway.auth import KeyChecker, bearer_token

@@ -18,8 +18,8 @@ import msgspec
 
 from agentgate.gateway import package_version
 from agentgate.gateway import schemas as s
-from agentgate.gateway.errors import ErrorBody
 from agentgate.gateway.anthropic_api import types as a
+from agentgate.gateway.errors import ErrorBody
 from agentgate.gateway.responses_api import types as r
 
 Access = Literal["open", "user", "admin"]
@@ -161,10 +161,11 @@ def _operation(op: Operation) -> dict[str, Any]:
         responses[str(code)] = {"description": _WHY[code], **error}
         if code == 429:
             responses["429"]["headers"] = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
+    path_words = op.path.strip("/").replace("/", "_").replace("{", "").replace("}", "")
     entry: dict[str, Any] = {
         "summary": op.summary,
         "tags": [op.tag],
-        "operationId": f"{op.method}_{op.path.strip('/').replace('/', '_').replace('{', '').replace('}', '') or 'root'}",
+        "operationId": f"{op.method}_{path_words or 'root'}",
         "security": _SECURITY[op.access],
         "parameters": [*op.params, _REQUEST_ID],
         "responses": responses,

@@ -29,9 +29,9 @@ import logging
 import math
 from collections.abc import Iterable
 
+from agentgate.gateway.context import key_digest
 from agentgate.gateway.errors import GatewayError
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
-from agentgate.gateway.context import key_digest
 
 log = logging.getLogger("agentgate.ratelimit")
 

@@ -91,8 +91,14 @@ def supervise(settings: Settings, targets: list[EngineTarget]) -> int:
                                      name=f"agentgate-gateway-{i}")  # fmt: skip
             worker.start()
             workers.append(worker)
-        log.info("agentgate serving on http://%s:%d with %d gateway workers (SO_REUSEPORT), %d engine(s), redis %s",
-                 settings.host, port, len(workers), len(targets), redact_url(settings.redis_url) if settings.redis_url else "none")  # fmt: skip
+        log.info(
+            "agentgate serving on http://%s:%d with %d gateway workers (SO_REUSEPORT), %d engine(s), redis %s",
+            settings.host,
+            port,
+            len(workers),
+            len(targets),
+            redact_url(settings.redis_url) if settings.redis_url else "none",
+        )
         while not stop.wait(0.2):
             if not restarts.check():  # reaps (and restarts) a dead engine, so workers see it gone
                 code = 1

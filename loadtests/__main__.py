@@ -36,7 +36,6 @@ from agentgate.loadtests.metrics import SLO, percentile, summarize
 from agentgate.loadtests.server import machine_busy_seconds, start_server, tree_cpu_seconds
 from agentgate.loadtests.workload import WorkloadConfig
 
-
 SERIES_KEYS = ("t", "agentgate_requests_running", "agentgate_requests_waiting", "agentgate_kv_cache_usage_ratio")
 
 
@@ -60,7 +59,9 @@ def _range(text: str) -> tuple[float, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m agentgate.loadtests", description="Simulated agent traffic against agentgate.")
+    p = argparse.ArgumentParser(
+        prog="python -m agentgate.loadtests", description="Simulated agent traffic against agentgate."
+    )
     target = p.add_argument_group("target")
     target.add_argument("--url", default=None, help="a running server (default: start one, see --serve)")
     target.add_argument("--serve", action="store_true", help="start `agentgate serve` for the run (the default "
@@ -82,19 +83,36 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--calls", type=_range, default=(1, 4), metavar="MIN,MAX", help="tool calls per turn")
     load.add_argument("--tool-latency", type=_range, default=(0.05, 0.4), metavar="LOW,HIGH",
                       help="seconds each simulated tool call takes (uniform)")  # fmt: skip
-    load.add_argument("--complete-conversations", action="store_true",
-                      help="after --duration, finish the conversations begun (default: only the turns begun)")
+    load.add_argument(
+        "--complete-conversations",
+        action="store_true",
+        help="after --duration, finish the conversations begun (default: only the turns begun)",
+    )
     load.add_argument("--think-time", type=float, default=0.0, help="closed loop: seconds between conversations")
-    load.add_argument("--format", choices=("text", "openai", "tools"), default="text",
-                      help="text: tools in the system prompt; openai: tools + tool messages (needs issue 7); "
-                           "tools: the model writes the calls, which are run and answered")
+    load.add_argument(
+        "--format",
+        choices=("text", "openai", "tools"),
+        default="text",
+        help="text: tools in the system prompt; openai: tools + tool messages (needs issue 7); "
+        "tools: the model writes the calls, which are run and answered",
+    )
     chaos = p.add_argument_group("chaos")
     chaos.add_argument("--abort-every", type=float, default=None, metavar="S", help="an abort storm every S seconds")
     chaos.add_argument("--abort-fraction", type=float, default=0.25, help="share of in-flight requests per storm")
-    chaos.add_argument("--abort-via", choices=("client", "server"), default="client",
-                       help="client: close the connection; server: POST /abort_requests (admin key)")
-    chaos.add_argument("--pause-at", type=_pause, action="append", default=[], metavar="AT[:DUR[:MODE]]",
-                       help="pause the server AT seconds in for DUR seconds (default 5, mode keep); repeatable")
+    chaos.add_argument(
+        "--abort-via",
+        choices=("client", "server"),
+        default="client",
+        help="client: close the connection; server: POST /abort_requests (admin key)",
+    )
+    chaos.add_argument(
+        "--pause-at",
+        type=_pause,
+        action="append",
+        default=[],
+        metavar="AT[:DUR[:MODE]]",
+        help="pause the server AT seconds in for DUR seconds (default 5, mode keep); repeatable",
+    )
     out = p.add_argument_group("report")
     out.add_argument("--slo-ttft", type=float, default=2.7, help="goodput: TTFT bound in seconds")
     out.add_argument("--slo-tpot", type=float, default=0.25, help="goodput: TPOT bound in seconds")

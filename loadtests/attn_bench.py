@@ -100,9 +100,7 @@ def time_ms(fn: Callable[[], object], iters: int, device: torch.device) -> float
     return begin.elapsed_time(end) / iters
 
 
-def paged_cache(
-    batch: int, context: int, shape: Shape, plan: Plan
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def paged_cache(batch: int, context: int, shape: Shape, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Random K/V caches holding ``batch`` contexts of ``context`` tokens in
     shuffled blocks, and their block tables."""
     blocks_per_seq = -(-context // BLOCK_SIZE)

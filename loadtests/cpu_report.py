@@ -217,8 +217,11 @@ def crossover_lines(forms: list[Form], repeat: int) -> list[str]:
     int4, bf16 = (times[form.label] for form in forms[:2])
     faster = [rows for rows, a, b in zip(CROSSOVER_ROWS, int4, bf16, strict=True) if b < a]
     if faster:
-        lines.append(f"crossover: dense bfloat16 is faster than int4 from {faster[0]} rows "
-                     f"(at {faster[0]}: x{int4[CROSSOVER_ROWS.index(faster[0])] / bf16[CROSSOVER_ROWS.index(faster[0])]:.2f})")  # fmt: skip
+        at = CROSSOVER_ROWS.index(faster[0])
+        lines.append(
+            f"crossover: dense bfloat16 is faster than int4 from {faster[0]} rows (at {faster[0]}: "
+            f"x{int4[at] / bf16[at]:.2f})"
+        )
     else:
         lines.append(f"crossover: int4 is faster than dense bfloat16 up to {CROSSOVER_ROWS[-1]} rows")
     return lines

@@ -37,8 +37,13 @@ def main() -> None:
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True, logprobs=1)
     rows = []
     for deterministic in (False, True):
-        llm = LLM(args.model, dtype=args.dtype, quantization=args.quantization, deterministic=deterministic,
-                  enable_prefix_caching=False)
+        llm = LLM(
+            args.model,
+            dtype=args.dtype,
+            quantization=args.quantization,
+            deterministic=deterministic,
+            enable_prefix_caching=False,
+        )
         batched, batched_s = answers(llm, prompts, params)
         alone, alone_s = [], 0.0
         for prompt in prompts:
@@ -48,9 +53,12 @@ def main() -> None:
         tokens = sum(a[0] == b[0] for a, b in zip(batched, alone))
         bitwise = sum(a == b for a, b in zip(batched, alone))
         rows.append((deterministic, tokens, bitwise, batched_s, alone_s))
-        print(f"deterministic={'on ' if deterministic else 'off'} ({llm.core.runner.weights}): "
-              f"{tokens}/{len(prompts)} equal tokens, {bitwise}/{len(prompts)} bitwise logprobs; "
-              f"batched {batched_s:.1f} s, alone {alone_s:.1f} s", flush=True)
+        print(
+            f"deterministic={'on ' if deterministic else 'off'} ({llm.core.runner.weights}): "
+            f"{tokens}/{len(prompts)} equal tokens, {bitwise}/{len(prompts)} bitwise logprobs; "
+            f"batched {batched_s:.1f} s, alone {alone_s:.1f} s",
+            flush=True,
+        )
     (_, _, _, off_b, off_a), (_, _, _, on_b, on_a) = rows
     print(f"cost of --deterministic: batched x{on_b / off_b:.2f}, alone x{on_a / off_a:.2f}")
 

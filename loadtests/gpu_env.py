@@ -19,8 +19,12 @@ from pathlib import Path
 # Top-level modules the GPU steps import: the engine (msgspec for its
 # protocol, gguf and yaml for its loaders), the tests (pytest).
 NEEDED = ("torch", "triton", "numpy", "msgspec", "gguf", "yaml", "safetensors", "pytest")
-ENGINE_MODULES = ("agentgate.engine.core", "agentgate.engine.runner.overlap", "agentgate.engine.runner.sync",
-                  "agentgate.engine.models")
+ENGINE_MODULES = (
+    "agentgate.engine.core",
+    "agentgate.engine.runner.overlap",
+    "agentgate.engine.runner.sync",
+    "agentgate.engine.models",
+)
 WHEELS_HINT = "download their wheels into .whl/ (see loadtests/gpu_check.sh) and carry .whl"
 
 

@@ -32,8 +32,19 @@ if not torch.cuda.is_available():  # before any Triton kernel is defined
 CONFIGS = Path(__file__).parent / "configs"
 MODELS = {"smollm2-dummy": CONFIGS / "smollm2-135m", "qwen3": CONFIGS / "qwen3-0.6b"}
 # Operators that allocate or relabel memory without launching anything.
-NO_LAUNCH = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
-             "record_stream", "detach", "lift_fresh", "set_", "alias"}
+NO_LAUNCH = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "resize_",
+    "record_stream",
+    "detach",
+    "lift_fresh",
+    "set_",
+    "alias",
+}
 
 
 class DispatchCounter(TorchDispatchMode):
@@ -104,8 +115,13 @@ def make_core(model: str):
 
     cuda = torch.cuda.is_available()
     config = EngineConfig(
-        model=str(MODELS[model]), load_format="dummy", runner="overlap", enforce_eager=True,
-        dtype="bfloat16" if cuda else "float32", max_num_seqs=4, num_kv_blocks=64,
+        model=str(MODELS[model]),
+        load_format="dummy",
+        runner="overlap",
+        enforce_eager=True,
+        dtype="bfloat16" if cuda else "float32",
+        max_num_seqs=4,
+        num_kv_blocks=64,
     )
     device = config.resolved_device()
     plain = load_model(config.model, dtype=config.dtype, device=device, load_format="dummy")
@@ -136,9 +152,12 @@ def count(model: str) -> dict[str, object]:
         return hook
 
     layer = runner.model.layers[0]
-    hooks = [layer.register_forward_pre_hook(mark("layer_start")), layer.register_forward_hook(mark("layer_end")),
-             runner.model.register_forward_pre_hook(mark("forward_start")),
-             runner.model.register_forward_hook(mark("forward_end"))]
+    hooks = [
+        layer.register_forward_pre_hook(mark("layer_start")),
+        layer.register_forward_hook(mark("layer_end")),
+        runner.model.register_forward_pre_hook(mark("forward_start")),
+        runner.model.register_forward_hook(mark("forward_end")),
+    ]
     try:
         with triton_launches(counter), counter:
             core.step()
@@ -164,8 +183,10 @@ def main() -> None:
     print(f"model={args.model} device={where} backend=triton, batch-1 decode step, eager")
     print(f"kernels per decoder layer: {result['per_layer']}")
     print(f"kernels per forward pass ({result['layers']} layers): {result['forward']}")
-    print(f"kernels per engine step (input preparation, forward, logits, sampling, post-update, copy out): "
-          f"{result['step']}")
+    print(
+        f"kernels per engine step (input preparation, forward, logits, sampling, post-update, copy out): "
+        f"{result['step']}"
+    )
     print("launches by operator: " + ", ".join(f"{n} {c}" for n, c in result["by_name"].most_common()))
     print(f"FIGURE kernels per layer, {args.model}: {result['per_layer']} (target <= 15)")
     print(f"FIGURE kernels per decode step, {args.model}: {result['step']}")

@@ -72,9 +72,14 @@ def prompt_logits(llm: LLM, prompt: list[int]) -> torch.Tensor:
     lens = torch.tensor([n], dtype=torch.int32)
     qsl = torch.tensor([0, n], dtype=torch.int32)
     meta = AttentionMetadata(
-        slot_mapping=torch.arange(n), query_start_loc=qsl, seq_lens=lens,
-        block_tables=torch.arange(blocks, dtype=torch.int32)[None], max_query_len=n, max_seq_len=n,
-        query_start_loc_cpu=qsl, seq_lens_cpu=lens,
+        slot_mapping=torch.arange(n),
+        query_start_loc=qsl,
+        seq_lens=lens,
+        block_tables=torch.arange(blocks, dtype=torch.int32)[None],
+        max_query_len=n,
+        max_seq_len=n,
+        query_start_loc_cpu=qsl,
+        seq_lens_cpu=lens,
     )
     hidden = runner.model(torch.tensor(prompt), torch.arange(n), meta, caches)
     return runner.model.compute_logits(hidden)
@@ -94,11 +99,14 @@ def print_scale_rounding(model: str | None) -> None:
     file = read_gguf(path)
     errors = [
         kernel_error(gguf_blocks.decode(file.raw(name), t.type, t.shape[0]))
-        for name, t in file.tensors.items() if t.type in gguf_blocks.INT4_TYPES
+        for name, t in file.tensors.items()
+        if t.type in gguf_blocks.INT4_TYPES
     ]
     if errors:
-        print(f"scale rounding over {len(errors)} tensors: largest weight change {max(e[0] for e in errors):.3f} "
-              f"of its group's scale, RMS change up to {max(e[1] for e in errors):.2e} of the weights' RMS")
+        print(
+            f"scale rounding over {len(errors)} tensors: largest weight change {max(e[0] for e in errors):.3f} "
+            f"of its group's scale, RMS change up to {max(e[1] for e in errors):.2e} of the weights' RMS"
+        )
 
 
 def main() -> None:
@@ -112,8 +120,10 @@ def main() -> None:
     for mode in (args.quantization, "none"):
         llm = LLM(args.model, runner="sync", dtype=args.dtype, quantization=mode, max_num_seqs=4)
         runner = llm.core.runner
-        print(f"{mode:>5}: {runner.quantization} ({runner.weights}), "
-              f"{runner.weight_bytes_per_step / 1e6:.1f} MB of weights read per decode step")
+        print(
+            f"{mode:>5}: {runner.quantization} ({runner.weights}), "
+            f"{runner.weight_bytes_per_step / 1e6:.1f} MB of weights read per decode step"
+        )
         llms[mode] = llm
     quantized, reference = llms[args.quantization], llms["none"]
     print_scale_rounding(quantized.config.model)
@@ -123,13 +133,17 @@ def main() -> None:
     ours, ref = prompt_logits(quantized, prompt), prompt_logits(reference, prompt)
     diff = ours - ref
     kl = (ref.log_softmax(-1).exp() * (ref.log_softmax(-1) - ours.log_softmax(-1))).sum(-1)
-    print(f"logits over {len(prompt)} positions: largest difference {diff.abs().max():.3f}, "
-          f"RMS {diff.pow(2).mean().sqrt():.3f} (reference RMS {ref.pow(2).mean().sqrt():.3f}), "
-          f"top-1 agreement {(ours.argmax(-1) == ref.argmax(-1)).float().mean():.3f}, "
-          f"mean KL {kl.mean():.2e} (largest {kl.max():.2e})")
+    print(
+        f"logits over {len(prompt)} positions: largest difference {diff.abs().max():.3f}, "
+        f"RMS {diff.pow(2).mean().sqrt():.3f} (reference RMS {ref.pow(2).mean().sqrt():.3f}), "
+        f"top-1 agreement {(ours.argmax(-1) == ref.argmax(-1)).float().mean():.3f}, "
+        f"mean KL {kl.mean():.2e} (largest {kl.max():.2e})"
+    )
     equal, share = agreement(greedy_answers(quantized, args.max_tokens), greedy_answers(reference, args.max_tokens))
-    print(f"greedy chat answers ({args.max_tokens} tokens): {equal} of {len(PROMPTS)} agree token for token; "
-          f"common prefix covers {100 * share:.0f}% of the reference answers")
+    print(
+        f"greedy chat answers ({args.max_tokens} tokens): {equal} of {len(PROMPTS)} agree token for token; "
+        f"common prefix covers {100 * share:.0f}% of the reference answers"
+    )
 
 
 if __name__ == "__main__":

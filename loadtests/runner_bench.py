@@ -55,12 +55,24 @@ def kv_blocks(max_batch: int, prompt_len: int, output_len: int) -> int:
 
 
 def make_core(
-    model: str, runner: str, graphs: bool, dtype: str, max_batch: int, num_kv_blocks: int,
-    quantization: str = "auto", steps_in_flight: int | None = None,
+    model: str,
+    runner: str,
+    graphs: bool,
+    dtype: str,
+    max_batch: int,
+    num_kv_blocks: int,
+    quantization: str = "auto",
+    steps_in_flight: int | None = None,
 ) -> EngineCore:
     options = dict(
-        runner=runner, dtype=dtype, max_num_seqs=max_batch, max_num_batched_tokens=max(2048, max_batch * 64),
-        block_size=BLOCK_SIZE, num_kv_blocks=num_kv_blocks, enforce_eager=not graphs, quantization=quantization,
+        runner=runner,
+        dtype=dtype,
+        max_num_seqs=max_batch,
+        max_num_batched_tokens=max(2048, max_batch * 64),
+        block_size=BLOCK_SIZE,
+        num_kv_blocks=num_kv_blocks,
+        enforce_eager=not graphs,
+        quantization=quantization,
         steps_in_flight=steps_in_flight if runner == "overlap" else None,
     )
     if model in DUMMY_MODELS:
@@ -103,8 +115,10 @@ def step_gaps(core: EngineCore, name: str) -> None:
     core.abort_requests(None)
     while core.has_work:
         core.step()
-    print(f"{name:15s} batch 1: step {gaps.step_ms:.3f} ms, device idle between steps "
-          f"{gaps.gap_ms:.3f} ms = {100 * gaps.gap_share:.1f}% of the time")
+    print(
+        f"{name:15s} batch 1: step {gaps.step_ms:.3f} ms, device idle between steps "
+        f"{gaps.gap_ms:.3f} ms = {100 * gaps.gap_share:.1f}% of the time"
+    )
     print(f"FIGURE step gap {name} b1: {100 * gaps.gap_share:.1f}% (target < 3% for overlap+graphs)")
     graphs = core.runner.graphs
     if graphs is not None:
@@ -120,8 +134,11 @@ def geomean(values: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="default",
-                        help="'default', 'qwen3', 'smollm2-dummy' (random weights of real shapes) or a path")
+    parser.add_argument(
+        "--model",
+        default="default",
+        help="'default', 'qwen3', 'smollm2-dummy' (random weights of real shapes) or a path",
+    )
     parser.add_argument("--batch-sizes", default="1,4,16,64")
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=64)
@@ -141,10 +158,12 @@ def main() -> None:
     }
     any_runner = next(iter(cores.values())).runner
     depth = cores[("overlap", False)].runner.max_steps_in_flight
-    print(f"model={args.model} device={any_runner.device} dtype={any_runner.dtype} prompt={args.prompt_len} "
-          f"output={args.output_len} kv_blocks={blocks} (every core) runners={', '.join(label(*v) for v in variants)} "
-          f"quantization={any_runner.quantization} ({any_runner.weight_bytes_per_step / 1e6:.0f} MB of weights "
-          f"per step) overlap steps in flight={depth}")
+    print(
+        f"model={args.model} device={any_runner.device} dtype={any_runner.dtype} prompt={args.prompt_len} "
+        f"output={args.output_len} kv_blocks={blocks} (every core) runners={', '.join(label(*v) for v in variants)} "
+        f"quantization={any_runner.quantization} ({any_runner.weight_bytes_per_step / 1e6:.0f} MB of weights "
+        f"per step) overlap steps in flight={depth}"
+    )
     rates: dict[tuple[str, bool], list[float]] = {v: [] for v in variants}
     for batch in batches:
         for v, core in cores.items():  # compile and settle what this batch size needs
@@ -165,16 +184,17 @@ def main() -> None:
     print()
     pairs = [(("overlap", False), ("sync", False), "overlap+eager / sync+eager")]
     if cuda:
-        pairs = [(("overlap", True), ("sync", True), "overlap+graphs / sync+graphs (headline)"),
-                 *pairs,
-                 (("sync", True), ("sync", False), "sync+graphs / sync+eager"),
-                 (("overlap", True), ("overlap", False), "overlap+graphs / overlap+eager")]
+        pairs = [
+            (("overlap", True), ("sync", True), "overlap+graphs / sync+graphs (headline)"),
+            *pairs,
+            (("sync", True), ("sync", False), "sync+graphs / sync+eager"),
+            (("overlap", True), ("overlap", False), "overlap+graphs / overlap+eager"),
+        ]
     for top, bottom, name in pairs:
         ratios = [a / b for a, b in zip(rates[top], rates[bottom])]
         per_batch = ", ".join(f"b{b} {r:.3f}" for b, r in zip(batches, ratios))
         print(f"{name}: {per_batch}; geomean {geomean(ratios):.3f}")
-        print(f"FIGURE {name.removesuffix(' (headline)')}, {args.model}: {per_batch} "
-              f"(geomean {geomean(ratios):.3f})")
+        print(f"FIGURE {name.removesuffix(' (headline)')}, {args.model}: {per_batch} (geomean {geomean(ratios):.3f})")
     if cuda:
         print()
         for v, core in cores.items():

@@ -159,7 +159,9 @@ def wait_healthy(*servers: Server, timeout: float = 600.0) -> None:
                 pass
             if time.monotonic() > deadline:
                 server.stop()
-                raise RuntimeError(f"{server.log_path.name}: not healthy within {timeout:.0f} s:\n" + server.log()[-3000:])
+                raise RuntimeError(
+                    f"{server.log_path.name}: not healthy within {timeout:.0f} s:\n" + server.log()[-3000:]
+                )
             time.sleep(0.2)
 
 

@@ -81,9 +81,11 @@ def main() -> None:
     args = parser.parse_args()
     host, device = args.host_ms / 1e3, args.device_ms / 1e3
     sync, overlap = step_time(host, device, False), step_time(host, device, True)
-    print(f"H={args.host_ms} ms D={args.device_ms} ms: sync step {sync * 1e3:.2f} ms (H + D = "
-          f"{(host + device) * 1e3:.1f}), overlapped step {overlap * 1e3:.2f} ms (max(H, D) = "
-          f"{max(host, device) * 1e3:.1f})")
+    print(
+        f"H={args.host_ms} ms D={args.device_ms} ms: sync step {sync * 1e3:.2f} ms (H + D = "
+        f"{(host + device) * 1e3:.1f}), overlapped step {overlap * 1e3:.2f} ms (max(H, D) = "
+        f"{max(host, device) * 1e3:.1f})"
+    )
     print(f"sync / overlapped step time: {sync / overlap:.3f} (ideal {(host + device) / max(host, device):.3f})")
 
 

@@ -117,8 +117,10 @@ def targets(model: torch.nn.Module) -> list[tuple[Any, str, str]]:
     linears = [m for m in model.modules() if hasattr(m, "in_features") and hasattr(m, "out_features")]
     return [
         *((m, "forward", "linears") for m in linears),
-        (model.attention, "rotary_write_kv", "attention"), (model.attention, "paged_attention", "attention"),
-        (sync, "sample", "sampler"), (overlap, "sample", "sampler"),
+        (model.attention, "rotary_write_kv", "attention"),
+        (model.attention, "paged_attention", "attention"),
+        (sync, "sample", "sampler"),
+        (overlap, "sample", "sampler"),
         *((layer, "forward", "layers") for layer in model.layers),
     ]
 
@@ -173,11 +175,18 @@ def measure(llm: LLM, batch: int, steps: int) -> StepProfile:
     # The kernels' own time as profiled (large calls: the profiler's per-call cost is lost in them).
     kernel_ms = sum(e.self_cpu_time_total for e in events if e.key in MATMULS) / steps / 1e3
     return StepProfile(
-        batch=batch, aten_calls=sum(calls.values()), top_ops=calls.most_common(6), step_ms=step_ms,
-        linear_ms=part.get("linears", 0.0), kernel_ms=min(kernel_ms, part.get("linears", 0.0)),
-        attention_ms=part.get("attention", 0.0), sampler_ms=part.get("sampler", 0.0),
-        layer_ms=part.get("layers", 0.0) / len(model.layers), layers=len(model.layers),
-        threads=torch.get_num_threads(), thread_busy=statistics.median(busy),
+        batch=batch,
+        aten_calls=sum(calls.values()),
+        top_ops=calls.most_common(6),
+        step_ms=step_ms,
+        linear_ms=part.get("linears", 0.0),
+        kernel_ms=min(kernel_ms, part.get("linears", 0.0)),
+        attention_ms=part.get("attention", 0.0),
+        sampler_ms=part.get("sampler", 0.0),
+        layer_ms=part.get("layers", 0.0) / len(model.layers),
+        layers=len(model.layers),
+        threads=torch.get_num_threads(),
+        thread_busy=statistics.median(busy),
     )
 
 

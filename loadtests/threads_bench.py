@@ -65,12 +65,21 @@ def main() -> None:
     cores = torch.get_num_threads()
     settings = {"default (governor)": None, f"--cpu-threads {cores}": cores, "--cpu-threads 1": 1}
     context = multiprocessing.get_context("spawn")
-    print(f"{os.cpu_count()} cores, batch {args.batch}, {args.competitors} competing process(es), "
-          f"quantization {args.quantization}")
+    print(
+        f"{os.cpu_count()} cores, batch {args.batch}, {args.competitors} competing process(es), "
+        f"quantization {args.quantization}"
+    )
     for name, threads in settings.items():
         torch.set_num_threads(cores)
-        core = EngineCore(EngineConfig(runner="sync", cpu_threads=threads, quantization=args.quantization,
-                                       kv_cache_bytes=1 << 28, max_num_seqs=max(args.batch, 1)))
+        core = EngineCore(
+            EngineConfig(
+                runner="sync",
+                cpu_threads=threads,
+                quantization=args.quantization,
+                kv_cache_bytes=1 << 28,
+                max_num_seqs=max(args.batch, 1),
+            )
+        )
         quiet = measure(core, args)
         stop = context.Event()
         competitors = [context.Process(target=spin, args=(stop,), daemon=True) for _ in range(args.competitors)]
@@ -82,8 +91,11 @@ def main() -> None:
             stop.set()
             for process in competitors:
                 process.join(10)
-        print(f"{name:>20}: quiet {quiet:7.1f} tok/s, busy {busy:7.1f} tok/s, busy/quiet {busy / quiet:.2f}, "
-              f"threads at the end {torch.get_num_threads()}", flush=True)
+        print(
+            f"{name:>20}: quiet {quiet:7.1f} tok/s, busy {busy:7.1f} tok/s, busy/quiet {busy / quiet:.2f}, "
+            f"threads at the end {torch.get_num_threads()}",
+            flush=True,
+        )
         core.shutdown()
 
 

@@ -20,7 +20,9 @@ def test_every_path_a_doc_names_exists(doc: Path):
     assert named or doc.name == "shared-state.md" or doc.name == "README.md", f"{doc.name} names no file"
     missing = [p for p in named if not (ROOT / p).exists()]
     assert not missing, f"{doc.name} names files that do not exist: {missing}"
-    everywhere = {f.name for top in ("engine", "gateway", "agents", "loadtests", "tests") for f in (ROOT / top).rglob("*.py")}
+    everywhere = {
+        f.name for top in ("engine", "gateway", "agents", "loadtests", "tests") for f in (ROOT / top).rglob("*.py")
+    }
     gone = [name for name in BARE.findall(text) if name not in everywhere and not (ROOT / name).exists()]
     assert not gone, f"{doc.name} names modules that do not exist: {gone}"
 

@@ -33,9 +33,22 @@ def test_every_package_folder_is_listed_under_the_agentgate_namespace():
 def test_the_wheel_installs_only_agentgate_and_imports_beside_the_agents_sdk(tmp_path: Path):
     pytest.importorskip("agents", reason="openai-agents is a test dependency")
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr
     [wheel] = tmp_path.glob("agentgate-*.whl")
     with zipfile.ZipFile(wheel) as archive:

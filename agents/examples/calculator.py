@@ -1,6 +1,6 @@
 """A calculator agent: arithmetic tools, the model decides which to call.
 
-    python -m agentgate.agents.examples.calculator "What is 12 * 7 + 3?" [--url URL]
+python -m agentgate.agents.examples.calculator "What is 12 * 7 + 3?" [--url URL]
 """
 
 from __future__ import annotations

@@ -127,4 +127,3 @@ class AttentionBackend(Protocol):
         head ``h`` reads KV head ``h // (num_heads // num_kv_heads)``.
         Rows of padded sequences (seq_len 0) may hold anything."""
         ...
-

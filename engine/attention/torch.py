@@ -51,9 +51,7 @@ def rotary_write_kv(
     return apply_rope(query, cos, sin)
 
 
-def _gather_context(
-    cache: torch.Tensor, block_table: torch.Tensor, length: int
-) -> torch.Tensor:
+def _gather_context(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
     """The first ``length`` cached positions of the sequences of ``block_table``
     ([..., num_blocks]) as [..., length, num_kv_heads, head_dim]."""
     block_size = cache.shape[1]
@@ -76,7 +74,13 @@ def paged_attention(
     rows (prefill, chunks, extends) through SDPA one sequence at a time."""
     if meta.is_pure_decode:
         return _decode_attention(
-            query, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, scale,
+            query,
+            k_cache,
+            v_cache,
+            meta.block_tables,
+            meta.seq_lens,
+            meta.max_seq_len,
+            scale,
             meta.shared_prefix_blocks,
         )
     out = torch.zeros_like(query)
@@ -87,8 +91,14 @@ def paged_attention(
         rows = torch.tensor(decode_rows, device=query.device)
         tokens = torch.tensor([starts[i] for i in decode_rows], device=query.device)
         out[tokens] = _decode_attention(
-            query[tokens], k_cache, v_cache, meta.block_tables[rows], meta.seq_lens[rows],
-            max(lens[i] for i in decode_rows), scale, meta.shared_prefix_blocks,
+            query[tokens],
+            k_cache,
+            v_cache,
+            meta.block_tables[rows],
+            meta.seq_lens[rows],
+            max(lens[i] for i in decode_rows),
+            scale,
+            meta.shared_prefix_blocks,
         )
     group = query.shape[1] // k_cache.shape[2]
     for i, seq_len in enumerate(lens):

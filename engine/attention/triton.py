@@ -35,10 +35,14 @@ class TritonAttentionBackend:
         if meta.max_query_len == 1 and query.shape[0] == meta.num_seqs:
             max_context = meta.block_tables.shape[1] * k_cache.shape[1]
             num_splits = num_splits_for(meta.num_seqs, k_cache.shape[2], max_context, query.device)
-            return decode_attention(
-                query, k_cache, v_cache, meta.seq_lens, meta.block_tables, scale, num_splits
-            )
+            return decode_attention(query, k_cache, v_cache, meta.seq_lens, meta.block_tables, scale, num_splits)
         return prefill_attention(
-            query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens,
-            meta.block_tables, meta.max_query_len, scale,
+            query,
+            k_cache,
+            v_cache,
+            meta.query_start_loc,
+            meta.seq_lens,
+            meta.block_tables,
+            meta.max_query_len,
+            scale,
         )

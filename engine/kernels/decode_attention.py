@@ -30,14 +30,29 @@ MAX_SPLITS = 64  # bounds the merge kernel's [splits, head_dim] tile
 
 @triton.jit(do_not_specialize=["num_splits"])
 def _decode_split_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, seq_lens_ptr, block_tables_ptr,
-    part_out_ptr, part_lse_ptr,
-    qk_scale, num_splits,
-    stride_qt, stride_qh, stride_qd,
-    stride_cb, stride_co, stride_ch, stride_cd,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    seq_lens_ptr,
+    block_tables_ptr,
+    part_out_ptr,
+    part_lse_ptr,
+    qk_scale,
+    num_splits,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_cb,
+    stride_co,
+    stride_ch,
+    stride_cd,
     stride_bt,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_kv_heads, num_splits)``.
 
@@ -66,7 +81,8 @@ def _decode_split_kernel(
     dim_mask = dims < HEAD_DIM
     q = tl.load(
         q_ptr + seq * stride_qt + heads[:, None] * stride_qh + dims[None, :] * stride_qd,
-        mask=row_mask[:, None] & dim_mask[None, :], other=0.0,
+        mask=row_mask[:, None] & dim_mask[None, :],
+        other=0.0,
     ).to(k_cache_ptr.dtype.element_ty)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
@@ -97,16 +113,24 @@ def _decode_split_kernel(
     part = (seq * (GROUP * tl.num_programs(1)) + heads) * num_splits + split
     tl.store(part_lse_ptr + part, lse, mask=row_mask)
     tl.store(
-        part_out_ptr + part[:, None] * HEAD_DIM + dims[None, :], out,
+        part_out_ptr + part[:, None] * HEAD_DIM + dims[None, :],
+        out,
         mask=row_mask[:, None] & dim_mask[None, :],
     )
 
 
 @triton.jit(do_not_specialize=["num_splits"])
 def _decode_merge_kernel(
-    part_out_ptr, part_lse_ptr, out_ptr, num_splits,
-    stride_ot, stride_oh, stride_od,
-    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    part_out_ptr,
+    part_lse_ptr,
+    out_ptr,
+    num_splits,
+    stride_ot,
+    stride_oh,
+    stride_od,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_heads)``: one program weighs its head's
     ``num_splits`` (at most ``BLOCK_S``) partial outputs by
@@ -125,13 +149,15 @@ def _decode_merge_kernel(
     weight = tl.exp2(lse - tl.where(lse_max == float("-inf"), 0.0, lse_max))
     part = tl.load(
         part_out_ptr + row[:, None] * HEAD_DIM + dims[None, :],
-        mask=split_mask[:, None] & dim_mask[None, :], other=0.0,
+        mask=split_mask[:, None] & dim_mask[None, :],
+        other=0.0,
     )
     total = tl.sum(weight, 0)
     out = tl.sum(part * weight[:, None], 0) / tl.where(total > 0, total, 1.0)
     tl.store(
         out_ptr + seq * stride_ot + head * stride_oh + dims * stride_od,
-        out.to(out_ptr.dtype.element_ty), mask=dim_mask,
+        out.to(out_ptr.dtype.element_ty),
+        mask=dim_mask,
     )
 
 
@@ -144,9 +170,7 @@ def _target_programs(device: torch.device) -> int:
     return 8
 
 
-def num_splits_for(
-    num_seqs: int, num_kv_heads: int, max_context: int, device: torch.device
-) -> int:
+def num_splits_for(num_seqs: int, num_kv_heads: int, max_context: int, device: torch.device) -> int:
     """Enough splits to fill the device, at most one per ``BLOCK_N`` keys of
     ``max_context`` (a fixed bound such as the block-table width times the
     block size, never this step's longest context), at most ``MAX_SPLITS``."""
@@ -184,15 +208,33 @@ def decode_attention(
     part_lse = torch.empty(num_seqs, num_heads, num_splits, **fp32)
     block_d = max(16, triton.next_power_of_2(head_dim))
     _decode_split_kernel[(num_seqs, num_kv_heads, num_splits)](
-        query, k_cache, v_cache, seq_lens, block_tables, part_out, part_lse,
+        query,
+        k_cache,
+        v_cache,
+        seq_lens,
+        block_tables,
+        part_out,
+        part_lse,
         scale * 1.4426950408889634,  # log2(e): the kernel works in base 2
-        num_splits, *query.stride(), *k_cache.stride(), block_tables.stride(0),
-        GROUP=num_heads // num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
+        num_splits,
+        *query.stride(),
+        *k_cache.stride(),
+        block_tables.stride(0),
+        GROUP=num_heads // num_kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
         BLOCK_H=max(16, triton.next_power_of_2(num_heads // num_kv_heads)),
-        BLOCK_N=block_n, BLOCK_D=block_d,
+        BLOCK_N=block_n,
+        BLOCK_D=block_d,
     )
     _decode_merge_kernel[(num_seqs, num_heads)](
-        part_out, part_lse, out, num_splits, *out.stride(),
-        HEAD_DIM=head_dim, BLOCK_S=MAX_SPLITS, BLOCK_D=block_d,
+        part_out,
+        part_lse,
+        out,
+        num_splits,
+        *out.stride(),
+        HEAD_DIM=head_dim,
+        BLOCK_S=MAX_SPLITS,
+        BLOCK_D=block_d,
     )
     return out

@@ -16,8 +16,8 @@ import triton.language as tl
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from agentgate.engine.runner.step_batch import StepBatch, StepInputs
     from agentgate.engine.runner.slot_state import SlotState
+    from agentgate.engine.runner.step_batch import StepBatch, StepInputs
 
 BLOCK = 128  # tokens per loop iteration of `_prepare_inputs_kernel`
 BLOCK_R = 128  # batch rows per chunk (prefix sums) or per program (other kernels)
@@ -27,11 +27,28 @@ BLOCK_R = 128  # batch rows per chunk (prefix sums) or per program (other kernel
 
 @triton.jit(do_not_specialize=["num_rows", "num_sampling", "num_tokens"])
 def _prepare_inputs_kernel(
-    idx_ptr, lens_ptr, sample_rows_ptr, token_ids_ptr, num_computed_ptr, block_table_ptr,
-    input_ids_ptr, positions_ptr, slot_mapping_ptr, query_start_loc_ptr, seq_lens_ptr, logits_ptr,
-    num_rows, num_sampling, num_tokens,
-    stride_ts, stride_tl, stride_bs, stride_bm,
-    BLOCK_SIZE: tl.constexpr, BLOCK: tl.constexpr, BLOCK_R: tl.constexpr,
+    idx_ptr,
+    lens_ptr,
+    sample_rows_ptr,
+    token_ids_ptr,
+    num_computed_ptr,
+    block_table_ptr,
+    input_ids_ptr,
+    positions_ptr,
+    slot_mapping_ptr,
+    query_start_loc_ptr,
+    seq_lens_ptr,
+    logits_ptr,
+    num_rows,
+    num_sampling,
+    num_tokens,
+    stride_ts,
+    stride_tl,
+    stride_bs,
+    stride_bm,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK: tl.constexpr,
+    BLOCK_R: tl.constexpr,
 ):
     """Grid ``(max(B, N),)``. Each program first sums the query lengths it
     needs itself, in BLOCK_R chunks (B is small, so no program waits for
@@ -75,7 +92,13 @@ def _prepare_inputs_kernel(
 
 @triton.jit(do_not_specialize=["num_writes"])
 def _block_table_writes_kernel(
-    block_table_ptr, rows_ptr, cols_ptr, values_ptr, num_writes, stride_bs, stride_bm,
+    block_table_ptr,
+    rows_ptr,
+    cols_ptr,
+    values_ptr,
+    num_writes,
+    stride_bs,
+    stride_bm,
     BLOCK_R: tl.constexpr,
 ):
     """Grid ``(cdiv(W, BLOCK_R),)``: each program applies BLOCK_R staged
@@ -91,9 +114,22 @@ def _block_table_writes_kernel(
 
 @triton.jit(do_not_specialize=["num_rows", "num_sampling"])
 def _post_update_kernel(
-    idx_ptr, lens_ptr, sample_rows_ptr, sampled_ptr, token_ids_ptr, num_tokens_ptr, num_computed_ptr,
-    counts_ptr, num_rows, num_sampling, stride_ts, stride_tl, stride_cs, stride_cv,
-    HAS_COUNTS: tl.constexpr, BLOCK_R: tl.constexpr,
+    idx_ptr,
+    lens_ptr,
+    sample_rows_ptr,
+    sampled_ptr,
+    token_ids_ptr,
+    num_tokens_ptr,
+    num_computed_ptr,
+    counts_ptr,
+    num_rows,
+    num_sampling,
+    stride_ts,
+    stride_tl,
+    stride_cs,
+    stride_cv,
+    HAS_COUNTS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
 ):
     """Grid ``(cdiv(max(B, N), BLOCK_R),)``: lane ``i`` advances
     ``num_computed`` of batch row ``i`` (``i < B``) and, for sampling row
@@ -128,11 +164,26 @@ def prepare_inputs(step: StepBatch, slots: SlotState, block_size: int, out: Step
         out.query_start_loc[:1].zero_()
         return
     _prepare_inputs_kernel[(max(num_rows, num_sampling),)](
-        step.idx_mapping, step.query_lens, step.sample_rows, slots.token_ids, slots.num_computed,
-        slots.block_table, out.input_ids, out.positions, out.slot_mapping, out.query_start_loc, out.seq_lens,
-        out.logits_indices, num_rows, num_sampling, step.num_tokens,
-        *slots.token_ids.stride(), *slots.block_table.stride(),
-        BLOCK_SIZE=block_size, BLOCK=BLOCK, BLOCK_R=BLOCK_R,
+        step.idx_mapping,
+        step.query_lens,
+        step.sample_rows,
+        slots.token_ids,
+        slots.num_computed,
+        slots.block_table,
+        out.input_ids,
+        out.positions,
+        out.slot_mapping,
+        out.query_start_loc,
+        out.seq_lens,
+        out.logits_indices,
+        num_rows,
+        num_sampling,
+        step.num_tokens,
+        *slots.token_ids.stride(),
+        *slots.block_table.stride(),
+        BLOCK_SIZE=block_size,
+        BLOCK=BLOCK,
+        BLOCK_R=BLOCK_R,
     )
 
 
@@ -142,7 +193,13 @@ def apply_block_table_writes(block_table: Tensor, rows: Tensor, cols: Tensor, va
     if num_writes == 0:
         return
     _block_table_writes_kernel[(triton.cdiv(num_writes, BLOCK_R),)](
-        block_table, rows, cols, values, num_writes, *block_table.stride(), BLOCK_R=BLOCK_R,
+        block_table,
+        rows,
+        cols,
+        values,
+        num_writes,
+        *block_table.stride(),
+        BLOCK_R=BLOCK_R,
     )
 
 
@@ -157,7 +214,18 @@ def post_update(step: StepBatch, sampled: Tensor, slots: SlotState) -> None:
     if counts is None:
         counts = slots.token_ids  # never read without HAS_COUNTS
     _post_update_kernel[(triton.cdiv(lanes, BLOCK_R),)](
-        step.idx_mapping, step.query_lens, step.sample_rows, sampled, slots.token_ids, slots.num_tokens,
-        slots.num_computed, counts, num_rows, num_sampling, *slots.token_ids.stride(), *counts.stride(),
-        HAS_COUNTS=has_counts, BLOCK_R=BLOCK_R,
+        step.idx_mapping,
+        step.query_lens,
+        step.sample_rows,
+        sampled,
+        slots.token_ids,
+        slots.num_tokens,
+        slots.num_computed,
+        counts,
+        num_rows,
+        num_sampling,
+        *slots.token_ids.stride(),
+        *counts.stride(),
+        HAS_COUNTS=has_counts,
+        BLOCK_R=BLOCK_R,
     )

@@ -23,15 +23,32 @@ NUM_WARPS = 8  # with 128x64 tiles: no register spills at head_dim 128 on sm_90
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
-    query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    out_ptr,
+    query_start_loc_ptr,
+    seq_lens_ptr,
+    block_tables_ptr,
     qk_scale,
-    stride_qt, stride_qh, stride_qd,
-    stride_ot, stride_oh, stride_od,
-    stride_cb, stride_co, stride_ch, stride_cd,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_ot,
+    stride_oh,
+    stride_od,
+    stride_cb,
+    stride_co,
+    stride_ch,
+    stride_cd,
     stride_bt,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     """Grid ``(cdiv(max_query_len, BLOCK_Q), num_seqs, num_kv_heads)``.
 
@@ -64,7 +81,8 @@ def _prefill_kernel(
     token = (q_start + q_idx).to(tl.int64)
     q = tl.load(
         q_ptr + token[:, None] * stride_qt + heads[:, None] * stride_qh + dims[None, :] * stride_qd,
-        mask=io_mask, other=0.0,
+        mask=io_mask,
+        other=0.0,
     ).to(k_cache_ptr.dtype.element_ty)
     q_pos = tl.where(row_mask, ctx_len + q_idx, -1)  # an invalid row sees nothing
 
@@ -96,7 +114,8 @@ def _prefill_kernel(
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     tl.store(
         out_ptr + token[:, None] * stride_ot + heads[:, None] * stride_oh + dims[None, :] * stride_od,
-        out.to(out_ptr.dtype.element_ty), mask=io_mask,
+        out.to(out_ptr.dtype.element_ty),
+        mask=io_mask,
     )
 
 
@@ -128,11 +147,24 @@ def prefill_attention(
     block_m = max(block_m, triton.next_power_of_2(group))
     block_q = block_m // group
     _prefill_kernel[(triton.cdiv(max_query_len, block_q), num_seqs, num_kv_heads)](
-        query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables,
+        query,
+        k_cache,
+        v_cache,
+        out,
+        query_start_loc,
+        seq_lens,
+        block_tables,
         scale * 1.4426950408889634,  # log2(e): the kernel works in base 2
-        *query.stride(), *out.stride(), *k_cache.stride(), block_tables.stride(0),
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
-        BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_N=block_n,
+        *query.stride(),
+        *out.stride(),
+        *k_cache.stride(),
+        block_tables.stride(0),
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        BLOCK_Q=block_q,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         num_warps=NUM_WARPS,
     )

@@ -12,9 +12,20 @@ import triton.language as tl
 
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, residual_ptr, weight_ptr, out_ptr, eps,
-    stride_xt, stride_xh, stride_rt, stride_rh, stride_ot, stride_oh,
-    DIM: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    out_ptr,
+    eps,
+    stride_xt,
+    stride_xh,
+    stride_rt,
+    stride_rh,
+    stride_ot,
+    stride_oh,
+    DIM: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """Grid ``(rows, heads)``: one program normalises the ``DIM`` values of
     row ``(t, h)``. With a residual it first forms ``x + residual`` rounded
@@ -57,9 +68,19 @@ def rms_norm(
     if num_t == 0:
         return out, x if residual is None else residual
     _rms_norm_kernel[(num_t, num_h)](
-        rows, res_rows, weight, out_rows, eps,
-        rows.stride(0), rows.stride(1), res_rows.stride(0), res_rows.stride(1),
-        out_rows.stride(0), out_rows.stride(1),
-        DIM=dim, HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(dim),
+        rows,
+        res_rows,
+        weight,
+        out_rows,
+        eps,
+        rows.stride(0),
+        rows.stride(1),
+        res_rows.stride(0),
+        res_rows.stride(1),
+        out_rows.stride(0),
+        out_rows.stride(1),
+        DIM=dim,
+        HAS_RESIDUAL=residual is not None,
+        BLOCK=triton.next_power_of_2(dim),
     )
     return out, x if residual is None else residual

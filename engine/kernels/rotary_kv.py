@@ -13,11 +13,31 @@ import triton.language as tl
 
 @triton.jit
 def _rotary_kv_kernel(
-    q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ct,
-    stride_cb, stride_co, stride_ch,
-    NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    cos_ptr,
+    sin_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_ptr,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_ct,
+    stride_cb,
+    stride_co,
+    stride_ch,
+    NUM_HEADS: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr,
+    HALF: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
 ):
     """Grid ``(num_tokens,)``. The program of token t rotates its query
     heads in place (element ``i`` of a head pairs with ``i + HALF``, neox
@@ -49,7 +69,9 @@ def _rotary_kv_kernel(
     k2 = tl.load(k_at + HALF, mask=kv_mask, other=0.0).to(tl.float32)
     v1 = tl.load(v_at, mask=kv_mask, other=0.0)
     v2 = tl.load(v_at + HALF, mask=kv_mask, other=0.0)
-    dst = (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_co + kv_heads[:, None] * stride_ch + j[None, :]
+    dst = (
+        (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_co + kv_heads[:, None] * stride_ch + j[None, :]
+    )
     k_type, cache_type = k_ptr.dtype.element_ty, k_cache_ptr.dtype.element_ty
     tl.store(k_cache_ptr + dst, (k1 * cos - k2 * sin).to(k_type).to(cache_type), mask=kv_mask)
     tl.store(k_cache_ptr + dst + HALF, (k2 * cos + k1 * sin).to(k_type).to(cache_type), mask=kv_mask)
@@ -80,11 +102,30 @@ def rotary_write_kv(
         return query
     half = head_dim // 2
     _rotary_kv_kernel[(num_tokens,)](
-        query, key, value, cos, sin, k_cache, v_cache, slot_mapping,
-        query.stride(0), query.stride(1), key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        cos.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HALF=half, BLOCK_SIZE=block_size,
-        BLOCK_HQ=triton.next_power_of_2(num_heads), BLOCK_HK=triton.next_power_of_2(num_kv_heads),
+        query,
+        key,
+        value,
+        cos,
+        sin,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        query.stride(0),
+        query.stride(1),
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        cos.stride(0),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        NUM_HEADS=num_heads,
+        NUM_KV_HEADS=num_kv_heads,
+        HALF=half,
+        BLOCK_SIZE=block_size,
+        BLOCK_HQ=triton.next_power_of_2(num_heads),
+        BLOCK_HK=triton.next_power_of_2(num_kv_heads),
         BLOCK_HALF=triton.next_power_of_2(half),
     )
     return query

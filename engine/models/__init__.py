@@ -1,10 +1,10 @@
 """Llama-family models and their loaders, behind one entry point: `load_model`.
 
-    loaded = load_model()                          # the default model (GGUF)
-    loaded = load_model("/ckpt/Qwen3-0.6B")        # HF safetensors directory
-    loaded = load_model("m.gguf", dtype="bfloat16", device="cuda")
-    loaded = load_model("loadtests/configs/qwen3-0.6b", load_format="dummy")
-    loaded = load_model(quantization="none")       # the GGUF dequantized (default: "auto")
+loaded = load_model()                          # the default model (GGUF)
+loaded = load_model("/ckpt/Qwen3-0.6B")        # HF safetensors directory
+loaded = load_model("m.gguf", dtype="bfloat16", device="cuda")
+loaded = load_model("loadtests/configs/qwen3-0.6b", load_format="dummy")
+loaded = load_model(quantization="none")       # the GGUF dequantized (default: "auto")
 """
 
 from __future__ import annotations
@@ -60,9 +60,7 @@ def load_model(
     ModelLoadError naming the path.
     """
     if load_format not in LOAD_FORMATS:
-        raise ModelLoadError(
-            f"unknown load format {load_format!r}; choose one of {', '.join(LOAD_FORMATS)}"
-        )
+        raise ModelLoadError(f"unknown load format {load_format!r}; choose one of {', '.join(LOAD_FORMATS)}")
     path = resolve_model_path(model)
     loader = _pick_loader(path, load_format)
     device = torch.device(device)
@@ -81,13 +79,9 @@ def _pick_loader(path: Path, load_format: str) -> Loader:
             raise ModelLoadError(f"{path} is a directory without a config.json; not a HF checkpoint")
         return load_hf
     if load_format == "safetensors":
-        raise ModelLoadError(
-            f"load format 'safetensors' needs a checkpoint directory; {path} is a file"
-        )
+        raise ModelLoadError(f"load format 'safetensors' needs a checkpoint directory; {path} is a file")
     if path.suffix == ".json":
-        raise ModelLoadError(
-            f"{path} is a config without weights; use load_format='dummy' for random weights"
-        )
+        raise ModelLoadError(f"{path} is a config without weights; use load_format='dummy' for random weights")
     return load_gguf
 
 

@@ -206,7 +206,8 @@ def make_rows_invariant(model: nn.Module, dtype: torch.dtype, max_rows: int = MA
     choices: dict[tuple[type, int, int, bool], ModeChoice] = {}
     counts: Counter[str] = Counter()
     targets = [
-        (name, module) for name, module in model.named_modules()
+        (name, module)
+        for name, module in model.named_modules()
         if name and hasattr(module, "in_features") and hasattr(module, "out_features")
     ]
     for name, module in targets:

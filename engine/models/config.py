@@ -108,8 +108,7 @@ def config_from_hf(raw: Mapping[str, Any], *, source: str) -> ModelConfig:
     if family is None:
         shown = ", ".join(names) or f"model_type {raw.get('model_type')!r}"
         raise ModelLoadError(
-            f"{source}: architecture {shown} is not supported; "
-            f"supported: {', '.join(HF_ARCHITECTURES)}"
+            f"{source}: architecture {shown} is not supported; supported: {', '.join(HF_ARCHITECTURES)}"
         )
     try:
         hidden = int(raw["hidden_size"])
@@ -167,9 +166,7 @@ def _hf_rope(raw: Mapping[str, Any], source: str) -> tuple[float, RopeScaling | 
     if kind in (None, "default"):
         return theta, None
     if kind != "llama3":
-        raise ModelLoadError(
-            f"{source}: RoPE scaling type {kind!r} is not supported; supported: llama3"
-        )
+        raise ModelLoadError(f"{source}: RoPE scaling type {kind!r} is not supported; supported: llama3")
     scaling = RopeScaling(
         factor=float(params["factor"]),
         low_freq_factor=float(params["low_freq_factor"]),
@@ -191,8 +188,7 @@ def config_from_gguf(
     arch = metadata.get("general.architecture")
     if arch not in GGUF_ARCHITECTURES:
         raise ModelLoadError(
-            f"{source}: GGUF architecture {arch!r} is not supported; "
-            f"supported: {', '.join(GGUF_ARCHITECTURES)}"
+            f"{source}: GGUF architecture {arch!r} is not supported; supported: {', '.join(GGUF_ARCHITECTURES)}"
         )
 
     def get(key: str, default: Any = None) -> Any:
@@ -216,8 +212,7 @@ def config_from_gguf(
         layers_present = {name.split(".")[1] for name in tensor_shapes if name.startswith("blk.")}
         if layers_present != {str(i) for i in range(num_layers)}:
             raise ModelLoadError(
-                f"{source}: GGUF metadata says {num_layers} blocks, "
-                f"the file has tensors for {len(layers_present)}"
+                f"{source}: GGUF metadata says {num_layers} blocks, the file has tensors for {len(layers_present)}"
             )
         config = ModelConfig(
             architecture=arch,
@@ -245,23 +240,28 @@ def config_from_gguf(
 
 
 def _validated(config: ModelConfig, source: str) -> ModelConfig:
-    sizes = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
-             "num_kv_heads", "head_dim", "max_position_embeddings")
+    sizes = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "max_position_embeddings",
+    )
     bad = [f"{name}={getattr(config, name)}" for name in sizes if getattr(config, name) <= 0]
     if bad:
         raise ModelLoadError(f"{source}: model sizes must be positive: {', '.join(bad)}")
     if config.num_heads % config.num_kv_heads:
         raise ModelLoadError(
-            f"{source}: {config.num_heads} attention heads are not a multiple of "
-            f"{config.num_kv_heads} KV heads"
+            f"{source}: {config.num_heads} attention heads are not a multiple of {config.num_kv_heads} KV heads"
         )
     if config.head_dim % 2:
         raise ModelLoadError(f"{source}: head_dim {config.head_dim} is odd; RoPE needs it even")
     factors = config.rope_freq_factors
     if factors is not None and len(factors) != config.head_dim // 2:
-        raise ModelLoadError(
-            f"{source}: {len(factors)} RoPE frequency factors for head_dim {config.head_dim}"
-        )
+        raise ModelLoadError(f"{source}: {len(factors)} RoPE frequency factors for head_dim {config.head_dim}")
     return config
 
 

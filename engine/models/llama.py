@@ -17,8 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from agentgate.engine.attention.base import AttentionBackend
-from agentgate.engine.attention.base import AttentionMetadata
+from agentgate.engine.attention.base import AttentionBackend, AttentionMetadata
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.models.batch_invariant import make_rows_invariant
 from agentgate.engine.models.config import ModelConfig
@@ -42,17 +41,20 @@ class Attention(nn.Module):
         self.head_dim = config.head_dim
         self.q_size, self.kv_size = config.q_size, config.kv_size
         self.scale = config.head_dim**-0.5
-        self.qkv_proj = nn.Linear(
-            config.hidden_size, config.q_size + 2 * config.kv_size, bias=config.attention_bias
-        )
+        self.qkv_proj = nn.Linear(config.hidden_size, config.q_size + 2 * config.kv_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(config.q_size, config.hidden_size, bias=config.attention_out_bias)
         # Qwen3 normalises each head of q and k before RoPE.
         self.q_norm = _norm(config.head_dim, config, attention) if config.qk_norm else None
         self.k_norm = _norm(config.head_dim, config, attention) if config.qk_norm else None
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, meta: AttentionMetadata,
-        k_cache: Tensor, v_cache: Tensor,
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        meta: AttentionMetadata,
+        k_cache: Tensor,
+        v_cache: Tensor,
     ) -> Tensor:
         num_tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -86,8 +88,14 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(config)
 
     def forward(
-        self, x: Tensor, residual: Tensor | None, cos: Tensor, sin: Tensor, meta: AttentionMetadata,
-        k_cache: Tensor, v_cache: Tensor,
+        self,
+        x: Tensor,
+        residual: Tensor | None,
+        cos: Tensor,
+        sin: Tensor,
+        meta: AttentionMetadata,
+        k_cache: Tensor,
+        v_cache: Tensor,
     ) -> tuple[Tensor, Tensor]:
         """(the previous layer's output, the residual stream before it) →
         this layer's; each residual add is fused into the norm after it."""
@@ -117,14 +125,14 @@ class CausalLM(nn.Module):
         # An explicit (uninitialised) weight skips nn.Embedding's normal_()
         # init, which on the meta device imports torch._dynamo (seconds).
         self.embed_tokens = nn.Embedding(
-            config.vocab_size, config.hidden_size,
+            config.vocab_size,
+            config.hidden_size,
             _weight=torch.empty(config.vocab_size, config.hidden_size),
         )
         self.layers = nn.ModuleList(DecoderLayer(config, attention) for _ in range(config.num_layers))
         self.norm = _norm(config.hidden_size, config, attention)
         self.lm_head = (
-            None if config.tie_word_embeddings
-            else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
         # Built on the CPU explicitly, so a model constructed on the meta
         # device still gets real tables (moved along by `.to(device)`).
@@ -164,7 +172,6 @@ class CausalLM(nn.Module):
         if self.lm_head is None:
             self.lm_head = PackedLinear(self.embed_tokens.weight, None)
         return True
-
 
     def make_batch_invariant(self, max_rows: int) -> Counter[str]:
         """For ``--deterministic`` (CPU): every token's result depends on its
@@ -214,8 +221,7 @@ def fuse_hf_weights(
     for name, shape in expected.items():
         if tuple(weights[name].shape) != shape:
             raise ModelLoadError(
-                f"{source}: weight {name} has shape {tuple(weights[name].shape)}, "
-                f"the config implies {shape}"
+                f"{source}: weight {name} has shape {tuple(weights[name].shape)}, the config implies {shape}"
             )
     fused = {n: weights[n] for n in expected if not n.endswith(_FUSED_PARTS)}
     dtype = weights["norm.weight"].dtype
@@ -230,9 +236,7 @@ def fuse_hf_weights(
     return fused
 
 
-_FUSED_PARTS = tuple(
-    f"{x}_proj.{kind}" for x in ("q", "k", "v", "gate", "up") for kind in ("weight", "bias")
-)
+_FUSED_PARTS = tuple(f"{x}_proj.{kind}" for x in ("q", "k", "v", "gate", "up") for kind in ("weight", "bias"))
 
 
 def hf_weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:

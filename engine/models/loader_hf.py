@@ -32,9 +32,7 @@ def load_hf(
     return config, build_model(config, get_backend(device), state, device, source=str(path))
 
 
-def read_safetensors(
-    path: Path, dtype: torch.dtype, device: torch.device | str = "cpu"
-) -> dict[str, torch.Tensor]:
+def read_safetensors(path: Path, dtype: torch.dtype, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """Every weight of the checkpoint in ``path``, named as in HF with the
     ``model.`` prefix stripped, in ``dtype`` on ``device``."""
     weights: dict[str, torch.Tensor] = {}

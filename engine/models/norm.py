@@ -8,9 +8,7 @@ import torch
 from torch import Tensor, nn
 
 
-def rms_norm(
-    x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
+def rms_norm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """HF's RMSNorm of the last dim (normalise in float32, round to the
     input dtype, scale by ``weight``) → ``(normed, residual_out)``. Without
     ``residual``, ``residual_out`` is ``x``; with one, the norm is taken of

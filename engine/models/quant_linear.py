@@ -127,7 +127,10 @@ def _check_kernels() -> bool:
     weight = torch.randn(64, 128, generator=generator)
     x = torch.randn(3, 128, generator=generator).to(KERNEL_DTYPE).float()
     try:
-        for quantized, linear in ((q := quantize_int4(weight), Int4Linear(q)), (p := quantize_int8(weight), Int8Linear(p))):
+        for quantized, linear in (
+            (q := quantize_int4(weight), Int4Linear(q)),
+            (p := quantize_int8(weight), Int8Linear(p)),
+        ):
             expected = x @ quantized.dequantize().T
             if not torch.allclose(linear(x), expected, rtol=2e-2, atol=2e-2 * float(expected.abs().max())):
                 log.warning("%s disagrees with its reference here; weights stay dense", type(linear).__name__)

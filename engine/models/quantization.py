@@ -54,7 +54,9 @@ def resolve(mode: str, device: torch.device) -> str:
 
 def is_quantizable(hf_name: str, tied: bool) -> bool:
     """Linear weights and the LM head (the embedding table when tied)."""
-    return hf_name.endswith("_proj.weight") or hf_name == "lm_head.weight" or (tied and hf_name == "embed_tokens.weight")
+    return (
+        hf_name.endswith("_proj.weight") or hf_name == "lm_head.weight" or (tied and hf_name == "embed_tokens.weight")
+    )
 
 
 def from_gguf(raw: np.ndarray, qtype: gguf.GGMLQuantizationType, rows: int, mode: str) -> QuantizedWeight | None:
@@ -66,9 +68,7 @@ def from_gguf(raw: np.ndarray, qtype: gguf.GGMLQuantizationType, rows: int, mode
     return gguf_blocks.decode(raw, qtype, rows)
 
 
-def quantize_dense(
-    weights: dict[str, Tensor], config: ModelConfig, mode: str
-) -> dict[str, Tensor | QuantizedWeight]:
+def quantize_dense(weights: dict[str, Tensor], config: ModelConfig, mode: str) -> dict[str, Tensor | QuantizedWeight]:
     """A dense state dict with its quantizable weights quantized for ``mode``."""
     tied = config.tie_word_embeddings
     return {n: from_dense(w, mode) if is_quantizable(n, tied) else w for n, w in weights.items()}

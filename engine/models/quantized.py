@@ -87,9 +87,7 @@ def cat_rows(parts: list[Tensor | QuantizedWeight], dtype: torch.dtype) -> Tenso
     stay quantized; a mix (say a Q6_K part among Q4_K ones) is dequantized to
     ``dtype`` as a whole, which keeps every value exact."""
     first = parts[0]
-    if isinstance(first, Int4Groups) and all(
-        isinstance(p, Int4Groups) and p.repeat == first.repeat for p in parts
-    ):
+    if isinstance(first, Int4Groups) and all(isinstance(p, Int4Groups) and p.repeat == first.repeat for p in parts):
         sources = sorted({p.source for p in parts})
         return Int4Groups(
             torch.cat([p.codes for p in parts]),

@@ -30,17 +30,13 @@ def inverse_frequencies(config: ModelConfig, device: torch.device | str = "cpu")
     high_freq_wavelen = old_len / scaling.high_freq_factor
     wavelen = 2 * math.pi / inv_freq
     scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
-    smooth = (old_len / wavelen - scaling.low_freq_factor) / (
-        scaling.high_freq_factor - scaling.low_freq_factor
-    )
+    smooth = (old_len / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
     smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
     is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
     return torch.where(is_medium, smoothed, scaled)
 
 
-def rope_tables(
-    config: ModelConfig, device: torch.device | str = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(config: ModelConfig, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin, each [max_position_embeddings, head_dim / 2] float32."""
     positions = torch.arange(config.max_position_embeddings, dtype=torch.float32, device=device)
     angles = torch.outer(positions, inverse_frequencies(config, device))

@@ -96,7 +96,10 @@ class TorchModelRunner(ModelRunner):
                 "deterministic",
             )
         self.loaded = loaded or load_model(
-            config.model, dtype=config.dtype, device=self.device, load_format=config.load_format,
+            config.model,
+            dtype=config.dtype,
+            device=self.device,
+            load_format=config.load_format,
             quantization=config.quantization,
         )
         self.model = self.loaded.model
@@ -127,8 +130,12 @@ class TorchModelRunner(ModelRunner):
         self.graphs: DecodeGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager:
             self.graphs = DecodeGraphs(
-                self.model, self.kv_caches, config.max_num_seqs, self.max_blocks_per_seq,
-                self.kv_spec.max_model_len, self.device,
+                self.model,
+                self.kv_caches,
+                config.max_num_seqs,
+                self.max_blocks_per_seq,
+                self.kv_spec.max_model_len,
+                self.device,
             )
             self.graphs.capture()
 

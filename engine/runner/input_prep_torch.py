@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from agentgate.engine.runner.step_batch import StepBatch, StepInputs
     from agentgate.engine.runner.slot_state import SlotState
+    from agentgate.engine.runner.step_batch import StepBatch, StepInputs
 
 
 def prepare_inputs(step: StepBatch, slots: SlotState, block_size: int, out: StepInputs) -> None:

@@ -85,5 +85,5 @@ def exponential(keys: Tensor, offsets: Tensor) -> Tensor:
     bits.bitwise_right_shift_(64 - UNIFORM_BITS).bitwise_and_((1 << UNIFORM_BITS) - 1)
     noise = bits.to(torch.float32)
     del bits
-    noise.add_(0.5).mul_(2.0 ** -UNIFORM_BITS)
+    noise.add_(0.5).mul_(2.0**-UNIFORM_BITS)
     return noise.log_().neg_()

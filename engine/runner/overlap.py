@@ -31,12 +31,12 @@ from agentgate.engine.attention import AttentionMetadata
 from agentgate.engine.attention.base import count_shared_prefix_blocks
 from agentgate.engine.runner.base import TorchModelRunner
 from agentgate.engine.runner.input_prep import apply_block_table_writes, post_update, prepare_inputs
-from agentgate.engine.runner.sampler import sample
 from agentgate.engine.runner.output_ring import HostOutput, OutputRing
+from agentgate.engine.runner.sampler import sample
 from agentgate.engine.runner.sampling_batch import SamplingBatch, SamplingFlags
 from agentgate.engine.runner.slot_state import SlotState
-from agentgate.engine.runner.step_batch import StepBatch, StepInputs
 from agentgate.engine.runner.staging import StepStaging
+from agentgate.engine.runner.step_batch import StepBatch, StepInputs
 from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 
 
@@ -73,7 +73,10 @@ class OverlapRunner(TorchModelRunner):
         default_depth = 2 if self.device.type == "cuda" else 1
         self.max_steps_in_flight = self.config.steps_in_flight or default_depth
         self.slots = SlotState(
-            self.config.max_num_seqs, self.kv_spec.max_model_len, self.max_blocks_per_seq, self.vocab_size,
+            self.config.max_num_seqs,
+            self.kv_spec.max_model_len,
+            self.max_blocks_per_seq,
+            self.vocab_size,
             self.device,
         )
         self.staging = StepStaging(self.device)

@@ -239,9 +239,7 @@ def _apply_min_p_(logits: Tensor, min_p: Tensor) -> None:
     logits.masked_fill_(logits < threshold, _NEG_INF)
 
 
-def _apply_top_k_top_p_(
-    logits: Tensor, top_k: Tensor | None, top_p: Tensor | None, tables: _VocabTables
-) -> None:
+def _apply_top_k_top_p_(logits: Tensor, top_k: Tensor | None, top_p: Tensor | None, tables: _VocabTables) -> None:
     """Mask everything below the value of the last kept token of the sorted row.
 
     The kept set is a prefix of the descending sort: the first k (top-k), then

@@ -133,7 +133,9 @@ class SlotState:
         self.output_counts[slot].index_add_(0, outputs, torch.ones_like(outputs, dtype=torch.int32))
 
     # -- reads ---------------------------------------------------------------
-    def sampling_batch(self, idx_mapping: torch.Tensor, sample_rows: torch.Tensor, flags: SamplingFlags) -> SamplingBatch:
+    def sampling_batch(
+        self, idx_mapping: torch.Tensor, sample_rows: torch.Tensor, flags: SamplingFlags
+    ) -> SamplingBatch:
         """The parameters of the sampling rows (batch rows ``sample_rows``,
         whose slots are ``idx_mapping[sample_rows]``), gathered on the
         device. Only what ``flags`` say some row uses is gathered: a greedy

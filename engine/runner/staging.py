@@ -36,9 +36,7 @@ class StepStaging:
 
     def _allocate(self, capacity: int) -> None:
         self.capacity = capacity
-        self._host = [
-            torch.empty(capacity, dtype=self.dtype, pin_memory=self._pinned) for _ in range(RING_DEPTH)
-        ]
+        self._host = [torch.empty(capacity, dtype=self.dtype, pin_memory=self._pinned) for _ in range(RING_DEPTH)]
         self._host_np = [h.numpy() for h in self._host]
         self._device_buf = torch.empty(capacity, dtype=self.dtype, device=self.device)
 

@@ -56,8 +56,12 @@ class StepInputs:
             return torch.empty(size, dtype=dtype, device=device)
 
         return cls(
-            buffer(num_tokens, torch.long), buffer(num_tokens, torch.long), buffer(num_tokens, torch.long),
-            buffer(num_rows + 1, torch.int32), buffer(num_rows, torch.int32), buffer(num_sampling, torch.long),
+            buffer(num_tokens, torch.long),
+            buffer(num_tokens, torch.long),
+            buffer(num_tokens, torch.long),
+            buffer(num_rows + 1, torch.int32),
+            buffer(num_rows, torch.int32),
+            buffer(num_sampling, torch.long),
         )
 
     @classmethod
@@ -66,7 +70,10 @@ class StepInputs:
         as padding (slot -1: no KV write; seq_len 0: no attention)."""
         long = dict(dtype=torch.long, device=device)
         return cls(
-            torch.zeros(max_rows, **long), torch.zeros(max_rows, **long), torch.full((max_rows,), -1, **long),
+            torch.zeros(max_rows, **long),
+            torch.zeros(max_rows, **long),
+            torch.full((max_rows,), -1, **long),
             torch.arange(max_rows + 1, dtype=torch.int32, device=device),
-            torch.zeros(max_rows, dtype=torch.int32, device=device), torch.zeros(max_rows, **long),
+            torch.zeros(max_rows, dtype=torch.int32, device=device),
+            torch.zeros(max_rows, **long),
         )

@@ -113,16 +113,27 @@ class SyncRunner(TorchModelRunner):
         # The step's arrays cross in one copy from a pinned ring, as the
         # overlapped runner's do: the two runners differ in when they wait.
         ids_d, pos_d, slots_d, lens_d, qsl_d, tables_d, rows_d = self.staging.stage(
-            [input_ids, np.concatenate(positions), np.concatenate(slots), seq_lens, query_start,
-             block_tables.reshape(-1), logits_rows]
+            [
+                input_ids,
+                np.concatenate(positions),
+                np.concatenate(slots),
+                seq_lens,
+                query_start,
+                block_tables.reshape(-1),
+                logits_rows,
+            ]
         )
         bucket = self.graphs.bucket_for(num_rows) if self.graphs and num_tokens == num_rows else None
         if bucket is not None:
             graphs = self.graphs
             graphs.pad(num_rows)
             static = graphs.inputs
-            for dst, src in ((static.input_ids, ids_d), (static.positions, pos_d),
-                             (static.slot_mapping, slots_d), (static.seq_lens, lens_d)):
+            for dst, src in (
+                (static.input_ids, ids_d),
+                (static.positions, pos_d),
+                (static.slot_mapping, slots_d),
+                (static.seq_lens, lens_d),
+            ):
                 dst[:num_rows].copy_(src)
             static.query_start_loc[: num_rows + 1].copy_(qsl_d)
             graphs.block_tables[:num_rows, :width].copy_(tables_d.view(num_rows, width))

@@ -83,4 +83,4 @@ def _tail(request: Request, n: int) -> list[int]:
     outputs = request.output_token_ids
     if len(outputs) >= n:
         return outputs[-n:]
-    return request.prompt_token_ids[-(n - len(outputs)):] + outputs
+    return request.prompt_token_ids[-(n - len(outputs)) :] + outputs

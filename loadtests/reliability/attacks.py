@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import anyio
@@ -50,7 +51,9 @@ async def fanout(url: str) -> dict:
             await anyio.sleep(0.2)
             for _ in range(5):
                 t = time.monotonic()
-                await client.post(f"{url}{CHAT}", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+                await client.post(
+                    f"{url}{CHAT}", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+                )
                 beside.append(time.monotonic() - t)
     return {"2000 prompts": f"{wide.status_code} {wide.json()['error']['code']} in {wide_s * 1000:.0f} ms",
             "200 prompts x n=128": f"{deep.status_code} {deep.json()['error']['code']}",
@@ -60,7 +63,7 @@ async def fanout(url: str) -> dict:
 
 async def bodies(url: str, seconds: float) -> dict:
     text = "x" * (5 * 1024 * 1024)
-    body = ('{"messages": [{"role": "user", "content": "%s"}], "max_tokens": 4}' % text).encode()
+    body = json.dumps({"messages": [{"role": "user", "content": text}], "max_tokens": 4}).encode()
     statuses: dict[int, int] = {}
     probes: list[float] = []
     stop = anyio.Event()

@@ -19,7 +19,14 @@ import anyio
 import httpx
 
 from agentgate.loadtests.reliability.common import (
-    NULL_ENGINE, Outcomes, child_pids, median, report, serve, traffic, wait_status,
+    NULL_ENGINE,
+    Outcomes,
+    child_pids,
+    median,
+    report,
+    serve,
+    traffic,
+    wait_status,
 )  # fmt: skip
 
 
@@ -79,8 +86,10 @@ async def run(args: argparse.Namespace) -> None:
             stop.set()
     finally:
         await anyio.to_thread.run_sync(server.stop)
-    report(f"kill {args.kill} x{args.times} ({args.runner} runner, {args.clients} clients)",
-           {**figures, "requests": out.summary(), "gateway_exit": server.process.returncode})
+    report(
+        f"kill {args.kill} x{args.times} ({args.runner} runner, {args.clients} clients)",
+        {**figures, "requests": out.summary(), "gateway_exit": server.process.returncode},
+    )
 
 
 def main() -> None:

@@ -64,8 +64,10 @@ def main() -> None:
     try:
         for mode in ("positive", "negative"):
             result = fuzz(server.url, mode, args.examples, args.phases)
-            report(f"fuzz {mode} ({args.examples} examples per operation, phases {args.phases})",
-                   {"cases": result["cases"], "5xx": result["5xx"], "schemathesis exit": result["exit"]})
+            report(
+                f"fuzz {mode} ({args.examples} examples per operation, phases {args.phases})",
+                {"cases": result["cases"], "5xx": result["5xx"], "schemathesis exit": result["exit"]},
+            )
             print(result["output"])
     finally:
         server.stop()

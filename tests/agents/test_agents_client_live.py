@@ -4,14 +4,19 @@ server-side, retries on 429, timeouts, auth errors, and the admin calls."""
 from __future__ import annotations
 
 import gc
-
 import time
 
 import anyio
 import pytest
 
 from agentgate.agents import Admin, AsyncAdmin, AsyncClient, Client, ContentDelta, Finish, UsageEvent
-from agentgate.agents.errors import APITimeoutError, AuthenticationError, PermissionDeniedError, RateLimitError, UnsupportedError
+from agentgate.agents.errors import (
+    APITimeoutError,
+    AuthenticationError,
+    PermissionDeniedError,
+    RateLimitError,
+    UnsupportedError,
+)
 from tests.support.http import engine_idle, metrics, wait_for
 from tests.support.servers import ADMIN_KEY, USER_KEY
 

@@ -95,6 +95,8 @@ async def test_the_calculator_example_runs_on_the_default_model(model_server, ca
             pytest.skip("the gateway does not return tool calls yet (issue 7)")
     capsys.readouterr()
     # 64 tokens: a call takes about 33, and one that max_tokens cuts is no longer returned (issue 17)
-    code = await calculator.run(["--url", model_server.url, "--max-turns", "2", "--max-tokens", "64", "What is 12 * 7?"])
+    code = await calculator.run(
+        ["--url", model_server.url, "--max-turns", "2", "--max-tokens", "64", "What is 12 * 7?"]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "→" in out and "←" in out and "turn(s)" in out  # a call, its result, the summary

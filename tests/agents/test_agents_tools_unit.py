@@ -42,7 +42,7 @@ def test_schemas_of_type_hints():
     assert json_schema(dict[str, float]) == {"type": "object", "additionalProperties": {"type": "number"}}
     assert json_schema(Literal["a", "b"]) == {"type": "string", "enum": ["a", "b"]}
     assert json_schema(Color) == {"type": "string", "enum": ["red", "blue"]}
-    assert json_schema(Optional[int]) == {"type": ["integer", "null"]}
+    assert json_schema(Optional[int]) == {"type": ["integer", "null"]}  # noqa: UP045 (the old spelling, on purpose)
     assert json_schema(int | str) == {"anyOf": [{"type": "integer"}, {"type": "string"}]}
     assert json_schema(Annotated[int, "how many"]) == {"type": "integer", "description": "how many"}
     assert json_schema(tuple[int, str])["prefixItems"] == [{"type": "integer"}, {"type": "string"}]

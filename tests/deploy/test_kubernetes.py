@@ -96,7 +96,8 @@ def test_service_selects_the_gateway_pods(rendered):
     [port] = service["spec"]["ports"]
     assert port["targetPort"] in {p["name"] for p in container["ports"]}
     assert int(env_of(container)["AGENTGATE_PORT"]["value"]) == next(
-        p["containerPort"] for p in container["ports"] if p["name"] == port["targetPort"])
+        p["containerPort"] for p in container["ports"] if p["name"] == port["targetPort"]
+    )
     for other in ("agentgate-engine", "agentgate-redis"):  # nothing else answers on the gateway Service
         pods = one(docs, "StatefulSet", other)["spec"]["template"]["metadata"]["labels"]
         assert not selects(service["spec"]["selector"], pods)
@@ -128,14 +129,17 @@ def test_engine_addresses_resolve_to_the_statefulset_pods(rendered):
     # Engines and gateways share the registry: the same Redis from the same Secret key.
     for container in (engine, gateway):
         assert env_of(container)["AGENTGATE_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
-            "name": SECRET, "key": "redis-url"}
+            "name": SECRET,
+            "key": "redis-url",
+        }
     # Only gateways may dial the engines.
     policy = one(docs, "NetworkPolicy", "agentgate-engine")
     assert selects(policy["spec"]["podSelector"]["matchLabels"], sts["spec"]["template"]["metadata"]["labels"])
     [rule] = policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": port}]
     assert [f["podSelector"]["matchLabels"] for f in rule["from"]] == [
-        one(docs, "Deployment", "agentgate-gateway")["spec"]["template"]["metadata"]["labels"]]
+        one(docs, "Deployment", "agentgate-gateway")["spec"]["template"]["metadata"]["labels"]
+    ]
 
 
 def test_keys_come_from_the_secret_and_gateways_off_loopback_have_both(rendered):
@@ -158,7 +162,9 @@ def test_budgets_autoscaler_and_drain_times(rendered):
     for name in ("agentgate-gateway", "agentgate-engine"):
         pdb = one(docs, "PodDisruptionBudget", name)
         kind = "Deployment" if name == "agentgate-gateway" else "StatefulSet"
-        assert selects(pdb["spec"]["selector"]["matchLabels"], one(docs, kind, name)["spec"]["template"]["metadata"]["labels"])
+        assert selects(
+            pdb["spec"]["selector"]["matchLabels"], one(docs, kind, name)["spec"]["template"]["metadata"]["labels"]
+        )
     hpa = one(docs, "HorizontalPodAutoscaler", "agentgate-gateway")
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "agentgate-gateway"}
     assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
@@ -170,7 +176,8 @@ def test_budgets_autoscaler_and_drain_times(rendered):
         assert pod["terminationGracePeriodSeconds"] > drain + pre_stop, f"{name}: the kubelet kills mid-drain"
     redis = one(docs, "StatefulSet", "agentgate-redis")
     assert redis["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] in {
-        m["name"] for m in redis["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+        m["name"] for m in redis["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    }
 
 
 def test_cuda_overlay_gives_each_engine_one_gpu():

@@ -64,8 +64,15 @@ def build_batch(seq_specs, num_heads, num_kv_heads, head_dim, block_size, seed=0
     new_k = torch.cat([k[c:] for k, (c, _) in zip(full_k, seq_specs)])
     new_v = torch.cat([v[c:] for v, (c, _) in zip(full_v, seq_specs)])
     return dict(
-        meta=meta, k_cache=k_cache, v_cache=v_cache, query=torch.cat(queries),
-        new_k=new_k, new_v=new_v, full_k=full_k, full_v=full_v, queries=queries,
+        meta=meta,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        query=torch.cat(queries),
+        new_k=new_k,
+        new_v=new_v,
+        full_k=full_k,
+        full_v=full_v,
+        queries=queries,
     )
 
 
@@ -140,9 +147,17 @@ def build_shared_prefix_batch(prefix_blocks, own_lens, num_heads, num_kv_heads, 
     qsl = torch.arange(len(own_lens) + 1, dtype=torch.int32)
     seq_lens = torch.tensor(totals, dtype=torch.int32)
     meta = AttentionMetadata(
-        slot_mapping=torch.cat(slots), query_start_loc=qsl, seq_lens=seq_lens, block_tables=tables,
-        max_query_len=1, max_seq_len=max(totals), query_start_loc_cpu=qsl.clone(), seq_lens_cpu=seq_lens.clone(),
-        shared_prefix_blocks=count_shared_prefix_blocks([row[: -(-t // block_size)] for row, t in zip(tables.tolist(), totals)]),
+        slot_mapping=torch.cat(slots),
+        query_start_loc=qsl,
+        seq_lens=seq_lens,
+        block_tables=tables,
+        max_query_len=1,
+        max_seq_len=max(totals),
+        query_start_loc_cpu=qsl.clone(),
+        seq_lens_cpu=seq_lens.clone(),
+        shared_prefix_blocks=count_shared_prefix_blocks(
+            [row[: -(-t // block_size)] for row, t in zip(tables.tolist(), totals)]
+        ),
     )
     query = torch.randn(len(own_lens), num_heads, head_dim, generator=gen)
     return meta, k_cache, v_cache, query, full_k, full_v
@@ -157,7 +172,9 @@ def build_shared_prefix_batch(prefix_blocks, own_lens, num_heads, num_kv_heads, 
         (4, [2, 2, 31, 33, 64, 1]),
     ],
 )
-def test_decode_reads_a_shared_prefix_once_and_gives_the_same_attention(prefix_blocks, own_lens, num_heads, num_kv_heads):
+def test_decode_reads_a_shared_prefix_once_and_gives_the_same_attention(
+    prefix_blocks, own_lens, num_heads, num_kv_heads
+):
     meta, k_cache, v_cache, query, full_k, full_v = build_shared_prefix_batch(
         prefix_blocks, own_lens, num_heads, num_kv_heads, head_dim=8, block_size=16
     )
@@ -188,10 +205,17 @@ def test_decode_rows_of_a_mixed_batch_use_the_shared_prefix_too():
     qsl = torch.tensor([0, 1, 2, 3, 8], dtype=torch.int32)
     seq_lens = torch.cat([meta.seq_lens, torch.tensor([37], dtype=torch.int32)])
     mixed = AttentionMetadata(
-        slot_mapping=torch.cat([meta.slot_mapping, new_slots]), query_start_loc=qsl,
-        seq_lens=seq_lens, block_tables=tables, max_query_len=5,
-        max_seq_len=int(seq_lens.max()), query_start_loc_cpu=qsl.clone(), seq_lens_cpu=seq_lens.clone(),
-        shared_prefix_blocks=count_shared_prefix_blocks([r[: -(-n // 16)] for r, n in zip(tables.tolist(), seq_lens.tolist())]),
+        slot_mapping=torch.cat([meta.slot_mapping, new_slots]),
+        query_start_loc=qsl,
+        seq_lens=seq_lens,
+        block_tables=tables,
+        max_query_len=5,
+        max_seq_len=int(seq_lens.max()),
+        query_start_loc_cpu=qsl.clone(),
+        seq_lens_cpu=seq_lens.clone(),
+        shared_prefix_blocks=count_shared_prefix_blocks(
+            [r[: -(-n // 16)] for r, n in zip(tables.tolist(), seq_lens.tolist())]
+        ),
     )
     assert mixed.shared_prefix_blocks == 2
     out = paged_attention(torch.cat([query, new_q]), k_cache, v_cache, mixed, scale=0.5)

@@ -35,8 +35,9 @@ class FakeMachine:
 
 def test_governor_follows_a_competing_process_and_back(restore_threads):
     fake = FakeMachine()
-    governor = ThreadGovernor(cores=2, interval=2.0, machine=lambda: fake.machine, own=lambda: fake.own,
-                              clock=lambda: fake.now)
+    governor = ThreadGovernor(
+        cores=2, interval=2.0, machine=lambda: fake.machine, own=lambda: fake.own, clock=lambda: fake.now
+    )
     torch.set_num_threads(2)
     governor.threads = 2
     fake.advance(2.5, ours=2.0, others=0.1)

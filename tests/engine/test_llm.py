@@ -47,7 +47,10 @@ def test_seeded_sampling_is_reproducible_across_batches(llm_fp32):
     blocking changes with the batch shape, enough to flip near-ties."""
     params = SamplingParams(temperature=1.0, seed=1234, max_tokens=16, ignore_eos=True)
     [alone] = llm_fp32.generate(["Tell me a story."], params)
-    mixed = llm_fp32.generate(["Hello", "Tell me a story.", "Goodbye"], [SamplingParams(max_tokens=5), params, SamplingParams(temperature=0.5, max_tokens=9)])
+    mixed = llm_fp32.generate(
+        ["Hello", "Tell me a story.", "Goodbye"],
+        [SamplingParams(max_tokens=5), params, SamplingParams(temperature=0.5, max_tokens=9)],
+    )
     assert mixed[1].token_ids == alone.token_ids
 
 

@@ -35,7 +35,9 @@ def llm(request):
 
 def test_json_schema_output_always_validates(llm):
     params = [
-        SamplingParams(temperature=t, seed=s, max_tokens=120, structured=StructuredOutput(json_schema=json.dumps(PERSON)))
+        SamplingParams(
+            temperature=t, seed=s, max_tokens=120, structured=StructuredOutput(json_schema=json.dumps(PERSON))
+        )
         for t, s in [(0.0, 0), (0.8, 1), (1.0, 2), (1.2, 3)]
     ]
     outs = llm.chat([PROMPT] * len(params), params)
@@ -65,7 +67,10 @@ def test_unconstrained_neighbours_are_unaffected(llm):
 
 
 def test_regex_and_structural_tag(llm):
-    [phone] = llm.generate(["My phone number is "], SamplingParams(temperature=0.7, seed=5, max_tokens=20, structured=StructuredOutput(regex=r"[0-9]{3}-[0-9]{4}")))
+    [phone] = llm.generate(
+        ["My phone number is "],
+        SamplingParams(temperature=0.7, seed=5, max_tokens=20, structured=StructuredOutput(regex=r"[0-9]{3}-[0-9]{4}")),
+    )
     assert re.fullmatch(r"[0-9]{3}-[0-9]{4}", phone.text), phone.text
     tag = {
         "type": "structural_tag",
@@ -73,12 +78,18 @@ def test_regex_and_structural_tag(llm):
             "type": "sequence",
             "elements": [
                 {"type": "const_string", "value": '<tool_call>\n{"name": "get_weather", "arguments": '},
-                {"type": "json_schema", "json_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+                {
+                    "type": "json_schema",
+                    "json_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                },
                 {"type": "const_string", "value": "}\n</tool_call>"},
             ],
         },
     }
-    [call] = llm.chat([{"role": "user", "content": "What's the weather in Paris?"}], SamplingParams(temperature=0, max_tokens=60, structured=StructuredOutput(structural_tag=json.dumps(tag))))
+    [call] = llm.chat(
+        [{"role": "user", "content": "What's the weather in Paris?"}],
+        SamplingParams(temperature=0, max_tokens=60, structured=StructuredOutput(structural_tag=json.dumps(tag))),
+    )
     body = re.fullmatch(r"<tool_call>\n(.*)\n</tool_call>", call.text, re.S)
     assert body, call.text
     assert json.loads(body.group(1))["name"] == "get_weather"

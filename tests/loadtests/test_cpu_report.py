@@ -36,7 +36,9 @@ def test_verbose_lines_name_the_kernels():
 
 
 def test_the_full_report_covers_every_form_and_matmul(tmp_path, capfd):
-    cpu_report.main(["--model", str(tiny_llama_dir(tmp_path)), "--load-format", "dummy", "--max-rows", "16", "--repeat", "1"])
+    cpu_report.main(
+        ["--model", str(tiny_llama_dir(tmp_path)), "--load-format", "dummy", "--max-rows", "16", "--repeat", "1"]
+    )
     out = capfd.readouterr().out
     for part in ("matmul kernels", "--deterministic modes (checked up to 16 rows", "int4 / dense crossover"):
         assert part in out

@@ -43,7 +43,10 @@ def run_check(root: Path, tmp_path: Path, steps: str | None, **env: str) -> subp
         (tmp_path / "steps.sh").write_text(steps)
         environ["GPU_CHECK_STEPS"] = str(tmp_path / "steps.sh")
     return subprocess.run(
-        ["bash", str(root / "loadtests" / "gpu_check.sh")], env=environ, capture_output=True, text=True,
+        ["bash", str(root / "loadtests" / "gpu_check.sh")],
+        env=environ,
+        capture_output=True,
+        text=True,
         timeout=240,
     )
 

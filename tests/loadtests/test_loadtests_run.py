@@ -12,8 +12,21 @@ from tests.support.servers import ADMIN_KEY, REPO
 
 
 def _run(server, out, *flags: str) -> dict:
-    command = [sys.executable, "-m", "agentgate.loadtests", "--url", server.url, "--admin-key", ADMIN_KEY, "--out", str(out),
-               "--no-progress", "--metrics-interval", "0.5", *flags]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "agentgate.loadtests",
+        "--url",
+        server.url,
+        "--admin-key",
+        ADMIN_KEY,
+        "--out",
+        str(out),
+        "--no-progress",
+        "--metrics-interval",
+        "0.5",
+        *flags,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "agentgate load test" in done.stdout and "report:" in done.stdout

@@ -19,7 +19,8 @@ def test_the_profile_counts_operators_and_splits_the_step(tmp_path, capfd):
     assert all(int(calls.replace(",", "")) > 20 for _, calls in batches)
     for wall, linears, kernels, rest, attention, sampler, other in re.findall(
         r"wall ([\d.]+) ms per step = linears ([\d.]+) \(matmul kernels ([\d.]+), casts and reshapes ([\d.]+)\) "
-        r"\+ attention ([\d.]+) \+ sampler ([\d.]+) \+ other host work ([\d.]+)", out
+        r"\+ attention ([\d.]+) \+ sampler ([\d.]+) \+ other host work ([\d.]+)",
+        out,
     ):
         assert float(linears) > 0 and float(attention) > 0 and float(sampler) > 0
         assert float(kernels) + float(rest) == pytest.approx(float(linears), abs=0.02)

@@ -18,7 +18,17 @@ import httpx
 import pytest
 
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for
-from tests.support.servers import NULL_ENGINE, RedisServer, alive, cmdline, launch_engine, launch_gateway, start_server, stop_all, wait_healthy
+from tests.support.servers import (
+    NULL_ENGINE,
+    RedisServer,
+    alive,
+    cmdline,
+    launch_engine,
+    launch_gateway,
+    start_server,
+    stop_all,
+    wait_healthy,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +84,7 @@ def test_a_killed_embedded_redis_is_restarted_with_its_sessions(served):
     [restarted] = [p for p in served.all_descendants() if "redis-server" in cmdline(p)]
     assert restarted != redis and not alive(redis)  # the dead one was reaped
     wait_for(lambda: _health(served.url).json()["status"] == "ok", timeout=5, message="/health ok again")
-    assert "redis-server (pid %d) died" % redis in served.log()
+    assert f"redis-server (pid {redis}) died" in served.log()
 
 
 def test_with_an_external_redis_down_sessions_fail_fast_and_the_kill_switch_still_works(tmp_path):

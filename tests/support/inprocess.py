@@ -103,8 +103,11 @@ class InProcessGateway:
             state = stack.enter_context(portal.wrap_async_context_manager(app.router.lifespan_context(app)))
             self.state = state["gateway"]
             self.client = stack.enter_context(
-                httpx.Client(transport=_PortalTransport(portal, _WithLifespanState(app, state)),
-                             base_url="http://gateway", timeout=30)  # fmt: skip
+                httpx.Client(
+                    transport=_PortalTransport(portal, _WithLifespanState(app, state)),
+                    base_url="http://gateway",
+                    timeout=30,
+                )  # fmt: skip
             )
         except BaseException:
             stack.close()

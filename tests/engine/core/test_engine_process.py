@@ -38,7 +38,9 @@ async def test_handshake_generate_and_stats():
         results = {}
 
         async def one(i):
-            results[i] = await collect(client, f"r{i}", [1, 2, 3 + i], SamplingParams(max_tokens=5 + i, ignore_eos=True))
+            results[i] = await collect(
+                client, f"r{i}", [1, 2, 3 + i], SamplingParams(max_tokens=5 + i, ignore_eos=True)
+            )
 
         async with anyio.create_task_group() as tg:
             for i in range(32):
@@ -64,7 +66,9 @@ async def test_bad_input_is_rejected_and_the_engine_keeps_serving():
 
 async def test_leaving_a_stream_early_aborts_the_request():
     async with EngineClient.spawn(NULL) as client:
-        async with aclosing(client.generate("long", [1, 2], SamplingParams(max_tokens=100_000, ignore_eos=True))) as outs:
+        async with aclosing(
+            client.generate("long", [1, 2], SamplingParams(max_tokens=100_000, ignore_eos=True))
+        ) as outs:
             async for _ in outs:
                 break
         for _ in range(100):

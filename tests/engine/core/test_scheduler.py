@@ -22,9 +22,7 @@ def make_core(*, num_blocks=4096, block_size=4, in_flight=1, prefix=True, **limi
         max_num_seqs=limits.get("max_num_seqs", 64),
         max_num_batched_tokens=limits.get("max_num_batched_tokens", 64),
     )
-    runner = NullRunner(
-        num_blocks=num_blocks, block_size=block_size, vocab_size=VOCAB, max_steps_in_flight=in_flight
-    )
+    runner = NullRunner(num_blocks=num_blocks, block_size=block_size, vocab_size=VOCAB, max_steps_in_flight=in_flight)
     return EngineCore(config, runner)
 
 
@@ -62,7 +60,10 @@ def alone(p, params, **kw):
 @pytest.mark.parametrize("in_flight", [1, 2])
 def test_concurrent_mixed_lengths_with_chunking_and_preemption_match_solo_runs(in_flight):
     rng = random.Random(0)
-    specs = [(prompt(rng, rng.randrange(1, 90)), SamplingParams(temperature=0, max_tokens=rng.randrange(1, 40))) for _ in range(16)]
+    specs = [
+        (prompt(rng, rng.randrange(1, 90)), SamplingParams(temperature=0, max_tokens=rng.randrange(1, 40)))
+        for _ in range(16)
+    ]
     # 40 blocks of 4 tokens cannot hold 16 requests of up to 130 tokens: preemption is forced.
     core = make_core(num_blocks=40, in_flight=in_flight, max_num_batched_tokens=24)
     for i, (p, params) in enumerate(specs):
@@ -82,7 +83,11 @@ def test_pipeline_of_two_gives_the_same_tokens_as_one():
         core = make_core(in_flight=in_flight, num_blocks=200, max_num_batched_tokens=32)
         rng = random.Random(1)
         for i in range(20):
-            core.add_request(f"r{i}", prompt(rng, rng.randrange(1, 50)), SamplingParams(seed=i, max_tokens=rng.randrange(1, 30), stop_token_ids=[7]))
+            core.add_request(
+                f"r{i}",
+                prompt(rng, rng.randrange(1, 50)),
+                SamplingParams(seed=i, max_tokens=rng.randrange(1, 30), stop_token_ids=[7]),
+            )
         outs.append(run_all(core))
         assert_clean(core)
     assert outs[0] == outs[1]
@@ -232,7 +237,9 @@ def test_stop_tokens_and_min_tokens():
     assert toks == free_run[: free_run.index(stop) + 1] and reason == "stop"
     core.add_request("eos", p, SamplingParams(temperature=0, max_tokens=6), eos_token_ids=[free_run[0]])
     assert run_all(core)["eos"] == (free_run[:1], "stop")
-    core.add_request("ign", p, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True), eos_token_ids=[free_run[0]])
+    core.add_request(
+        "ign", p, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True), eos_token_ids=[free_run[0]]
+    )
     assert run_all(core)["ign"] == (free_run, "length")
 
 

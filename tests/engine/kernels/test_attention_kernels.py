@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from agentgate.engine.attention import torch as reference
-from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.attention import triton as attention_backend
+from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.attention.triton import TritonAttentionBackend
 from agentgate.engine.kernels.decode_attention import decode_attention
 from agentgate.engine.kernels.prefill_attention import prefill_attention
@@ -27,9 +27,7 @@ TOL = {FP32: 1e-4, FP16: 3e-3, BF16: 2e-2}
 
 # CPU tensors reach Triton only through the interpreter, which tests/conftest.py
 # turns on where there is no GPU; on a CUDA machine the ``gpu`` cases run instead.
-interpreted = pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") != "1", reason="CPU cases need TRITON_INTERPRET=1"
-)
+interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="CPU cases need TRITON_INTERPRET=1")
 
 
 def cases(cpu, gpu):
@@ -120,9 +118,7 @@ def assert_close(actual, expect):
 
 @pytest.mark.parametrize("num_heads,num_kv_heads,block_size,head_dim,device,dtype", SHAPE_CASES)
 def test_decode_through_backend(num_heads, num_kv_heads, block_size, head_dim, device, dtype):
-    query, k_cache, v_cache, meta, *_ = make_batch(
-        DECODE, num_heads, num_kv_heads, head_dim, block_size, dtype, device
-    )
+    query, k_cache, v_cache, meta, *_ = make_batch(DECODE, num_heads, num_kv_heads, head_dim, block_size, dtype, device)
     out = TritonAttentionBackend().paged_attention(query, k_cache, v_cache, meta, SCALE)
     assert_close(out, expected(query, k_cache, v_cache, meta))
     assert torch.equal(out[1], torch.zeros_like(out[1]))  # the padded row
@@ -136,9 +132,7 @@ def test_decode_split_merge(num_splits, device, dtype):
     blocks, empty spans, and the log-sum-exp merge."""
     specs = [(15, 1), (None, 1), (47, 1), (70, 1)]
     query, k_cache, v_cache, meta, *_ = make_batch(specs, 3, 1, 16, 16, dtype, device)
-    out = decode_attention(
-        query, k_cache, v_cache, meta.seq_lens, meta.block_tables, SCALE, num_splits, block_n=16
-    )
+    out = decode_attention(query, k_cache, v_cache, meta.seq_lens, meta.block_tables, SCALE, num_splits, block_n=16)
     assert_close(out, expected(query, k_cache, v_cache, meta))
 
 
@@ -160,9 +154,7 @@ def test_decode_single_sequence_and_all_padded(device, dtype):
 def test_mixed_batch_through_backend(num_heads, num_kv_heads, block_size, head_dim, device, dtype):
     """Prefill from scratch, extend over a cached prefix, decode rows and a
     padded row in one ragged batch."""
-    query, k_cache, v_cache, meta, *_ = make_batch(
-        MIXED, num_heads, num_kv_heads, head_dim, block_size, dtype, device
-    )
+    query, k_cache, v_cache, meta, *_ = make_batch(MIXED, num_heads, num_kv_heads, head_dim, block_size, dtype, device)
     out = TritonAttentionBackend().paged_attention(query, k_cache, v_cache, meta, SCALE)
     assert_close(out, expected(query, k_cache, v_cache, meta))
 
@@ -177,8 +169,16 @@ def test_prefill_small_tiles(num_heads, num_kv_heads, device, dtype):
     specs = [(0, 24), (17, 15), (32, 1), (None, 0)]
     query, k_cache, v_cache, meta, *_ = make_batch(specs, num_heads, num_kv_heads, 16, 16, dtype, device)
     out = prefill_attention(
-        query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
-        meta.max_query_len, SCALE, block_m=16, block_n=16,
+        query,
+        k_cache,
+        v_cache,
+        meta.query_start_loc,
+        meta.seq_lens,
+        meta.block_tables,
+        meta.max_query_len,
+        SCALE,
+        block_m=16,
+        block_n=16,
     )
     assert_close(out, expected(query, k_cache, v_cache, meta))
 
@@ -262,9 +262,13 @@ def test_decode_cuda_graph_replay():
     tables = torch.zeros(len(specs), 4096 // 16, dtype=torch.int32, device="cuda")
     tables[:, : meta.block_tables.shape[1]] = meta.block_tables
     static = AttentionMetadata(
-        slot_mapping=meta.slot_mapping, query_start_loc=meta.query_start_loc.clone(),
-        seq_lens=meta.seq_lens.clone(), block_tables=tables, max_query_len=1,
-        max_seq_len=4096, query_start_loc_cpu=meta.query_start_loc_cpu,
+        slot_mapping=meta.slot_mapping,
+        query_start_loc=meta.query_start_loc.clone(),
+        seq_lens=meta.seq_lens.clone(),
+        block_tables=tables,
+        max_query_len=1,
+        max_seq_len=4096,
+        query_start_loc_cpu=meta.query_start_loc_cpu,
         seq_lens_cpu=meta.seq_lens_cpu,
     )
     static_q = query.clone()
@@ -283,11 +287,14 @@ def test_decode_cuda_graph_replay():
         static_q.copy_(torch.randn(static_q.shape, generator=rng))
         graph.replay()
         check = AttentionMetadata(
-            slot_mapping=static.slot_mapping, query_start_loc=static.query_start_loc,
-            seq_lens=static.seq_lens, block_tables=static.block_tables, max_query_len=1,
-            max_seq_len=max(seq_lens), query_start_loc_cpu=static.query_start_loc_cpu,
+            slot_mapping=static.slot_mapping,
+            query_start_loc=static.query_start_loc,
+            seq_lens=static.seq_lens,
+            block_tables=static.block_tables,
+            max_query_len=1,
+            max_seq_len=max(seq_lens),
+            query_start_loc_cpu=static.query_start_loc_cpu,
             seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32),
         )
         want = expected(static_q, k_cache, v_cache, check, 0.125)
         torch.testing.assert_close(static_out, want, atol=2e-2, rtol=2e-2)
-

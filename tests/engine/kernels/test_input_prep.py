@@ -15,8 +15,8 @@ import torch
 
 from agentgate.engine.kernels import input_prep as input_prep_triton
 from agentgate.engine.runner import input_prep, input_prep_torch
-from agentgate.engine.runner.step_batch import StepBatch, StepInputs
 from agentgate.engine.runner.slot_state import SlotState
+from agentgate.engine.runner.step_batch import StepBatch, StepInputs
 
 BLOCK_SIZE = 16
 NUM_SLOTS = 80
@@ -54,8 +54,14 @@ def _cases() -> dict[str, list[tuple[int, int, int, bool]]]:
         "prefill_no_sampling": [(9, 0, 33, False), (2, 16, 16, False)],
         # contexts ending on a block boundary (seq_len 32, 16, 48) and just past it (33, 17, 49)
         "block_boundaries": [
-            (11, 31, 1, True), (12, 32, 1, True), (13, 0, 16, True), (14, 0, 17, False),
-            (15, 16, 32, True), (16, 16, 33, True), (17, 47, 1, True), (18, 48, 1, True),
+            (11, 31, 1, True),
+            (12, 32, 1, True),
+            (13, 0, 16, True),
+            (14, 0, 17, False),
+            (15, 16, 32, True),
+            (16, 16, 33, True),
+            (17, 47, 1, True),
+            (18, 48, 1, True),
         ],
         "prefill_decode_mixed": _random_rows(rng, 12),
         "full_batch": _random_rows(rng, 64),

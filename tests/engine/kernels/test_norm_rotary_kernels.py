@@ -16,9 +16,7 @@ from agentgate.engine.kernels.rotary_kv import rotary_write_kv
 from agentgate.engine.models.norm import RMSNorm, rms_norm
 
 FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
-interpreted = pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") != "1", reason="CPU cases need TRITON_INTERPRET=1"
-)
+interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="CPU cases need TRITON_INTERPRET=1")
 
 
 def cases(cpu, gpu):
@@ -118,7 +116,10 @@ def test_rotary_write_kv_matches_reference(num_heads, num_kv_heads, head_dim, bl
     cos, sin = angles.cos().to(device), angles.sin().to(device)
     slots = torch.tensor([5, -1, 0, num_blocks * block_size - 1, -1, 2 * block_size + 3], device=device)
     cache_shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    k_cache, v_cache = rand(*cache_shape, gen=gen, device=device, dtype=dtype), rand(*cache_shape, gen=gen, device=device, dtype=dtype)
+    k_cache, v_cache = (
+        rand(*cache_shape, gen=gen, device=device, dtype=dtype),
+        rand(*cache_shape, gen=gen, device=device, dtype=dtype),
+    )
     want_k, want_v = k_cache.clone(), v_cache.clone()
     want_q = reference.rotary_write_kv(q, k, v, cos, sin, want_k, want_v, slots)
     k_before = k.clone()

@@ -23,12 +23,24 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reaso
 def generate(config_dir, triton: bool) -> dict[str, list[int]]:
     from agentgate.engine.attention.triton import TritonAttentionBackend
 
-    config = EngineConfig(model=str(config_dir), load_format="dummy", dtype="float32", block_size=4,
-                          max_num_seqs=4, max_num_batched_tokens=16, num_kv_blocks=64)
+    config = EngineConfig(
+        model=str(config_dir),
+        load_format="dummy",
+        dtype="float32",
+        block_size=4,
+        max_num_seqs=4,
+        max_num_batched_tokens=16,
+        num_kv_blocks=64,
+    )
     loaded = load_model(config.model, dtype="float32", device="cpu", load_format="dummy")
     if triton:
-        model = build_model(loaded.config, TritonAttentionBackend(), dict(loaded.model.state_dict()),
-                            loaded.model.embed_tokens.weight.device, source="test")
+        model = build_model(
+            loaded.config,
+            TritonAttentionBackend(),
+            dict(loaded.model.state_dict()),
+            loaded.model.embed_tokens.weight.device,
+            source="test",
+        )
         loaded = LoadedModel(model, loaded.config, loaded.path)
     core = EngineCore(config, OverlapRunner(config, loaded))
     prompts = {"short": [5, 6, 7], "long": list(range(10, 40))}  # 30 tokens: chunked over two steps
@@ -44,10 +56,19 @@ def generate(config_dir, triton: bool) -> dict[str, list[int]]:
 @pytest.mark.slow
 def test_triton_path_generates_what_the_torch_path_does(tmp_path):
     config = {
-        "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "float32",
-        "architectures": ["Qwen3ForCausalLM"], "head_dim": 16,
+        "vocab_size": 256,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+        "architectures": ["Qwen3ForCausalLM"],
+        "head_dim": 16,
     }
     (tmp_path / "config.json").write_text(json.dumps(config))
     torch_tokens, triton_tokens = generate(tmp_path, triton=False), generate(tmp_path, triton=True)

@@ -13,13 +13,18 @@ import pytest
 import torch
 
 from agentgate.engine.attention.base import AttentionMetadata
-from agentgate.engine.models import CausalLM, ModelConfig, load_model
 from agentgate.engine.model_path import default_model_path
+from agentgate.engine.models import CausalLM, ModelConfig, load_model
 from agentgate.engine.models.loader_gguf import read_gguf_checkpoint
 
 TINY = dict(
-    vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
 )
 
 
@@ -27,13 +32,15 @@ class PagedRunner:
     """Drives a model step by step through a paged KV cache whose blocks are
     handed out in shuffled order, so block tables are non-contiguous."""
 
-    def __init__(self, model: CausalLM, config: ModelConfig, block_size: int = 4,
-                 num_blocks: int = 64, seed: int = 0) -> None:
+    def __init__(
+        self, model: CausalLM, config: ModelConfig, block_size: int = 4, num_blocks: int = 64, seed: int = 0
+    ) -> None:
         self.model, self.block_size = model, block_size
         dtype = next(model.parameters()).dtype
         shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
-        self.kv_caches = [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
-                          for _ in range(config.num_layers)]
+        self.kv_caches = [
+            (torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in range(config.num_layers)
+        ]
         self.free = list(range(num_blocks))
         random.Random(seed).shuffle(self.free)
         self.tables: dict[int, list[int]] = {}
@@ -52,8 +59,7 @@ class PagedRunner:
                 table.append(self.free.pop())
             ids += tokens
             positions += range(start, end)
-            slots += [table[p // self.block_size] * self.block_size + p % self.block_size
-                      for p in range(start, end)]
+            slots += [table[p // self.block_size] * self.block_size + p % self.block_size for p in range(start, end)]
             query_lens.append(len(tokens))
             seq_lens.append(end)
             self.lengths[seq] = end
@@ -61,14 +67,16 @@ class PagedRunner:
         tables = torch.zeros(len(batch), width, dtype=torch.int32)
         for row, (seq, _) in enumerate(batch):
             tables[row, : len(self.tables[seq])] = torch.tensor(self.tables[seq])
-        query_start_loc = torch.tensor(
-            [0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32
-        )
+        query_start_loc = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
         seq_lens_t = torch.tensor(seq_lens, dtype=torch.int32)
         meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots), query_start_loc=query_start_loc,
-            seq_lens=seq_lens_t, block_tables=tables, max_query_len=max(query_lens),
-            max_seq_len=max(seq_lens), query_start_loc_cpu=query_start_loc.clone(),
+            slot_mapping=torch.tensor(slots),
+            query_start_loc=query_start_loc,
+            seq_lens=seq_lens_t,
+            block_tables=tables,
+            max_query_len=max(query_lens),
+            max_seq_len=max(seq_lens),
+            query_start_loc_cpu=query_start_loc.clone(),
             seq_lens_cpu=seq_lens_t.clone(),
         )
         hidden = self.model(torch.tensor(ids), torch.tensor(positions), meta, self.kv_caches)

@@ -38,9 +38,17 @@ from agentgate.engine.sampling_params import SamplingParams
 # SmolLM2's widths (the M-dependence of a float32 GEMM shows at K = 576),
 # two layers and a small vocabulary so that 16 solo runs stay quick.
 TINY_SMOLLM = {
-    "vocab_size": 512, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 2,
-    "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True, "torch_dtype": "float32",
+    "vocab_size": 512,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 100000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float32",
     "architectures": ["LlamaForCausalLM"],
 }
 
@@ -60,7 +68,8 @@ def test_every_mode_is_the_same_linear_map(mode, dtype):
 
 @pytest.mark.parametrize(("in_features", "out_features"), [(576, 320), (1536, 576)])
 @pytest.mark.parametrize(
-    ("dtype", "packed"), [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)],
+    ("dtype", "packed"),
+    [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)],
     ids=["float32", "bfloat16", "bfloat16-packed"],
 )
 def test_the_mode_the_check_chooses_here_gives_each_row_what_it_gives_that_row_alone(
@@ -170,8 +179,13 @@ def test_each_choice_is_logged_with_its_cost(caplog):
     assert sum(counts.values()) == 3 and all(isinstance(m, RowInvariantLinear) for m in model)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("deterministic: ")]
     assert len(lines) == 2  # one per distinct kind of linear, with its mode and cost
-    assert {re.match(r"deterministic: (\w+ \d+x\d+): ", line).group(1) for line in lines} == {"Linear 64x32", "Linear 32x64"}
-    assert all(re.search(r": (as is|padded|tiles|per row) \(16 rows [0-9.]+ ms, x[0-9.]+ the plain", line) for line in lines)
+    assert {re.match(r"deterministic: (\w+ \d+x\d+): ", line).group(1) for line in lines} == {
+        "Linear 64x32",
+        "Linear 32x64",
+    }
+    assert all(
+        re.search(r": (as is|padded|tiles|per row) \(16 rows [0-9.]+ ms, x[0-9.]+ the plain", line) for line in lines
+    )
 
 
 def _paged(seqs: list[tuple[int, int]], kv_heads: int = 2, head_dim: int = 16, block_size: int = 4):
@@ -190,9 +204,14 @@ def _paged(seqs: list[tuple[int, int]], kv_heads: int = 2, head_dim: int = 16, b
     starts = torch.tensor([0] + [q for _, q in seqs], dtype=torch.int32).cumsum(0).to(torch.int32)
     lens = torch.tensor([ctx for ctx, _ in seqs], dtype=torch.int32)
     meta = AttentionMetadata(
-        slot_mapping=torch.full((int(starts[-1]),), -1), query_start_loc=starts, seq_lens=lens,
-        block_tables=tables, max_query_len=max(q for _, q in seqs), max_seq_len=int(lens.max()),
-        query_start_loc_cpu=starts, seq_lens_cpu=lens,
+        slot_mapping=torch.full((int(starts[-1]),), -1),
+        query_start_loc=starts,
+        seq_lens=lens,
+        block_tables=tables,
+        max_query_len=max(q for _, q in seqs),
+        max_seq_len=int(lens.max()),
+        query_start_loc_cpu=starts,
+        seq_lens_cpu=lens,
     )
     return k_cache, v_cache, meta
 
@@ -207,9 +226,13 @@ def test_batch_invariant_attention_is_the_reference_attention_and_depends_on_eac
     # The last token of the extend (sequence 2, position 29) asked for as a decode on its own.
     token = int(meta.query_start_loc[3]) - 1
     alone_meta = AttentionMetadata(
-        slot_mapping=torch.full((1,), -1), query_start_loc=torch.tensor([0, 1], dtype=torch.int32),
-        seq_lens=torch.tensor([30], dtype=torch.int32), block_tables=meta.block_tables[2:3], max_query_len=1,
-        max_seq_len=30, query_start_loc_cpu=torch.tensor([0, 1], dtype=torch.int32),
+        slot_mapping=torch.full((1,), -1),
+        query_start_loc=torch.tensor([0, 1], dtype=torch.int32),
+        seq_lens=torch.tensor([30], dtype=torch.int32),
+        block_tables=meta.block_tables[2:3],
+        max_query_len=1,
+        max_seq_len=30,
+        query_start_loc_cpu=torch.tensor([0, 1], dtype=torch.int32),
         seq_lens_cpu=torch.tensor([30], dtype=torch.int32),
     )
     alone = batch_invariant_attention(query[token : token + 1], k_cache, v_cache, alone_meta, 0.25)
@@ -227,8 +250,9 @@ def _requests() -> list[tuple[list[int], SamplingParams]]:
         if i % 4 == 0:
             prompt = shared + prompt
         temperature = 0.0 if i % 3 else 0.8
-        params = SamplingParams(temperature=temperature, seed=i, max_tokens=rng.randint(6, 20), ignore_eos=True,
-                                logprobs=1)
+        params = SamplingParams(
+            temperature=temperature, seed=i, max_tokens=rng.randint(6, 20), ignore_eos=True, logprobs=1
+        )
         requests.append((prompt, params))
     return requests
 
@@ -246,14 +270,19 @@ def _run(core: EngineCore, requests, ids) -> dict[str, tuple[list[int], list[flo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("dtype", "quantization"), [("float32", "none"), ("bfloat16", "none"), ("bfloat16", "int4")]
-)
+@pytest.mark.parametrize(("dtype", "quantization"), [("float32", "none"), ("bfloat16", "none"), ("bfloat16", "int4")])
 def test_deterministic_mode_generates_the_same_alone_as_in_a_batch(tmp_path, dtype, quantization):
     (tmp_path / "config.json").write_text(json.dumps(TINY_SMOLLM))
     config = EngineConfig(
-        model=str(tmp_path), load_format="dummy", dtype=dtype, quantization=quantization, deterministic=True,
-        max_num_batched_tokens=64, num_kv_blocks=256, enable_prefix_caching=False, runner="sync",
+        model=str(tmp_path),
+        load_format="dummy",
+        dtype=dtype,
+        quantization=quantization,
+        deterministic=True,
+        max_num_batched_tokens=64,
+        num_kv_blocks=256,
+        enable_prefix_caching=False,
+        runner="sync",
     )
     core = EngineCore(config)
     assert "deterministic" in core.runner.weights

@@ -8,16 +8,52 @@ import torch
 
 from agentgate.engine.attention.torch import TorchAttentionBackend
 from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.gguf_file import read_gguf
 from agentgate.engine.models import ModelConfig, default_model_path, load_model
 from agentgate.engine.models.llama import build_model, fuse_hf_weights
-from agentgate.engine.gguf_file import read_gguf
 
 # "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by
 # Hugging Face<|im_end|>\n<|im_start|>user\nWhat is the capital of
 # France?<|im_end|>\n<|im_start|>assistant\n" in the model's own tokenizer.
-PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018,
-          411, 407, 19712, 8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47,
-          2, 198, 1, 520, 9531, 198]
+PROMPT = [
+    1,
+    9690,
+    198,
+    2683,
+    359,
+    253,
+    5356,
+    5646,
+    11173,
+    3365,
+    3511,
+    308,
+    34519,
+    28,
+    7018,
+    411,
+    407,
+    19712,
+    8182,
+    2,
+    198,
+    1,
+    4093,
+    198,
+    1780,
+    314,
+    260,
+    3575,
+    282,
+    4649,
+    47,
+    2,
+    198,
+    1,
+    520,
+    9531,
+    198,
+]
 
 
 def hf_llama(config: ModelConfig, weights: dict[str, torch.Tensor]):
@@ -25,10 +61,14 @@ def hf_llama(config: ModelConfig, weights: dict[str, torch.Tensor]):
     import transformers
 
     hf_config = transformers.LlamaConfig(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size, num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads, num_key_value_heads=config.num_kv_heads,
-        head_dim=config.head_dim, rms_norm_eps=config.rms_norm_eps,
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        head_dim=config.head_dim,
+        rms_norm_eps=config.rms_norm_eps,
         rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
         max_position_embeddings=config.max_position_embeddings,
         tie_word_embeddings=config.tie_word_embeddings,

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.models import load_model
-from agentgate.engine.model_path import default_model_path
 from agentgate.engine.gguf_file import read_gguf
+from agentgate.engine.model_path import default_model_path
+from agentgate.engine.models import load_model
 
 PROMPT = [(5 * i + 1) % 256 for i in range(21)]
 
@@ -98,8 +98,9 @@ def write_gguf(path, hf_model, arch, rope_freqs=None):
     w.close()
 
 
-LLAMA3 = dict(rope_theta=10000.0, factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
-              original_max_position_embeddings=16)
+LLAMA3 = dict(
+    rope_theta=10000.0, factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=16
+)
 
 
 @pytest.mark.parametrize(

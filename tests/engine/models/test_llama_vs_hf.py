@@ -9,8 +9,12 @@ from agentgate.engine.models import load_model
 from agentgate.engine.models.rope import rope_tables
 
 LLAMA3_ROPE = {
-    "rope_type": "llama3", "rope_theta": 10000.0, "factor": 4.0,
-    "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
 }
 
 CASES = {
@@ -18,9 +22,10 @@ CASES = {
     "llama3-rope-tied": ("llama", dict(tie_word_embeddings=True, rope_parameters=LLAMA3_ROPE)),
     "llama-attention-bias": ("llama", dict(attention_bias=True, num_key_value_heads=1)),
     "mistral": ("mistral", dict(sliding_window=None, head_dim=16)),
-    "qwen2-bias": ("qwen2", dict(
-        tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1e6}
-    )),
+    "qwen2-bias": (
+        "qwen2",
+        dict(tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+    ),
     "qwen3-qk-norm": ("qwen3", dict(head_dim=32, tie_word_embeddings=True)),
 }
 

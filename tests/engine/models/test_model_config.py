@@ -11,13 +11,26 @@ from agentgate.engine.models.config import RopeScaling, config_from_hf, read_hf_
 QWEN3_CONFIG = Path(__file__).parents[3] / "loadtests/configs/qwen3-0.6b/config.json"
 
 LLAMA_31 = {  # transformers 4.x layout: rope_theta + rope_scaling
-    "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
-    "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0, "torch_dtype": "bfloat16", "bos_token_id": 128000,
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 128000,
     "eos_token_id": [128001, 128008, 128009],
-    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
 }
 
 
@@ -52,8 +65,13 @@ def test_qwen2_always_has_qkv_bias_and_mistral_window_caps_context():
     qwen2 = {**LLAMA_31, "architectures": ["Qwen2ForCausalLM"], "rope_scaling": None}
     config = config_from_hf(qwen2, source="x")
     assert config.attention_bias and not config.attention_out_bias
-    mistral = {**LLAMA_31, "architectures": ["MistralForCausalLM"], "rope_scaling": None,
-               "sliding_window": 4096, "max_position_embeddings": 32768}
+    mistral = {
+        **LLAMA_31,
+        "architectures": ["MistralForCausalLM"],
+        "rope_scaling": None,
+        "sliding_window": 4096,
+        "max_position_embeddings": 32768,
+    }
     assert config_from_hf(mistral, source="x").max_position_embeddings == 4096
 
 

@@ -8,7 +8,6 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from tests.engine.models.test_default_model import PROMPT
 
 from agentgate.engine.models import load_model
 from agentgate.engine.models import quantization as quant
@@ -21,6 +20,7 @@ from agentgate.engine.models.quant_linear import (
     kernels_work,
 )
 from agentgate.engine.models.quantized import GROUP_SIZE, Int4Groups, cat_rows, quantize_int4, quantize_int8
+from tests.engine.models.test_default_model import PROMPT
 
 Q = gguf.GGMLQuantizationType
 ROWS, COLS = 64, 512
@@ -149,6 +149,7 @@ def test_modes_fall_back_to_dense_off_the_cpu_or_without_kernels(monkeypatch):
 
 
 # -- the default model ------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def quantized_default():

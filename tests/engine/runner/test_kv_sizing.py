@@ -32,9 +32,11 @@ def _planner(monkeypatch, free, total, **config):
     """A runner's KV planning on a fake CUDA device with ``free`` of ``total`` bytes free."""
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, total))
     fake = SimpleNamespace(
-        config=EngineConfig(block_size=16, **config), device=torch.device("cuda"),
+        config=EngineConfig(block_size=16, **config),
+        device=torch.device("cuda"),
         model_config=SimpleNamespace(max_position_embeddings=8192),
-        _profile_activation_bytes=lambda: GIB, _bytes_per_block=lambda: BLOCK,
+        _profile_activation_bytes=lambda: GIB,
+        _bytes_per_block=lambda: BLOCK,
     )
     return lambda: TorchModelRunner._plan_kv_cache(fake)
 

@@ -16,8 +16,14 @@ VOCAB = 512
 
 def make_core(model_dir, runner, **overrides):
     config = EngineConfig(
-        model=str(model_dir), load_format="dummy", runner=runner, block_size=4, dtype="float32",
-        max_num_seqs=8, max_num_batched_tokens=32, num_kv_blocks=overrides.pop("num_kv_blocks", 36),
+        model=str(model_dir),
+        load_format="dummy",
+        runner=runner,
+        block_size=4,
+        dtype="float32",
+        max_num_seqs=8,
+        max_num_batched_tokens=32,
+        num_kv_blocks=overrides.pop("num_kv_blocks", 36),
         **overrides,
     )
     return EngineCore(config)
@@ -27,7 +33,12 @@ def random_params(rng, i):
     kind = rng.choice(["greedy", "seeded", "penalties", "bias", "min_tokens", "logprobs"])
     base = dict(max_tokens=rng.randrange(1, 24), temperature=0.0)
     if kind != "greedy":
-        base.update(temperature=rng.choice([0.7, 1.0, 1.3]), seed=1000 + i, top_p=rng.choice([1.0, 0.9]), top_k=rng.choice([0, 20]))
+        base.update(
+            temperature=rng.choice([0.7, 1.0, 1.3]),
+            seed=1000 + i,
+            top_p=rng.choice([1.0, 0.9]),
+            top_k=rng.choice([0, 20]),
+        )
     if kind == "penalties":
         base.update(presence_penalty=0.5, frequency_penalty=0.3, repetition_penalty=1.2)
     if kind == "bias":
@@ -108,7 +119,9 @@ def test_overlap_equals_sync_on_a_mixed_workload(tiny_model_dir, seed, depth):
         results[runner + "_preemptions"] = core.scheduler.num_preemptions
     (sync_tokens, sync_finish, sync_lp), (ov_tokens, ov_finish, ov_lp) = results["sync"], results["overlap"]
     assert results["sync_preemptions"] > 0 and results["overlap_preemptions"] > 0, "the workload must force preemption"
-    reference, _, _ = drive(make_core(tiny_model_dir, "sync", num_kv_blocks=512), [e for e in events if e[1] == "add"], eos)
+    reference, _, _ = drive(
+        make_core(tiny_model_dir, "sync", num_kv_blocks=512), [e for e in events if e[1] == "add"], eos
+    )
     for rid in {e[2] for e in events if e[1] == "add"}:
         if rid in aborted:
             # Aborted at different points of the pipeline, but on the same path.
@@ -159,9 +172,20 @@ class _SyncTrap:
 def test_steady_state_decode_steps_do_not_synchronize(tiny_model_dir):
     core = make_core(tiny_model_dir, "overlap", num_kv_blocks=256, steps_in_flight=2)
     for i in range(6):
-        params = SamplingParams(temperature=0.8, seed=i, top_p=0.9, top_k=10, min_p=0.01, presence_penalty=0.2,
-                                repetition_penalty=1.1, logit_bias={9: 1.0}, min_tokens=3, logprobs=2,
-                                max_tokens=40, ignore_eos=True)
+        params = SamplingParams(
+            temperature=0.8,
+            seed=i,
+            top_p=0.9,
+            top_k=10,
+            min_p=0.01,
+            presence_penalty=0.2,
+            repetition_penalty=1.1,
+            logit_bias={9: 1.0},
+            min_tokens=3,
+            logprobs=2,
+            max_tokens=40,
+            ignore_eos=True,
+        )
         core.add_request(f"r{i}", [3 + i] * (5 + i), params)
     for _ in range(4):  # admit and prefill
         core.step()
@@ -247,5 +271,8 @@ def test_steps_do_not_synchronize_on_cuda(tiny_model_dir, graphs):
 @pytest.mark.gpu
 def test_overlap_equals_sync_on_cuda(tiny_model_dir):
     events, aborted = build_script(3)
-    outs = [drive(make_core(tiny_model_dir, r, device="cuda"), [e for e in events if e[1] == "add"], frozenset({2}))[0] for r in ("sync", "overlap")]
+    outs = [
+        drive(make_core(tiny_model_dir, r, device="cuda"), [e for e in events if e[1] == "add"], frozenset({2}))[0]
+        for r in ("sync", "overlap")
+    ]
     assert outs[0] == outs[1]

@@ -213,8 +213,7 @@ def draws(logits_row: torch.Tensor, p: SamplingParams, n: int, **kw) -> list[int
     one = make_batch([p], logits_row.shape[0], **kw)
     index = torch.zeros(n, dtype=torch.int64)
     fields = {
-        f.name: getattr(one, f.name)[index] if isinstance(getattr(one, f.name), torch.Tensor)
-        else getattr(one, f.name)
+        f.name: getattr(one, f.name)[index] if isinstance(getattr(one, f.name), torch.Tensor) else getattr(one, f.name)
         for f in dataclasses.fields(one)
     }
     fields["seed"] = torch.arange(n, dtype=torch.int64)
@@ -286,15 +285,11 @@ def test_greedy_with_penalties_bias_and_constraints_matches_reference():
         outputs.append(pick(i % 9))
         suppressed.append(pick(i % 3))
         allowed.append(set(pick(25)) if i % 5 == 0 else None)
-    batch = make_batch(
-        params, v, prompts=prompts, outputs=outputs, suppressed=suppressed, allowed=allowed
-    )
+    batch = make_batch(params, v, prompts=prompts, outputs=outputs, suppressed=suppressed, allowed=allowed)
     got = run(logits, batch).token_ids.tolist()
     changed = 0
     for i in range(n):
-        row = ref_process(
-            logits[i].tolist(), params[i], prompts[i], outputs[i], suppressed[i], allowed[i]
-        )
+        row = ref_process(logits[i].tolist(), params[i], prompts[i], outputs[i], suppressed[i], allowed[i])
         assert got[i] == max(range(v), key=lambda t: row[t]), i
         changed += got[i] != int(logits[i].argmax())
     assert changed > n // 4  # the processing really mattered
@@ -323,9 +318,7 @@ def test_frequency_and_presence_penalties_semantics():
     batch = make_batch([SamplingParams(temperature=0.0, presence_penalty=-1.5)], 3, outputs=[[2]])
     assert run(logits, batch).token_ids.tolist() == [2]
     # prompt tokens do not count for frequency/presence
-    batch = make_batch(
-        [SamplingParams(temperature=0.0, presence_penalty=2.0)], 3, prompts=[[0]], outputs=[[1]]
-    )
+    batch = make_batch([SamplingParams(temperature=0.0, presence_penalty=2.0)], 3, prompts=[[0]], outputs=[[1]])
     assert run(logits, batch).token_ids.tolist() == [0]
 
 
@@ -339,8 +332,9 @@ def _feature_rows(v: int):
         SamplingParams(temperature=1.3, top_k=7, seed=-3, logprobs=3),
         SamplingParams(temperature=0.0, repetition_penalty=1.5),
         SamplingParams(temperature=1.0, top_p=0.6, min_p=0.05, seed=2**62 + 5),
-        SamplingParams(temperature=0.7, presence_penalty=0.5, frequency_penalty=0.3, seed=99,
-                       logit_bias={3: 5.0, 4: -100.0}),
+        SamplingParams(
+            temperature=0.7, presence_penalty=0.5, frequency_penalty=0.3, seed=99, logit_bias={3: 5.0, 4: -100.0}
+        ),
         SamplingParams(temperature=1.0, repetition_penalty=1.2, top_k=20, top_p=0.9, seed=7, logprobs=0),
         SamplingParams(temperature=1.0, seed=123456789),
     ]
@@ -390,8 +384,13 @@ def test_seeded_rows_match_reference_sampler():
     for i, p in enumerate(params):
         kw = {k: extras[k][i] for k in ("prompts", "outputs", "suppressed", "allowed")}
         want = ref_sample(
-            logits[i].tolist(), p, extras["positions"][i],
-            prompt=kw["prompts"], output=kw["outputs"], suppressed=kw["suppressed"], allowed=kw["allowed"],
+            logits[i].tolist(),
+            p,
+            extras["positions"][i],
+            prompt=kw["prompts"],
+            output=kw["outputs"],
+            suppressed=kw["suppressed"],
+            allowed=kw["allowed"],
         )
         assert got[i] == want, i
 
@@ -581,8 +580,7 @@ def test_chunking_does_not_change_results(monkeypatch):
     torch.manual_seed(8)
     logits = torch.randn(30, v)
     params = [
-        SamplingParams(temperature=[0.0, 0.7, 1.0][s % 3], top_k=s % 7, top_p=[1.0, 0.8][s % 2],
-                       seed=s, logprobs=2)
+        SamplingParams(temperature=[0.0, 0.7, 1.0][s % 3], top_k=s % 7, top_p=[1.0, 0.8][s % 2], seed=s, logprobs=2)
         for s in range(30)
     ]
     batch = make_batch(params, v, positions=list(range(30)))

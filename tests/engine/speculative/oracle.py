@@ -28,7 +28,7 @@ class OracleProposer(Proposer):
 
     def propose(self, request_id: str, context: Sequence[int], k: int) -> list[int]:
         known = self.known[request_id]
-        assert list(context) == known[-len(context):], "the proposer saw different tokens than confirmed"
+        assert list(context) == known[-len(context) :], "the proposer saw different tokens than confirmed"
         draft = self.truth(request_id, known, k)[: self.rng.randint(0, k)]
         if draft and self.rng.random() < 0.4:
             draft[self.rng.randrange(len(draft))] = self.rng.randrange(self.vocab)

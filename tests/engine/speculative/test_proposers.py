@@ -75,7 +75,10 @@ def test_modes_resolve_per_runner_and_bad_ones_are_refused():
     assert isinstance(make_speculator(EngineConfig(runner="sync", speculative="auto")).proposer, SuffixProposer)
     ngram = make_speculator(EngineConfig(runner="sync", speculative="ngram", num_speculative_tokens=3))
     assert type(ngram.proposer) is NgramProposer and ngram.max_draft == 3
-    for bad in (dict(speculative="eagle"), dict(speculative="suffix"), dict(runner="sync", speculative="ngram",
-                                                                            num_speculative_tokens=0)):
+    for bad in (
+        dict(speculative="eagle"),
+        dict(speculative="suffix"),
+        dict(runner="sync", speculative="ngram", num_speculative_tokens=0),
+    ):
         with pytest.raises(InvalidRequestError):
             EngineConfig(**bad)

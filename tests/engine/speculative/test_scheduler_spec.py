@@ -139,7 +139,9 @@ def test_no_token_after_a_stop_token_or_max_tokens():
         core = make_core(64, True, 0, seeds)
         core.scheduler.speculator.proposer.rng.random = lambda: 1.0  # never spoil a draft
         core.scheduler.speculator.proposer.rng.randint = lambda a, b: b  # always the longest draft
-        core.add_request("a", [5, 6, 7], SamplingParams(temperature=0.0, max_tokens=max_tokens, stop_token_ids=stop_ids))
+        core.add_request(
+            "a", [5, 6, 7], SamplingParams(temperature=0.0, max_tokens=max_tokens, stop_token_ids=stop_ids)
+        )
         tokens, finish, _ = drive(core, [], check=True)
         assert tokens["a"] == expected
         assert finish["a"] == ("stop" if stop_ids else "length")
