@@ -22,6 +22,10 @@ class StructuredOutput(msgspec.Struct, omit_defaults=True, kw_only=True):
     regex: str | None = None
     grammar: str | None = None
     structural_tag: str | None = None
+    # The reply must end whole within this many tokens (the request's max_tokens): the grammar
+    # never starts what it cannot close and closes in time (engine/structured_output.py). Set for
+    # a reply that is nothing but the structure (a forced tool call, a response_format).
+    max_tokens: int | None = None
 
     def kind(self) -> tuple[str, str]:
         """(kind, spec) of the one constraint set; InvalidRequestError otherwise."""
@@ -39,6 +43,23 @@ class StructuredOutput(msgspec.Struct, omit_defaults=True, kw_only=True):
         if len(chosen) != 1:
             raise InvalidRequestError("a structured output sets exactly one constraint", "structured")
         return chosen[0]
+
+
+BUDGET_TOO_SMALL = "the output budget cannot hold the shortest reply the grammar allows"
+"""How the engine's refusal of a ``StructuredOutput.max_tokens`` below the grammar's shortest reply begins."""
+
+
+def budget_error(budget: int, minimum: int) -> str:
+    """The engine's refusal of a budget below the shortest reply (``minimum`` tokens, the end included)."""
+    return f"{BUDGET_TOO_SMALL}: {budget} tokens, the shortest takes {minimum}"
+
+
+def parse_budget_error(message: str) -> tuple[int, int] | None:
+    """(budget, minimum) of a :func:`budget_error` message; None for any other."""
+    if not message.startswith(BUDGET_TOO_SMALL + ": "):
+        return None
+    words = message.split()
+    return int(words[-6]), int(words[-1])
 
 
 class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):

@@ -5,6 +5,29 @@ Grammars compile on a thread pool (xgrammar releases the GIL), so a request
 waits for its grammar without stalling the engine loop; compiled grammars
 are cached by their spec. A request's matcher accepts each token as the step
 that sampled it resolves.
+
+**Replies that fit their budget.** A spec with ``max_tokens`` (a forced tool
+call, a response_format: the reply is nothing but the structure) must end whole
+within that many tokens. The engine knows, at every step, a way to close the
+structure from where it is: :class:`Closer` finds one (a JSON-aware greedy walk
+over characters on a fork of the matcher: close the string, the container, the
+required keys with their shortest values, the markup the grammar forces) and
+spells it in the model's tokens, the end-of-sequence token included. Then:
+
+- admission: a budget below the closing of the empty reply (the shortest
+  reply: one minimal call) is refused before anything runs
+  (:func:`~engine.sampling_params.budget_error`);
+- caution: within :data:`CAUTION` tokens of the closing, tokens that hold a
+  character opening a container or another member (``{``, ``[``, ``,``; inside
+  a string too: ``","`` ends one member and starts the next) are masked unless
+  the closing itself starts with one, so the closing cannot grow by more than
+  a few tokens a step (never start what cannot close);
+- closing: within :data:`MARGIN` tokens of it, the closing is forced, one token
+  a step (offered as jump-forward drafts too), and the reply ends on the end
+  token, whole, before ``max_tokens``.
+
+The values the closing cut short are the price; ``tests/gateway/test_tools_live.py``
+measures their share on random schemas.
 """
 
 from __future__ import annotations
@@ -18,7 +41,23 @@ import torch
 import xgrammar as xgr
 
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.sampling_params import StructuredOutput
+from agentgate.engine.sampling_params import StructuredOutput, budget_error
+
+MARGIN = 4
+"""Tokens beyond the closing's own at which a budgeted reply starts writing it: room for the
+closing to grow by a token's worth (a key begun, a string escaped) between two looks."""
+CAUTION = 16
+"""Tokens beyond ``MARGIN`` within which nothing that opens a container or another member is
+started unless the closing needs it."""
+_LOOK_EVERY = 8
+"""Tokens between two looks at the closing while the budget is far from it."""
+_MAX_CLOSING_CHARS = 800
+_IN_STRING = '"' + "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ -_.:/@+"
+_OUTSIDE = '}],"0[{ntf123456789-.e: \n' + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ<>/_"
+_OPENING = frozenset("{[,")
+_RISKY = frozenset("{[,<;\n")  # what may open a container, a member or another call (a separator)
+_MAX_CHECKED = 64
+"""Most allowed risky tokens checked one by one (more: inside a string, where they are content)."""
 
 
 class GrammarCompiler:
@@ -30,17 +69,18 @@ class GrammarCompiler:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar")
         self._max_threads = max_threads
         self._cache: dict[tuple[str, str], Future[xgr.CompiledGrammar]] = {}
+        self._minimum: dict[tuple[str, str], int] = {}  # tokens of the shortest reply, per spec
 
     @cached_property
     def _compiler(self) -> xgr.GrammarCompiler:
         from agentgate.engine.tokenizer import load_tokenizer
 
-        tokenizer = load_tokenizer(self.tokenizer_path)
+        tokenizer = self._tokenizer = load_tokenizer(self.tokenizer_path)
         vocab_type = {
             "byte_level": xgr.VocabType.BYTE_LEVEL,
             "byte_fallback": xgr.VocabType.BYTE_FALLBACK,
         }.get(tokenizer.vocab_type, xgr.VocabType.RAW)
-        info = xgr.TokenizerInfo(
+        info = self._info = xgr.TokenizerInfo(
             tokenizer.encoded_vocab,
             vocab_type,
             vocab_size=self.vocab_size,
@@ -49,12 +89,33 @@ class GrammarCompiler:
         )
         return xgr.GrammarCompiler(info, max_threads=self._max_threads)
 
-    def submit(self, spec: StructuredOutput) -> Future[xgr.CompiledGrammar]:
+    def submit(self, spec: StructuredOutput) -> Future[xgr.CompiledGrammar | Budgeted]:
+        """The compiled grammar (cached by spec); with ``spec.max_tokens`` a :class:`Budgeted` one,
+        or InvalidRequestError when the budget cannot hold the shortest reply."""
         key = spec.kind()
         future = self._cache.get(key)
         if future is None or (future.done() and future.exception() is not None):
             future = self._cache[key] = self._pool.submit(self._compile, *key)
-        return future
+        if spec.max_tokens is None:
+            return future
+        return self._pool.submit(self._budgeted, key, future, spec.max_tokens)  # after the compile, same worker
+
+    def _budgeted(self, key: tuple[str, str], compiled: Future[xgr.CompiledGrammar], budget: int) -> Budgeted:
+        grammar = compiled.result()
+        closer = self.closer
+        minimum = self._minimum.get(key)
+        if minimum is None:
+            path = closer.closing(xgr.GrammarMatcher(grammar), _StringState())
+            minimum = self._minimum[key] = len(path) if path is not None else 0
+        if minimum > budget:
+            raise InvalidRequestError(budget_error(budget, minimum), "max_tokens")
+        return Budgeted(grammar, budget, closer, minimum)
+
+    @cached_property
+    def closer(self) -> Closer:
+        """How budgeted replies close, for this vocabulary."""
+        self._compiler  # noqa: B018 - loads the tokenizer
+        return Closer(self._tokenizer, self._info.decoded_vocab, self.vocab_size)
 
     def _compile(self, kind: str, spec: str) -> xgr.CompiledGrammar:
         compiler = self._compiler
@@ -75,17 +136,120 @@ class GrammarCompiler:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-class RequestGrammar:
-    """One request's position in its grammar."""
+class _StringState:
+    """Whether the text so far ends inside a JSON string (and right after a backslash in one)."""
 
-    def __init__(self, compiled: xgr.CompiledGrammar) -> None:
+    __slots__ = ("in_string", "escaped")
+
+    def __init__(self, in_string: bool = False, escaped: bool = False) -> None:
+        self.in_string, self.escaped = in_string, escaped
+
+    def copy(self) -> _StringState:
+        return _StringState(self.in_string, self.escaped)
+
+    def feed(self, text: str) -> None:
+        for ch in text:
+            if self.escaped:
+                self.escaped = False
+            elif ch == "\\" and self.in_string:
+                self.escaped = True
+            elif ch == '"':
+                self.in_string = not self.in_string
+
+
+class Closer:
+    """Ways to close a structure from where a matcher stands, in the vocabulary's tokens.
+
+    :meth:`closing` walks characters on a fork of the matcher, greedily and JSON-aware: what
+    the grammar forces (jump-forward) as it comes, else the first character the grammar takes
+    from an order that ends things first (inside a string: the quote, then letters and digits;
+    outside: ``}`` ``]`` ``,`` then the shortest value starts), until the grammar may end. The
+    text is spelled with the tokenizer and ends with the end-of-sequence token; a spelling
+    the grammar does not take (never seen) is no closing (None).
+    """
+
+    def __init__(self, tokenizer, decoded_vocab: list[bytes], vocab_size: int) -> None:  # noqa: ANN001 - Tokenizer
+        self._encode = tokenizer.encode
+        texts = [token.decode("utf-8", errors="replace") for token in decoded_vocab[:vocab_size]]
+        self.texts = texts + [""] * (vocab_size - len(texts))  # each token's text (a piece of UTF-8: U+FFFD)
+        opening = torch.zeros(vocab_size, dtype=torch.bool)
+        for token, text in enumerate(self.texts):
+            if not _OPENING.isdisjoint(text):
+                opening[token] = True
+        self.allowed_unless_opening = _bool_to_bitmask(~opening)
+        risky = torch.tensor([not _RISKY.isdisjoint(text) for text in self.texts], dtype=torch.bool)
+        self.risky = _bool_to_bitmask(risky)
+        self.stop_token = max(tokenizer.eos_token_ids)
+
+    def closing(self, matcher: xgr.GrammarMatcher, state: _StringState) -> list[int] | None:
+        """Tokens that end the reply from ``matcher``'s state (the end token last), or None."""
+        fork = matcher.fork()
+        state = state.copy()
+        text: list[str] = []
+        size = 0
+        while not fork.is_completed():
+            forced = fork.find_jump_forward_string()
+            if forced:
+                if not fork.accept_string(forced):
+                    return None
+                piece = forced
+            else:
+                order = _IN_STRING if state.in_string else _OUTSIDE
+                piece = next((ch for ch in order if fork.accept_string(ch)), "")
+                if not piece:
+                    return None
+            state.feed(piece)
+            text.append(piece)
+            size += len(piece)
+            if size > _MAX_CLOSING_CHARS:
+                return None
+        tokens = self._encode("".join(text), add_special_tokens=False) if text else []
+        check = matcher.fork()
+        if not all(check.accept_token(t) for t in tokens) or not check.is_completed():
+            return None
+        return [*tokens, self.stop_token]
+
+
+class Budgeted:
+    """A compiled grammar with the budget a request's reply must end within."""
+
+    __slots__ = ("compiled", "budget", "closer", "minimum")
+
+    def __init__(self, compiled: xgr.CompiledGrammar, budget: int, closer: Closer, minimum: int) -> None:
+        self.compiled, self.budget, self.closer, self.minimum = compiled, budget, closer, minimum
+
+
+class RequestGrammar:
+    """One request's position in its grammar (and, budgeted, how far it is from its end)."""
+
+    def __init__(self, compiled: xgr.CompiledGrammar | Budgeted) -> None:
+        self.budget: int | None = None
+        if isinstance(compiled, Budgeted):
+            self.budget, self.closer, self.minimum = compiled.budget, compiled.closer, compiled.minimum
+            self._closing_len = compiled.minimum  # tokens of the closing when last looked at
+            compiled = compiled.compiled
         self.matcher = xgr.GrammarMatcher(compiled)
+        self.num_accepted = 0
+        self._state = _StringState()
+        self._closing: list[int] | None = None  # being written: the rest of the closing
+        self.num_closing_tokens = 0  # tokens the closing wrote (not the model's choice)
 
     def accept(self, token: int) -> bool:
         """Advance past a sampled token; False if the grammar forbids it."""
         if self.matcher.is_terminated():
             return True  # the grammar is done; the request ends on this token
-        return self.matcher.accept_token(token)
+        if not self.matcher.accept_token(token):
+            return False
+        self.num_accepted += 1
+        if self.budget is not None:
+            self._state.feed(self.closer.texts[token])
+            if self._closing:
+                if self._closing[0] == token:
+                    self._closing.pop(0)
+                    self.num_closing_tokens += 1
+                else:
+                    self._closing = None  # cannot happen: the bitmask allows its next token only
+        return True
 
     def fill(self, bitmask: torch.Tensor, row: int, drafts: tuple[int, ...] = ()) -> None:
         """Fill ``bitmask[row]`` with the tokens allowed next and, for each
@@ -94,14 +258,70 @@ class RequestGrammar:
         forbids stay as they are: that draft cannot match the target's
         token, so nothing after it is accepted."""
         self._fill_one(bitmask, row)
+        state = self._state.copy() if self.budget is not None else None
+        if state is not None:
+            self._fit(bitmask, row, 0, state)
         advanced = 0
         for offset, token in enumerate(drafts, 1):
             if self.matcher.is_terminated() or not self.matcher.accept_token(token):
                 break
             advanced += 1
             self._fill_one(bitmask, row + offset)
+            if state is not None:
+                state.feed(self.closer.texts[token])
+                self._fit(bitmask, row + offset, offset, state)
         if advanced:
             self.matcher.rollback(advanced)
+
+    def _fit(self, bitmask: torch.Tensor, row: int, offset: int, state: _StringState) -> None:
+        """Narrow ``bitmask[row]`` (the token after ``offset`` drafts) so the reply ends within its
+        budget: the closing's next token once the budget is down to it, nothing that opens more
+        a little before (see the module docstring)."""
+        if self.matcher.is_terminated():
+            return
+        left = self.budget - self.num_accepted - offset  # tokens left, this one included
+        if self._closing is not None:
+            if offset < len(self._closing):
+                _only(bitmask, row, self._closing[offset])
+            return
+        near = left <= self._closing_len + MARGIN + CAUTION + self.minimum + _LOOK_EVERY  # another call: minimum
+        if not near and (self.num_accepted + offset) % _LOOK_EVERY:
+            return
+        closing = self.closer.closing(self.matcher, state)
+        if closing is None:
+            return  # no way to close found: the grammar alone decides (a cut reply is dropped whole)
+        if offset == 0:
+            self._closing_len = len(closing)
+        if left <= len(closing) + MARGIN:
+            _only(bitmask, row, closing[0])
+            if offset == 0:
+                self._closing = closing
+            return
+        first = bitmask[row, closing[0] >> 5].item() & _bit(closing[0])
+        if left <= len(closing) + MARGIN + CAUTION:
+            bitmask[row] &= self.closer.allowed_unless_opening
+        if left <= len(closing) + MARGIN + CAUTION + self.minimum:  # a new call (the shortest reply) may not fit
+            self._drop_unclosable(bitmask, row, left, state)
+        bitmask[row, closing[0] >> 5] |= first
+
+    def _drop_unclosable(self, bitmask: torch.Tensor, row: int, left: int, state: _StringState) -> None:
+        """Mask each allowed token that may open a member or another call (a separator) after which
+        the reply could not close within ``left`` tokens, checked one by one when they are few."""
+        risky = _tokens(bitmask[row] & self.closer.risky)
+        if len(risky) > _MAX_CHECKED:
+            return
+        stop = set(self.matcher.stop_token_ids)
+        for token in risky:
+            if token in stop:
+                continue
+            fork = self.matcher.fork()
+            if not fork.accept_token(token):
+                continue
+            after = state.copy()
+            after.feed(self.closer.texts[token])
+            closing = self.closer.closing(fork, after)
+            if closing is None or 1 + len(closing) + MARGIN > left:
+                bitmask[row, token >> 5] &= ~_bit(token)
 
     def forced_tokens(self, limit: int) -> list[int]:
         """Jump-forward: up to ``limit`` tokens spelling the continuation the
@@ -111,6 +331,8 @@ class RequestGrammar:
         model itself prefers."""
         if limit <= 0 or self.matcher.is_terminated():
             return []
+        if self._closing:
+            return self._closing[:limit]  # the closing being written is forced too
         return self.matcher.find_jump_forward_tokens()[:limit]
 
     def _fill_one(self, bitmask: torch.Tensor, row: int) -> None:
@@ -124,3 +346,33 @@ def new_bitmask(num_rows: int, vocab_size: int, pinned: bool) -> torch.Tensor:
     """An all-allowed bitmask (every bit set) for ``num_rows`` rows."""
     words = (vocab_size + 31) // 32
     return torch.full((num_rows, words), -1, dtype=torch.int32, pin_memory=pinned)
+
+
+def _bit(token: int) -> int:
+    """``token``'s bit in its int32 bitmask word (xgrammar's layout), as a signed int32."""
+    bit = 1 << (token & 31)
+    return bit - (1 << 32) if bit >= 1 << 31 else bit
+
+
+def _tokens(words: torch.Tensor) -> list[int]:
+    """The tokens whose bits are set in one bitmask row."""
+    if not bool(words.any()):
+        return []
+    bits = (words.to(torch.int64)[:, None] >> torch.arange(32)) & 1
+    return bits.flatten().nonzero().flatten().tolist()
+
+
+def _only(bitmask: torch.Tensor, row: int, token: int) -> None:
+    """Allow ``token`` alone in ``bitmask[row]``."""
+    bitmask[row].zero_()
+    bitmask[row, token >> 5] = _bit(token)
+
+
+def _bool_to_bitmask(allowed: torch.Tensor) -> torch.Tensor:
+    """A bool vector over the vocabulary as one int32 bitmask row (xgrammar's layout)."""
+    words = (allowed.numel() + 31) // 32
+    padded = torch.zeros(words * 32, dtype=torch.int64)
+    padded[: allowed.numel()] = allowed.to(torch.int64)
+    weights = torch.tensor([1 << i for i in range(32)], dtype=torch.int64)
+    packed = (padded.view(words, 32) * weights).sum(dim=1)
+    return torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32)

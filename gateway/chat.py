@@ -22,11 +22,13 @@ engine enforces), sampling parameters, admission, routing and registration
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
 import anyio
+import msgspec
 
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Job, dispatch
@@ -88,17 +90,23 @@ async def start_chat(
     requested, param = request.max_tokens, "max_tokens"
     if request.max_completion_tokens is not None:
         requested, param = request.max_completion_tokens, "max_completion_tokens"
+    param = budget_param or param
     max_tokens = model.budget.resolve(requested, prompt_tokens=len(prompt), max_model_len=model.max_model_len,
-                                      param=budget_param or param)  # fmt: skip
+                                      param=param)  # fmt: skip
+    structured = plan.structured
+    if structured is not None and plan.forced:  # the reply must end whole within its budget
+        budget = max_tokens if max_tokens is not None else model.max_model_len - len(prompt)
+        structured = msgspec.structs.replace(structured, max_tokens=budget)
     params = sampling_params(
         request, max_tokens=max_tokens, logprobs=chat_logprobs(request), vocab_size=model.vocab_size,
-        structured=plan.structured, defaults=model.sampling,
+        structured=structured, defaults=model.sampling,
     )  # fmt: skip
     program = program_tag(context, request.messages, tools_offered=bool(request.tools),
                           prompt_cache_key=request.prompt_cache_key, user=request.user)  # fmt: skip
     job = Job(request_id, arrival, [prompt], params, request.n, program)
     generation = await dispatch(gw, job, context, conversation=request.messages)
     generation.constraint_param = plan.constraint_param
+    generation.budget_param = param
     generation.reply_message = partial(recorded_reply, plan)
     return ChatRun(generation, plan)
 
@@ -134,24 +142,36 @@ class ReplyReader:
 
     A call goes out whole: its header (id, name) is held until its arguments are
     known, so a call that ``max_tokens`` cuts is never returned, streamed or not:
-    it is dropped, and so is any call markup the cut left in the text; the finish
-    reason stays ``"length"``."""
+    it is dropped, and so is any call markup the cut left in the text (the start
+    of a call's tag, or of the closing tag after a whole call: ``</tool_ca``); the
+    finish reason stays ``"length"``. (The parser keeps such a piece as content
+    when the reply ended otherwise: it loses no text the model meant.)
 
-    __slots__ = ("max_calls", "parser", "_trigger", "_pending")
+    Under a forced plan (``plan.forced``: the grammar, not the model, keeps a reply of
+    calls going) a call identical to an earlier one of the reply (same name, same
+    arguments) is dropped and the calls after it renumbered: a small model repeats
+    its call until the grammar's bound; the reply holds it once."""
+
+    __slots__ = ("max_calls", "parser", "_markup", "_pending", "_unique", "_seen", "_index", "_dropped")
 
     def __init__(self, plan: ToolPlan) -> None:
         self.parser = plan.parser() if plan.parser is not None else None
         self.max_calls = plan.max_calls
         call_format = CALL_FORMATS.get(plan.parser.name) if plan.parser is not None else None
-        self._trigger = call_format.trigger if call_format is not None else None
+        # The tags whose start a cut can leave at the end of the text: a call's opening and closing tags.
+        self._markup = tuple(t for t in (call_format.trigger, call_format.closing_tag) if t) if call_format else ()
         self._pending: dict[int, ToolCallDelta] = {}  # call headers waiting for their arguments
+        self._unique = plan.forced
+        self._seen: set[tuple[str | None, str | None]] = set()  # (name, arguments) of the calls sent
+        self._index: dict[int, int] = {}  # the parser's index of a call sent -> its index in the reply
+        self._dropped = 0  # calls dropped as repeats
 
     @property
     def num_calls(self) -> int:
         if self.parser is None:
             return 0
         n = self.parser.num_tool_calls
-        return n if self.max_calls is None else min(n, self.max_calls)
+        return (n if self.max_calls is None else min(n, self.max_calls)) - self._dropped
 
     def feed(self, text: str) -> list[Delta]:
         if not text:
@@ -171,7 +191,8 @@ class ReplyReader:
         cut_calls = set(self._pending)
         kept = []
         for d in deltas:
-            calls = tuple(t for t in d.tool_calls if t.index not in cut_calls)
+            renumbered = (self._renumbered(t) for t in d.tool_calls if t.index not in cut_calls)
+            calls = tuple(t for t in renumbered if t is not None)
             content = self._before_markup(d.content)
             if content or calls:
                 kept.append(Delta(content, calls))
@@ -190,22 +211,41 @@ class ReplyReader:
                 if header is not None:
                     function = FunctionDelta(header.function.name, t.function.arguments)
                     t = ToolCallDelta(t.index, function, header.id, header.type)
-                calls.append(t)
+                if t.id is not None:  # a whole call
+                    call = (t.function.name, t.function.arguments)
+                    if self._unique and call in self._seen:
+                        self._dropped += 1  # a repeat of a call this reply made
+                        continue
+                    self._seen.add(call)
+                    self._index[t.index] = t.index - self._dropped
+                t = self._renumbered(t)
+                if t is not None:
+                    calls.append(t)
             if d.content is not None or calls:
                 out.append(Delta(d.content, tuple(calls)))
         return out
 
+    def _renumbered(self, t: ToolCallDelta) -> ToolCallDelta | None:
+        """``t`` at its call's index in the reply (None: a piece of a repeat that was dropped)."""
+        if not self._unique:
+            return t
+        index = self._index.get(t.index)
+        if index is None:
+            return None
+        return t if index == t.index else dataclasses.replace(t, index=index)
+
     def _before_markup(self, text: str | None) -> str | None:
-        """The text before any call markup (or the start of one at its end), right-stripped."""
-        trigger = self._trigger
-        if not text or trigger is None:
+        """The text before any call markup (or the start of a tag at its end), right-stripped."""
+        if not text or not self._markup:
             return text
+        trigger = self._markup[0]
         at = text.find(trigger)
         if at >= 0:
             return text[:at].rstrip()  # as before any call: the text is right-stripped
-        for n in range(min(len(trigger) - 1, len(text)), 0, -1):
-            if text.endswith(trigger[:n]):
-                return text[:-n].rstrip()
+        for tag in self._markup:
+            for n in range(min(len(tag), len(text)), 0, -1):
+                if text.endswith(tag[:n]):
+                    return text[:-n].rstrip()
         return text
 
     def read(self, text: str, engine_finish: str | None) -> ReplyPiece:

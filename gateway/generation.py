@@ -37,7 +37,7 @@ from agentgate.engine.client import EngineClient
 from agentgate.engine.errors import EngineError, InvalidRequestError
 from agentgate.engine.output_processor import OutputProcessor
 from agentgate.engine.protocol import EngineCoreOutput, ProgramTag, TokenLogprobs
-from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.sampling_params import SamplingParams, parse_budget_error
 from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway import programs
 from agentgate.gateway.admission import Ticket
@@ -256,6 +256,7 @@ class Generation:
         self.error: BaseException | None = None
         self.disconnected = False
         self.constraint_param: str | None = None  # the field a grammar the engine rejects comes from
+        self.budget_param = "max_tokens"  # the request's name for it: a budget the grammar cannot end within
         # The reply as a session records it; the chat core sets one that parses tool calls.
         self.reply_message: Callable[[str], dict[str, Any]] = text_reply
         ids = engine_request_ids(request_id, len(prompts) * n)
@@ -328,10 +329,21 @@ class Generation:
         """Keep the first engine error in ``error``; returns it as the client should see it.
 
         The engine rejects a request before its first token only for its
-        grammar: that becomes a 400 on ``constraint_param`` (tools, response_format)."""
+        grammar: that becomes a 400 on ``constraint_param`` (tools, response_format), or on
+        ``budget_param`` when its budget cannot hold the shortest reply the grammar allows."""
         if isinstance(exc, InvalidRequestError) and self.constraint_param is not None and exc.param is None:
             what = "the tool schemas" if self.constraint_param == "tools" else "the response_format schema"
-            exc = InvalidRequestError(f"{what} cannot be enforced: {exc}", param=self.constraint_param)
+            budget = parse_budget_error(str(exc))
+            if budget is not None:
+                reply = "one whole tool call" if self.constraint_param == "tools" else "the JSON it asks for"
+                param = self.budget_param
+                exc = InvalidRequestError(
+                    f"`{param}` is {budget[0]}, too few for the shortest reply this request allows ({reply}): it "
+                    f"takes {budget[1]} tokens. Set `{param}` to at least {budget[1]}.",
+                    param=param,
+                )
+            else:
+                exc = InvalidRequestError(f"{what} cannot be enforced: {exc}", param=self.constraint_param)
         if self.error is None:
             self.error = exc
         return self.error  # type: ignore[return-value]

@@ -87,13 +87,17 @@ class ToolPlan:
     plain content: no tools, or ``tool_choice`` none); ``max_calls``: 1 with
     ``parallel_tool_calls: false``, the bound on forced parallel calls under
     ``required``; ``structured``: what the engine enforces;
-    ``constraint_param``: the request field that constraint comes from.
+    ``constraint_param``: the request field that constraint comes from;
+    ``forced``: the reply is nothing but the structure (a forced call, the JSON
+    of a response_format), so it must end whole within max_tokens (the engine
+    closes it in time: :mod:`engine.structured_output`).
     """
 
     parser: type[StreamingToolParser] | None = None
     max_calls: int | None = None
     structured: StructuredOutput | None = None
     constraint_param: str | None = None
+    forced: bool = False
 
 
 NO_TOOLS = ToolPlan()
@@ -130,7 +134,8 @@ def tool_plan(
         param = "tools"
     else:
         param = "response_format"
-    return ToolPlan(parser, max_calls, structured, param)
+    free_text = choice.mode == "auto" and bool(tools) and response_format is None  # strict tools: calls checked
+    return ToolPlan(parser, max_calls, structured, param, forced=structured is not None and not free_text)
 
 
 @functools.lru_cache(maxsize=16)

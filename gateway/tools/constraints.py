@@ -9,7 +9,8 @@ What is enforced (``tool_choice`` resolved by :func:`gateway.tools.schema.resolv
   nothing else; each call names one of the tools and its arguments match that
   tool's ``parameters`` schema. The bound is in the grammar: after the last
   allowed call only the end of the reply may follow, so a small model that
-  would repeat its call stops instead of running into ``max_tokens``.
+  would repeat its call stops instead of running into ``max_tokens``; a call
+  identical to an earlier one is dropped by the chat core's reader.
 - named function: the reply is exactly one call of that function, arguments
   matching its schema (``parallel_tool_calls`` does not add calls: "call this
   function" is one call, as in vLLM).
@@ -38,6 +39,13 @@ format, which every xgrammar with structural tags compiles),
 ``triggered_tags`` (strict ``auto``) or ``or`` (``auto`` + ``response_format``). JSON inside
 a tag allows at most :data:`MAX_WHITESPACE` consecutive whitespace characters, so
 a small model cannot spin in whitespace until ``max_tokens``.
+
+Where the reply is nothing but the structure (``required``, named, ``response_format``)
+the chat core gives the engine the request's ``max_tokens`` with it
+(``StructuredOutput.max_tokens``): the engine's grammar then never starts what it
+cannot close, closes in time and ends the reply on its end token, so the reply
+is whole calls (finish reason ``tool_calls``), and a budget below the shortest
+call is a 400 naming ``max_tokens`` and the minimum (``engine/structured_output.py``).
 
 Schemas are checked against their JSON Schema metaschema before anything
 reaches the engine (a 400 naming the problem); what is valid JSON Schema but
@@ -93,6 +101,7 @@ class CallFormat:
     end: str
     separator: str  # between parallel calls
     trigger: str  # what opens a call in free text (a prefix of every begin)
+    closing_tag: str = ""  # what closes a call after its JSON, if anything ("</tool_call>")
 
     def tag(self, name: str, parameters: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -105,7 +114,8 @@ class CallFormat:
 
 CALL_FORMATS: dict[str, CallFormat] = {
     "hermes": CallFormat(
-        begin='<tool_call>\n{{"name": {name}, "arguments": ', end="}\n</tool_call>", separator="\n", trigger="<tool_call>"
+        begin='<tool_call>\n{{"name": {name}, "arguments": ', end="}\n</tool_call>", separator="\n",
+        trigger="<tool_call>", closing_tag="</tool_call>",
     ),
     "llama3_json": CallFormat(begin='{{"name": {name}, "parameters": ', end="}", separator="; ", trigger='{"name": '),
 }

@@ -64,12 +64,44 @@ def test_tool_round_trip_with_tool_choice_any(client):
     uses = [b for b in reply.content if b.type == "tool_use"]
     assert uses and all(u.name == "get_weather" and isinstance(u.input["city"], str) for u in uses)
     assert not [b for b in reply.content if b.type == "text"]
-    results = [{"type": "tool_result", "tool_use_id": u.id, "content": "Sunny, 22 C"} for u in uses]
+    _round_trip(client, ASK, reply)
+
+
+def _round_trip(client, ask: list[dict], reply) -> None:
+    """The tool results of ``reply``'s calls sent back: the model answers, on a longer prompt."""
+    results = [{"type": "tool_result", "tool_use_id": b.id, "content": "Sunny, 22 C"}
+               for b in reply.content if b.type == "tool_use"]  # fmt: skip
     follow = client.messages.create(
         model=MODEL, max_tokens=24, tools=[WEATHER], extra_body={"temperature": 0},
-        messages=[*ASK, {"role": "assistant", "content": reply.content}, {"role": "user", "content": results}],
+        messages=[*ask, {"role": "assistant", "content": reply.content}, {"role": "user", "content": results}],
     )  # fmt: skip
     assert follow.usage.input_tokens > reply.usage.input_tokens and follow.content
+
+
+@pytest.mark.parametrize("disable_parallel", [False, True], ids=["parallel", "one-call"])
+def test_any_with_64_tokens_ends_on_tool_use_and_the_round_trip_completes(client, disable_parallel):
+    """Issue 28: ``any`` with max_tokens 64 wrote two identical get_weather calls and a third cut
+    (stop_reason max_tokens). Now the calls fit the budget (the grammar closes in time), a repeat
+    is dropped, and ``disable_parallel_tool_use`` allows exactly one: stop_reason tool_use."""
+    choice = {"type": "any", "disable_parallel_tool_use": disable_parallel}
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    reply = client.messages.create(model=MODEL, max_tokens=64, messages=ask, tools=[WEATHER], tool_choice=choice)
+    uses = [b for b in reply.content if b.type == "tool_use"]
+    assert reply.stop_reason == "tool_use" and reply.usage.output_tokens <= 64, reply
+    assert uses and all(u.name == "get_weather" and isinstance(u.input["city"], str) for u in uses)
+    assert len({str(u.input) for u in uses}) == len(uses) and not [b for b in reply.content if b.type == "text"]
+    if disable_parallel:
+        assert len(uses) == 1
+    _round_trip(client, ask, reply)
+
+
+def test_a_budget_below_one_whole_call_is_refused(client):
+    """A max_tokens that cannot hold the shortest call ``any`` allows is a 400 naming max_tokens and
+    the minimum, before anything runs."""
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.create(model=MODEL, max_tokens=5, messages=ASK, tools=[WEATHER], tool_choice={"type": "any"})
+    message = info.value.body["error"]["message"]
+    assert "`max_tokens` is 5" in message and "at least" in message, message
 
 
 def test_tool_choice_tool_and_none_streaming(client):

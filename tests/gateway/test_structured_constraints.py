@@ -122,6 +122,29 @@ def test_a_call_cut_by_max_tokens_is_dropped_streamed_or_not():
     assert ReplyReader(plan).whole("Sure. <tool_", "length") == (ParsedOutput("Sure."), "length")
 
 
+@pytest.mark.parametrize("calls_before", [0, 1], ids=["one-call", "after-a-whole-call"])
+def test_a_reply_cut_inside_a_closing_tag_leaks_no_markup(calls_before):
+    """Issue 28: max_tokens cut the reply right after a whole call, inside its closing tag
+    ("...}\n</tool_call"): the call is whole and returned, the piece of tag is markup and
+    never content, at every cut point and whatever the chunking, streamed or not."""
+    plan = ToolPlan(HermesToolParser, 4)
+    whole = "\n".join([CALL] * calls_before + [CALL])
+    expected = ['{"city": "Paris", "unit": "celsius"}'] * (calls_before + 1)
+    for cut in range(len(whole) - len("\n</tool_call>"), len(whole) + 1):
+        text = whole[:cut]
+        parsed, finish = ReplyReader(plan).whole(text, "length")
+        assert parsed.content is None and [c.arguments for c in parsed.tool_calls] == expected, (text, parsed)
+        assert finish == "length"
+        for size in (1, 2, 3, 5):
+            reader = ReplyReader(plan)
+            pieces = [reader.read(text[i : i + size], None) for i in range(0, len(text), size)]
+            pieces.append(reader.read("", "length"))
+            streamed = accumulate([d for piece in pieces for d in piece.deltas])
+            assert streamed.content is None and [c.arguments for c in streamed.tool_calls] == expected, (text, size)
+    # A reply that ended there otherwise (a stop string) keeps the piece of tag: the parser loses no text.
+    assert HermesToolParser.parse(whole[:-3]).content == "</tool_ca"
+
+
 def test_named_forces_that_function_once(compiler):
     spec = enforce([WEATHER, TIME], ToolChoice("named", "get_time"), parallel=True)
     assert accepts(compiler, spec, TIME_CALL)
@@ -285,3 +308,114 @@ def test_tool_call_parser_setting(monkeypatch):
     assert Settings().tool_call_parser is None
     with pytest.raises(ValueError, match="tool_call_parser must be one of"):
         Settings(tool_call_parser="mistral")
+
+
+# --- replies that fit their budget (issue 28) ------------------------------------------
+
+
+def _allowed(bitmask, row: int, vocab_size: int) -> list[int]:
+    import torch
+
+    words = bitmask[row].to(torch.int64) & 0xFFFFFFFF
+    bits = (words[:, None] >> torch.arange(32)) & 1
+    return [t for t in bits.flatten().nonzero().flatten().tolist() if t < vocab_size]
+
+
+def _budgeted(compiler, tool, budget: int, *, parallel: bool = False):
+    import msgspec
+
+    spec = enforce([tool], ToolChoice("required"), parallel=parallel)
+    return compiler.submit(msgspec.structs.replace(spec, max_tokens=budget))
+
+
+def _decode(compiler, grammar, rng: random.Random, prefer: str = "") -> tuple[list[int], bool]:
+    """A reply written by a 'model' that takes any token the bitmask allows, at random (strings
+    that never end, containers opened wherever they may be), a token starting with ``prefer``
+    whenever one is allowed: (tokens, ended on an end token)."""
+    from agentgate.engine.structured_output import new_bitmask
+
+    tokens: list[int] = []
+    stop = set(grammar.matcher.stop_token_ids)
+    while len(tokens) < grammar.budget:
+        bitmask = new_bitmask(1, compiler.vocab_size, pinned=False)
+        grammar.fill(bitmask, 0)
+        allowed = _allowed(bitmask, 0, compiler.vocab_size)
+        assert allowed, "an empty bitmask row"
+        preferred = [t for t in allowed if prefer and grammar.closer.texts[t].startswith(prefer)]
+        token = rng.choice(preferred or allowed)
+        assert grammar.accept(token)
+        tokens.append(token)
+        if token in stop:
+            return tokens, True
+    return tokens, False
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_a_budgeted_reply_always_ends_whole_within_its_budget(compiler, seed):
+    """Under the tightest budget the grammar admits, and a little above it, a writer that
+    takes any allowed token at random still ends with a whole call that validates, on an
+    end token, within max_tokens; a budget below the shortest call is refused."""
+    from agentgate.engine.sampling_params import parse_budget_error
+    from agentgate.engine.structured_output import RequestGrammar
+    from agentgate.engine.tokenizer import load_tokenizer
+
+    tool = random_tool(seed)
+    tokenizer = load_tokenizer(default_model_path())
+    minimum = _budgeted(compiler, tool, 400).result().minimum
+    assert 20 < minimum < 64
+    with pytest.raises(InvalidRequestError) as info:
+        _budgeted(compiler, tool, minimum - 1).result()
+    assert parse_budget_error(str(info.value)) == (minimum - 1, minimum)
+    rng = random.Random(seed)
+    for budget in (minimum, minimum + 7, 64):
+        grammar = RequestGrammar(_budgeted(compiler, tool, budget).result())
+        tokens, ended = _decode(compiler, grammar, rng)
+        assert ended and len(tokens) <= budget, (budget, tokenizer.decode(tokens))
+        _check_calls(tokenizer.decode(tokens[:-1]), tool, 1)
+
+
+def _check_calls(text: str, tool: dict, most: int) -> None:
+    parsed = HermesToolParser.parse(text)
+    assert parsed.content is None and 1 <= len(parsed.tool_calls) <= most, text
+    for call in parsed.tool_calls:
+        assert call.name == tool["function"]["name"]
+        jsonschema.validate(json.loads(call.arguments), tool["function"]["parameters"])
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_parallel_calls_never_start_one_they_cannot_close(compiler, seed):
+    """With parallel calls, after a whole call the grammar offers the end or another call; the
+    random writer takes another whenever it may, and the reply still ends whole, on an end token."""
+    import msgspec
+
+    from agentgate.engine.structured_output import RequestGrammar
+    from agentgate.engine.tokenizer import load_tokenizer
+
+    tool = random_tool(seed)
+    tokenizer = load_tokenizer(default_model_path())
+    spec = structured_output(validate_tools([tool]), ToolChoice("required"), None, parser="hermes", parallel=True,
+                             max_calls=4)  # fmt: skip
+    for budget in (64, 100):
+        grammar = RequestGrammar(compiler.submit(msgspec.structs.replace(spec, max_tokens=budget)).result())
+        tokens, ended = _decode(compiler, grammar, random.Random(seed), prefer="\n")
+        assert ended and len(tokens) <= budget, (budget, tokenizer.decode(tokens))
+        _check_calls(tokenizer.decode(tokens[:-1]), tool, 4)
+
+
+def test_a_forced_reply_holds_each_call_once():
+    """Issue 28: a small model repeats its forced call until the grammar's bound; the reader keeps
+    one of each (name, arguments), renumbered, streamed or not; an auto reply keeps them all."""
+    text = "\n".join([CALL, CALL, TIME_CALL, CALL])
+    forced = ToolPlan(HermesToolParser, 4, forced=True)
+    parsed, finish = ReplyReader(forced).whole(text, "stop")
+    assert [c.name for c in parsed.tool_calls] == ["get_weather", "get_time"] and finish == "tool_calls"
+    for size in (1, 4, 9):
+        reader = ReplyReader(forced)
+        pieces = [reader.read(text[i : i + size], None) for i in range(0, len(text), size)] + [reader.read("", "stop")]
+        deltas = [d for piece in pieces for d in piece.deltas]
+        assert [t.index for d in deltas for t in d.tool_calls] == [0, 1]
+        streamed = accumulate(deltas)
+        pairs = [(c.name, c.arguments) for c in streamed.tool_calls]
+        assert pairs == [(c.name, c.arguments) for c in parsed.tool_calls]
+        assert streamed.content is None and reader.num_calls == 2
+    assert len(ReplyReader(ToolPlan(HermesToolParser, 4)).whole(text, "stop")[0].tool_calls) == 4

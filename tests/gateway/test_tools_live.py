@@ -116,9 +116,7 @@ async def _all(server: LiveServer, bodies: list[dict]) -> list[tuple[int, dict |
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # about a minute on two idle cores; far more on a loaded machine
-# Only one call per reply: with parallel calls on, a reply cut by max_tokens right after a
-# whole call leaks "</tool_call" into content (seen in 1 of 50 schemas; open in issue 17).
-@pytest.mark.parametrize("parallel", [False], ids=["one-call"])
+@pytest.mark.parametrize("parallel", [False, True], ids=["one-call", "parallel-calls"])
 async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(server, parallel):
     """Every returned call parses and validates, nothing of the markup reaches content. With
     parallel calls the grammar bounds them (--max-forced-tool-calls, 4) and a call that
@@ -161,6 +159,87 @@ async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(ser
                 assert reason in ("tool_calls", "length"), (seed, reason)
                 assert len(made) <= 4 and (reason == "length" or made), (seed, reason, made)
     print(f"finish reasons: {sorted((r, finishes.count(r)) for r in set(finishes))}")
+
+
+def _forced(tool: dict, seed: int, *, parallel: bool, temperature: float, max_tokens: int, stream: bool) -> dict:
+    return {
+        "messages": [SYSTEM, ASK], "tools": [tool], "tool_choice": "required", "parallel_tool_calls": parallel,
+        "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "stream": stream,
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("max_tokens", [64, 200])
+@pytest.mark.parametrize("temperature", [0, 0.7, 1.0])
+@pytest.mark.parametrize("parallel", [False, True], ids=["one-call", "parallel-calls"])
+async def test_forced_calls_fit_the_budget_on_50_random_schemas(server, parallel, temperature, max_tokens):
+    """Issue 28: under tool_choice required every reply, streamed or not, holds at least one whole
+    call that validates against its schema, no markup in content, and ends on finish_reason
+    "tool_calls", never "length": the grammar knows the tokens left and closes the call in time.
+    With parallel calls, no call is repeated. The count is printed, not just the pass."""
+    tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
+    bodies = [_forced(tools[seed], seed, parallel=parallel, temperature=temperature, max_tokens=max_tokens,
+                      stream=stream) for stream in (False, True) for seed in range(NUM_SCHEMAS)]  # fmt: skip
+    results = await _all(server, bodies)
+    good, calls_made = 0, 0
+    for body, (status, out) in zip(bodies, results):
+        seed, tool = body["seed"], body["tools"][0]["function"]
+        assert status == 200, out
+        if body["stream"]:
+            content, made, finish = stream_calls(out)
+            made = [(c["name"], c["arguments"]) for c in made]
+        else:
+            [choice] = out["choices"]
+            content, finish = choice["message"]["content"] or "", choice["finish_reason"]
+            calls = choice["message"].get("tool_calls") or []
+            made = [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+            assert out["usage"]["completion_tokens"] <= max_tokens
+        assert made and finish == "tool_calls" and not content, (seed, body["stream"], finish, content, made)
+        assert len(made) == len(set(made)) and len(made) <= (4 if parallel else 1), (seed, made)
+        for name, arguments in made:
+            assert name == tool["name"]
+            jsonschema.validate(json.loads(arguments), tool["parameters"])
+        good += 1
+        calls_made += len(made)
+    print(f"\nparallel={parallel} temperature={temperature} max_tokens={max_tokens}: {good}/{len(bodies)} replies "
+          f"with whole calls and finish_reason tool_calls, {calls_made} calls")
+
+
+def _leaves(value, path=()) -> dict:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _leaves(item, (*path, key)).items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in _leaves(item, (*path, i)).items()}
+    return {path: value}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("max_tokens", [64, 200])
+async def test_share_of_values_the_budget_shortened(server, max_tokens):
+    """What fitting the budget costs the arguments: the same greedy requests with ``max_tokens`` and
+    with room to spare (1024); a value of the roomy call is shortened when the budgeted call holds
+    another value there, or none. Printed; the calls that fit both budgets are the same call."""
+    tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
+    common = {"parallel": False, "temperature": 0, "stream": False}
+    tight = await _all(server, [_forced(tools[s], s, max_tokens=max_tokens, **common) for s in range(NUM_SCHEMAS)])
+    roomy = await _all(server, [_forced(tools[s], s, max_tokens=1024, **common) for s in range(NUM_SCHEMAS)])
+    values = shortened = calls_cut = 0
+    for seed, ((_, small), (_, large)) in enumerate(zip(tight, roomy)):
+        [small_call] = small["choices"][0]["message"]["tool_calls"]
+        [large_call] = large["choices"][0]["message"]["tool_calls"]
+        fitted, free = (_leaves(json.loads(c["function"]["arguments"])) for c in (small_call, large_call))
+        values += len(free)
+        changed = sum(1 for path, value in free.items() if fitted.get(path, object()) != value)
+        shortened += changed
+        calls_cut += changed > 0
+        if large["usage"]["completion_tokens"] <= max_tokens - 34:  # ended long before the budget came near
+            assert small_call["function"]["arguments"] == large_call["function"]["arguments"], seed
+    share = shortened / max(values, 1)
+    print(f"\nmax_tokens {max_tokens} vs 1024, greedy, {NUM_SCHEMAS} schemas: {shortened}/{values} values shortened "
+          f"({share:.1%}), in {calls_cut} calls")
+    assert share < 0.5
 
 
 def test_openai_sdk_parses_named_tool_calls(server):
@@ -349,3 +428,25 @@ def test_langchain_bind_tools_with_tool_choice_any(server):
         merged = chunk if merged is None else merged + chunk
     assert merged.tool_calls and not merged.invalid_tool_calls
     assert all(c["name"] == "get_weather" and isinstance(c["args"]["city"], str) for c in merged.tool_calls)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_budget_below_one_whole_call_is_a_400_naming_max_tokens_and_the_minimum(server, stream):
+    """Issue 28: refused at admission, before anything runs, streamed or not; the minimum it names
+    is enough: a request with exactly that budget ends on one whole call, finish_reason tool_calls."""
+    fields = {"messages": PARIS, "tools": [WEATHER], "tool_choice": "required", "stream": stream}
+    error = chat(server, max_tokens=5, **fields).json()["error"]
+    assert error["param"] == "max_tokens" and "`max_tokens` is 5" in error["message"], error
+    minimum = int(error["message"].rsplit("at least ", 1)[1].rstrip("."))
+    error = chat(server, max_completion_tokens=minimum - 1, **fields).json()["error"]
+    assert error["param"] == "max_completion_tokens" and f"at least {minimum}" in error["message"], error
+    r = httpx.post(f"{server.url}/v1/responses", json={"input": "Weather in Paris?", "tools": [
+        {"type": "function", **WEATHER["function"]}], "tool_choice": "required", "max_output_tokens": 5,
+        "store": False, "stream": stream}, timeout=600)  # fmt: skip
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_output_tokens", r.text
+    if not stream:
+        done = chat(server, max_tokens=minimum, **fields).json()
+        [choice] = done["choices"]
+        assert choice["finish_reason"] == "tool_calls" and done["usage"]["completion_tokens"] <= minimum
+        [call] = choice["message"]["tool_calls"]
+        jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER["function"]["parameters"])
