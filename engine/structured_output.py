@@ -311,9 +311,10 @@ class RequestGrammar:
         if len(risky) > _MAX_CHECKED:
             return
         stop = set(self.matcher.stop_token_ids)
+        may_end = self.matcher.is_completed()  # where whitespace may be a separator: another call
         for token in risky:
-            if token in stop:
-                continue
+            if token in stop or (not may_end and not self.closer.texts[token].strip()):
+                continue  # the end; or whitespace inside the structure, which closes as it stood
             fork = self.matcher.fork()
             if not fork.accept_token(token):
                 continue

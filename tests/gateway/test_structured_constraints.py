@@ -419,3 +419,23 @@ def test_a_forced_reply_holds_each_call_once():
         assert pairs == [(c.name, c.arguments) for c in parsed.tool_calls]
         assert streamed.content is None and reader.num_calls == 2
     assert len(ReplyReader(ToolPlan(HermesToolParser, 4)).whole(text, "stop")[0].tool_calls) == 4
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_budgeted_response_format_ends_as_valid_json(compiler, seed):
+    """response_format json_schema under a budget: the random writer's reply is JSON that validates,
+    ended on an end token within max_tokens."""
+    import msgspec
+
+    from agentgate.engine.structured_output import RequestGrammar
+    from agentgate.engine.tokenizer import load_tokenizer
+
+    schema = random_tool(seed)["function"]["parameters"]
+    rf = parse_response_format({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    spec = structured_output(None, ToolChoice("none"), rf, parser="hermes", parallel=True)
+    tokenizer = load_tokenizer(default_model_path())
+    for budget in (24, 48):
+        grammar = RequestGrammar(compiler.submit(msgspec.structs.replace(spec, max_tokens=budget)).result())
+        tokens, ended = _decode(compiler, grammar, random.Random(seed))
+        assert ended and len(tokens) <= budget, (budget, tokenizer.decode(tokens))
+        jsonschema.validate(json.loads(tokenizer.decode(tokens[:-1]), strict=False), schema)  # as the parsers read
