@@ -439,3 +439,21 @@ def test_a_budgeted_response_format_ends_as_valid_json(compiler, seed):
         tokens, ended = _decode(compiler, grammar, random.Random(seed))
         assert ended and len(tokens) <= budget, (budget, tokenizer.decode(tokens))
         jsonschema.validate(json.loads(tokenizer.decode(tokens[:-1]), strict=False), schema)  # as the parsers read
+
+
+def test_the_closing_is_offered_as_drafts_and_each_draft_row_allows_its_next_token(compiler):
+    """Speculation: once a budgeted reply writes its closing, jump-forward drafts it whole, and the
+    bitmask rows of those drafts allow exactly the closing's next tokens (so several arrive a step)."""
+    from agentgate.engine.structured_output import RequestGrammar, new_bitmask
+
+    budgeted = _budgeted(compiler, WEATHER, _budgeted(compiler, WEATHER, 400).result().minimum).result()
+    grammar = RequestGrammar(budgeted)
+    bitmask = new_bitmask(1, compiler.vocab_size, pinned=False)
+    grammar.fill(bitmask, 0)  # the budget is the minimum: the closing starts at once
+    [first] = _allowed(bitmask, 0, compiler.vocab_size)
+    assert grammar.accept(first)
+    drafts = grammar.forced_tokens(8)
+    assert len(drafts) == 8
+    bitmask = new_bitmask(9, compiler.vocab_size, pinned=False)
+    grammar.fill(bitmask, 0, tuple(drafts))
+    assert [_allowed(bitmask, row, compiler.vocab_size) for row in range(8)] == [[t] for t in drafts]
