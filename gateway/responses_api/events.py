@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from agentgate.gateway.errors import error_parts
+from agentgate.gateway.errors import GatewayError, error_parts
 from agentgate.gateway.generation import Choice, ChoiceEvent
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.turn import Turn
@@ -128,7 +128,10 @@ class ResponsesStream:
     async def closing(self) -> bytes:
         out = self._close_item()
         response = self.turn.finish(accumulate(self.deltas), self.finish_reason, output=self.output)
-        await self.turn.save()
+        try:
+            await self.turn.save()
+        except GatewayError as exc:  # the store failed at the end (Redis down): the client hears why, then failed
+            return out + self.error(exc)
         return out + self._response_event(FINAL_EVENTS[response.status])
 
     def error(self, exc: BaseException) -> bytes:
