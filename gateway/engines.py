@@ -75,14 +75,15 @@ class EnginePool:
         self.down_since: list[float | None] = [None] * len(self.engines)  # time.time() it died; None: up
         self.leaving: set[str] = set()  # addresses routing skips (draining, or gone from the registry)
         self._turn = 0
-        self._info = self.engines[0].info
+        self._info: EngineInfo | None = None  # the model facts last seen, for when no engine is left
 
     @property
     def info(self) -> EngineInfo:
         """The first engine's model facts (every engine serves the same model; kept when none is left)."""
-        info = self.engines[0].info if self.engines else self._info
-        assert info is not None, "connected engines have their info"
-        return info
+        if self.engines:
+            self._info = self.engines[0].info
+        assert self._info is not None, "connected engines have their info"
+        return self._info
 
     def add(self, client: EngineClient) -> None:
         """Serve a newly found engine too (``gateway.discovery``)."""
@@ -95,6 +96,8 @@ class EnginePool:
         """Forget an engine (gone, or its client closed)."""
         for i, engine in enumerate(self.engines):
             if engine is client:
+                if len(self.engines) == 1:
+                    self._info = engine.info or self._info
                 del self.engines[i], self.stats[i], self.down_since[i]
                 return
 
