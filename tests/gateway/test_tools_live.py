@@ -245,6 +245,10 @@ async def test_share_of_values_the_budget_shortened(server, max_tokens):
 def test_openai_sdk_parses_named_tool_calls(server):
     """Named tool_choice forces that function; the SDK parses the call, and streaming deltas
     accumulated as agent frameworks do give the same call."""
+    _named_call_streamed_and_not(server)
+
+
+def _named_call_streamed_and_not(server: LiveServer) -> None:
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=600)
     forced = {"type": "function", "function": {"name": "web_search"}}
     args = {"model": "SmolLM2-135M-Instruct", "messages": PARIS, "tools": [WEATHER, SEARCH], "tool_choice": forced,
@@ -409,6 +413,10 @@ def test_a_schema_the_grammar_compiler_rejects_is_a_400(server, stream):
 def test_langchain_bind_tools_with_tool_choice_any(server):
     """LangChain (langchain-openai) as its users write it: ``bind_tools(..., tool_choice="any")``
     gives parsed calls, never an invalid one, streaming and not."""
+    _langchain_any(server)
+
+
+def _langchain_any(server: LiveServer) -> None:
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
 
@@ -450,3 +458,50 @@ def test_a_budget_below_one_whole_call_is_a_400_naming_max_tokens_and_the_minimu
         assert choice["finish_reason"] == "tool_calls" and done["usage"]["completion_tokens"] <= minimum
         [call] = choice["message"]["tool_calls"]
         jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER["function"]["parameters"])
+
+
+
+@pytest.fixture(scope="module")
+def speculative_server(tmp_path_factory: pytest.TempPathFactory):
+    """Speculative decoding on (drafts from the request's and recent outputs, grammar jump-forward,
+    the budget's closing): several tokens arrive per step, so tool-call deltas carry several."""
+    server = start_server(
+        tmp_path_factory.mktemp("speculative-server"),
+        "--runner", "sync", "--speculative", "suffix", "--dtype", "float32", "--max-model-len", "2048",
+        "--max-num-seqs", "64", "--quantization", "none",
+    )  # fmt: skip
+    yield server
+    server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+async def test_speculative_multi_token_deltas_accumulate_to_the_whole_calls(speculative_server):
+    """Issue 28, where vLLM has open reports of dropped arguments: with several tokens a step,
+    the streamed deltas of 50 forced replies (parallel calls on, max_tokens 64) accumulate to the
+    very calls the same requests return whole (seeded: the same tokens), every one whole and
+    valid, finish_reason tool_calls; the openai SDK and langchain-openai read them the same."""
+    tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
+    bodies = [_forced(tools[seed], seed, parallel=True, temperature=0.7, max_tokens=64, stream=stream)
+              for stream in (False, True) for seed in range(NUM_SCHEMAS)]  # fmt: skip
+    results = await _all(speculative_server, bodies)
+    same = 0
+    for seed in range(NUM_SCHEMAS):
+        (status, whole), (stream_status, payloads) = results[seed], results[NUM_SCHEMAS + seed]
+        assert status == stream_status == 200, (whole, payloads)
+        [choice] = whole["choices"]
+        content, streamed, finish = stream_calls(payloads)
+        calls = [(c["function"]["name"], c["function"]["arguments"]) for c in choice["message"]["tool_calls"]]
+        assert choice["finish_reason"] == finish == "tool_calls" and not content, (seed, choice, finish, content)
+        assert [(c["name"], c["arguments"]) for c in streamed] == calls, seed
+        for _, arguments in calls:
+            jsonschema.validate(json.loads(arguments), tools[seed]["function"]["parameters"])
+        same += 1
+    metrics = httpx.get(f"{speculative_server.url}/metrics").text
+    accepted = sum(float(line.split()[-1]) for line in metrics.splitlines()
+                   if line.startswith("agentgate_spec_accepted_tokens_total"))  # fmt: skip
+    print(f"\nspeculative: {same}/{NUM_SCHEMAS} streamed replies accumulate to their whole calls; "
+          f"{accepted:.0f} drafted tokens accepted")
+    assert accepted > 0, "SET-UP: no step took more than one token"
+    _named_call_streamed_and_not(speculative_server)
+    _langchain_any(speculative_server)
