@@ -97,7 +97,11 @@ def test_forced_tool_call_then_its_output_sent_back(client):
         model=MODEL, previous_response_id=r.id, tools=[WEATHER], max_output_tokens=24, temperature=0,
         input=[{"type": "function_call_output", "call_id": c.call_id, "output": "Sunny, 22 C"} for c in calls],
     )  # fmt: skip
-    assert follow.status in ("completed", "incomplete") and follow.usage.input_tokens > r.usage.total_tokens
+    # The second prompt holds the first turn: its input and each of its calls (at least 20 tokens each:
+    # "<tool_call>", the name, the arguments). Not every token generated: a forced reply holds a
+    # repeated call once (issue 28), so the repeats the model wrote are not part of the turn.
+    assert follow.status in ("completed", "incomplete") and follow.usage.input_tokens > (
+        r.usage.input_tokens + 20 * len(calls))
     stream = client.responses.create(model=MODEL, input="What is the weather in Paris?", tools=[WEATHER],
                                      tool_choice="required", max_output_tokens=160, stream=True)  # fmt: skip
     events = list(stream)
@@ -142,10 +146,40 @@ def test_errors_are_openais(client):
 @pytest.mark.anyio
 async def test_openai_agents_sdk_runs_an_agent_with_a_function_tool_to_its_final_answer(model_server):
     """The Agents SDK as its docs show it: default model settings (it calls the Responses API)."""
-    from agents import Agent, Runner, function_tool, set_default_openai_client, set_tracing_disabled
+    from agents import Runner
+
+    agent, _, client = _weather_agent(model_server)
+    async with client:  # closed on this test's event loop
+        result = await Runner.run(agent, "What is the weather in Paris?")
+    assert isinstance(result.final_output, str) and result.final_output.strip()
+    assert result.raw_responses and all(r.usage.input_tokens > 0 for r in result.raw_responses)
+
+
+@pytest.mark.anyio
+async def test_openai_agents_sdk_with_tool_choice_required_runs_the_tool(model_server):
+    """Issue 28: the tool is forced through ModelSettings, so the agent's run must call it: the
+    function ran with the city the model wrote, its output went back and the run ended on an answer."""
+    from agents import ModelSettings, Runner
+
+    settings = ModelSettings(tool_choice="required", max_tokens=64)  # reset to auto after the call (the SDK's default)
+    agent, cities, client = _weather_agent(model_server, model_settings=settings)
+    async with client:  # closed on this test's event loop
+        result = await Runner.run(agent, "What is the weather in Paris?", max_turns=4)
+    assert cities and all(isinstance(city, str) for city in cities), result.new_items
+    outputs = [item for item in result.new_items if item.type == "tool_call_output_item"]
+    assert outputs and "sunny" in str(outputs[0].output)
+    assert isinstance(result.final_output, str)
+    assert len(result.raw_responses) >= 2  # the call, then the answer after its output
+
+
+def _weather_agent(model_server, **options):
+    """An Agents SDK agent on this server with a get_weather function tool, the cities it ran for, and
+    the SDK's default client (close it on the test's event loop)."""
+    from agents import Agent, function_tool, set_default_openai_client, set_tracing_disabled
 
     set_tracing_disabled(True)
-    set_default_openai_client(openai.AsyncOpenAI(base_url=f"{model_server.url}/v1", api_key="unused"))
+    client = openai.AsyncOpenAI(base_url=f"{model_server.url}/v1", api_key="unused")
+    set_default_openai_client(client)
     cities: list[str] = []
 
     @function_tool
@@ -154,7 +188,6 @@ async def test_openai_agents_sdk_runs_an_agent_with_a_function_tool_to_its_final
         cities.append(city)
         return f"It is sunny and 22 C in {city}."
 
-    agent = Agent(name="weather", instructions="Answer with the get_weather tool.", tools=[get_weather], model=MODEL)
-    result = await Runner.run(agent, "What is the weather in Paris?")
-    assert isinstance(result.final_output, str) and result.final_output.strip()
-    assert result.raw_responses and all(r.usage.input_tokens > 0 for r in result.raw_responses)
+    instructions = "Answer with the get_weather tool."
+    agent = Agent(name="weather", instructions=instructions, tools=[get_weather], model=MODEL, **options)
+    return agent, cities, client
