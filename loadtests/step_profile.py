@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
 from agentgate.engine import LLM, SamplingParams
@@ -82,21 +83,13 @@ class StepProfile:
         ]
 
 
+Wrapper = Callable[[Callable[..., Any], str], Callable[..., Any]]
+
+
 @contextmanager
-def timed(targets: list[tuple[Any, str, str]], totals: Counter[str]) -> Iterator[None]:
-    """Each ``(obj, attribute, bucket)``: the function ``obj.attribute`` adds its wall time to
-    ``totals[bucket]`` while the block runs (a perf_counter pair per call: well under a microsecond)."""
-
-    def wrap(original: Callable[..., Any], bucket: str) -> Callable[..., Any]:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                totals[bucket] += time.perf_counter() - start
-
-        return wrapped
-
+def wrapped(targets: list[tuple[Any, str, str]], wrap: Wrapper) -> Iterator[None]:
+    """Each ``(obj, attribute, bucket)``: the function ``obj.attribute`` replaced by ``wrap(it, bucket)``
+    while the block runs, then put back as it was."""
     # What each object held itself (a module's function; not a method its class provides).
     own = [(obj, attribute, vars(obj).get(attribute)) for obj, attribute, _ in targets]
     for obj, attribute, bucket in targets:
@@ -109,6 +102,33 @@ def timed(targets: list[tuple[Any, str, str]], totals: Counter[str]) -> Iterator
                 delattr(obj, attribute)
             else:
                 setattr(obj, attribute, original)
+
+
+def timer(totals: Counter[str]) -> Wrapper:
+    """A wrapper that adds each call's wall time to ``totals[bucket]`` (a perf_counter pair per call:
+    well under a microsecond)."""
+
+    def wrap(original: Callable[..., Any], bucket: str) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                totals[bucket] += time.perf_counter() - start
+
+        return timed
+
+    return wrap
+
+
+def profiler_range(original: Callable[..., Any], bucket: str) -> Callable[..., Any]:
+    """A wrapper that runs each call inside a profiler range named ``bucket``."""
+
+    def ranged(*args: Any, **kwargs: Any) -> Any:
+        with record_function(bucket):
+            return original(*args, **kwargs)
+
+    return ranged
 
 
 def targets(model: torch.nn.Module) -> list[tuple[Any, str, str]]:
@@ -159,21 +179,24 @@ def measure(llm: LLM, batch: int, steps: int) -> StepProfile:
         busy.append((after.user + after.system - cpu.user - cpu.system) / (wall * torch.get_num_threads()))
     step_ms = statistics.median(walls) * 1e3
     model = llm.core.runner.model
-    # Operator counts and the matmul kernels' share of the linears, from the profiler.
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    # Operator counts, and the matmul kernels' share of the linears' time, from the profiler.
+    linears = [target for target in targets(model) if target[2] == "linears"]
+    with wrapped(linears, profiler_range), profile(activities=[ProfilerActivity.CPU]) as prof:
         run_steps(llm, steps)
     events = prof.key_averages()
     calls = Counter({e.key: e.count / steps for e in events if e.key.startswith("aten::")})
+    kernels = sum(e.self_cpu_time_total for e in events if e.key in MATMULS)
+    in_linears = next((e.cpu_time_total for e in events if e.key == "linears"), 0.0)
+    kernel_share = min(1.0, kernels / in_linears) if in_linears else 0.0
     # Times by part, from timers around each (no profiler), scaled to the plain step.
     totals: Counter[str] = Counter()
-    with timed(targets(model), totals):
+    with wrapped(targets(model), timer(totals)):
         timed_step = run_steps(llm, steps) / steps
     part = {name: seconds / steps / timed_step * step_ms for name, seconds in totals.items()}
     llm.core.abort_requests(None)
     while llm.core.has_work:
         llm.core.step()
-    # The kernels' own time as profiled (large calls: the profiler's per-call cost is lost in them).
-    kernel_ms = sum(e.self_cpu_time_total for e in events if e.key in MATMULS) / steps / 1e3
+    kernel_ms = kernel_share * part.get("linears", 0.0)
     return StepProfile(
         batch=batch,
         aten_calls=sum(calls.values()),

@@ -36,6 +36,6 @@ def test_timers_restore_what_they_wrap():
             return 7
 
     thing, totals = Thing(), step_profile.Counter()
-    with step_profile.timed([(thing, "run", "runs")], totals):
+    with step_profile.wrapped([(thing, "run", "runs")], step_profile.timer(totals)):
         assert thing.run() == 7 and thing.run() == 7
     assert totals["runs"] > 0 and "run" not in vars(thing)
