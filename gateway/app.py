@@ -33,6 +33,7 @@ from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.model_path import resolve_model_path
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
+from agentgate.gateway.anthropic_api.errors import AnthropicErrorMiddleware
 from agentgate.gateway.auth import AuthMiddleware, KeyChecker
 from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.context import use_digest_secret
@@ -42,17 +43,16 @@ from agentgate.gateway.errors import EXCEPTION_HANDLERS
 from agentgate.gateway.exposure import auth_summary, exposure_warnings
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.middleware import BodyLimitMiddleware, RequestContextMiddleware, RequestIdMiddleware
+from agentgate.gateway.output_budget import OutputBudget
 from agentgate.gateway.ratelimit import RateLimiter, parse_key_limits
 from agentgate.gateway.redis_state import SharedState, make_replica_id
 from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.responses_api.store import ResponseStore
-from agentgate.gateway.output_budget import OutputBudget
-from agentgate.gateway.sampling_defaults import FIELDS as SAMPLING_FIELDS
-from agentgate.gateway.sampling_defaults import sampling_defaults
-from agentgate.gateway.anthropic_api.errors import AnthropicErrorMiddleware
 from agentgate.gateway.routes import anthropic, dashboard, openai, ops, playground, tokenize
 from agentgate.gateway.routes import responses as responses_routes
 from agentgate.gateway.routes import sessions as sessions_routes
+from agentgate.gateway.sampling_defaults import FIELDS as SAMPLING_FIELDS
+from agentgate.gateway.sampling_defaults import sampling_defaults
 from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.settings import Settings
 from agentgate.gateway.state import GatewayState, ServedModel
@@ -126,8 +126,9 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                     tool_call_parser=settings.tool_call_parser,
                     max_forced_tool_calls=settings.max_forced_tool_calls,
                     budget=OutputBudget.from_flags(settings.max_tokens_default, settings.max_tokens_cap),
-                    sampling=sampling_defaults(model_path, {
-                        name: getattr(settings, f"default_{name}") for name in SAMPLING_FIELDS}),
+                    sampling=sampling_defaults(
+                        model_path, {name: getattr(settings, f"default_{name}") for name in SAMPLING_FIELDS}
+                    ),
                 ),
                 pool=pool,
                 supervisor=supervisor,
@@ -171,8 +172,16 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     middleware.append(Middleware(RequestContextMiddleware, keys=keys, limiter=limiter, sessions=sessions))
 
     return Starlette(
-        routes=[*openai.routes, *responses_routes.routes, *anthropic.routes, *tokenize.routes, *ops.routes, *sessions_routes.routes, *dashboard.routes,
-                *playground.routes],  # fmt: skip,
+        routes=[
+            *openai.routes,
+            *responses_routes.routes,
+            *anthropic.routes,
+            *tokenize.routes,
+            *ops.routes,
+            *sessions_routes.routes,
+            *dashboard.routes,
+            *playground.routes,
+        ],  # fmt: skip,
         middleware=middleware,
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,

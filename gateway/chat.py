@@ -113,8 +113,9 @@ async def start_chat(
 
 def _prompt_and_plan(gw: GatewayState, request: ChatCompletionRequest) -> tuple[list[int], ToolPlan]:
     tokenizer = gw.model.tokenizer
-    return chat_prompt(tokenizer, request), tool_plan(tokenizer, request, gw.model.tool_call_parser,
-                                                      gw.model.max_forced_tool_calls)
+    return chat_prompt(tokenizer, request), tool_plan(
+        tokenizer, request, gw.model.tool_call_parser, gw.model.max_forced_tool_calls
+    )
 
 
 def recorded_reply(plan: ToolPlan, text: str) -> dict[str, Any]:

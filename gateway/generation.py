@@ -57,9 +57,24 @@ class ChoiceEvent(NamedTuple):
 
 class Choice:
     __slots__ = (
-        "index", "request_id", "prompt_index", "prompt_ids", "params", "_processor", "num_tokens",
-        "finish_reason", "num_cached_tokens", "keep_text", "texts", "token_ids", "logprobs", "_generation", "_last_time", "_outputs", "_first",
-    )  # fmt: skip
+        "index",
+        "request_id",
+        "prompt_index",
+        "prompt_ids",
+        "params",
+        "_processor",
+        "num_tokens",
+        "finish_reason",
+        "num_cached_tokens",
+        "keep_text",
+        "texts",
+        "token_ids",
+        "logprobs",
+        "_generation",
+        "_last_time",
+        "_outputs",
+        "_first",
+    )
 
     def __init__(
         self,

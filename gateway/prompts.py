@@ -18,9 +18,15 @@ from agentgate.engine.sampling_params import MAX_LOGPROBS, SamplingParams, Struc
 from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway.errors import BadRequestError, GatewayError
 from agentgate.gateway.limits import check_depth
-from agentgate.gateway.schemas import MAX_N, ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 from agentgate.gateway.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
-from agentgate.gateway.tools import StreamingToolParser, render_chat_prompt, resolve_tool_choice, select_tool_parser, validate_tools
+from agentgate.gateway.schemas import MAX_N, ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from agentgate.gateway.tools import (
+    StreamingToolParser,
+    render_chat_prompt,
+    resolve_tool_choice,
+    select_tool_parser,
+    validate_tools,
+)
 from agentgate.gateway.tools.constraints import DEFAULT_MAX_FORCED_CALLS, parse_response_format, structured_output
 
 
@@ -198,7 +204,11 @@ def completion_prompts(tokenizer: Tokenizer, request: CompletionRequest, vocab_s
 
 
 def check_context(
-    num_prompt_tokens: int, max_tokens: int | None, max_model_len: int, prompt_field: str, *,
+    num_prompt_tokens: int,
+    max_tokens: int | None,
+    max_model_len: int,
+    prompt_field: str,
+    *,
     budget_param: str = "max_tokens",
 ) -> None:
     """400 when the prompt, or the prompt plus max_tokens, does not fit in the context

@@ -96,7 +96,9 @@ class ChatFormat(OpenAIStream):
         chunks = []
         for i, d in enumerate(deltas):
             first_logprobs = logprobs if i == 0 else None
-            chunks.append(self._chunk([ChatChunkChoice(choice.index, _delta(d), first_logprobs, finish if i == last else None)]))
+            chunks.append(
+                self._chunk([ChatChunkChoice(choice.index, _delta(d), first_logprobs, finish if i == last else None)])
+            )
         return b"".join(chunks)
 
     def usage_chunk(self) -> bytes:

@@ -20,6 +20,9 @@ fi
 # Which CPU this runs on, first in the log: these machines differ (AVX2 only, AVX-512 BF16,
 # AMX), and so do greedy answers near a tie and --deterministic's modes (loadtests/cpu_report.py).
 .venv/bin/python -P -m agentgate.loadtests.cpu_report --brief || echo "cpu report failed (the tests still run)"
+# Formatting and lint ([tool.ruff] in pyproject.toml) before any test runs.
+.venv/bin/ruff format --check .
+.venv/bin/ruff check .
 # -P: the repository root is not put on sys.path, so `agents` is the OpenAI Agents
 # SDK and our packages import only as agentgate.* (as installed).
 exec .venv/bin/python -P -m pytest "$@"

@@ -139,8 +139,9 @@ async def start_turn(
         user=body.user,
     )
     context = dataclasses.replace(context, program=chain)
-    run = await start_chat(gw, chat, request_id=request_id, arrival=arrival, context=context,
-                           budget_param="max_output_tokens")
+    run = await start_chat(
+        gw, chat, request_id=request_id, arrival=arrival, context=context, budget_param="max_output_tokens"
+    )
     params = run.generation.choices[0].params
     response = ResponseObject(
         id=response_id, created_at=int(time.time()), status="in_progress", model=body.model or gw.model.name,

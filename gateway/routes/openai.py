@@ -28,7 +28,14 @@ from agentgate.gateway.middleware import request_id_of
 from agentgate.gateway.output_budget import COMPLETIONS_DEFAULT
 from agentgate.gateway.prompts import check_n, completion_prompts, sampling_params
 from agentgate.gateway.responses import ChatFormat, CompletionFormat
-from agentgate.gateway.schemas import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, decode_body, encode
+from agentgate.gateway.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    decode_body,
+    encode,
+)
 from agentgate.gateway.state import GatewayState
 from agentgate.gateway.streaming import stream_generation
 
@@ -73,8 +80,16 @@ async def completions(request: Request) -> Response:
         prompts = await anyio.to_thread.run_sync(completion_prompts, model.tokenizer, body, model.vocab_size)
     else:
         prompts = completion_prompts(model.tokenizer, body, model.vocab_size)
-    budgets = [model.budget.resolve(body.max_tokens, prompt_tokens=len(p), max_model_len=model.max_model_len,
-                                    prompt_field="prompt", api_default=COMPLETIONS_DEFAULT) for p in prompts]
+    budgets = [
+        model.budget.resolve(
+            body.max_tokens,
+            prompt_tokens=len(p),
+            max_model_len=model.max_model_len,
+            prompt_field="prompt",
+            api_default=COMPLETIONS_DEFAULT,
+        )
+        for p in prompts
+    ]
     max_tokens = min(b for b in budgets if b is not None)  # never None: completions have their own default
     params = sampling_params(body, max_tokens=max_tokens, logprobs=body.logprobs, vocab_size=model.vocab_size,
                              defaults=model.sampling)  # fmt: skip

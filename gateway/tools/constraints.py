@@ -114,8 +114,11 @@ class CallFormat:
 
 CALL_FORMATS: dict[str, CallFormat] = {
     "hermes": CallFormat(
-        begin='<tool_call>\n{{"name": {name}, "arguments": ', end="}\n</tool_call>", separator="\n",
-        trigger="<tool_call>", closing_tag="</tool_call>",
+        begin='<tool_call>\n{{"name": {name}, "arguments": ',
+        end="}\n</tool_call>",
+        separator="\n",
+        trigger="<tool_call>",
+        closing_tag="</tool_call>",
     ),
     "llama3_json": CallFormat(begin='{{"name": {name}, "parameters": ', end="}", separator="; ", trigger='{"name": '),
 }

@@ -40,7 +40,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar
 
-from agentgate.gateway.tools.deltas import Delta, FunctionDelta, ParsedOutput, ToolCallDelta, accumulate, new_tool_call_id
+from agentgate.gateway.tools.deltas import (
+    Delta,
+    FunctionDelta,
+    ParsedOutput,
+    ToolCallDelta,
+    accumulate,
+    new_tool_call_id,
+)
 from agentgate.gateway.tools.json_scanner import (
     ARGUMENT_KEYS,
     WS,

@@ -31,8 +31,9 @@ def test_a_message_and_its_token_count(client, model_server):
     messages = CAPITAL_CHAT
     # The same server's answer through chat completions, with Anthropic's system prompt as a system message.
     reference = reference_chat(model_server.url, [{"role": "system", "content": "Be brief."}, *messages], max_tokens=24)
-    reply = client.messages.create(model=MODEL, max_tokens=24, messages=messages, system="Be brief.",
-                                   extra_body={"temperature": 0})  # the SDK has no temperature argument any more
+    reply = client.messages.create(
+        model=MODEL, max_tokens=24, messages=messages, system="Be brief.", extra_body={"temperature": 0}
+    )  # the SDK has no temperature argument any more
     assert reply.type == "message" and reply.role == "assistant" and reply.model == MODEL
     [block] = reply.content
     assert block.type == "text" and block.text == reference["message"]["content"]
@@ -51,8 +52,9 @@ def test_streaming_with_the_sdk_helper(client):
 
 
 def test_stop_sequences_end_the_reply_and_are_named(client):
-    reply = client.messages.create(model=MODEL, max_tokens=32, messages=ASK, stop_sequences=[" "],
-                                   extra_body={"temperature": 0})
+    reply = client.messages.create(
+        model=MODEL, max_tokens=32, messages=ASK, stop_sequences=[" "], extra_body={"temperature": 0}
+    )
     assert reply.stop_reason == "stop_sequence" and reply.stop_sequence == " "
     assert " " not in reply.content[0].text if reply.content else True
 

@@ -28,8 +28,13 @@ def test_generate_prints_the_completion():
 
 
 def test_help_lists_the_serve_flags():
-    out = subprocess.run([sys.executable, "-m", "agentgate.gateway.cli", "serve", "--help"], capture_output=True, text=True,
-                         cwd=REPO, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "agentgate.gateway.cli", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
     for flag in ("--model", "--served-model-name", "--host", "--port", "--api-key", "--admin-key", "--allowed-origins",
                  "--allowed-methods", "--allowed-headers", "--allow-credentials", "--runner", "--max-num-seqs",
                  "--max-model-len", "--max-waiting"):  # fmt: skip

@@ -15,8 +15,8 @@ import pytest
 from agentgate.engine.errors import EngineDeadError
 from agentgate.engine.model_path import resolve_model_path
 from agentgate.gateway.cli import build_parser, settings_from_args
-from agentgate.gateway.exposure import exposure_warnings, is_loopback
 from agentgate.gateway.errors import error_parts, redact_paths
+from agentgate.gateway.exposure import exposure_warnings, is_loopback
 from agentgate.gateway.settings import Settings
 from tests.gateway.test_gateway_auth_cors import ADMIN_ROUTES
 from tests.support.inprocess import InProcessGateway

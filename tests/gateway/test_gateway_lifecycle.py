@@ -122,9 +122,22 @@ async def test_shutdown_signal_drains_streams_and_stops_the_engine(tmp_path, sig
 
 def test_start_up_fails_cleanly_on_a_missing_model(tmp_path):
     process = subprocess.run(
-        [sys.executable, "-m", "agentgate.gateway.cli", "serve", "--runner", "sync", "--model", str(tmp_path / "missing.gguf"),
-         "--port", "0"],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "agentgate.gateway.cli",
+            "serve",
+            "--runner",
+            "sync",
+            "--model",
+            str(tmp_path / "missing.gguf"),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert process.returncode != 0
     assert "missing.gguf" in process.stdout + process.stderr

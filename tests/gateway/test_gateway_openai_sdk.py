@@ -199,11 +199,15 @@ async def test_closing_a_stream_early_aborts_the_request(model_server, model):
             if received == 3:
                 break
 
-        def running() -> bool:  # engine stats come from a utility call, which a loaded machine can delay past /metrics' 2 s
+        def running() -> (
+            bool
+        ):  # engine stats come from a utility call, which a loaded machine can delay past /metrics' 2 s
             during = metrics(url)
             return during["agentgate_kv_cache_usage_ratio"] > 0 and during["agentgate_requests_running"] == 1
 
-        await anyio.to_thread.run_sync(lambda: wait_for(running, timeout=15, message="the request running in the engine"))
+        await anyio.to_thread.run_sync(
+            lambda: wait_for(running, timeout=15, message="the request running in the engine")
+        )
         await stream.close()
     await anyio.to_thread.run_sync(lambda: wait_for(lambda: engine_idle(url), timeout=10, message="KV usage 0"))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-
 from starlette.routing import Mount
 
 from agentgate.gateway.app import EngineTarget, create_app

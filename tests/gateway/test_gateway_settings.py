@@ -36,11 +36,18 @@ def test_every_flag_has_an_environment_variable(monkeypatch):
     for f in dataclasses.fields(Settings):
         assert "--" + flag_name(f) in options, f"--{flag_name(f)} is not a flag of serve"
         kind = str(f.type).split("[")[0].split(" ")[0]
-        valid = {"runner": "sync", "tool_call_parser": "hermes", "on_engine_death": "exit", "health_degraded_status": "503"}
+        valid = {
+            "runner": "sync",
+            "tool_call_parser": "hermes",
+            "on_engine_death": "exit",
+            "health_degraded_status": "503",
+        }
         raw = valid.get(f.name) or samples.get(kind, "x")
         s = _serve_args([], monkeypatch, {env_name(f): raw})
         value = getattr(s, f.name)
-        expected = {"tuple": ("a", "b"), "bool": True, "int": int(raw) if kind == "int" else 0, "float": 0.5}.get(kind, raw)
+        expected = {"tuple": ("a", "b"), "bool": True, "int": int(raw) if kind == "int" else 0, "float": 0.5}.get(
+            kind, raw
+        )
         assert value == expected, f"{env_name(f)}={raw!r} gave {f.name}={value!r}"
 
 

@@ -38,8 +38,14 @@ def test_a_program_returning_after_a_tool_call_hits_its_pinned_conversation(tmp_
         wait_healthy(server, timeout=300)
         url = server.url
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is the capital of Peru?"}]
-        body = {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False, "max_tokens": 96,
-                "temperature": 0, "user": "agent-7"}
+        body = {
+            "tools": TOOLS,
+            "tool_choice": "required",
+            "parallel_tool_calls": False,
+            "max_tokens": 96,
+            "temperature": 0,
+            "user": "agent-7",
+        }
         with httpx.Client(timeout=300) as client:
             first = client.post(f"{url}/v1/chat/completions", json={"messages": messages, **body})
             assert first.status_code == 200, first.text

@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 
-from tests.support.http import StreamRecorder, chat_body, check_chat_stream, engine_idle, wait_for
 from tests.support.cluster import run_cluster
+from tests.support.http import StreamRecorder, chat_body, check_chat_stream, engine_idle, wait_for
 from tests.support.servers import ADMIN_KEY, USER_KEY, USER_KEY_2, bearer, launch_serve, stop_all, wait_healthy
 
 pytestmark = pytest.mark.anyio
@@ -203,8 +203,11 @@ async def test_sessions_are_shared_owned_and_bound_to_one_engine(cluster):
                                                       chat_body(3, messages=messages), headers)  # fmt: skip
                 reply = "".join(check_chat_stream(recorder.payloads())["texts"].values())
             else:
-                r = await client.post(f"{gateway.url}/v1/chat/completions", json=chat_body(3, stream=False, messages=messages),
-                                      headers=headers)  # fmt: skip
+                r = await client.post(
+                    f"{gateway.url}/v1/chat/completions",
+                    json=chat_body(3, stream=False, messages=messages),
+                    headers=headers,
+                )
                 assert r.status_code == 200
                 reply = r.json()["choices"][0]["message"]["content"]
             messages.append({"role": "assistant", "content": reply})
@@ -252,13 +255,16 @@ def test_responses_chain_across_both_gateways_a_restart_and_a_cancel_from_the_ot
     """``previous_response_id`` continues on any replica and after a restart, on the chain's
     engine (its prefix comes from that engine's cache); another key neither reads nor chains
     it; a background response is cancelled through the other gateway."""
+
     def client(gateway, key=USER_KEY):
         return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
 
     first = client(cluster.a).responses.create(model=MODEL, input="Hello there", max_output_tokens=4)
     second = client(cluster.b).responses.create(model=MODEL, input="Again", previous_response_id=first.id,
                                                 max_output_tokens=4)  # fmt: skip
-    assert second.usage.input_tokens > first.usage.total_tokens and second.usage.input_tokens_details.cached_tokens >= 16
+    assert (
+        second.usage.input_tokens > first.usage.total_tokens and second.usage.input_tokens_details.cached_tokens >= 16
+    )
     cluster.restart_a()
     third = client(cluster.a).responses.create(model=MODEL, input="Once more", previous_response_id=second.id,
                                                max_output_tokens=4)  # fmt: skip
@@ -282,7 +288,12 @@ def test_sessions_survive_a_gateway_restart(cluster):
     sid = "survivor"
     headers = {**USER, "X-Session-Id": sid}
     for _ in range(2):
-        assert httpx.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(4, stream=False), headers=headers).status_code == 200
+        assert (
+            httpx.post(
+                f"{cluster.a.url}/v1/chat/completions", json=chat_body(4, stream=False), headers=headers
+            ).status_code
+            == 200
+        )
     wait_for(
         lambda: httpx.get(f"{cluster.b.url}/v1/sessions/{sid}", headers=USER).json()["turns"] == 2,
         timeout=2,
@@ -293,7 +304,10 @@ def test_sessions_survive_a_gateway_restart(cluster):
     assert {k: after[k] for k in ("turns", "usage", "engine", "messages", "created")} == {
         k: before[k] for k in ("turns", "usage", "engine", "messages", "created")
     }
-    assert httpx.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(4, stream=False), headers=headers).status_code == 200
+    assert (
+        httpx.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(4, stream=False), headers=headers).status_code
+        == 200
+    )
     wait_for(
         lambda: httpx.get(f"{cluster.a.url}/v1/sessions/{sid}", headers=USER).json()["turns"] == 3,
         timeout=2,
@@ -334,7 +348,9 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
     async with _client() as client:
         # a session written before the outage (Redis syncs its file on every write here)
         saved = {**USER, "X-Session-Id": "outage-survivor"}
-        assert (await client.post(f"{url_a}/v1/chat/completions", json=chat_body(4, stream=False), headers=saved)).status_code == 200
+        assert (
+            await client.post(f"{url_a}/v1/chat/completions", json=chat_body(4, stream=False), headers=saved)
+        ).status_code == 200
         with anyio.fail_after(5):
             while (await client.get(f"{url_a}/v1/sessions/outage-survivor", headers=USER)).status_code != 200:
                 await anyio.sleep(0.05)
@@ -349,7 +365,9 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
             # while it is down: stateless requests work, sessions are 503
             session_headers = {**USER, "X-Session-Id": "during-outage"}
             for url in (url_a, url_b):
-                r = await client.post(f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=session_headers)
+                r = await client.post(
+                    f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=session_headers
+                )
                 assert r.status_code == 503, r.text
                 error = r.json()["error"]
                 assert error["code"] == "redis_unavailable" and "Redis" in error["message"]
@@ -362,7 +380,9 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
                 assert r.status_code == 200 and "not told" in r.json()["warning"]
                 r = await client.post(f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=USER)
                 assert r.status_code == 200
-                r = await client.post(f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=bearer(RPM_KEY))
+                r = await client.post(
+                    f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=bearer(RPM_KEY)
+                )
                 assert r.status_code == 200  # --rate-limit-redis-down allow (the default)
                 health = (await client.get(f"{url}/health")).json()
                 assert health["status"] == "degraded" and health["redis"] == "down"
@@ -372,7 +392,9 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
         # back: the next session request works at once, on either gateway
         cluster.redis.start()
         for url in (url_a, url_b):
-            r = await client.post(f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=session_headers)
+            r = await client.post(
+                f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=session_headers
+            )
             assert r.status_code == 200, r.text
         # and the control channel is back: a cross-gateway abort works again
         with anyio.fail_after(10):

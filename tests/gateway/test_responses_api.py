@@ -101,7 +101,8 @@ def test_forced_tool_call_then_its_output_sent_back(client):
     # "<tool_call>", the name, the arguments). Not every token generated: a forced reply holds a
     # repeated call once (issue 28), so the repeats the model wrote are not part of the turn.
     assert follow.status in ("completed", "incomplete") and follow.usage.input_tokens > (
-        r.usage.input_tokens + 20 * len(calls))
+        r.usage.input_tokens + 20 * len(calls)
+    )
     stream = client.responses.create(model=MODEL, input="What is the weather in Paris?", tools=[WEATHER],
                                      tool_choice="required", max_output_tokens=160, stream=True)  # fmt: skip
     events = list(stream)
@@ -113,8 +114,11 @@ def test_forced_tool_call_then_its_output_sent_back(client):
 def test_background_poll_and_cancel(client, model_server):
     done = client.responses.create(model=MODEL, input="Count to three.", max_output_tokens=8, background=True)
     assert done.status in ("queued", "in_progress") and done.background
-    wait_for(lambda: client.responses.retrieve(done.id).status in ("completed", "incomplete"), timeout=120,
-             message="the background response to finish")  # fmt: skip  (incomplete: it used its 8 tokens)
+    wait_for(
+        lambda: client.responses.retrieve(done.id).status in ("completed", "incomplete"),
+        timeout=120,
+        message="the background response to finish",
+    )  # fmt: skip  (incomplete: it used its 8 tokens)
     assert 0 < client.responses.retrieve(done.id).usage.output_tokens <= 8
     long = client.responses.create(model=MODEL, input="Count from 1 to 1000, one number per line.",
                                    max_output_tokens=1500, background=True)  # fmt: skip

@@ -59,8 +59,11 @@ def test_serve_with_engines_and_gateway_workers_acts_as_one_and_expires_sessions
         engines = set()
         for turn in range(6):
             with httpx.Client(timeout=10) as fresh:
-                r = fresh.post(f"{server.url}/v1/chat/completions", json=chat_body(4, stream=False, messages=f"turn {turn}"),
-                               headers={"X-Session-Id": sid})  # fmt: skip
+                r = fresh.post(
+                    f"{server.url}/v1/chat/completions",
+                    json=chat_body(4, stream=False, messages=f"turn {turn}"),
+                    headers={"X-Session-Id": sid},
+                )
                 assert r.status_code == 200
             wait_for(
                 lambda t=turn: _session(server.url, sid).json()["turns"] == t + 1,

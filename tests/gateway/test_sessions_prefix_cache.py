@@ -12,10 +12,9 @@ from tests.support.servers import launch_serve, stop_all, wait_healthy
 
 pytestmark = pytest.mark.slow
 
-SYSTEM = (
-    "You are a careful assistant for a team of software agents. Answer briefly. "
-    + " ".join(f"Rule {i}: keep answers short, cite the tool you would use, and never invent file names." for i in range(12))
-)  # fmt: skip
+SYSTEM = "You are a careful assistant for a team of software agents. Answer briefly. " + " ".join(
+    f"Rule {i}: keep answers short, cite the tool you would use, and never invent file names." for i in range(12)
+)
 
 
 def _prefix_counters(url: str) -> tuple[float, float]:
@@ -24,8 +23,22 @@ def _prefix_counters(url: str) -> tuple[float, float]:
 
 
 def test_a_ten_turn_session_stays_on_one_engine_and_hits_the_prefix_cache(tmp_path):
-    server = launch_serve(tmp_path, "model", "--runner", "sync", "--dtype", "float32", "--engines", "2",
-                          "--max-model-len", "2048", "--max-num-seqs", "8", "--redis-dir", str(tmp_path / "redis"))  # fmt: skip
+    server = launch_serve(
+        tmp_path,
+        "model",
+        "--runner",
+        "sync",
+        "--dtype",
+        "float32",
+        "--engines",
+        "2",
+        "--max-model-len",
+        "2048",
+        "--max-num-seqs",
+        "8",
+        "--redis-dir",
+        str(tmp_path / "redis"),
+    )
     try:
         wait_healthy(server, timeout=300)
         url = server.url

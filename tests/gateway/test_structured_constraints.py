@@ -81,7 +81,9 @@ def test_required_one_call_and_nothing_else(compiler):
     assert not accepts(compiler, spec, CALL + "\n" + TIME_CALL)  # one call only
     assert not accepts(compiler, spec, CALL.replace('"celsius"', '"kelvin"'))  # enum
     assert not accepts(compiler, spec, CALL.replace('"name": "get_weather"', '"name": "get_wind"'))
-    assert not accepts(compiler, spec, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+    assert not accepts(
+        compiler, spec, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    )
 
 
 def test_required_parallel_calls(compiler):
@@ -116,7 +118,9 @@ def test_a_call_cut_by_max_tokens_is_dropped_streamed_or_not():
         deltas = [d for piece in pieces for d in piece.deltas]
         assert all(t.id is None or t.function.arguments for d in deltas for t in d.tool_calls)  # header + arguments
         streamed = accumulate(deltas)
-        assert streamed.content is None and [c.arguments for c in streamed.tool_calls] == [parsed.tool_calls[0].arguments]
+        assert streamed.content is None and [c.arguments for c in streamed.tool_calls] == [
+            parsed.tool_calls[0].arguments
+        ]
         assert pieces[-1].finish_reason == "length"
     assert ReplyReader(plan).whole('Sure. <tool_call>\n{"na', "length") == (ParsedOutput("Sure."), "length")
     assert ReplyReader(plan).whole("Sure. <tool_", "length") == (ParsedOutput("Sure."), "length")
@@ -154,7 +158,10 @@ def test_named_forces_that_function_once(compiler):
 
 def test_whitespace_inside_arguments_is_bounded(compiler):
     spec = enforce([WEATHER], ToolChoice("required"), parallel=False)
-    pretty = '<tool_call>\n{"name": "get_weather", "arguments": {\n    "city": "Paris",\n    "unit": "celsius"\n}}\n</tool_call>'
+    pretty = (
+        '<tool_call>\n{"name": "get_weather", "arguments": {\n    "city": "Paris",\n'
+        '    "unit": "celsius"\n}}\n</tool_call>'
+    )
     assert accepts(compiler, spec, pretty)
     assert not accepts(compiler, spec, pretty.replace("{\n", "{\n" + " " * 40))
 
@@ -178,7 +185,9 @@ def test_auto_with_a_strict_tool_checks_the_calls_it_makes(compiler):
     assert accepts(compiler, spec, "Hello! No call needed.")
     assert accepts(compiler, spec, "Let me look.\n" + CALL)
     assert not accepts(compiler, spec, "Let me look.\n" + CALL.replace('"celsius"', '"kelvin"'))
-    assert structured_output(validate_tools([WEATHER]), ToolChoice("auto"), None, parser="hermes", parallel=True) is None
+    assert (
+        structured_output(validate_tools([WEATHER]), ToolChoice("auto"), None, parser="hermes", parallel=True) is None
+    )
 
 
 def test_auto_with_response_format_answers_or_calls(compiler):
@@ -208,8 +217,14 @@ def test_response_format_alone():
         ({"type": "xml"}, "response_format.type"),
         ({"type": "json_schema"}, "response_format.json_schema must be an object"),
         ({"type": "json_schema", "json_schema": {"name": "x"}}, "schema is missing"),
-        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strnig"}}}, "not a valid JSON Schema"),
-        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "strict": "yes"}}, "strict must be a boolean"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strnig"}}},
+            "not a valid JSON Schema",
+        ),
+        (
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "strict": "yes"}},
+            "strict must be a boolean",
+        ),
     ],
 )
 def test_bad_response_formats_name_the_problem(response_format, needle):
@@ -278,7 +293,9 @@ def test_tool_plan(tokenizer):
     required = tool_plan(tokenizer, _request(tools=[WEATHER], tool_choice="required", parallel_tool_calls=False))
     assert required.structured.structural_tag is not None and required.max_calls == 1
     assert required.constraint_param == "tools"
-    named = tool_plan(tokenizer, _request(tools=[WEATHER, TIME], tool_choice={"type": "function", "function": {"name": "get_time"}}))
+    named = tool_plan(
+        tokenizer, _request(tools=[WEATHER, TIME], tool_choice={"type": "function", "function": {"name": "get_time"}})
+    )
     tag = json.loads(named.structured.structural_tag)["format"]
     assert tag["type"] == "tag" and '"get_time"' in tag["begin"]
     rf = tool_plan(tokenizer, _request(response_format={"type": "json_object"}))

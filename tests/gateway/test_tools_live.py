@@ -41,7 +41,11 @@ SEARCH = {
     "function": {
         "name": "web_search",
         "description": "Search the web",
-        "parameters": {"type": "object", "properties": {"query": {"type": "string", "maxLength": 30}}, "required": ["query"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "maxLength": 30}},
+            "required": ["query"],
+        },
     },
 }
 PARIS = [{"role": "user", "content": "What's the weather like in Paris right now?"}]
@@ -133,7 +137,9 @@ async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(ser
     plain = await _all(server, [body(seed, False) for seed in range(NUM_SCHEMAS)])
     middle = time.monotonic()
     streamed = await _all(server, [body(seed, True) for seed in range(NUM_SCHEMAS)])
-    print(f"\n{NUM_SCHEMAS} schemas: non-streaming {middle - started:.1f} s, streaming {time.monotonic() - middle:.1f} s")
+    print(
+        f"\n{NUM_SCHEMAS} schemas: non-streaming {middle - started:.1f} s, streaming {time.monotonic() - middle:.1f} s"
+    )
     finishes = []
     for seed, ((status, completion), (stream_status, payloads)) in enumerate(zip(plain, streamed)):
         tool = tools[seed]["function"]
@@ -153,7 +159,10 @@ async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(ser
         if not parallel:
             assert choice["finish_reason"] == "tool_calls" and finish == "tool_calls", (seed, choice)
             [call], [streamed_call] = calls, streamed_calls
-            assert (streamed_call["name"], streamed_call["arguments"]) == (tool["name"], call["function"]["arguments"]), seed
+            assert (streamed_call["name"], streamed_call["arguments"]) == (
+                tool["name"],
+                call["function"]["arguments"],
+            ), seed
         else:
             for reason, made in ((choice["finish_reason"], calls), (finish, streamed_calls)):
                 assert reason in ("tool_calls", "length"), (seed, reason)
@@ -202,8 +211,10 @@ async def test_forced_calls_fit_the_budget_on_50_random_schemas(server, parallel
             jsonschema.validate(json.loads(arguments), tool["parameters"])
         good += 1
         calls_made += len(made)
-    print(f"\nparallel={parallel} temperature={temperature} max_tokens={max_tokens}: {good}/{len(bodies)} replies "
-          f"with whole calls and finish_reason tool_calls, {calls_made} calls")
+    print(
+        f"\nparallel={parallel} temperature={temperature} max_tokens={max_tokens}: {good}/{len(bodies)} replies "
+        f"with whole calls and finish_reason tool_calls, {calls_made} calls"
+    )
 
 
 def _leaves(value, path=()) -> dict:
@@ -237,8 +248,10 @@ async def test_share_of_values_the_budget_shortened(server, max_tokens):
         if large["usage"]["completion_tokens"] <= max_tokens - 34:  # ended long before the budget came near
             assert small_call["function"]["arguments"] == large_call["function"]["arguments"], seed
     share = shortened / max(values, 1)
-    print(f"\nmax_tokens {max_tokens} vs 1024, greedy, {NUM_SCHEMAS} schemas: {shortened}/{values} values shortened "
-          f"({share:.1%}), in {calls_cut} calls")
+    print(
+        f"\nmax_tokens {max_tokens} vs 1024, greedy, {NUM_SCHEMAS} schemas: {shortened}/{values} values shortened "
+        f"({share:.1%}), in {calls_cut} calls"
+    )
     assert share < 0.5
 
 
@@ -290,6 +303,7 @@ def test_two_turn_tool_loop(server):
     )  # fmt: skip
     [call] = first.choices[0].message.tool_calls
     assert call.function.name == "get_weather"
+
     # The session records the reply as the call it is (a reload shows a call, not markup).
     def recorded() -> dict:
         return httpx.get(f"{server.url}/v1/sessions/tool-loop", headers=session).json()
@@ -299,7 +313,9 @@ def test_two_turn_tool_loop(server):
     [recorded_call] = reply["tool_calls"]
     assert reply["content"] is None and recorded_call["function"] == call.function.model_dump()
     messages.append(first.choices[0].message.model_dump(exclude_none=True))  # content None, tool_calls
-    messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 18, "sky": "sunny"})})
+    messages.append(
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 18, "sky": "sunny"})}
+    )
 
     tokens = httpx.post(f"{server.url}/tokenize", json={"messages": messages, "tools": [WEATHER]}).json()["tokens"]
     prompt = httpx.post(f"{server.url}/detokenize", json={"tokens": tokens}).json()["prompt"]
@@ -370,20 +386,34 @@ async def test_response_format_json_schema_is_enforced(server):
     assert obj["finish_reason"] == "stop" and isinstance(json.loads(obj["message"]["content"]), dict)
 
 
-BAD_SCHEMA = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strnig"}}}}}
+BAD_SCHEMA = {
+    "type": "function",
+    "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strnig"}}}},
+}
 
 
 @pytest.mark.parametrize(
     ("fields", "param", "needle"),
     [
-        ({"tools": [BAD_SCHEMA], "tool_choice": "required"}, "tools", "tools[0].function.parameters is not a valid JSON Schema"),
+        (
+            {"tools": [BAD_SCHEMA], "tool_choice": "required"},
+            "tools",
+            "tools[0].function.parameters is not a valid JSON Schema",
+        ),
         ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools", "tools[0].function.name"),
         ({"tools": [WEATHER, WEATHER]}, "tools", "defined twice"),
         ({"tools": [{"type": "retrieval"}]}, "tools", 'tools[0].type must be "function"'),
-        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "'nope'"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+            "'nope'",
+        ),
         ({"tool_choice": "required"}, "tool_choice", "needs tools"),
-        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 7}}}},
-         "response_format", "not a valid JSON Schema"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 7}}}},
+            "response_format",
+            "not a valid JSON Schema",
+        ),
         ({"response_format": {"type": "yaml"}}, "response_format", "response_format.type"),
     ],
 )
@@ -460,7 +490,6 @@ def test_a_budget_below_one_whole_call_is_a_400_naming_max_tokens_and_the_minimu
         jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER["function"]["parameters"])
 
 
-
 @pytest.fixture(scope="module")
 def speculative_server(tmp_path_factory: pytest.TempPathFactory):
     """Speculative decoding on (drafts from the request's and recent outputs, grammar jump-forward,
@@ -500,8 +529,10 @@ async def test_speculative_multi_token_deltas_accumulate_to_the_whole_calls(spec
     metrics = httpx.get(f"{speculative_server.url}/metrics").text
     accepted = sum(float(line.split()[-1]) for line in metrics.splitlines()
                    if line.startswith("agentgate_spec_accepted_tokens_total"))  # fmt: skip
-    print(f"\nspeculative: {same}/{NUM_SCHEMAS} streamed replies accumulate to their whole calls; "
-          f"{accepted:.0f} drafted tokens accepted")
+    print(
+        f"\nspeculative: {same}/{NUM_SCHEMAS} streamed replies accumulate to their whole calls; "
+        f"{accepted:.0f} drafted tokens accepted"
+    )
     assert accepted > 0, "SET-UP: no step took more than one token"
     _named_call_streamed_and_not(speculative_server)
     _langchain_any(speculative_server)

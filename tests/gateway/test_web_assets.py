@@ -16,11 +16,15 @@ def test_vendored_files_match_their_checksums_and_carry_licenses():
         digest, name = line.split(maxsplit=1)
         listed[name] = digest
     on_disk = {
-        str(p.relative_to(VENDOR)) for p in VENDOR.rglob("*") if p.is_file() and p.name not in ("SHA256SUMS", "README.md")
+        str(p.relative_to(VENDOR))
+        for p in VENDOR.rglob("*")
+        if p.is_file() and p.name not in ("SHA256SUMS", "README.md")
     }
     assert set(listed) == on_disk
     for name, digest in listed.items():
-        assert hashlib.sha256((VENDOR / name).read_bytes()).hexdigest() == digest, f"{name} differs from what npm shipped"
+        assert hashlib.sha256((VENDOR / name).read_bytes()).hexdigest() == digest, (
+            f"{name} differs from what npm shipped"
+        )
     libraries = {Path(name).parts[0] for name in listed}
     assert libraries == {"marked", "dompurify", "highlight", "uplot"}
     readme = (VENDOR / "README.md").read_text()

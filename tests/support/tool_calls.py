@@ -47,7 +47,7 @@ HERMES_CORPUS = {
     "text after the call": f"<tool_call>{WEATHER}</tool_call>\n\nDone, anything else?",
     "content between calls": f"First:\n<tool_call>{WEATHER}</tool_call>\nthen:\n<tool_call>{WEATHER}</tool_call>",
     "tag in prose": "Use the <tool_call> tag to call tools, and </tool_call> to close.",
-    "tag then prose json": '<tool_call> {not json} </tool_call> ok',
+    "tag then prose json": "<tool_call> {not json} </tool_call> ok",
     "json that is not a call": '<tool_call>{"foo": 1, "bar": [true]}</tool_call>',
     "empty name": '<tool_call>{"name": "", "arguments": {}}</tool_call>',
     "non-string name": '<tool_call>{"name": 5, "arguments": {}}</tool_call>',

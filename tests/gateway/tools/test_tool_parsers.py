@@ -61,8 +61,29 @@ def test_tag_split_every_way():
             assert run(HermesToolParser, split_at(text, [a, b]))[0] == expected
 
 
-FRAGMENTS = [*HERMES_CORPUS.values(), *LLAMA_CORPUS.values(), "<", "<tool_call>", "</tool_call>", "{", "}", '"',
-             "\\", " ", "\n", '{"name": "x"', ', "arguments": ', "[", "]", ";", "<|python_tag|>", "1", "tru", ":", ","]
+FRAGMENTS = [
+    *HERMES_CORPUS.values(),
+    *LLAMA_CORPUS.values(),
+    "<",
+    "<tool_call>",
+    "</tool_call>",
+    "{",
+    "}",
+    '"',
+    "\\",
+    " ",
+    "\n",
+    '{"name": "x"',
+    ', "arguments": ',
+    "[",
+    "]",
+    ";",
+    "<|python_tag|>",
+    "1",
+    "tru",
+    ":",
+    ",",
+]
 
 
 @pytest.mark.parametrize("cls", [HermesToolParser, Llama3JsonToolParser], ids=lambda c: c.name)

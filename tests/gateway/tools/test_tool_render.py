@@ -55,8 +55,11 @@ LOOP = [
         "content": None,
         "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-            {"id": "call_2", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city": "Zürich"}'}},  # fmt: skip
+            {
+                "id": "call_2",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Zürich"}'},
+            },  # fmt: skip
         ],
     },
     {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'},

@@ -80,7 +80,9 @@ def test_the_stats_endpoint_reports_engines_latencies_and_requests(pg):
         assert request["owner"].startswith("key:") and request["engine"] == engine["address"]
     for name in ("ttft", "itl"):
         for h in (stats[name], engine[name]):  # all engines', and this engine's own
-            assert len(h["counts"]) == len(h["bounds"]) + 1 and h["counts"] == sorted(h["counts"]) and h["counts"][-1] > 0
+            assert (
+                len(h["counts"]) == len(h["bounds"]) + 1 and h["counts"] == sorted(h["counts"]) and h["counts"][-1] > 0
+            )
     after = httpx.get(f"{pg.url}/dashboard/stats", headers=pg.admin_headers).json()
     assert after["engines"][0]["tokens"] >= engine["tokens"]  # cumulative: finished requests keep their tokens
 

@@ -26,6 +26,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from agentgate.gateway.auth import Access, route_access
+from tests.support.answers import CAPITAL_CHAT, reference_chat
 from tests.support.browser import (
     STEP_SECONDS,
     WEATHER_TOOLS,
@@ -37,7 +38,6 @@ from tests.support.browser import (
     shoot,
     text_length,
 )
-from tests.support.answers import CAPITAL_CHAT, reference_chat
 from tests.support.http import engine_idle, metrics, wait_for
 from tests.support.servers import ADMIN_KEY, USER_KEY
 

@@ -88,7 +88,7 @@ def test_model_output_cannot_run_script_even_without_the_csp(page: Page, scripte
     reply = send(page, "Say something nasty")
     expect(reply).to_have_attribute("data-state", "done")
     content = reply.locator(".content")
-    expect(content).to_contain_text('<img src=x onerror="window.__pwned = \'img\'">')  # shown, not parsed
+    expect(content).to_contain_text("<img src=x onerror=\"window.__pwned = 'img'\">")  # shown, not parsed
     expect(content).to_contain_text("<script>")
     assert content.locator("script, svg, iframe, img[src='x'], [onerror], [onload]").count() == 0
     urls = content.evaluate(
@@ -189,7 +189,10 @@ def test_sampling_controls_go_into_the_request(page: Page, scripted: ScriptedSit
     body = scripted.requests[-1]
     assert (body["top_p"], body["seed"], body["presence_penalty"]) == (0.9, 11, 0.5)
     assert (body["frequency_penalty"], body["repetition_penalty"], body["stop"]) == (0.25, 1.1, ["END", "###"])
-    assert body["response_format"] == {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "reply", "schema": schema, "strict": True},
+    }
     assert body["tools"][0]["function"]["name"] == "get_weather"
     assert body["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert body["parallel_tool_calls"] is False
