@@ -5,8 +5,8 @@
 - ``./scripts/test.sh`` is this suite: what the text promises of it is that CI runs exactly it;
 - every ``agentgate ...`` command that ``docs/`` shows parses, as written, with the real CLI (they
   name other hosts; the tests that start engines and gateways apart run the same forms on loopback,
-  ``tests/support/servers.py``); the README's benchmarks are marked as long runs the tests skip, and
-  each module it names exists.
+  ``tests/support/servers.py``), and a doc whose commands no test runs (other hosts, a cluster) says
+  so; the README's benchmarks are marked as long runs the tests skip, and each module it names exists.
 """
 
 from __future__ import annotations
@@ -143,6 +143,14 @@ def test_every_command_the_docs_show_parses_as_written(doc: Path):
             settings.engine_config()
         if args.command in ("serve", "gateway"):
             settings.check_shared_state()
+
+
+def test_docs_that_show_commands_the_tests_do_not_run_say_so():
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        text = doc.read_text()
+        shows = re.search(r"^\s*(kubectl|podman|docker) ", text, re.M) or re.search(r"tcp://h\d", text)
+        if shows:
+            assert "the tests do not run" in text, f"{doc.name} shows commands no test runs without saying so"
 
 
 def test_the_docs_show_the_split_deployment_commands():
