@@ -49,11 +49,11 @@ from typing import Any, TypeVar
 
 import anyio
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from agentgate.gateway.errors import ServiceUnavailableError
 
@@ -133,6 +133,8 @@ class SharedState:
             decode_responses=True,
             socket_timeout=SOCKET_TIMEOUT_S,
             socket_connect_timeout=SOCKET_TIMEOUT_S,
+            # The asyncio Retry: the sync one (redis.retry) wraps the coroutine's creation, not its
+            # await, so a pooled connection left dead by a Redis restart failed its first call.
             retry=Retry(NoBackoff(), 1),
             health_check_interval=30,
         )

@@ -166,6 +166,27 @@ async def test_redis_down_is_a_quick_503_and_recovery_needs_no_restart(redis_ser
     assert await store.open("x", "o", admin=False) is None and shared.up  # the same client, reconnected
 
 
+async def test_pooled_connections_from_before_a_restart_are_retried_not_surfaced(redis_server, shared):
+    """A restart leaves the pool's idle connections dead; each one's first use must reconnect
+    and retry, not answer 503 after Redis is back (a session read failed so in CI)."""
+    registry = RequestRegistry(shared)
+    store = SessionStore(shared, registry)
+    await store.open("s", "o", admin=False)
+
+    async def read_session() -> None:
+        await store.get("s", "o", admin=False)
+
+    async with anyio.create_task_group() as tasks:  # several connections open in the pool at once
+        for _ in range(6):
+            tasks.start_soon(read_session)
+    assert len(shared.client.connection_pool._available_connections) >= 2
+    redis_server.kill()
+    redis_server.start()
+    for _ in range(8):  # every pooled connection is stale: each is used once, none may fail
+        assert (await store.get("s", "o", admin=False))["id"] == "s"
+        assert await shared.client.ping()
+
+
 def test_the_embedded_server_runs_on_a_private_socket_and_locks_its_directory(tmp_path):
     with EmbeddedRedis(tmp_path / "data") as redis:
         assert redis.url.startswith("unix://") and ping(redis.socket_path)
