@@ -208,6 +208,8 @@ async def _start_shared_state(stack: AsyncExitStack, state: GatewayState) -> Non
     stack.push_async_callback(stop_tasks)
     await tasks.start(state.cluster.run)
     await state.cluster.sync_pause()  # a gateway started while the cluster is paused starts paused
+    if state.responses is not None:  # stored responses left running by replicas that died: failed, at start
+        tasks.start_soon(state.responses.sweep_orphans)
 
 
 def startup_line(settings: Settings, state: GatewayState) -> str:

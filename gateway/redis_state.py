@@ -73,6 +73,7 @@ class RedisUnavailableError(ServiceUnavailableError):
 
 
 def make_replica_id(port: int) -> str:
+    """``host:port:pid:suffix``, unique per gateway process (:meth:`SharedState.replica_alive` reads it)."""
     return f"{socket.gethostname()}:{port}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
@@ -103,6 +104,14 @@ class Keys:
 
     def engine(self, address: str) -> str:
         return f"{self.prefix}:engine:{address}"
+
+    def response(self, response_id: str) -> str:
+        return f"{self.prefix}:response:{response_id}"
+
+    @property
+    def running_responses(self) -> str:
+        """A hash: stored response id -> the replica running it, while it is queued or in progress."""
+        return f"{self.prefix}:responses:running"
 
 
 def redact_url(url: str) -> str:
@@ -233,6 +242,25 @@ class SharedState:
             except RedisUnavailableError:
                 pass
             await anyio.sleep(HEARTBEAT_S if self.up else 0.5)
+
+    async def replica_alive(self, replica_id: str) -> bool:
+        """Whether ``replica_id`` still runs: its heartbeat key is there, unless it ran on this host
+        under a pid that is gone or is now this process's (a restarted container's pid 1), which
+        says it is dead at once rather than after its key's TTL."""
+        if replica_id == self.replica_id:
+            return True
+        parts = replica_id.rsplit(":", 3)  # host:port:pid:suffix (make_replica_id)
+        if len(parts) == 4 and parts[0] == socket.gethostname() and parts[2].isdigit():
+            pid = int(parts[2])
+            if pid == os.getpid():
+                return False
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                pass
+        return bool(await self.guard("a replica's heartbeat", self.client.exists(self.keys.replica(replica_id))))
 
     async def replicas(self) -> list[dict[str, Any]]:
         async def read() -> list[dict[str, Any]]:

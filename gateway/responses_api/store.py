@@ -16,33 +16,64 @@ there, for its prefix cache) and its gateway request id (what cancel aborts).
 
 A response that was cancelled stays cancelled: the final write of a
 background generation does not overwrite it (one script checks and writes).
+
+While a response is queued or in progress, ``P:responses:running`` maps its
+id to the replica running it. A replica that dies mid-response (killed, its
+host lost) would leave it ``in_progress`` for ever; every replica sweeps that
+index at start and every :data:`ORPHAN_SWEEP_S` seconds, and marks the
+responses of replicas that are gone ``failed``, with an error that says so
+(:meth:`ResponseStore.resolve_orphans`).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import anyio
 import msgspec
 
 from agentgate.gateway.errors import BadRequestError, NotFoundError
-from agentgate.gateway.redis_state import SharedState
-from agentgate.gateway.responses_api.types import ResponseObject
+from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
+from agentgate.gateway.responses_api.types import ResponseError, ResponseObject
+
+log = logging.getLogger("agentgate.responses")
 
 RUNNING = frozenset({"queued", "in_progress"})
+ORPHAN_SWEEP_S = 5.0
 
-# KEYS: the response hash. ARGV: status, record, owner, ttl. Returns 0 when it was cancelled meanwhile.
+# KEYS: the response hash, the running index. ARGV: status, record, owner, ttl, response id, replica.
+# Returns 0 when it was cancelled meanwhile.
 _SAVE = """
 if redis.call('HGET', KEYS[1], 'status') == 'cancelled' then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'record', ARGV[2], 'owner', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
+if ARGV[1] == 'queued' or ARGV[1] == 'in_progress' then
+  redis.call('HSET', KEYS[2], ARGV[5], ARGV[6])
+else
+  redis.call('HDEL', KEYS[2], ARGV[5])
+end
 return 1
 """
 
-# KEYS: the response hash. ARGV: the cancelled record. Returns 1 when it was still running.
+# KEYS: the response hash, the running index. ARGV: the cancelled record, response id.
+# Returns 1 when it was still running.
 _CANCEL = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if status ~= 'queued' and status ~= 'in_progress' then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'cancelled', 'record', ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[2])
+return 1
+"""
+
+# KEYS: the response hash, the running index. ARGV: the failed record, response id, the dead replica.
+# Returns 1 when the response was still running there and is now failed.
+_FAIL_ORPHAN = """
+if redis.call('HGET', KEYS[2], ARGV[2]) ~= ARGV[3] then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[2])
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'queued' and status ~= 'in_progress' then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'failed', 'record', ARGV[1])
 return 1
 """
 
@@ -67,9 +98,11 @@ class ResponseStore:
         self.ttl = max(1, int(ttl))
         self._save = shared.client.register_script(_SAVE)
         self._cancel = shared.client.register_script(_CANCEL)
+        self._fail_orphan = shared.client.register_script(_FAIL_ORPHAN)
+        self._running = shared.keys.running_responses
 
     def _key(self, response_id: str) -> str:
-        return f"{self.shared.keys.prefix}:response:{response_id}"
+        return self.shared.keys.response(response_id)
 
     async def load(self, response_id: str, owner: str, *, param: str | None = None) -> StoredResponse:
         """The stored response, if ``owner`` may read it; else 404 (or, for ``param``
@@ -86,18 +119,60 @@ class ResponseStore:
 
     async def save(self, stored: StoredResponse) -> bool:
         """Write ``stored`` (False: it was cancelled meanwhile, and stays so)."""
-        args = [stored.response.status, _encoder.encode(stored), stored.owner, self.ttl]
-        save = self._save(keys=[self._key(stored.response.id)], args=args)
+        response_id = stored.response.id
+        args = [stored.response.status, _encoder.encode(stored), stored.owner, self.ttl, response_id,
+                self.shared.replica_id]  # fmt: skip
+        save = self._save(keys=[self._key(response_id), self._running], args=args)
         written = await self.shared.guard("storing a response", save)
         return bool(written)
 
     async def cancel(self, stored: StoredResponse) -> bool:
         """Mark ``stored`` (whose response is already set to cancelled) cancelled, if it was still running."""
-        cancelled = await self.shared.guard(
-            "cancelling a response", self._cancel(keys=[self._key(stored.response.id)], args=[_encoder.encode(stored)])
-        )
-        return bool(cancelled)
+        response_id = stored.response.id
+        cancel = self._cancel(keys=[self._key(response_id), self._running], args=[_encoder.encode(stored), response_id])
+        return bool(await self.shared.guard("cancelling a response", cancel))
 
     async def delete(self, response_id: str, owner: str) -> None:
         await self.load(response_id, owner)
         await self.shared.guard("deleting a response", self.shared.client.delete(self._key(response_id)))
+
+    async def resolve_orphans(self) -> list[str]:
+        """Mark ``failed`` every running response whose replica is gone; returns their ids."""
+        shared = self.shared
+        running: dict[str, str] = await shared.guard("the running responses", shared.client.hgetall(self._running))
+        alive: dict[str, bool] = {}
+        failed = []
+        for response_id, replica in running.items():
+            if replica not in alive:
+                alive[replica] = await shared.replica_alive(replica)
+            if alive[replica]:
+                continue
+            record = await shared.guard("a stored response", shared.client.hget(self._key(response_id), "record"))
+            failed_record = _encoder.encode(_failed(_decoder.decode(record), replica)) if record else b""
+            fail = self._fail_orphan(keys=[self._key(response_id), self._running],
+                                     args=[failed_record, response_id, replica])  # fmt: skip
+            if await shared.guard("failing an orphaned response", fail):
+                failed.append(response_id)
+        if failed:
+            log.warning("%d stored response(s) left running by replicas that are gone are now failed: %s",
+                        len(failed), ", ".join(failed))  # fmt: skip
+        return failed
+
+    async def sweep_orphans(self) -> None:
+        """:meth:`resolve_orphans` now and every :data:`ORPHAN_SWEEP_S` seconds; until cancelled."""
+        while True:
+            try:
+                await self.resolve_orphans()
+            except RedisUnavailableError:
+                pass  # the next sweep tries again
+            await anyio.sleep(ORPHAN_SWEEP_S)
+
+
+def _failed(stored: StoredResponse, replica: str) -> StoredResponse:
+    stored.response.status = "failed"
+    stored.response.error = ResponseError(
+        "server_error",
+        f"the gateway replica that ran this response ({replica}) stopped before it finished "
+        "(restarted or lost); nothing more will be generated for it: create it again",
+    )
+    return stored

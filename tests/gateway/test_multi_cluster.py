@@ -284,6 +284,28 @@ def test_responses_chain_across_both_gateways_a_restart_and_a_cancel_from_the_ot
     assert client(cluster.b).responses.retrieve(long.id).status == "cancelled"
 
 
+def test_a_background_response_whose_gateway_crashed_is_failed_when_it_restarts(cluster):
+    """A gateway killed mid-response leaves it ``in_progress`` in Redis; the restarted gateway
+    resolves it at start (failed, saying why), while the other gateway's own carries on."""
+
+    def client(gateway):
+        return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=USER_KEY, max_retries=0)
+
+    orphan = client(cluster.a).responses.create(model=MODEL, input="Go on", max_output_tokens=900, background=True)
+    wait_for(lambda: client(cluster.b).responses.retrieve(orphan.id).status == "in_progress", timeout=10)
+    elsewhere = client(cluster.b).responses.create(model=MODEL, input="Go", max_output_tokens=300, background=True)
+    cluster.restart_a(kill=True)  # returns once A serves again
+    wait_for(lambda: client(cluster.a).responses.retrieve(orphan.id).status == "failed", timeout=3,
+             message="the crashed gateway's response to be resolved at its restart")  # fmt: skip
+    failed = client(cluster.b).responses.retrieve(orphan.id)
+    assert failed.error.code == "server_error" and "stopped before it finished" in failed.error.message
+    assert client(cluster.a).responses.retrieve(elsewhere.id).status in ("queued", "in_progress", "incomplete")
+    wait_for(lambda: client(cluster.a).responses.retrieve(elsewhere.id).status == "incomplete", timeout=15,
+             message="the live gateway's response to run to its max_output_tokens")  # fmt: skip
+    wait_for(lambda: all(engine_idle(g.url) for g in (cluster.a, cluster.b)), timeout=10,
+             message="the crashed gateway's generation to end on its engine")  # fmt: skip
+
+
 def test_sessions_survive_a_gateway_restart(cluster):
     sid = "survivor"
     headers = {**USER, "X-Session-Id": sid}

@@ -5,6 +5,10 @@ embedded server."""
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -17,6 +21,8 @@ from agentgate.gateway.errors import NotFoundError
 from agentgate.gateway.ratelimit import RateLimitedError, RateLimiter, parse_key_limits
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
 from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
+from agentgate.gateway.responses_api.types import ResponseObject
 from agentgate.gateway.sessions import SessionStore
 from tests.support.servers import RedisServer
 
@@ -185,6 +191,59 @@ async def test_pooled_connections_from_before_a_restart_are_retried_not_surfaced
     for _ in range(8):  # every pooled connection is stale: each is used once, none may fail
         assert (await store.get("s", "o", admin=False))["id"] == "s"
         assert await shared.client.ping()
+
+
+def _running(response_id: str, status: str = "in_progress") -> StoredResponse:
+    response = ResponseObject(id=response_id, created_at=0, status=status, model="m", background=True)
+    return StoredResponse(owner="o", response=response)
+
+
+async def _saved_by(shared: SharedState, replica: str, response_id: str) -> None:
+    """Save a running response as replica ``replica`` would (same Redis, same prefix)."""
+    other = SharedState(shared.url, prefix=shared.keys.prefix, replica_id=replica, session_ttl=60)
+    try:
+        assert await ResponseStore(other, ttl=60).save(_running(response_id))
+    finally:
+        await other.close()
+
+
+async def test_responses_left_running_by_a_replica_that_is_gone_are_failed(shared):
+    """A background response whose gateway died stays ``in_progress`` for ever unless a replica
+    resolves it: the sweep fails those of dead replicas only (no heartbeat, or a pid of this
+    host that is gone or is this process's), and keeps the live ones' and its own."""
+    store = ResponseStore(shared, ttl=60)
+    host = socket.gethostname()
+    exited = subprocess.Popen([sys.executable, "-c", ""])
+    exited.wait()
+    live_elsewhere = "far-host:8000:12:aaaaaa"
+    replicas = {
+        "resp_heartbeat_gone": "far-host:8000:13:bbbbbb",  # another host, its heartbeat key expired
+        "resp_pid_gone": f"{host}:8000:{exited.pid}:cccccc",  # this host, its process exited
+        "resp_restarted_container": f"{host}:8000:{os.getpid()}:dddddd",  # our pid, an earlier life
+        "resp_live_elsewhere": live_elsewhere,
+    }
+    for response_id, replica in replicas.items():
+        await _saved_by(shared, replica, response_id)
+    await shared.client.set(shared.keys.replica(live_elsewhere), "{}", ex=30)  # its heartbeat
+    assert await store.save(_running("resp_ours"))
+    assert await store.save(_running("resp_done", "in_progress"))
+    assert await store.save(_running("resp_done", "completed"))  # finished: out of the running index
+
+    failed = await store.resolve_orphans()
+    assert sorted(failed) == ["resp_heartbeat_gone", "resp_pid_gone", "resp_restarted_container"]
+    for response_id in failed:
+        response = (await store.load(response_id, "o")).response
+        assert response.status == "failed" and response.error.code == "server_error"
+        assert replicas[response_id] in response.error.message and "stopped" in response.error.message
+    for response_id in ("resp_live_elsewhere", "resp_ours"):
+        assert (await store.load(response_id, "o")).response.status == "in_progress"
+    assert set(await shared.client.hgetall(shared.keys.running_responses)) == {"resp_live_elsewhere", "resp_ours"}
+    assert await store.resolve_orphans() == []  # resolved once
+
+    cancelled = _running("resp_ours")
+    cancelled.response.status = "cancelled"
+    assert await store.cancel(cancelled)
+    assert set(await shared.client.hgetall(shared.keys.running_responses)) == {"resp_live_elsewhere"}
 
 
 def test_the_embedded_server_runs_on_a_private_socket_and_locks_its_directory(tmp_path):

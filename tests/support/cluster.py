@@ -20,9 +20,12 @@ class Cluster:
     b: LiveServer
     flags: list[str]
 
-    def restart_a(self) -> None:
-        """Stop gateway A and start it again at the same port, with the same flags."""
-        stop_all(self.a)
+    def restart_a(self, *, kill: bool = False) -> None:
+        """Stop gateway A (``kill``: SIGKILL, as a crash) and start it again at the same port, with the same flags."""
+        if kill:
+            self.a.kill()
+        else:
+            stop_all(self.a)
         self.a = launch_gateway(self.tmp, "gateway-a", self.addresses, self.redis.url, *self.flags, port=self.a.port)
         wait_healthy(self.a)
 
