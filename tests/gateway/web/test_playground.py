@@ -381,3 +381,29 @@ def test_a_real_tool_call_from_the_default_model(page: Page, model_server):
     assert call.get_attribute("data-valid") == "true"
     assert isinstance(json.loads(call.locator(".tool-args").text_content())["city"], str)
     expect(page.get_by_label("Result of get_weather", exact=False)).to_be_visible()  # the page awaits its result
+
+
+def test_the_responses_api_option_chains_turns_by_previous_response_id(page: Page, model_server):
+    open_playground(page, model_server.url)
+    # By role: the select's accessible name is "API", but its label's text also holds the options,
+    # which get_by_label matches against (the deleted test's "control not found").
+    page.get_by_role("combobox", name="API", exact=True).select_option("responses")
+    setting(page, "Temperature", "0")
+    setting(page, "Max tokens", "16")
+    bodies: list[dict] = []
+    page.on("request", lambda r: bodies.append(json.loads(r.post_data)) if r.url.endswith("/v1/responses") else None)
+    [question] = CAPITAL_CHAT
+    first = send(page, question["content"])
+    expect(first).to_have_attribute("data-state", "done", timeout=120_000)
+    first_text = first.locator(".content").text_content().strip()  # before `first`, the last reply, moves on
+    second = send(page, "And of Germany?")
+    expect(second).to_have_attribute("data-state", "done", timeout=120_000)
+    assert len(bodies) == 2 and "previous_response_id" not in bodies[0]
+    assert bodies[0]["input"][-1] == {"type": "message", "role": "user", "content": question["content"]}
+    assert bodies[1]["previous_response_id"].startswith("resp_")
+    assert bodies[1]["input"] == [{"type": "message", "role": "user", "content": "And of Germany?"}]  # the rest: Redis
+    # The chain's first link, as the server stored it, is the reply the page showed.
+    chained = httpx.get(f"{model_server.url}/v1/responses/{bodies[1]['previous_response_id']}").json()
+    assert chained["status"] in ("completed", "incomplete")
+    stored_text = chained["output"][0]["content"][0]["text"]
+    assert stored_text.strip() and stored_text.strip() == first_text
