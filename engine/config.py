@@ -58,9 +58,9 @@ class EngineConfig:
     speculative:  draft tokens without a draft model and verify them
                   (``engine.speculative``): "off" (default), "ngram"
                   (prompt lookup), "suffix" (prompt lookup plus recent
-                  outputs of all requests) or "auto" (suffix where the
-                  runner verifies drafts, off with the overlapped runner);
-                  ngram and suffix need the sync or null runner.
+                  outputs of all requests) or "auto" (suffix; off with
+                  the null runner, which samples no model). Both model
+                  runners verify drafts.
     num_speculative_tokens: the most tokens drafted per request and step.
     speculative_step_tokens: the most draft tokens one step carries over all
                   its requests; None: 8 on the CPU (each verified row costs
@@ -128,12 +128,6 @@ class EngineConfig:
         if self.speculative not in SPECULATIVE_MODES:
             raise InvalidRequestError(
                 f"speculative must be one of {SPECULATIVE_MODES}, got {self.speculative!r}", "speculative"
-            )
-        if self.speculative in ("ngram", "suffix") and self.runner == "overlap":
-            raise InvalidRequestError(
-                "speculative decoding needs the sync runner (--runner sync): the overlapped runner "
-                "does not verify drafts yet",
-                "speculative",
             )
         if self.num_speculative_tokens < 1:
             raise InvalidRequestError("num_speculative_tokens must be positive", "num_speculative_tokens")

@@ -64,11 +64,10 @@ def make_runner(config: EngineConfig) -> ModelRunner:
 
 def make_speculator(config: EngineConfig) -> Speculator | None:
     """The speculator ``config.speculative`` asks for (``auto``: the suffix
-    proposer with the sync runner; off with the overlapped runner, which does
-    not verify drafts yet, and the null runner)."""
+    proposer, off with the null runner)."""
     mode = config.speculative
     if mode == "auto":
-        mode = "suffix" if config.runner == "sync" else "off"
+        mode = "off" if config.runner == "null" else "suffix"
     proposer = make_proposer(mode)
     if proposer is None:
         return None

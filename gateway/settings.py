@@ -87,7 +87,7 @@ class Settings:
     )
     speculative: str = _opt(
         "speculative decoding without a draft model: off, ngram (prompt lookup), suffix (prompt lookup and "
-        "recent outputs of all requests) or auto (suffix where the runner verifies drafts: --runner sync)",
+        "recent outputs of all requests) or auto (suffix); verified by either runner",
         default="off",
         engine=True,
     )

@@ -18,6 +18,11 @@
   a CPU forward pass runs on the calling thread, so a second step in flight
   overlaps nothing and only delays each token, admissions and the freeing
   of finished requests by a step.
+* Speculative drafts are verified as in the sync runner, with the accepted
+  counts resolved on the device (`step_drafts`); the host reconciles its
+  mirror when it waits for the step. The scheduler drafts only for a request
+  with no step in flight, so with two steps in flight (CUDA) a request drafts
+  only when its pipeline has drained; drafted steps run eagerly.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ from agentgate.engine.runner.sampling_batch import SamplingBatch, SamplingFlags
 from agentgate.engine.runner.slot_state import SlotState
 from agentgate.engine.runner.staging import StepStaging
 from agentgate.engine.runner.step_batch import StepBatch, StepInputs
+from agentgate.engine.runner.step_drafts import DraftPlan, StepDrafts, post_update_drafts, write_drafts
 from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from agentgate.engine.speculative.verify import emitted_tokens
 
 
 @dataclass
@@ -51,9 +58,19 @@ class _Live:
 
 
 @dataclass
+class _Verify:
+    """A request that verified drafts this step: its mirror, drafts and first sampling row."""
+
+    live: _Live
+    drafts: tuple[int, ...]
+    first_row: int
+
+
+@dataclass
 class _StepHandle:
     request_ids: list[str]
     output: HostOutput
+    verifies: list[_Verify] | None = None  # None: no row drafted (one sampling row per request)
 
 
 @dataclass
@@ -64,6 +81,8 @@ class _Deferred:
     batch: StepBatch
     lives: list[_Live]
     request_ids: list[str]
+    drafts: StepDrafts | None
+    verifies: list[_Verify] | None
     result: _StepHandle | None = None
 
 
@@ -81,7 +100,9 @@ class OverlapRunner(TorchModelRunner):
         )
         self.staging = StepStaging(self.device)
         self._live: dict[str, _Live] = {}
-        self.outputs = OutputRing(self.config.max_num_seqs, self.device)
+        # With drafts a request samples at up to 1 + num_speculative_tokens rows.
+        max_sampling_rows = self.config.max_num_seqs * (1 + self.config.num_speculative_tokens)
+        self.outputs = OutputRing(min(max_sampling_rows, self.config.max_num_batched_tokens), self.device)
 
     # -- bookkeeping ---------------------------------------------------------
     def release(self, request_ids: list[str]) -> None:
@@ -119,21 +140,33 @@ class OverlapRunner(TorchModelRunner):
             live.block_ids.extend(block_ids)
 
         idx, lens, sample_rows, seq_lens_host, sampled_ids = [], [], [], [], []
-        lives = []
+        lives, sampling_lives = [], []
+        plan = DraftPlan() if any(sched.draft_token_ids for sched in step.scheduled) else None
+        verifies: list[_Verify] | None = [] if plan is not None else None
         for row, sched in enumerate(step.scheduled):
             live = self._live[sched.request_id]
             lives.append(live)
             idx.append(live.slot)
             lens.append(sched.num_tokens)
+            if plan is not None:
+                plan.add_row(live.slot, live.num_computed, sum(lens), sched.draft_token_ids, sched.samples)
             live.num_computed += sched.num_tokens
             seq_lens_host.append(live.num_computed)
             if sched.samples:
-                sample_rows.append(row)
+                if verifies is not None:
+                    verifies.append(_Verify(live, sched.draft_token_ids, len(sample_rows)))
+                sample_rows.extend([row] * (1 + len(sched.draft_token_ids)))
+                sampling_lives.extend([live] * (1 + len(sched.draft_token_ids)))
                 sampled_ids.append(sched.request_id)
         num_rows, num_tokens = len(idx), sum(lens)
-        idx_d, lens_d, rows_d, w_rows, w_cols, w_vals = self.staging.stage([idx, lens, sample_rows, *writes])
+        staged = self.staging.stage([idx, lens, sample_rows, *writes, *(plan.arrays() if plan else [])])
+        idx_d, lens_d, rows_d, w_rows, w_cols, w_vals = staged[:6]
         if writes[0]:
             apply_block_table_writes(self.slots.block_table, w_rows, w_cols, w_vals)
+        drafts = None
+        if plan is not None:
+            drafts, token_writes = DraftPlan.staged(staged[6:])
+            write_drafts(self.slots.token_ids, token_writes)
         batch = StepBatch(idx_d, lens_d, rows_d, num_tokens)
 
         pure_decode = num_tokens == num_rows
@@ -147,18 +180,20 @@ class OverlapRunner(TorchModelRunner):
         if not sample_rows:  # every row is a prefill chunk that does not finish its prompt
             post_update(batch, torch.empty(0, dtype=torch.long, device=self.device), self.slots)
             return _StepHandle([], HostOutput(torch.empty(0, dtype=torch.long), None, None, None, None))
+        if drafts is not None:
+            logits_indices = drafts.logits_indices.long()
         logits = self.model.compute_logits(hidden[logits_indices])
-        sampling_lives = [lives[r] for r in sample_rows]
         if step.needs_bitmask:
-            return _Deferred(logits, batch, sampling_lives, sampled_ids)
-        return self._sample(logits, batch, sampling_lives, sampled_ids, None)
+            return _Deferred(logits, batch, sampling_lives, sampled_ids, drafts, verifies)
+        return self._sample(logits, batch, sampling_lives, sampled_ids, None, drafts, verifies)
 
     @torch.inference_mode()
     def complete(self, handle: _Deferred, bitmask: torch.Tensor) -> None:
         """Sample a deferred step; the bitmask (pinned on CUDA) is copied
         without blocking."""
         mask = bitmask.to(self.device, non_blocking=True)
-        handle.result = self._sample(handle.logits, handle.batch, handle.lives, handle.request_ids, mask)
+        handle.result = self._sample(handle.logits, handle.batch, handle.lives, handle.request_ids, mask,
+                                     handle.drafts, handle.verifies)  # fmt: skip
 
     def _sample(
         self,
@@ -167,12 +202,17 @@ class OverlapRunner(TorchModelRunner):
         lives: list[_Live],
         request_ids: list[str],
         bitmask: torch.Tensor | None,
+        drafts: StepDrafts | None,
+        verifies: list[_Verify] | None,
     ) -> _StepHandle:
-        batch = self._sampling_batch(step, lives)
+        batch = self._sampling_batch(step, lives, drafts)
         batch.allowed_bitmask = bitmask
         result = sample(logits, batch)
-        post_update(step, result.token_ids, self.slots)
-        return _StepHandle(request_ids, self.outputs.copy_out(result))
+        if drafts is None:
+            post_update(step, result.token_ids, self.slots)
+        else:
+            post_update_drafts(step, drafts, result.token_ids, self.slots)
+        return _StepHandle(request_ids, self.outputs.copy_out(result), verifies)
 
     def _graph_forward(self, step: StepBatch, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A pure-decode step through the bucket's CUDA graph: inputs
@@ -203,11 +243,14 @@ class OverlapRunner(TorchModelRunner):
         )
         return self.model(inputs.input_ids, inputs.positions, meta, self.kv_caches), inputs.logits_indices
 
-    def _sampling_batch(self, step: StepBatch, lives: list[_Live]) -> SamplingBatch:
+    def _sampling_batch(self, step: StepBatch, lives: list[_Live], drafts: StepDrafts | None) -> SamplingBatch:
         """Gather the sampling rows' parameters from slot state, on the
         device; a greedy batch without other features gathers nothing."""
         flags = SamplingFlags.of([live.new.params for live in lives])
-        return self.slots.sampling_batch(step.idx_mapping, step.sample_rows, flags)
+        if drafts is None:
+            return self.slots.sampling_batch(step.idx_mapping, step.sample_rows, flags)
+        return self.slots.sampling_batch(step.idx_mapping, step.sample_rows, flags, drafts.offsets,
+                                         (drafts.count_rows, drafts.count_tokens))  # fmt: skip
 
     def wait(self, handle: _StepHandle | _Deferred) -> ModelRunnerOutput:
         """The one synchronization: the output event of this step."""
@@ -217,10 +260,32 @@ class OverlapRunner(TorchModelRunner):
         out = handle.output
         if out.event is not None:
             out.event.synchronize()
-        output = ModelRunnerOutput(handle.request_ids, out.tokens.tolist())
-        if out.logprobs is not None:
-            output.logprobs = out.logprobs.tolist()
+        tokens = out.tokens.tolist()
+        if handle.verifies is None:
+            output = ModelRunnerOutput(handle.request_ids, tokens)
+            rows = slice(None)
+        else:
+            output = self._verified(handle.request_ids, handle.verifies, tokens)
+            rows = [verify.first_row for verify in handle.verifies]
+        if out.logprobs is not None:  # rows that want logprobs never draft: their first row is their only one
+            output.logprobs = out.logprobs[rows].tolist()
             if out.top_ids is not None:
-                output.top_token_ids = out.top_ids.tolist()
-                output.top_logprobs = out.top_logprobs.tolist()
+                output.top_token_ids = out.top_ids[rows].tolist()
+                output.top_logprobs = out.top_logprobs[rows].tolist()
         return output
+
+    def _verified(self, request_ids: list[str], verifies: list[_Verify], tokens: list[int]) -> ModelRunnerOutput:
+        """The tokens each request emits (as `post_update_drafts` decided on the device), and the
+        host mirror of each that drafted taken back to its accepted tokens and their blocks."""
+        block_size = self.kv_spec.block_size
+        firsts, extras = [], []
+        for verify in verifies:
+            k = len(verify.drafts)
+            emitted = emitted_tokens(verify.drafts, tokens[verify.first_row : verify.first_row + k + 1])
+            firsts.append(emitted[0])
+            extras.append(emitted[1:])
+            if k:
+                live = verify.live
+                live.num_computed -= k + 1 - len(emitted)
+                del live.block_ids[-(-live.num_computed // block_size) :]
+        return ModelRunnerOutput(request_ids, firsts, extras)

@@ -134,12 +134,22 @@ class SlotState:
 
     # -- reads ---------------------------------------------------------------
     def sampling_batch(
-        self, idx_mapping: torch.Tensor, sample_rows: torch.Tensor, flags: SamplingFlags
+        self,
+        idx_mapping: torch.Tensor,
+        sample_rows: torch.Tensor,
+        flags: SamplingFlags,
+        offsets: torch.Tensor | None = None,
+        draft_counts: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> SamplingBatch:
         """The parameters of the sampling rows (batch rows ``sample_rows``,
         whose slots are ``idx_mapping[sample_rows]``), gathered on the
         device. Only what ``flags`` say some row uses is gathered: a greedy
-        batch without penalties, bias or min_tokens gathers nothing."""
+        batch without penalties, bias or min_tokens gathers nothing.
+
+        With drafts (`runner.step_drafts`) a batch row samples at several rows:
+        ``offsets`` [N] puts sampling row i at position ``num_tokens + offsets[i]``,
+        and ``draft_counts`` (rows, tokens) adds the drafts before each row to its
+        output counts."""
         sampled, penalties = not flags.all_greedy, flags.any_penalties
         slots = None
         if sampled or penalties or flags.any_logit_bias or flags.any_min_tokens:
@@ -147,6 +157,13 @@ class SlotState:
         floats = self.float_params[slots] if sampled or penalties else None
         ints = self.int_params[slots] if (sampled and flags.any_top_k) or flags.any_min_tokens else None
         num_tokens = self.num_tokens[slots] if sampled or flags.any_min_tokens else None
+        if num_tokens is not None and offsets is not None:
+            num_tokens = num_tokens + offsets
+        output_counts = self.output_counts[slots] if penalties else None
+        if output_counts is not None and draft_counts is not None:
+            rows, tokens = draft_counts
+            ones = torch.ones_like(rows, dtype=output_counts.dtype)
+            output_counts.index_put_((rows.long(), tokens.long()), ones, accumulate=True)
 
         def column(name: str, wanted: bool) -> torch.Tensor | None:
             if not wanted:
@@ -170,7 +187,7 @@ class SlotState:
             presence_penalty=column("presence_penalty", penalties),
             frequency_penalty=column("frequency_penalty", penalties),
             repetition_penalty=column("repetition_penalty", penalties),
-            output_counts=self.output_counts[slots] if penalties else None,
+            output_counts=output_counts,
             prompt_mask=self.prompt_mask[slots] if penalties else None,
             logit_bias_ids=self.bias_ids[slots] if flags.any_logit_bias else None,
             logit_bias_values=self.bias_values[slots] if flags.any_logit_bias else None,

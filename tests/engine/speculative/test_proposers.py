@@ -71,13 +71,13 @@ def test_draft_length_grows_on_success_and_stops_on_repeated_misses():
 
 def test_modes_resolve_per_runner_and_bad_ones_are_refused():
     assert make_speculator(EngineConfig()) is None  # off by default
-    assert make_speculator(EngineConfig(speculative="auto")) is None  # the overlapped runner does not verify
-    assert isinstance(make_speculator(EngineConfig(runner="sync", speculative="auto")).proposer, SuffixProposer)
+    for runner in ("overlap", "sync"):  # both verify drafts
+        assert isinstance(make_speculator(EngineConfig(runner=runner, speculative="auto")).proposer, SuffixProposer)
+    assert make_speculator(EngineConfig(runner="null", speculative="auto")) is None
     ngram = make_speculator(EngineConfig(runner="sync", speculative="ngram", num_speculative_tokens=3))
     assert type(ngram.proposer) is NgramProposer and ngram.max_draft == 3
     for bad in (
         dict(speculative="eagle"),
-        dict(speculative="suffix"),
         dict(runner="sync", speculative="ngram", num_speculative_tokens=0),
     ):
         with pytest.raises(InvalidRequestError):

@@ -1,6 +1,7 @@
-"""Speculative decoding on the real default model (dense fp32 weights, sync
-runner): the same tokens as decoding token by token, free text and under a
-grammar, where jump-forward drafts the forced text."""
+"""Speculative decoding on the real default model (dense fp32 weights), with
+each runner verifying the drafts: the same tokens as the sync runner decoding
+token by token, free text and under a grammar, where jump-forward drafts the
+forced text."""
 
 import json
 
@@ -32,10 +33,17 @@ ECHO_PROMPT = [{
 }]  # fmt: skip
 
 
+OPTIONS = dict(quantization="none", dtype="float32")
+
+
 @pytest.fixture(scope="module")
-def pair():
-    options = dict(runner="sync", quantization="none", dtype="float32")
-    return LLM(**options), LLM(speculative="suffix", **options)
+def plain():
+    return LLM(runner="sync", **OPTIONS)
+
+
+@pytest.fixture(scope="module", params=["sync", "overlap"])
+def pair(request, plain):
+    return plain, LLM(runner=request.param, speculative="suffix", **OPTIONS)
 
 
 def test_greedy_and_seeded_text_is_identical_with_drafts(pair):
