@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from agentgate.gateway.errors import AuthenticationError, GatewayError, PermissionDeniedError, error_response
 from agentgate.gateway.exposure import ops_exposed
@@ -184,19 +185,33 @@ def bearer_token(scope: Scope) -> str | None:
 
 
 class AuthMiddleware:
-    """Pure ASGI: no wrapping of the stream, so streamed responses pay nothing."""
+    """Pure ASGI: no wrapping of the stream, so streamed responses pay nothing. A WebSocket
+    (the Responses API's WebSocket mode) is checked at its handshake, as a GET of its path: a
+    refused one gets the same HTTP error response (or, where the server cannot send one, is
+    closed with 1008, policy violation)."""
 
     def __init__(self, app: ASGIApp, keys: KeyChecker) -> None:
         self.app = app
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.keys.enabled:
+        if scope["type"] in ("http", "websocket") and self.keys.enabled:
             try:
-                self.keys.check(route_access(scope["method"], scope["path"]), bearer_token(scope))
+                self.keys.check(route_access(scope.get("method", "GET"), scope["path"]), bearer_token(scope))
             except GatewayError as exc:
                 if exc.status_code == 401:
                     exc.headers.setdefault("WWW-Authenticate", "Bearer")
-                await error_response(exc)(scope, receive, send)
+                if scope["type"] == "websocket":
+                    await _refuse_websocket(scope, receive, send, exc)
+                else:
+                    await error_response(exc)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+async def _refuse_websocket(scope: Scope, receive: Receive, send: Send, exc: GatewayError) -> None:
+    websocket = WebSocket(scope, receive, send)
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await websocket.send_denial_response(error_response(exc))
+    else:
+        await websocket.close(code=1008, reason=exc.message[:120])

@@ -7,8 +7,9 @@
 - BodyLimitMiddleware: a body larger than the limit gets 413, from its
   Content-Length before anything is read, else while it is read; a body that
   stalls longer than its timeout between two chunks gets 408.
-- RequestContextMiddleware (innermost), for ``POST /v1/chat/completions``
-  and ``POST /v1/completions``: takes the API key's digest (``"anonymous"``
+- RequestContextMiddleware (innermost), for the generation routes
+  (``GENERATION_PATHS``; the Responses WebSocket mode calls its
+  :func:`request_context` for each turn): takes the API key's digest (``"anonymous"``
   without a key), checks the key's rate limits (Redis, one script call; 429 +
   Retry-After), opens the ``X-Session-Id`` session if the request names one
   (Redis, one script call: created on first use, owner checked, its engine
@@ -45,7 +46,9 @@ from agentgate.gateway.slow_clients import RequestTimeoutError
 REQUEST_ID_HEADER = b"x-request-id"
 SESSION_HEADER = b"x-session-id"
 USABLE_ID = re.compile(rb"[!-~]{1,128}")  # printable ASCII, no spaces: request and session ids
-GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
+GENERATION_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/responses/compact", "/v1/messages"}
+)
 
 
 def request_id_of(scope: Scope) -> str:
@@ -164,17 +167,25 @@ class RequestContextMiddleware:
         await self.app(scope, receive, send)
 
     async def _context(self, scope: Scope) -> RequestContext:
-        token = bearer_token(scope)
-        key = key_digest(token)
-        session_id = session_id_of(scope)
-        if self.limiter is not None:
-            await self.limiter.admit(key)
-        if session_id is None:
-            return RequestContext(key)
-        if self.sessions is None:
-            raise ServiceUnavailableError(
-                "X-Session-Id needs Redis, and this gateway runs without it (start it with --redis-url, "
-                "or through `agentgate serve`, which embeds one)",
-                code="redis_not_configured",
-            )
-        return RequestContext(key, session_id, await self.sessions.open(session_id, key, self.keys.is_admin(token)))
+        return await request_context(scope, keys=self.keys, limiter=self.limiter, sessions=self.sessions)
+
+
+async def request_context(
+    scope: Scope, *, keys: KeyChecker, limiter: RateLimiter | None, sessions: SessionStore | None
+) -> RequestContext:
+    """One generation's context from its scope's headers (the middleware's, and each turn of a
+    Responses WebSocket: every ``response.create`` is admitted like a POST)."""
+    token = bearer_token(scope)
+    key = key_digest(token)
+    session_id = session_id_of(scope)
+    if limiter is not None:
+        await limiter.admit(key)
+    if session_id is None:
+        return RequestContext(key)
+    if sessions is None:
+        raise ServiceUnavailableError(
+            "X-Session-Id needs Redis, and this gateway runs without it (start it with --redis-url, "
+            "or through `agentgate serve`, which embeds one)",
+            code="redis_not_configured",
+        )
+    return RequestContext(key, session_id, await sessions.open(session_id, key, keys.is_admin(token)))

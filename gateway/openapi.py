@@ -71,6 +71,8 @@ OPERATIONS = (
               params=(_path("model_id"),), errors=(404,)),
     Operation("post", "/v1/responses", "Create a response (typed SSE events when stream is true)", "responses",
               request=r.ResponsesRequest, response=r.ResponseObject, params=_GENERATION, errors=_GEN_ERRORS),
+    Operation("post", "/v1/responses/compact", "Compact a conversation into a new input window", "responses",
+              request=r.CompactRequest, response=r.CompactedResponse, params=_GENERATION, errors=_GEN_ERRORS),
     Operation("get", "/v1/responses/{response_id}", "A stored response", "responses", response=r.ResponseObject,
               params=(_RESPONSE_ID,), errors=(404, 503)),
     Operation("delete", "/v1/responses/{response_id}", "Delete a stored response", "responses",

@@ -65,6 +65,12 @@ class GuardedH11Protocol(H11Protocol):
         if self.cycle is not None and not self.cycle.response_complete:
             self._disarm()  # the headers are in: the request runs
 
+    def handle_websocket_upgrade(self, event) -> None:  # type: ignore[no-untyped-def]
+        """A WebSocket's headers are in: the socket (the Responses API's WebSocket mode) is no
+        longer this protocol's, and no 408 may be written into it."""
+        self._disarm()
+        super().handle_websocket_upgrade(event)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)

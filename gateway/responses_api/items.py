@@ -1,16 +1,24 @@
 """Responses API items <-> the chat core's messages.
 
 In: ``input`` (a string, or items: messages with text parts, ``function_call``,
-``function_call_output``), ``instructions``, function ``tools``,
+``function_call_output``, ``compaction``), ``instructions``, function ``tools``,
 ``tool_choice`` and ``text.format`` become a
 :class:`~gateway.schemas.ChatCompletionRequest` (400s name the ``input[i]``
 field they are about). Out: a reply as the core parsed it becomes output
 items (an assistant ``message`` with ``output_text``, a ``function_call`` per
 call), and back into the chat message a later turn replays.
+
+A ``compaction`` item (what ``POST /v1/responses/compact`` returns) carries the
+summary of a conversation in ``encrypted_content``: opaque to clients, but not
+encrypted (base64 of a small JSON object: a client can forge nothing it could
+not write as a message). Read back, it is an assistant message holding the
+summary.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import secrets
 from typing import Any
 
@@ -22,6 +30,7 @@ from agentgate.gateway.tools import ParsedOutput, ToolCall
 
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 SKIPPED_ITEMS = frozenset({"reasoning"})  # nothing this model can read back
+SUMMARY_PREFIX = "Summary of the conversation so far:\n"
 
 
 def new_id(prefix: str) -> str:
@@ -87,11 +96,49 @@ def input_messages(input: str | list[dict[str, Any]] | None) -> tuple[list[dict[
             output = item.get("output")
             text = output if isinstance(output, str) else text_of(output, f"{param}.output")
             messages.append({"role": "tool", "tool_call_id": _required(item, "call_id", param), "content": text})
+        elif kind == "compaction":
+            summary = compaction_summary(item.get("encrypted_content"), f"{param}.encrypted_content")
+            messages.append({"role": "assistant", "content": SUMMARY_PREFIX + summary})
         elif kind not in SKIPPED_ITEMS:
             raise BadRequestError(f"input items of type {kind!r} are not supported; this server takes message, "
-                                  "function_call and function_call_output items", param=f"{param}.type")  # fmt: skip
+                                  "function_call, function_call_output and compaction items",
+                                  param=f"{param}.type")  # fmt: skip
         items.append({"id": item.get("id") or new_id("msg" if kind == "message" else "fc"), **item, "type": kind})
     return messages, items
+
+
+def check_call_outputs(messages: list[dict[str, Any]]) -> None:
+    """400 unless every tool output answers a call made before it (a ``function_call_output``
+    whose ``call_id`` no earlier ``function_call`` of the chain or input made)."""
+    calls: set[str] = set()
+    for message in messages:
+        calls.update(call["id"] for call in message.get("tool_calls") or ())
+        if message["role"] == "tool" and message["tool_call_id"] not in calls:
+            raise BadRequestError(f"No tool call found for function call output with call_id "
+                                  f"{message['tool_call_id']}.", param="input")  # fmt: skip
+
+
+def compaction_item(summary: str) -> dict[str, Any]:
+    """The ``compaction`` item that carries ``summary`` (see the module doc)."""
+    content = base64.urlsafe_b64encode(msgspec.json.encode({"v": 1, "summary": summary})).decode()
+    return {"id": new_id("cmp"), "type": "compaction", "encrypted_content": content}
+
+
+def compaction_summary(content: Any, param: str) -> str:
+    """The summary a compaction item's ``encrypted_content`` carries; 400 naming ``param`` otherwise."""
+    try:
+        summary = msgspec.json.decode(base64.urlsafe_b64decode(content))["summary"]
+    except (TypeError, ValueError, KeyError, binascii.Error, msgspec.DecodeError):
+        summary = None
+    if not isinstance(summary, str):
+        raise BadRequestError("not a compaction this server made: pass the output of /v1/responses/compact as it "
+                              "came", param=param)  # fmt: skip
+    return summary
+
+
+def user_message_item(text: str) -> dict[str, Any]:
+    return {"id": new_id("msg"), "type": "message", "role": "user", "status": "completed",
+            "content": [{"type": "input_text", "text": text}]}  # fmt: skip
 
 
 def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

@@ -10,12 +10,19 @@ for the next turn.
 
 The chain's engine (where the previous response ran) is the turn's affinity,
 so its prefix, already in that engine's cache, is not computed again.
+
+Both transports start their turns here: ``POST /v1/responses`` and the
+WebSocket mode (:mod:`gateway.responses_api.websocket`), which also hands in
+the responses its connection keeps (``store: false`` ones live nowhere else)
+and may ask for a warm-up (``generate: false``): the prompt is computed into
+the engine's cache, and the response has no output.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +61,7 @@ class Turn:
     history: list[dict[str, Any]]  # the chain's messages and this input: what the next turn replays
     input_items: list[dict[str, Any]]
     program: str | None = None  # the chain's first response's id
+    warmup: bool = False  # generate: false: the prompt is computed, nothing is output
 
     @property
     def request_id(self) -> str:
@@ -63,8 +71,10 @@ class Turn:
         self, parsed: ParsedOutput, finish_reason: str | None, output: list[dict[str, Any]] | None = None
     ) -> ResponseObject:
         """Set the response's final status, output and usage from the parsed reply (``output``:
-        its items as they were streamed)."""
+        its items as they were streamed). A warm-up completes with no output."""
         response, gen = self.response, self.run.generation
+        if self.warmup and gen.error is None:
+            finish_reason, output = "stop", []
         if gen.error is not None:
             _, info, _ = error_parts(gen.error)
             response.status = "failed"
@@ -103,15 +113,18 @@ async def start_turn(
     request_id: str,
     arrival: float,
     context: RequestContext,
+    recent: Mapping[str, StoredResponse] | None = None,
+    warmup: bool = False,
 ) -> Turn:
-    """Validate ``body``, read its chain, and start its generation on the chat core."""
+    """Validate ``body``, read its chain (from ``recent`` first: a WebSocket connection's
+    responses), and start its generation on the chat core; ``warmup``: see the module doc."""
     history: list[dict[str, Any]] = []
     response_id = it.new_id("resp")
     chain = response_id  # the agent program: the chain's first response
     if body.previous_response_id is not None:
-        previous = await need_store(store, "previous_response_id").load(
-            body.previous_response_id, context.key, param="previous_response_id"
-        )
+        previous = (recent or {}).get(body.previous_response_id) or await need_store(
+            store, "previous_response_id"
+        ).load(body.previous_response_id, context.key, param="previous_response_id")
         history = previous.messages
         chain = previous.program or previous.response.id
         if context.engine is None and previous.engine is not None:
@@ -122,6 +135,7 @@ async def start_turn(
     messages, input_items = it.input_messages(body.input)
     if not messages and not history:
         raise BadRequestError("`input` must hold at least one message or item", param="input")
+    it.check_call_outputs(history + messages)
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     text = body.text or TextConfig()
     tools = it.function_tools(body.tools)
@@ -129,10 +143,10 @@ async def start_turn(
         system + history + messages,
         model=body.model,
         tools=it.chat_tools(tools),
-        tool_choice=it.chat_tool_choice(body.tool_choice),
+        tool_choice=None if warmup else it.chat_tool_choice(body.tool_choice),  # a warm-up may not be forced
         parallel_tool_calls=body.parallel_tool_calls,
-        response_format=it.response_format(text.format),
-        max_tokens=body.max_output_tokens,
+        response_format=None if warmup else it.response_format(text.format),
+        max_tokens=1 if warmup else body.max_output_tokens,
         temperature=body.temperature,
         top_p=body.top_p,
         seed=body.seed,
@@ -152,4 +166,4 @@ async def start_turn(
         top_p=params.top_p, truncation=body.truncation or "disabled", user=body.user,
     )  # fmt: skip
     return Turn(response, run, store if response.store else None, context.key, history + messages, input_items,
-                chain)  # fmt: skip
+                chain, warmup)  # fmt: skip

@@ -44,6 +44,24 @@ class ResponsesRequest(Struct, kw_only=True):
     reasoning: dict[str, Any] | None = None
 
 
+class WebSocketCreate(ResponsesRequest, kw_only=True):
+    """A ``response.create`` event of the WebSocket mode: a create body (``background`` refused,
+    ``stream`` ignored: every turn streams), its ``type``, and ``generate`` (false: a warm-up)."""
+
+    type: str
+    generate: bool = True
+
+
+class CompactRequest(Struct, kw_only=True):
+    """``POST /v1/responses/compact``: the conversation to compact (``model`` required)."""
+
+    model: str
+    input: str | list[dict[str, Any]] | None = None
+    previous_response_id: str | None = None
+    instructions: str | None = None
+    prompt_cache_key: str | None = None
+
+
 class InputTokensDetails(Struct):
     cached_tokens: int = 0
 
@@ -112,6 +130,16 @@ class DeletedResponse(Struct):
     deleted: bool = True
 
 
+class CompactedResponse(Struct, kw_only=True):
+    """A compacted conversation: its user messages, then one ``compaction`` item."""
+
+    id: str
+    created_at: int
+    output: list[dict[str, Any]]
+    usage: ResponseUsage
+    object: str = "response.compaction"
+
+
 class InputItemList(Struct):
     data: list[dict[str, Any]]
     first_id: str | None
@@ -120,5 +148,5 @@ class InputItemList(Struct):
     object: str = "list"
 
 
-REQUEST_TYPES: tuple[type, ...] = (ResponsesRequest,)
-RESPONSE_TYPES: tuple[type, ...] = (ResponseObject, DeletedResponse, InputItemList)
+REQUEST_TYPES: tuple[type, ...] = (ResponsesRequest, CompactRequest)
+RESPONSE_TYPES: tuple[type, ...] = (ResponseObject, DeletedResponse, InputItemList, CompactedResponse)

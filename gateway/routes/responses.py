@@ -1,6 +1,8 @@
 """The OpenAI Responses API: ``POST /v1/responses`` (streamed, collected, or in the
-background), ``GET``/``DELETE /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel``
-and ``GET /v1/responses/{id}/input_items``.
+background), ``GET``/``DELETE /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel``,
+``GET /v1/responses/{id}/input_items``, ``POST /v1/responses/compact``
+(:mod:`gateway.responses_api.compact`) and the WebSocket mode on
+``/v1/responses`` (:mod:`gateway.responses_api.websocket`).
 
 A response runs on the chat core (:mod:`gateway.responses_api.turn`) and is
 stored in Redis (:mod:`gateway.responses_api.store`), so any replica answers
@@ -17,16 +19,18 @@ import anyio
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from agentgate.gateway.auth import bearer_token
 from agentgate.gateway.context import context_of, key_digest
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.middleware import request_id_of
+from agentgate.gateway.responses_api.compact import compact
 from agentgate.gateway.responses_api.events import ResponsesStream
 from agentgate.gateway.responses_api.store import RUNNING
 from agentgate.gateway.responses_api.turn import Turn, need_store, start_turn
-from agentgate.gateway.responses_api.types import DeletedResponse, InputItemList, ResponsesRequest
+from agentgate.gateway.responses_api.types import CompactRequest, DeletedResponse, InputItemList, ResponsesRequest
+from agentgate.gateway.responses_api.websocket import responses_socket
 from agentgate.gateway.schemas import decode_body, encode
 from agentgate.gateway.state import GatewayState
 from agentgate.gateway.streaming import stream_generation
@@ -53,6 +57,16 @@ async def create_response(request: Request) -> Response:
     if not await _run(turn, request.receive):
         return Response(status_code=499)  # nobody is listening any more
     return _json(turn.response)
+
+
+async def compact_response(request: Request) -> Response:
+    arrival = time.monotonic()
+    body = decode_body(await request.body(), CompactRequest)
+    compacted = await compact(request.state.gateway, body, request_id=request_id_of(request.scope), arrival=arrival,
+                              context=context_of(request.scope), receive=request.receive)  # fmt: skip
+    if compacted is None:
+        return Response(status_code=499)  # nobody is listening any more
+    return _json(compacted)
 
 
 async def _never_disconnects() -> dict:
@@ -144,6 +158,8 @@ async def input_items(request: Request) -> Response:
 
 routes = [
     Route("/v1/responses", create_response, methods=["POST"]),
+    WebSocketRoute("/v1/responses", responses_socket),
+    Route("/v1/responses/compact", compact_response, methods=["POST"]),
     Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
     Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),

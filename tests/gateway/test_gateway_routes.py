@@ -106,7 +106,7 @@ def _registered_operations() -> set[tuple[str, str]]:
         if isinstance(route, Mount):
             found.add((path + "/{path}", "get"))
             continue
-        for method in route.methods or ():
+        for method in getattr(route, "methods", None) or ():  # a WebSocketRoute has none: OpenAPI has no sockets
             if method != "HEAD":
                 found.add((path, method.lower()))
     return found

@@ -10,6 +10,7 @@ import socket
 import time
 
 import pytest
+from websockets.sync.client import connect
 
 from tests.support.http import engine_idle, wait_for
 
@@ -57,6 +58,17 @@ def test_headers_that_never_finish_get_408_and_the_connection_closes(served):
     assert time.monotonic() - started < 3
     status, error = _status_and_error(raw)
     assert status == 408 and error["code"] == "request_timeout"
+
+
+def test_a_websocket_outlives_the_header_timeout(served):
+    """Its headers were in at the upgrade: the header timer must not write a 408 into the socket."""
+    with connect(f"ws://127.0.0.1:{served.port}/v1/responses") as ws:
+        time.sleep(1.5)  # past --header-timeout 1
+        ws.send(json.dumps({"type": "response.create", "input": "Hi", "max_output_tokens": 2}))
+        events = [json.loads(ws.recv(timeout=10))]
+        while events[-1]["type"] not in ("response.completed", "response.incomplete", "error"):
+            events.append(json.loads(ws.recv(timeout=10)))
+    assert events[-1]["type"] == "response.incomplete"
 
 
 def test_a_stalled_body_gets_408(served):
