@@ -48,6 +48,9 @@ from agentgate.engine.protocol import (
 log = logging.getLogger("agentgate.engine")
 
 DRAINING = "the engine is draining (shutting down): send the request to another engine"
+# A registered engine's drain first serves new requests this long: the gateways read the registry
+# every second (gateway.discovery.POLL_S), so one may route here until it has read "draining".
+DRAIN_NOTICE_S = 2.0
 IDLE_POLL_MS = 100
 HEARTBEAT_INTERVAL_S = 0.5
 # prctl(PR_SET_PDEATHSIG): the signal Linux sends us when our parent dies.
@@ -68,9 +71,10 @@ class Lifecycle(Protocol):
 class EngineServer:
     """Serves one EngineCore on ``address`` until stopped.
 
-    Draining (:meth:`drain`, on SIGTERM when ``drain_seconds`` > 0): new requests are refused
-    with an error naming the drain, those in flight run until they finish or the deadline, when
-    they are aborted (finish reason "abort"); then the loop ends."""
+    Draining (:meth:`drain`, on SIGTERM when ``drain_seconds`` > 0): after a notice period
+    in which new requests are still served, new requests are refused with an error naming the
+    drain; those in flight run until they finish or the deadline, when they are aborted (finish
+    reason "abort"); then the loop ends."""
 
     def __init__(self, core: EngineCore | None, address: str, model_name: str, startup_error: str | None = None):
         self.core = core
@@ -90,17 +94,23 @@ class EngineServer:
         self._front_ends: set[bytes] = set()
         self._next_heartbeat = 0.0
         self.drain_deadline: float | None = None  # time.monotonic() by which a drain aborts what is left
+        self.drain_refuses_at: float | None = None  # time.monotonic() from which a drain refuses new requests
 
-    def drain(self, seconds: float) -> None:
-        """Take no new requests; stop once those in flight are done, aborting them after ``seconds``."""
+    def drain(self, seconds: float, notice: float = 0.0) -> None:
+        """Take no new requests after ``notice`` seconds (those that come sooner are served, for
+        front ends that have not heard of the drain yet); stop once those in flight are done and
+        the notice is over, aborting them after ``seconds``."""
         if self.drain_deadline is None:
-            self.drain_deadline = time.monotonic() + seconds
-            log.info("draining: no new requests; %d in flight get %.0f s", len(self._owners), seconds)
+            now = time.monotonic()
+            self.drain_deadline = now + seconds
+            self.drain_refuses_at = now + min(notice, seconds)
+            log.info("draining: new requests refused in %.1f s; %d in flight get %.0f s", min(notice, seconds),
+                     len(self._owners), seconds)  # fmt: skip
 
     def _drained(self) -> bool:
-        """During a drain: whether the loop may end (nothing in flight, or the deadline passed)."""
+        """During a drain: whether the loop may end (nothing in flight after the notice, or the deadline passed)."""
         if not self._owners:
-            return True
+            return time.monotonic() >= self.drain_refuses_at
         if time.monotonic() < self.drain_deadline:
             return False
         log.warning("drain deadline: aborting %d request(s) still in flight", len(self._owners))
@@ -164,7 +174,7 @@ class EngineServer:
             self._call(identity, message)
 
     def _add(self, identity: bytes, message: AddRequest) -> None:
-        if self.drain_deadline is not None:
+        if self.drain_refuses_at is not None and time.monotonic() >= self.drain_refuses_at:
             refused = EngineCoreOutput(message.request_id, [], "error", error=DRAINING)
             self._send(identity, EngineOutputs([refused]))
             return
@@ -298,7 +308,7 @@ def run_engine_process(
         if server.drain_deadline is not None or server.core is None:
             server.stopping = True  # a second signal: stop now
             return
-        server.drain(drain_seconds)
+        server.drain(drain_seconds, notice=DRAIN_NOTICE_S if lifecycle is not None else 0.0)
         if lifecycle is not None:
             lifecycle.draining()
 
