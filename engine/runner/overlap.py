@@ -143,13 +143,15 @@ class OverlapRunner(TorchModelRunner):
         lives, sampling_lives = [], []
         plan = DraftPlan() if any(sched.draft_token_ids for sched in step.scheduled) else None
         verifies: list[_Verify] | None = [] if plan is not None else None
+        num_tokens = 0
         for row, sched in enumerate(step.scheduled):
             live = self._live[sched.request_id]
             lives.append(live)
             idx.append(live.slot)
             lens.append(sched.num_tokens)
+            num_tokens += sched.num_tokens
             if plan is not None:
-                plan.add_row(live.slot, live.num_computed, sum(lens), sched.draft_token_ids, sched.samples)
+                plan.add_row(live.slot, live.num_computed, num_tokens, sched.draft_token_ids, sched.samples)
             live.num_computed += sched.num_tokens
             seq_lens_host.append(live.num_computed)
             if sched.samples:
@@ -158,7 +160,7 @@ class OverlapRunner(TorchModelRunner):
                 sample_rows.extend([row] * (1 + len(sched.draft_token_ids)))
                 sampling_lives.extend([live] * (1 + len(sched.draft_token_ids)))
                 sampled_ids.append(sched.request_id)
-        num_rows, num_tokens = len(idx), sum(lens)
+        num_rows = len(idx)
         staged = self.staging.stage([idx, lens, sample_rows, *writes, *(plan.arrays() if plan else [])])
         idx_d, lens_d, rows_d, w_rows, w_cols, w_vals = staged[:6]
         if writes[0]:
