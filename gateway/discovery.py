@@ -10,12 +10,16 @@ record is gone, takes no new request (``EnginePool.leaving``); its client is clo
 streams are done, or at once when it is dead (its host gone: the client's heartbeat watch fails
 its streams within five seconds). A record that comes back makes it routable again; an engine
 that restarts at the same address is connected anew. While Redis is unreachable the engines
-known stay as they are.
+known stay as they are, and for :data:`RENEW_GRACE_S` after it is back a missing record means
+nothing: the engines could not renew their records meanwhile, so those expired (an outage longer
+than the TTL), and dropping them would leave every gateway without engines until they announce
+again.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -24,7 +28,7 @@ import anyio.abc
 
 from agentgate.engine.client import EngineClient
 from agentgate.engine.errors import EngineDeadError
-from agentgate.gateway.engine_registry import EngineRecord, registered_engines
+from agentgate.gateway.engine_registry import ENGINE_TTL_S, EngineRecord, registered_engines
 from agentgate.gateway.engines import EnginePool
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
 
@@ -33,6 +37,7 @@ log = logging.getLogger("agentgate.gateway")
 POLL_S = 1.0
 CONNECT_TIMEOUT_S = 5.0  # a registered engine has loaded its model: it answers at once or is gone
 RETRY_S = 2.0  # before connecting again to an address that did not answer
+RENEW_GRACE_S = float(ENGINE_TTL_S)  # after an outage, a record missing this long is an engine gone
 
 
 class EngineDiscovery:
@@ -46,6 +51,7 @@ class EngineDiscovery:
         self.on_added: Callable[[], Awaitable[None]] | None = None  # e.g. the cluster's pause sync
         self._held: set[str] = set()
         self._retry_at: dict[str, float] = {}
+        self._trust_missing_from = 0.0  # monotonic; inf while Redis is unreachable
         self._first = anyio.Event()
 
     async def run(self, task_status: anyio.abc.TaskStatus[EnginePool] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -63,24 +69,32 @@ class EngineDiscovery:
 
     async def _watch(self, tasks: anyio.abc.TaskGroup) -> None:
         while True:
-            try:
-                self.records = await registered_engines(self.shared)
-            except RedisUnavailableError:
-                await anyio.sleep(POLL_S)
-                continue
-            self._mark_leaving()
-            now = time.monotonic()
-            for address, record in self.records.items():
-                if record.state == "serving" and address not in self._held and self._retry_at.get(address, 0) <= now:
-                    self._held.add(address)
-                    tasks.start_soon(self._hold, address)
+            await self._poll(tasks)
             await anyio.sleep(POLL_S)
 
-    def _mark_leaving(self) -> None:
+    async def _poll(self, tasks: anyio.abc.TaskGroup) -> None:
+        """Read the registry once: mark engines leaving or serving again, connect new ones."""
+        try:
+            self.records = await registered_engines(self.shared)
+        except RedisUnavailableError:
+            self._trust_missing_from = math.inf
+            return
+        now = time.monotonic()
+        if self._trust_missing_from == math.inf:  # the first read since an outage
+            self._trust_missing_from = now + RENEW_GRACE_S
+        self._mark_leaving(trust_missing=now >= self._trust_missing_from)
+        for address, record in self.records.items():
+            if record.state == "serving" and address not in self._held and self._retry_at.get(address, 0) <= now:
+                self._held.add(address)
+                tasks.start_soon(self._hold, address)
+
+    def _mark_leaving(self, *, trust_missing: bool) -> None:
         if self.pool is None:
             return
         for engine in self.pool.engines:
             record = self.records.get(engine.address)
+            if record is None and not trust_missing:
+                continue  # expired while Redis was away: its engine renews it within a heartbeat
             if record is None or record.state == "draining":
                 if engine.address not in self.pool.leaving:
                     log.warning("engine at %s is %s: no new requests go there", engine.address,
