@@ -125,21 +125,22 @@ def redis_binary() -> str:
 
 
 class RedisServer:
-    """redis-server on 127.0.0.1:<port>, append-only file in ``data_dir``."""
+    """redis-server on ``host``:<port> (127.0.0.1 unless told), append-only file in ``data_dir``."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, host: str = "127.0.0.1") -> None:
         self.data_dir = data_dir
+        self.host = host
         self.port = free_port()
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir),
+            [redis_binary(), "--port", str(self.port), "--bind", self.host, "--dir", str(self.data_dir),
              "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile",
              str(self.data_dir / "redis.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -153,7 +154,7 @@ class RedisServer:
 
     def ping(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+            with socket.create_connection((self.host, self.port), timeout=0.5) as s:
                 s.sendall(b"PING\r\n")
                 return s.recv(16).startswith(b"+PONG")
         except OSError:
