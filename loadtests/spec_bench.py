@@ -56,7 +56,7 @@ def main() -> None:
     p.add_argument("--window", type=float, default=20.0, help="seconds per window")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--turns", type=int, default=4, help="turns per conversation (all but the last call a tool)")
-    p.add_argument("--server-args", default="--runner sync", help="flags both servers share")
+    p.add_argument("--server-args", default="", help="flags both servers share (default: the default runner)")
     p.add_argument("--on", default="suffix", help="--speculative of the 'on' server")
     args = p.parse_args()
     log_dir = Path(tempfile.mkdtemp(prefix="spec-bench-"))
