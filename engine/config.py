@@ -58,7 +58,8 @@ class EngineConfig:
     speculative:  draft tokens without a draft model and verify them
                   (``engine.speculative``): "off" (default), "ngram"
                   (prompt lookup), "suffix" (prompt lookup plus recent
-                  outputs of all requests) or "auto" (suffix; off with
+                  outputs of all requests) or "auto" (suffix where it
+                  pays: on a CPU while at most 4 requests decode; off with
                   the null runner, which samples no model). Both model
                   runners verify drafts.
     num_speculative_tokens: the most tokens drafted per request and step.

@@ -31,7 +31,7 @@ from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits, TokenEvent
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from agentgate.engine.speculative import make_proposer
-from agentgate.engine.speculative.speculator import CPU_STEP_DRAFTS, CUDA_STEP_DRAFTS, Speculator
+from agentgate.engine.speculative.speculator import CPU_AUTO_MAX_BATCH, CPU_STEP_DRAFTS, CUDA_STEP_DRAFTS, Speculator
 from agentgate.engine.waiting_queue import make_queue
 
 
@@ -64,8 +64,11 @@ def make_runner(config: EngineConfig) -> ModelRunner:
 
 def make_speculator(config: EngineConfig) -> Speculator | None:
     """The speculator ``config.speculative`` asks for (``auto``: the suffix
-    proposer, off with the null runner)."""
+    proposer where it pays: on a CPU while at most `CPU_AUTO_MAX_BATCH` requests
+    decode; off with the null runner)."""
     mode = config.speculative
+    cpu = config.resolved_device().type != "cuda"
+    max_batch = CPU_AUTO_MAX_BATCH if mode == "auto" and cpu else None
     if mode == "auto":
         mode = "off" if config.runner == "null" else "suffix"
     proposer = make_proposer(mode)
@@ -73,8 +76,8 @@ def make_speculator(config: EngineConfig) -> Speculator | None:
         return None
     step_drafts = config.speculative_step_tokens
     if step_drafts is None:
-        step_drafts = CUDA_STEP_DRAFTS if config.resolved_device().type == "cuda" else CPU_STEP_DRAFTS
-    return Speculator(proposer, config.num_speculative_tokens, step_drafts)
+        step_drafts = CPU_STEP_DRAFTS if cpu else CUDA_STEP_DRAFTS
+    return Speculator(proposer, config.num_speculative_tokens, step_drafts, max_batch)
 
 
 class EngineCore:

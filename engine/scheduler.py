@@ -175,7 +175,7 @@ class Scheduler:
         decodes = [r for r in self.running if r.num_computed_tokens >= r.num_prompt_tokens]
         prefills = [r for r in self.running if r.num_computed_tokens < r.num_prompt_tokens]
         speculator = self.speculator
-        draft_room = speculator.max_step_drafts if speculator is not None else 0
+        draft_room = speculator.step_drafts(len(decodes)) if speculator is not None else 0
         for request in decodes + prefills:
             if budget == 0:
                 break

@@ -87,7 +87,8 @@ class Settings:
     )
     speculative: str = _opt(
         "speculative decoding without a draft model: off, ngram (prompt lookup), suffix (prompt lookup and "
-        "recent outputs of all requests) or auto (suffix); verified by either runner",
+        "recent outputs of all requests) or auto (suffix where it pays: on a CPU while at most 4 requests "
+        "decode); verified by either runner",
         default="off",
         engine=True,
     )

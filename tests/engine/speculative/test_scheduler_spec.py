@@ -8,10 +8,10 @@ import random
 import pytest
 
 from agentgate.engine.config import EngineConfig
-from agentgate.engine.core import EngineCore
+from agentgate.engine.core import EngineCore, make_speculator
 from agentgate.engine.runner.null import NullRunner, null_next_token
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.speculative.speculator import Speculator
+from agentgate.engine.speculative.speculator import CPU_AUTO_MAX_BATCH, Speculator
 from tests.engine.runner.test_overlap import drive as run_events
 from tests.engine.speculative.oracle import OracleProposer
 
@@ -145,3 +145,36 @@ def test_no_token_after_a_stop_token_or_max_tokens():
         tokens, finish, _ = drive(core, [], check=True)
         assert tokens["a"] == expected
         assert finish["a"] == ("stop" if stop_ids else "length")
+
+
+def test_auto_drafts_only_while_few_requests_decode():
+    """``--speculative auto`` on a CPU: drafts while at most `CPU_AUTO_MAX_BATCH` requests decode
+    (where they paid in spec_bench), none in a step with more; the tokens are the same."""
+    assert make_speculator(EngineConfig(speculative="auto", device="cpu")).max_batch == CPU_AUTO_MAX_BATCH
+    assert make_speculator(EngineConfig(speculative="suffix", device="cpu")).max_batch is None  # asked for: always
+    crowd_ids = [f"r{i}" for i in range(CPU_AUTO_MAX_BATCH + 2)]
+    seeds = {request_id: (0, True) for request_id in [*crowd_ids, "alone"]}  # greedy: the seed is unused
+    core = make_core(256, True, 0, seeds)
+    speculator = core.scheduler.speculator
+    speculator.max_batch = CPU_AUTO_MAX_BATCH
+    speculator.proposer.rng.random = lambda: 1.0  # never spoil a draft
+    drafted_at: list[int] = []
+    schedule = core.scheduler.schedule
+
+    def recording_schedule():
+        step = schedule()
+        decoding = sum(1 for row in step.scheduled if row.samples)
+        if any(row.draft_token_ids for row in step.scheduled):
+            drafted_at.append(decoding)
+        return step
+
+    core.scheduler.schedule = recording_schedule
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    for number, request_id in enumerate(crowd_ids):  # the crowd: more than max_batch decode together
+        core.add_request(request_id, [5 + number, 6, 7], params)
+    crowd, _, _ = drive(core, [], check=True)
+    assert not drafted_at, f"drafted with {drafted_at} requests decoding"
+    core.add_request("alone", [9, 8, 7], params)  # then one alone drafts
+    alone, _, _ = drive(core, [], check=True)
+    assert drafted_at and max(drafted_at) <= CPU_AUTO_MAX_BATCH
+    assert len(alone["alone"]) == 40 and all(len(tokens) == 40 for tokens in crowd.values())
