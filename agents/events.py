@@ -27,6 +27,9 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    # Prompt tokens the server's prefix cache served (prompt_tokens_details): how the prompt was
+    # computed, not how much was used, so two usages of the same counts compare equal whatever it is.
+    cached_tokens: int = field(default=0, compare=False)
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> Usage | None:
@@ -36,15 +39,17 @@ class Usage:
             int(data.get("prompt_tokens") or 0),
             int(data.get("completion_tokens") or 0),
             int(data.get("total_tokens") or 0),
+            int((data.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
         )
 
     def __add__(self, other: Usage | None) -> Usage:
         if other is None:
-            return Usage(self.prompt_tokens, self.completion_tokens, self.total_tokens)
+            return Usage(self.prompt_tokens, self.completion_tokens, self.total_tokens, self.cached_tokens)
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.total_tokens + other.total_tokens,
+            self.cached_tokens + other.cached_tokens,
         )
 
 

@@ -239,6 +239,13 @@ def engine_request_ids(request_id: str, num_choices: int) -> list[str]:
     return [request_id] if num_choices == 1 else [f"{request_id}-{i}" for i in range(num_choices)]
 
 
+async def never_disconnects() -> dict:
+    """A ``receive`` for :meth:`Generation.collect` and :meth:`Generation.prime` when no client
+    waits on the connection (a background response, a WebSocket turn): it never reports a disconnect."""
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
 class Generation:
     """One HTTP request's generation, over one engine: ``len(prompts) * n`` choices."""
 

@@ -38,6 +38,9 @@ from typing import Any
 import anyio
 import httpx
 
+from agentgate.agents import AsyncClient
+from agentgate.agents.errors import AgentGateError
+from agentgate.agents.events import ContentDelta, ToolCallDelta, UsageEvent
 from agentgate.loadtests.server import Server, start_server
 
 VARIANTS = {
@@ -120,9 +123,7 @@ def tool_latency(rng: random.Random, median: float, sigma: float, cap: float) ->
     return min(cap, rng.lognormvariate(math.log(median), sigma))
 
 
-async def run_program(
-    client: httpx.AsyncClient, url: str, round_id: str, agent: int, args: argparse.Namespace, t0: float
-) -> Program:
+async def run_program(client: AsyncClient, round_id: str, agent: int, args: argparse.Namespace, t0: float) -> Program:
     """One agent's turns; stops at its first error."""
     rng = random.Random(f"{round_id}/{agent}/tools")
     service = SERVICES[agent % len(SERVICES)]
@@ -133,75 +134,51 @@ async def run_program(
     program = Program(agent)
     for number in range(args.turns):
         last = number == args.turns - 1
-        body = {
-            "messages": messages,
-            "tools": TOOLS,
-            "temperature": 0,
-            "tool_choice": "none" if last else "required",
-            "parallel_tool_calls": False,
-            "max_tokens": ANSWER_TOKENS if last else CALL_TOKENS,
-            "user": f"{round_id}-agent-{agent}",
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
         turn = Turn(time.perf_counter() - t0)
         program.turns.append(turn)
-        calls: dict[int, dict[str, Any]] = {}
-        content = []
+        stream = client.chat_stream(
+            messages,
+            tools=TOOLS,
+            temperature=0,
+            tool_choice="none" if last else "required",
+            parallel_tool_calls=False,
+            max_tokens=ANSWER_TOKENS if last else CALL_TOKENS,
+            user=f"{round_id}-agent-{agent}",  # the program
+        )
         try:
-            async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
-                if response.status_code != 200:
-                    turn.error = f"{response.status_code} {(await response.aread())[:200]!r}"
-                    return program
-                async for line in response.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = json.loads(line[6:])
-                    if chunk.get("usage"):
-                        usage = chunk["usage"]
-                        turn.prompt_tokens = usage["prompt_tokens"]
-                        turn.completion_tokens = usage["completion_tokens"]
-                        turn.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-                    for choice in chunk.get("choices", []):
-                        delta = choice.get("delta") or {}
-                        if turn.first_token is None and (delta.get("content") or delta.get("tool_calls")):
-                            turn.first_token = time.perf_counter() - t0
-                        content.append(delta.get("content") or "")
-                        for call in delta.get("tool_calls") or []:
-                            entry = calls.setdefault(call["index"], {"id": "", "name": "", "arguments": ""})
-                            entry["id"] = call.get("id") or entry["id"]
-                            function = call.get("function") or {}
-                            entry["name"] += function.get("name") or ""
-                            entry["arguments"] += function.get("arguments") or ""
-        except httpx.HTTPError as exc:
-            turn.error = f"{type(exc).__name__}: {exc}"
+            async with stream:
+                async for event in stream:
+                    if turn.first_token is None and isinstance(event, (ContentDelta, ToolCallDelta)):
+                        turn.first_token = time.perf_counter() - t0
+                    elif isinstance(event, UsageEvent):
+                        usage = event.usage
+                        turn.prompt_tokens, turn.cached_tokens = usage.prompt_tokens, usage.cached_tokens
+                        turn.completion_tokens = usage.completion_tokens
+            result = stream.result()
+        except AgentGateError as exc:
+            turn.error = f"{type(exc).__name__}: {exc}"[:300]
             return program
         turn.end = time.perf_counter() - t0
         if last:
             break
-        if not calls:
+        if not result.tool_calls:
             turn.error = "no tool call in a forced turn"
             return program
-        tool_calls = [
-            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for c in calls.values()
-        ]
-        messages.append({"role": "assistant", "content": "".join(content) or None, "tool_calls": tool_calls})
+        messages.append(result.message())
         await anyio.sleep(tool_latency(rng, args.tool_median, args.tool_sigma, args.tool_max))
-        for call in tool_calls:
-            result = tool_result(rng, call["function"]["name"])
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+        for call in result.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": tool_result(rng, call.name)})
     return program
 
 
 async def run_round(url: str, round_id: str, args: argparse.Namespace) -> dict[str, float]:
     limits = httpx.Limits(max_connections=args.agents + 4)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+    async with AsyncClient(url, timeout=600, max_retries=0, limits=limits) as client:
         t0 = time.perf_counter()
         programs: list[Program] = []
 
         async def one(agent: int) -> None:
-            programs.append(await run_program(client, url, round_id, agent, args, t0))
+            programs.append(await run_program(client, round_id, agent, args, t0))
 
         async with anyio.create_task_group() as tasks:
             for agent in range(args.agents):

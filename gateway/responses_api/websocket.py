@@ -38,6 +38,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agentgate.engine.errors import EngineError
 from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLargeError, error_parts
+from agentgate.gateway.generation import never_disconnects
 from agentgate.gateway.middleware import request_context
 from agentgate.gateway.responses_api.events import Event, ResponseEvents
 from agentgate.gateway.responses_api.store import StoredResponse
@@ -55,11 +56,6 @@ def error_fields(status: int, info: ErrorInfo) -> dict[str, Any]:
     code = str(info.code) if info.code is not None else info.type
     return {"status": status, "error": {"type": info.type, "code": code, "message": info.message,
                                         "param": info.param}}  # fmt: skip
-
-
-async def _never_disconnects() -> dict:
-    await anyio.sleep_forever()
-    raise AssertionError("unreachable")
 
 
 class Connection:
@@ -136,7 +132,7 @@ class Connection:
         """A constrained turn's grammar compiled before it starts (an error here refuses the turn)."""
         gen = turn.run.generation
         if turn.run.plan.structured is not None:
-            await gen.prime(_never_disconnects)
+            await gen.prime(never_disconnects)
             if gen.error is not None:
                 await gen.aclose()
                 gen.close()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 
-import anyio
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,6 +23,7 @@ from starlette.routing import Route, WebSocketRoute
 from agentgate.gateway.auth import bearer_token
 from agentgate.gateway.context import context_of, key_digest
 from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.generation import never_disconnects
 from agentgate.gateway.middleware import request_id_of
 from agentgate.gateway.responses_api.compact import compact
 from agentgate.gateway.responses_api.events import ResponsesStream
@@ -69,11 +69,6 @@ async def compact_response(request: Request) -> Response:
     return _json(compacted)
 
 
-async def _never_disconnects() -> dict:
-    await anyio.sleep_forever()
-    raise AssertionError("unreachable")
-
-
 async def _run(turn: Turn, receive) -> bool:
     """Run the turn's generation to its end, then finish and store its response. ``receive``:
     the client's, whose disconnect aborts it (False: it left); an engine error is raised. None:
@@ -83,7 +78,7 @@ async def _run(turn: Turn, receive) -> bool:
         turn.response.status = "in_progress"
         await turn.save()
         try:
-            await gen.collect(_never_disconnects)
+            await gen.collect(never_disconnects)
         finally:
             gen.close()
     elif not await gen.collect_or_raise(receive):

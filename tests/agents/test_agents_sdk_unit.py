@@ -19,7 +19,7 @@ from agentgate.agents.errors import (
     ServiceUnavailableError,
     StreamError,
 )
-from agentgate.agents.events import ContentDelta, Finish, ToolCallComplete, ToolCallDelta, UsageEvent
+from agentgate.agents.events import ContentDelta, Finish, ToolCallComplete, ToolCallDelta, Usage, UsageEvent
 from tests.support.scripted import ScriptedServer, chunk, reply, sse_body, tool_call_chunks
 
 CALLS = [("call_a", "get_weather", {"city": "Paris", "unit": "C"}), ("call_b", "get_time", {"tz": "Europe/Paris"})]
@@ -87,6 +87,25 @@ def test_an_error_event_raises_stream_error():
     with pytest.raises(StreamError, match="engine died") as info:
         acc.push({"error": {"message": "engine died", "type": "internal_server_error", "code": "engine_error"}})
     assert info.value.code == "engine_error"
+
+
+def test_usage_carries_the_prefix_cache_hits():
+    usage = Usage.from_json(
+        {
+            "prompt_tokens": 500,
+            "completion_tokens": 20,
+            "total_tokens": 520,
+            "prompt_tokens_details": {"cached_tokens": 448},
+        }
+    )
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, usage.cached_tokens) == (
+        500,
+        20,
+        520,
+        448,
+    )
+    assert Usage.from_json({"prompt_tokens": 5}).cached_tokens == 0  # servers that do not say
+    assert (usage + usage).cached_tokens == 896 and (usage + None).cached_tokens == 448
 
 
 def test_retry_after_and_backoff():

@@ -55,12 +55,17 @@ def namespace_pids(name: str) -> list[int]:
         return []
 
 
-def _delete_namespace(name: str) -> None:
+def _kill_processes(name: str) -> None:
+    """SIGKILL every process in namespace ``name``."""
     for pid in namespace_pids(name):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _delete_namespace(name: str) -> None:
+    _kill_processes(name)
     subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
 
 
@@ -146,11 +151,7 @@ class Network:
 
     def kill_processes(self, host: Host) -> None:
         """SIGKILL every process in the host's namespace (the host lost power)."""
-        for pid in namespace_pids(host.name):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill_processes(host.name)
 
     @contextmanager
     def inside(self, host: Host) -> Iterator[None]:
