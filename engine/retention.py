@@ -40,6 +40,7 @@ class Pin:
     blocks: list[Block]
     ended: float  # monotonic
     expires: float
+    started: float  # monotonic: when its program started (the program policy ranks by it)
     tools: str | None = None  # set once TurnEnded says what was called
     claimed_by: str | None = None  # the id of its next turn, waiting to be admitted
 
@@ -130,7 +131,7 @@ class KVRetention:
         kept = blocks(request)
         if not kept:
             return True
-        pin = Pin(tag.program_id, request.request_id, kept, now, now + GRACE_S)
+        pin = Pin(tag.program_id, request.request_id, kept, now, now + GRACE_S, record.started)
         self.pins[tag.program_id] = pin
         for block in kept:
             block.pins += 1
@@ -164,19 +165,26 @@ class KVRetention:
         for pin in [p for p in self.pins.values() if p.expires <= now and p.claimed_by is None]:
             self._release(pin, "expired")
 
-    def release_order(self, exclude: str | None = None) -> list[Pin]:
-        """Pins (but ``exclude``'s) in the order pressure releases them."""
+    def release_order(self, exclude: str | None = None, started_after: float | None = None) -> list[Pin]:
+        """Pins (but ``exclude``'s, and only those of programs that started after ``started_after``
+        when given) in the order pressure releases them."""
         now = self.clock()
 
         def key(pin: Pin) -> tuple[bool, float, float]:
             law = self.gaps.law(pin.program_id, pin.tools)
             return (pin.claimed_by is not None, law.return_soon(now - pin.ended), pin.ended)
 
-        return sorted((p for p in self.pins.values() if p.program_id != exclude), key=key)
+        candidates = (
+            p
+            for p in self.pins.values()
+            if p.program_id != exclude and (started_after is None or p.started > started_after)
+        )
+        return sorted(candidates, key=key)
 
-    def release_one(self, exclude: str | None, reason: str = "pressure") -> bool:
-        """Release the first pin in release order (not ``exclude``'s); False: none left."""
-        order = self.release_order(exclude)
+    def release_one(self, exclude: str | None, reason: str = "pressure", started_after: float | None = None) -> bool:
+        """Release the first pin in release order (not ``exclude``'s; only a program's that started
+        after ``started_after`` when given); False: none left."""
+        order = self.release_order(exclude, started_after)
         if not order:
             return False
         self._release(order[0], reason)

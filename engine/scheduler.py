@@ -52,9 +52,12 @@ class TokenEvent:
 class Scheduler:
     """``waiting``: the queue's order is the scheduling policy (engine.waiting_queue); with it,
     the program policy preempts the running request whose program started last. ``retention``:
-    pins of programs waiting on tools (engine.retention); released before any running request
-    is preempted, and for a waiting head that is a returning turn or resumes, or when nothing
-    runs; a new program's turn waits for memory instead."""
+    pins of programs waiting on tools (engine.retention). By fcfs a pin is released before any
+    running request is preempted, and for a waiting head that is a returning turn or resumes,
+    or when nothing runs; a new program's turn waits for memory instead. By program, memory
+    goes by program age, pinned or running: a request may release only the pins of programs
+    younger than its own, then preempts the youngest running (itself, if it is that one), and
+    a waiting head releases any pin only when nothing runs."""
 
     def __init__(
         self,
@@ -190,7 +193,7 @@ class Scheduler:
                 continue
             del draft[max(0, num_tokens - wanted) :]
             while (block_ids := self.kv.allocate(request, num_tokens)) is None:
-                if self.retention.release_one(None):
+                if self.retention.release_one(None, started_after=self._outranks(request)):
                     continue
                 victim = self._victim()
                 budget += rows.pop(victim.request_id, 0)
@@ -251,10 +254,17 @@ class Scheduler:
     def _allocate_waiting(self, request: Request, budget: int) -> tuple[int, int | None]:
         """Allocate the waiting ``request``'s blocks (prefix hits, then up to ``budget`` tokens):
         its cached token count and tokens to compute, None when memory is short. Pins are
-        released for it (never its own program's) when it returns after tool calls, resumes
-        after a preemption, or nothing runs."""
+        released for it (never its own program's) when nothing runs; else, by fcfs, when it
+        returns after tool calls or resumes after a preemption; by program, those of programs
+        that started after its own."""
         program = request.program
-        may_release = request.ever_scheduled or not self.running or (program is not None and program.after_tool_calls)
+        started_after = self._outranks(request) if self.running else None
+        may_release = (
+            not self.running
+            or self.preempt_by_program
+            or request.ever_scheduled
+            or (program is not None and program.after_tool_calls)
+        )
         while True:
             hits = self.kv.find_cached_prefix(request)
             num_cached = len(hits) * self.kv.block_size
@@ -262,8 +272,14 @@ class Scheduler:
             if self.kv.allocate(request, num_tokens, hits) is not None:
                 return num_cached, num_tokens
             exclude = program.program_id if program is not None else None
-            if not (may_release and self.retention.release_one(exclude)):
+            if not (may_release and self.retention.release_one(exclude, started_after=started_after)):
                 return num_cached, None
+
+    def _outranks(self, request: Request) -> float | None:
+        """Whose pins ``request`` may release for memory: by program, only those of programs that
+        started after its own (older programs' pins outrank its needs: the program that started
+        last is preempted instead, itself included); by fcfs, any (None)."""
+        return request.program_start if self.preempt_by_program else None
 
     def _victim(self) -> Request:
         """The running request to preempt: the last admitted (fcfs), or the last admitted of

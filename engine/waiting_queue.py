@@ -2,12 +2,15 @@
 
 fcfs: first come, first served by request; a preempted request goes back first.
 
-program: preempted requests first (oldest arrival first), then by the start time of the
-request's program (its first turn's arrival), so a program's returning turn goes ahead
-of every program that started after it, then by arrival. Anti-starvation: a request
-that has waited ``max_wait`` seconds goes ahead of every request that has waited less
-(among those, by arrival), so no request waits more than ``max_wait`` behind requests
-that came after it (plus the time requests ahead of it take to be admitted).
+program: by the start time of the request's program (its first turn's arrival), so a
+program's returning turn goes ahead of every program that started after it; within a
+program, a preempted request first, then by arrival. A preempted request does not go
+ahead of older programs: under this policy it was preempted because they outrank it
+(engine.scheduler), and at the head it would hold their returning turns back while it
+waits for memory they hold. Anti-starvation: a request that has waited ``max_wait``
+seconds goes ahead of every request that has waited less (among those, by arrival), so
+no request waits more than ``max_wait`` behind requests that came after it (plus the
+time requests ahead of it take to be admitted).
 """
 
 from __future__ import annotations
@@ -58,12 +61,10 @@ class ProgramQueue(FcfsQueue):
         self.max_wait = max_wait
         self.clock = clock
 
-    def order_key(self, request: Request, now: float) -> tuple[int, float, float]:
-        if request.ever_scheduled:
-            return (0, request.arrival_time, 0.0)
+    def order_key(self, request: Request, now: float) -> tuple[int, float, bool, float]:
         if now - request.arrival_time >= self.max_wait:
-            return (1, request.arrival_time, 0.0)
-        return (2, request.program_start, request.arrival_time)
+            return (0, request.arrival_time, False, 0.0)
+        return (1, request.program_start, not request.ever_scheduled, request.arrival_time)
 
     def peek(self) -> Request:
         now = self.clock()

@@ -4,6 +4,8 @@ and preemption takes the program that started last."""
 
 import random
 
+import pytest
+
 from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.waiting_queue import DEFAULT_MAX_WAIT_S
@@ -97,3 +99,34 @@ def test_preemption_takes_the_program_that_started_last():
                       and core.scheduler.requests[r].status.value == "preempted"]  # fmt: skip
     assert core.scheduler.num_preemptions > 0
     assert set(preempted) == {"young-1"}
+
+
+@pytest.mark.parametrize("policy", ["program", "fcfs"])
+def test_an_older_programs_pin_outlives_a_younger_programs_pressure_only_by_program(policy):
+    """Two running turns of a young program outgrow memory while an older program's conversation
+    is pinned. By program the young program yields (one of its turns is preempted, the pin stays)
+    and the old program's returning turn hits its whole conversation; by fcfs the pin goes first."""
+    rng = random.Random(5)
+    core = make_core(num_blocks=24, policy=policy)
+    core.scheduler.waiting.clock = core.clock
+    old_prompt = history(rng, 32)
+    turn(core, "old-1", old_prompt, "old")
+    run(core)
+    assert "old" in core.scheduler.retention.pins
+    core.clock.now += 1.0
+    for name in ("y-a", "y-b"):
+        turn(core, name, history(rng, 16), "young", max_tokens=30)
+    for _ in range(200):
+        if core.scheduler.num_preemptions or "old" not in core.scheduler.retention.pins:
+            break
+        core.step()
+        check_accounting(core)
+    turn(core, "old-2", old_prompt + history(rng, 8), "old", after=True)
+    finished = run(core)
+    _, cached = finished["old-2"]
+    if policy == "program":
+        assert core.scheduler.num_preemptions > 0
+        assert cached == len(old_prompt)
+    else:
+        assert cached < len(old_prompt)
+    assert set(finished) >= {"y-a", "y-b", "old-2"}
