@@ -44,6 +44,7 @@ from agentgate.gateway.exposure import auth_summary, exposure_warnings
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.middleware import BodyLimitMiddleware, RequestContextMiddleware, RequestIdMiddleware
 from agentgate.gateway.output_budget import OutputBudget
+from agentgate.gateway.program_store import ProgramStore
 from agentgate.gateway.ratelimit import RateLimiter, parse_key_limits
 from agentgate.gateway.redis_state import SharedState, make_replica_id
 from agentgate.gateway.registry import RequestRegistry
@@ -73,7 +74,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     keys = KeyChecker.from_settings(settings)  # off loopback, operator routes are guarded even with no key
     admission = Admission(settings.max_waiting)
     replica_id = make_replica_id(settings.port)
-    shared = sessions = limiter = responses = None
+    shared = sessions = programs = limiter = responses = None
     if settings.redis_url is not None:  # connected on first use; without it the gateway runs alone
         shared = SharedState(settings.redis_url, prefix=settings.redis_prefix, replica_id=replica_id,
                              session_ttl=settings.session_ttl)  # fmt: skip
@@ -95,6 +96,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
         supervisor = EngineDiscovery(shared, startup_timeout=settings.startup_timeout)
     if shared is not None:
         sessions = SessionStore(shared, registry)
+        programs = ProgramStore(shared)
         responses = ResponseStore(shared, settings.response_ttl)
 
     @asynccontextmanager
@@ -140,6 +142,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 replica_id=replica_id,
                 shared=shared,
                 sessions=sessions,
+                programs=programs,
                 limiter=limiter,
                 responses=responses,
             )

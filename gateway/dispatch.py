@@ -10,11 +10,15 @@ One call, one way down, nothing called back up:
    admission ticket for each (``gateway.admission``: 429 with Retry-After
    when too many wait for their first token);
 2. **route**: an engine (``gateway.engines``), the session's when it has one
-   (``context.engine``, its affinity), else the least loaded;
+   (``context.engine``, its affinity), else, for a turn of an agent program,
+   the engine its last turn ran on (``gateway.program_store``: one Redis read,
+   which also gives the tag the previous turn's end; nothing when Redis is
+   away), else the least loaded;
 3. a :class:`Generation` over that engine, whose constructor does nothing
    more. It holds a :class:`~gateway.lease.Lease` that gives all of it back
    when the request ends: the registry entry, the session's turn (the decoded
-   ``conversation`` and the reply), the key's tokens for its rate limit;
+   ``conversation`` and the reply), the program's turn (its engine and end),
+   the key's tokens for its rate limit;
 4. **register**: the request id and its engine request ids
    (``gateway.registry``: 409 for an id in flight; the entry shows the
    generation's progress to operators), and, for a session, the request
@@ -26,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
@@ -56,11 +62,17 @@ async def dispatch(
     count = check_engine_requests(len(job.prompts), job.n, gw.settings.max_engine_requests_per_request)
     if gw.limiter is not None:
         await gw.limiter.admit(context.key, count - 1)  # the middleware took one
+    program, affinity = job.program, context.engine
+    if program is not None and gw.programs is not None:
+        last = await gw.programs.last_turn(program.program_id)
+        program = msgspec.structs.replace(program, previous_turn_end=last.ended)
+        affinity = affinity or last.engine
     ticket = gw.admission.enter(count)
     try:
-        engine = gw.pool.pick(affinity=context.engine)
+        engine = gw.pool.pick(affinity=affinity)
         lease = Lease(job.request_id, context, registry=gw.registry, sessions=gw.sessions, limiter=gw.limiter,
-                      conversation=conversation)  # fmt: skip
+                      conversation=conversation, engine=engine.address, programs=gw.programs,
+                      program_id=program.program_id if program is not None else None)  # fmt: skip
         generation = Generation(
             request_id=job.request_id,
             engine=engine,
@@ -72,7 +84,7 @@ async def dispatch(
             params=job.params,
             n=job.n,
             lease=lease,
-            program=job.program,
+            program=program,
         )
         gw.registry.register(job.request_id, engine, [c.request_id for c in generation.choices], context,
                              progress=generation)  # fmt: skip

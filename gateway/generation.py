@@ -5,7 +5,8 @@ A :class:`Generation` is made by :func:`gateway.dispatch.dispatch` once the
 request is validated, admitted, routed and registered; making one does
 nothing else. It holds the engine it was routed to, the admission ticket
 (its first token ends the wait) and the :class:`~gateway.lease.Lease` of
-what dispatch took (registry entry, the session's turn, the key's tokens).
+what dispatch took (registry entry, the session's and the program's turn,
+the key's tokens).
 :meth:`Generation.close` closes the ticket, releases the lease once and
 records the request's metrics, whatever way the request ended (finished,
 stopped, aborted, disconnected).
@@ -389,7 +390,7 @@ class Generation:
             usage = self.usage
             self._lease.release(usage.prompt_tokens, usage.completion_tokens, reply)
         if self.program is not None:
-            called = programs.turn_ended(self.program, reply if first.finish_reason == "stop" else None)
+            called = programs.reply_tools(reply if first.finish_reason == "stop" else None)
             if self.program.tools_offered:
                 self.engine.turn_ended(self.program.program_id, first.request_id, called)
         metrics = self.metrics

@@ -1,6 +1,7 @@
 """What a running request holds in the shared services, given back once when it
 ends: its registry entry, its session's turn (the messages the client sent,
-then the reply) and its key's tokens for the rate limit.
+then the reply), its program's turn (the engine it ran on, when it ended) and
+its key's tokens for the rate limit.
 
 :func:`gateway.dispatch.dispatch` takes them and hands the :class:`Lease` to
 the :class:`~gateway.generation.Generation`, whose ``close`` releases it: the
@@ -13,13 +14,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentgate.gateway.context import RequestContext
+from agentgate.gateway.program_store import ProgramStore
 from agentgate.gateway.ratelimit import RateLimiter
 from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.sessions import SessionStore
 
 
 class Lease:
-    __slots__ = ("request_id", "context", "conversation", "_registry", "_sessions", "_limiter")
+    __slots__ = ("request_id", "context", "conversation", "engine", "program_id", "_registry", "_sessions",
+                 "_programs", "_limiter")  # fmt: skip
 
     def __init__(
         self,
@@ -30,12 +33,18 @@ class Lease:
         sessions: SessionStore | None = None,
         limiter: RateLimiter | None = None,
         conversation: Sequence[Any] = (),
+        engine: str = "",
+        programs: ProgramStore | None = None,
+        program_id: str | None = None,
     ) -> None:
         self.request_id = request_id
         self.context = context
         self.conversation = conversation  # what a session records with the reply
+        self.engine = engine  # the address of the engine it runs on
+        self.program_id = program_id  # the agent program it is a turn of (gateway.programs)
         self._registry = registry
         self._sessions = sessions if context.session_id is not None else None
+        self._programs = programs if program_id is not None else None
         self._limiter = limiter
 
     @property
@@ -51,6 +60,8 @@ class Lease:
         if self._sessions is not None:
             self._sessions.record_turn(self.context.session_id, self.request_id, (prompt_tokens, completion_tokens),
                                        self.conversation, reply)  # fmt: skip
+        if self._programs is not None:
+            self._programs.turn_ended(self.program_id, self.engine)
         self._registry.unregister(self.request_id)
         if self._limiter is not None:
             self._limiter.debit(self.context.key, prompt_tokens + completion_tokens)

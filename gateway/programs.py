@@ -6,24 +6,20 @@ that and the API key's digest, so two keys' ``user: "bob"`` are two programs and
 string reaches the engine.
 
 A turn comes back *after tool calls* when the conversation's last assistant message made
-calls and only their results follow it. When that previous turn ended is remembered here,
-per gateway process (:func:`turn_ended`); an engine that saw the turn end measures the gap
-itself.
+calls and only their results follow it. When that previous turn ended, and on which engine,
+is kept in Redis for every gateway replica (``gateway.program_store``): dispatch fills in
+the tag's ``previous_turn_end`` and routes the turn there; an engine that saw the turn end
+measures the gap itself.
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 from agentgate.engine.protocol import ProgramTag
 from agentgate.gateway.context import RequestContext
-
-MAX_REMEMBERED = 65536
-_ended: OrderedDict[str, float] = OrderedDict()  # program id -> wall-clock end of its last turn
 
 
 def program_id(context: RequestContext, prompt_cache_key: str | None, user: str | None) -> str | None:
@@ -61,20 +57,17 @@ def program_tag(
     prompt_cache_key: str | None = None,
     user: str | None = None,
 ) -> ProgramTag | None:
-    """The tag of a chat request's engine request, None when it belongs to no program."""
+    """The tag of a chat request's engine request, None when it belongs to no program (its
+    ``previous_turn_end`` is dispatch's to fill in)."""
     pid = program_id(context, prompt_cache_key, user)
     if pid is None:
         return None
     tools = called_tools(messages)
     return ProgramTag(pid, tools_offered=tools_offered, after_tool_calls=tools is not None,
-                      previous_turn_end=_ended.get(pid, 0.0), tool_names=tools or [])  # fmt: skip
+                      tool_names=tools or [])  # fmt: skip
 
 
-def turn_ended(tag: ProgramTag, reply: dict[str, Any] | None) -> list[str]:
-    """Remember that the program's turn ended now; the tools its ``reply`` called."""
-    _ended.pop(tag.program_id, None)
-    _ended[tag.program_id] = time.time()
-    if len(_ended) > MAX_REMEMBERED:
-        _ended.popitem(last=False)
+def reply_tools(reply: dict[str, Any] | None) -> list[str]:
+    """The tools a turn's ``reply`` (an assistant message as recorded) called."""
     calls = (reply or {}).get("tool_calls") or []
     return [call["function"]["name"] for call in calls]

@@ -1,9 +1,10 @@
 """The gateway's shared state in Redis: the connection, its health, the key
 layout, a background writer, the replica heartbeat and the control channel
 (pub/sub) every replica listens on. What is kept there has one home per
-noun: sessions in ``gateway.sessions``, the request registry in
-``gateway.registry``, rate limits in ``gateway.ratelimit``, the pause state
-and control messages in ``gateway.cluster``.
+noun: sessions in ``gateway.sessions``, agent programs' last turns in
+``gateway.program_store``, the request registry in ``gateway.registry``,
+rate limits in ``gateway.ratelimit``, the pause state and control messages
+in ``gateway.cluster``.
 
 One code path: ``redis.asyncio`` against whatever ``--redis-url`` names, the
 embedded ``redis-server`` included (``unix://`` URL).
@@ -15,9 +16,11 @@ short and a command is retried once (a pooled connection that went stale
 when Redis restarted reconnects), so a dead Redis costs a request
 milliseconds, never the 5 s x 10 retries of redis-py's defaults; once Redis
 is back the next call simply works. Requests that need no shared state
-(no session, no rate limit) make no Redis call on their way, and what they
-write afterwards (registry entries, usage) goes through the background
-writer, which drops its work while Redis is away instead of failing anyone.
+(no session, no rate limit) make no Redis call on their way but one read
+that may fail (an agent program's last turn: a routing hint, skipped while
+Redis is known to be away), and what they write afterwards (registry
+entries, usage, the program's turn) goes through the background writer,
+which drops its work while Redis is away instead of failing anyone.
 
 Keys (``P`` is ``--redis-prefix``, default ``agentgate``)::
 
@@ -25,6 +28,8 @@ Keys (``P`` is ``--redis-prefix``, default ``agentgate``)::
                               completion_tokens, engine, messages (JSON); TTL --session-ttl
     P:session:{id}:requests   set of request ids in flight (same TTL)
     P:sessions                zset: session id -> last activity (listing; pruned lazily)
+    P:program:{id}            hash: engine, ended (an agent program's last turn: the engine it ran on, its
+                              wall-clock end); TTL --session-ttl (gateway.program_store)
     P:request:{rid}           hash: replica, engine, session, key, started, engine_ids (gateway.registry)
     P:key:{digest}:requests   set of the key's request ids in flight (gateway.registry)
     P:replica:{replica}       JSON about a live replica, TTL 15 s, refreshed every 5 s
@@ -89,6 +94,9 @@ class Keys:
 
     def session_requests(self, session_id: str) -> str:
         return f"{self.prefix}:session:{session_id}:requests"
+
+    def program(self, program_id: str) -> str:
+        return f"{self.prefix}:program:{program_id}"
 
     def request(self, request_id: str) -> str:
         return f"{self.prefix}:request:{request_id}"

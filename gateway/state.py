@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from agentgate.gateway.auth import KeyChecker
     from agentgate.gateway.cluster import Cluster
     from agentgate.gateway.discovery import EngineDiscovery
+    from agentgate.gateway.program_store import ProgramStore
     from agentgate.gateway.ratelimit import RateLimiter
     from agentgate.gateway.redis_state import SharedState
     from agentgate.gateway.responses_api.store import ResponseStore
@@ -73,5 +74,6 @@ class GatewayState:
     replica_id: str = ""
     shared: SharedState | None = None  # None: no Redis configured (sessions and cross-replica routes answer 503)
     sessions: SessionStore | None = None
+    programs: ProgramStore | None = None  # agent programs' last turns (None: no Redis)
     limiter: RateLimiter | None = None  # None: no rate limit configured
     responses: ResponseStore | None = None  # stored /v1/responses (None: no Redis)

@@ -2,7 +2,8 @@
 ``agentgate engine`` x2, ``agentgate gateway`` x2, null runner: these tests
 are about the gateways): aborts, pause and rate limits across replicas,
 sessions shared, owned, bound to an engine and kept over a gateway restart,
-and Redis killed and restarted under load (last: it disturbs the rest)."""
+agent programs kept on their engine, and Redis killed and restarted under
+load (last: it disturbs the rest)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ import openai
 import pytest
 
 from tests.support.cluster import run_cluster
-from tests.support.http import StreamRecorder, chat_body, check_chat_stream, engine_idle, wait_for
+from tests.support.http import (
+    StreamRecorder,
+    chat_body,
+    check_chat_stream,
+    engine_idle,
+    first_tokens_by_engine,
+    wait_for,
+)
 from tests.support.servers import ADMIN_KEY, USER_KEY, USER_KEY_2, bearer, launch_serve, stop_all, wait_healthy
 
 pytestmark = pytest.mark.anyio
@@ -235,6 +243,22 @@ async def test_sessions_are_shared_owned_and_bound_to_one_engine(cluster):
         assert r.status_code == 400 and r.json()["error"]["param"] == "X-Session-Id"
 
 
+def test_a_program_keeps_its_engine_through_either_gateway(cluster):
+    """An agent program named by ``prompt_cache_key``, no session: each turn goes to the engine
+    its last turn ran on, through either gateway (without the record, each gateway's ties taken
+    in turn would send its second turn to the other engine)."""
+    engines = []
+    for turn in range(4):
+        gateway = (cluster.a, cluster.b)[turn % 2]
+        before = first_tokens_by_engine(gateway.url)
+        r = httpx.post(f"{gateway.url}/v1/chat/completions", headers=USER,
+                       json=chat_body(3, stream=False, prompt_cache_key="agent-7"))  # fmt: skip
+        assert r.status_code == 200, r.text
+        after = first_tokens_by_engine(gateway.url)
+        engines += [engine for engine, count in after.items() if count > before.get(engine, 0)]
+    assert len(engines) == 4 and len(set(engines)) == 1, f"the program moved between engines: {engines}"
+
+
 async def test_deleting_a_session_aborts_its_stream_on_the_other_gateway(cluster):
     sid = "to-delete"
     recorder = StreamRecorder()
@@ -406,6 +430,9 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
                     f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=bearer(RPM_KEY)
                 )
                 assert r.status_code == 200  # --rate-limit-redis-down allow (the default)
+                r = await client.post(f"{url}/v1/chat/completions", headers=USER,
+                                      json=chat_body(4, stream=False, prompt_cache_key="during-outage"))  # fmt: skip
+                assert r.status_code == 200, r.text  # a program without a session: served without its record
                 health = (await client.get(f"{url}/health")).json()
                 assert health["status"] == "degraded" and health["redis"] == "down"
         for recorder in streams:

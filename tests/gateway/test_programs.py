@@ -23,17 +23,18 @@ def test_program_id_follows_session_chain_cache_key_user_in_that_order():
     assert "u" not in ids[3].split(":")[1]
 
 
-def test_a_turn_after_tool_calls_carries_their_names_and_the_previous_end():
+def test_a_turn_after_tool_calls_carries_their_names():
+    """The previous turn's end is dispatch's to fill in, from Redis (tests/gateway/test_program_store.py)."""
     user = {"role": "user", "content": "find it"}
     result = {"role": "tool", "tool_call_id": "c1", "content": "found"}
     context = RequestContext(key="k", session_id="tags")
     first = programs.program_tag(context, [user], tools_offered=True)
     assert first.tools_offered and not first.after_tool_calls and first.previous_turn_end == 0.0
-    assert programs.turn_ended(first, CALL) == ["search"]
+    assert programs.reply_tools(CALL) == ["search"]
     back = programs.program_tag(context, [user, CALL, result], tools_offered=True)
-    assert back.after_tool_calls and back.tool_names == ["search"] and back.previous_turn_end > 0
+    assert back.after_tool_calls and back.tool_names == ["search"] and back.previous_turn_end == 0.0
     again = programs.program_tag(context, [user, CALL, result, {"role": "user", "content": "thanks"}],
                                  tools_offered=False)  # fmt: skip
     assert not again.after_tool_calls and not again.tools_offered
-    assert programs.turn_ended(again, {"role": "assistant", "content": "ok"}) == []
+    assert programs.reply_tools({"role": "assistant", "content": "ok"}) == [] and programs.reply_tools(None) == []
     assert programs.program_tag(RequestContext(), [user], tools_offered=True) is None

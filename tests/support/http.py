@@ -115,6 +115,15 @@ def metrics(server: str | httpx.Client) -> dict[str, float]:
     return prometheus.parse(httpx.get(f"{server}/metrics", timeout=10).text)
 
 
+def first_tokens_by_engine(base_url: str) -> dict[str, float]:
+    """The gateway's requests that got a first token, per engine address (its per-engine TTFT counts)."""
+    return {
+        prometheus.split(key)[1]["engine"]: value
+        for key, value in metrics(base_url).items()
+        if key.startswith("agentgate_engine_time_to_first_token_seconds_count{")
+    }
+
+
 def engine_idle(base_url: str) -> bool:
     m = metrics(base_url)
     return (
