@@ -7,7 +7,11 @@ compact snapshot of what the gateway already keeps.
   :class:`~gateway.metrics.Metrics`, plus what requests in flight have so far);
 - the TTFT and inter-token-latency histograms (cumulative bucket counts),
   over all engines and per engine;
-- this gateway's requests in flight, with their age and tokens.
+- this gateway's requests in flight, with their age and tokens;
+- KV retention for agent programs waiting on their tools, summed over the
+  engines as /metrics has it (``gateway.retention_metrics``): pins and blocks
+  held now and the most they may hold, returning turns and their prefix hits,
+  tool gaps, pins made and released by reason.
 
 Counters are cumulative, as Prometheus exposes them: rates and percentiles
 over time are the page's work (the difference between two snapshots), so the
@@ -27,6 +31,7 @@ import msgspec
 from prometheus_client import Counter, Histogram
 
 from agentgate.gateway.registry import Entry
+from agentgate.gateway.retention_metrics import retention_totals
 from agentgate.gateway.sessions import owner_label
 from agentgate.gateway.state import GatewayState
 
@@ -72,6 +77,7 @@ class DashboardStats(msgspec.Struct):
     ttft: LatencyHistogram
     itl: LatencyHistogram
     requests: list[RequestLoad]
+    retention: dict[str, float]  # engine.protocol.RetentionStats's fields, summed over the engines
 
 
 def _histogram(histogram: Histogram, engine: str | None = None) -> LatencyHistogram:
@@ -147,4 +153,5 @@ async def dashboard_stats(gw: GatewayState) -> DashboardStats:
         ttft=_histogram(gw.metrics.ttft),
         itl=_histogram(gw.metrics.itl),
         requests=requests,
+        retention=msgspec.structs.asdict(retention_totals([s for s in stats if s is not None])),
     )

@@ -1,6 +1,7 @@
 """/metrics for KV retention of agent programs (engine.retention), summed over engines:
 pins and blocks held now, pins made and why they ended, returning turns and their prefix
-hits, tool gaps (count and seconds)."""
+hits, tool gaps (count and seconds). The dashboard shows the same sums
+(``gateway.dashboard_stats``)."""
 
 from __future__ import annotations
 
@@ -29,10 +30,16 @@ _COUNTERS = {
 }
 
 
+def retention_totals(known: list[SchedulerStats]) -> RetentionStats:
+    """The engines' retention figures summed (what /metrics and the dashboard show)."""
+    stats = [s.retention for s in known if s.retention is not None]
+    return RetentionStats(*(sum(getattr(s, name) for s in stats) for name in RetentionStats.__struct_fields__))
+
+
 def retention_metrics(known: list[SchedulerStats]) -> Iterator[Metric]:
-    stats = [s.retention for s in known if s.retention is not None] or [RetentionStats()]
+    totals = retention_totals(known)
     for name, doc in _GAUGES.items():
-        yield GaugeMetricFamily(f"agentgate_kv_retention_{name}", doc, value=sum(getattr(s, name) for s in stats))
+        yield GaugeMetricFamily(f"agentgate_kv_retention_{name}", doc, value=getattr(totals, name))
     for name, doc in _COUNTERS.items():
-        value = sum(getattr(s, name) for s in stats)
+        value = getattr(totals, name)
         yield CounterMetricFamily(f"agentgate_kv_retention_{name.removesuffix('_total')}", doc, value=value)

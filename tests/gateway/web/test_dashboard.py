@@ -1,7 +1,8 @@
 """The operator dashboard (/dashboard, its numbers at /dashboard/stats) against
 the null-runner server: the numbers under load, their arithmetic in the
-browser, the plots moving while a load runs, pause and resume and abort
-through their confirmations, a wrong key, and phone width."""
+browser, the plots moving while a load runs, the KV-retention panel after an
+agent program's turns, pause and resume and abort through their
+confirmations, a wrong key, and phone width."""
 
 from __future__ import annotations
 
@@ -66,6 +67,10 @@ def number(text: str, name: str) -> float | None:
     return float(found[1]) if found else None
 
 
+def dashboard_stats(server) -> dict:
+    return httpx.get(f"{server.url}/dashboard/stats", headers=server.admin_headers).json()
+
+
 def test_the_stats_endpoint_reports_engines_latencies_and_requests(pg):
     with Load(pg.url, streams=2, tokens=60):
         wait_for(lambda: len(httpx.get(f"{pg.url}/dashboard/stats", headers=pg.admin_headers).json()["requests"]) == 2,
@@ -85,6 +90,9 @@ def test_the_stats_endpoint_reports_engines_latencies_and_requests(pg):
             )
     after = httpx.get(f"{pg.url}/dashboard/stats", headers=pg.admin_headers).json()
     assert after["engines"][0]["tokens"] >= engine["tokens"]  # cumulative: finished requests keep their tokens
+    retention = stats["retention"]  # the engine's figures (one engine: summed over one)
+    assert retention["max_held_blocks"] == 32  # half of --num-kv-blocks 64
+    assert retention["pins"] >= 0 and retention["held_blocks"] <= retention["max_held_blocks"]
 
 
 def test_timeline_rates_and_percentiles_in_the_browser(page: Page, pg):
@@ -141,6 +149,62 @@ def test_timeline_rates_and_percentiles_in_the_browser(page: Page, pg):
     ttft2 = result["perEngine"]
     assert ttft2["names"] == [f"p{q} · engine {e}" for e in (1, 2) for q in (50, 90, 99)]
     assert ttft2["data"][1][1] == pytest.approx(5) and ttft2["data"][4][1] == pytest.approx(550)
+
+
+SYSTEM = "You are an agent with tools. " + " ".join(f"Rule {i}: search before you answer." for i in range(20))
+SEARCH = {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}}
+
+
+def program_turns(server) -> None:
+    """An agent program's two turns (``prompt_cache_key``, tools offered): a first one, then
+    one that returns with a tool's result after the call its assistant message made."""
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Find the answer."}]
+    call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+    returning = [*messages, {"role": "assistant", "content": None, "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": "c1", "content": "42"}]  # fmt: skip
+    for turn in (messages, returning):
+        body = {"messages": turn, "tools": [SEARCH], "prompt_cache_key": "dash-program", "max_tokens": 4}
+        r = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=server.headers, timeout=30)
+        assert r.status_code == 200, r.text
+
+
+def test_the_retention_panel_shows_the_engines_figures(page: Page, pg):
+    before = dashboard_stats(pg)["retention"]
+    program_turns(pg)
+    after = dashboard_stats(pg)["retention"]
+    assert after["pinned_total"] >= before["pinned_total"] + 2  # each turn offered tools: its KV was pinned
+    assert after["returning_turns"] == before["returning_turns"] + 1 and after["tool_gaps"] == before["tool_gaps"] + 1
+    assert after["returning_hits_tokens"] > before["returning_hits_tokens"]  # the first turn's prefix
+    open_dashboard(page, pg.url, ADMIN_KEY)
+
+    def figure(label: str):
+        return page.locator(f'#retention dt:text-is("{label}") + dd')
+
+    rate = round(100 * after["returning_hits_tokens"] / after["returning_queries_tokens"])
+    expect(figure("Returning turns")).to_have_text(f"{after['returning_turns']} · prefix hit rate {rate}%")
+    expect(figure("Tool gaps")).to_have_text(re.compile(rf"^{after['tool_gaps']} observed · mean \d+\.\d s$"))
+    expect(figure("Pinned now")).to_have_text(re.compile(r"^\d+ programs? · \d+ of at most 32 KV blocks$"))
+    expect(figure("Pins made")).to_have_text(str(after["pinned_total"]))
+    expect(figure("Pins released")).to_contain_text("program returned")
+    shoot(page, "dashboard-retention", full_page=True)
+    # The rows from made-up figures: no lookups yet, no rate.
+    figures = page.evaluate(
+        """async () => {
+        const { retentionFigures } = await import('/static/js/dashboard/retention.js');
+        const zero = Object.fromEntries(['pins', 'held_blocks', 'max_held_blocks', 'pinned_total', 'released_returned',
+            'released_expired', 'released_pressure', 'released_no_tool_call', 'returning_turns',
+            'returning_queries_tokens', 'returning_hits_tokens', 'tool_gaps', 'tool_gap_seconds_sum'].map((f) => [f, 0]));
+        return retentionFigures({ ...zero, pins: 1, held_blocks: 3, max_held_blocks: 8, released_expired: 2,
+                                  tool_gaps: 4, tool_gap_seconds_sum: 10 });
+    }"""
+    )
+    assert figures == [
+        ["Pinned now", "1 program · 3 of at most 8 KV blocks"],
+        ["Returning turns", "0 · prefix hit rate –"],
+        ["Tool gaps", "4 observed · mean 2.5 s"],
+        ["Pins made", "0"],
+        ["Pins released", "program returned 0 · expired 2 · memory 0 · no tool call 0"],
+    ]
 
 
 def test_plots_move_under_load_and_pause_resume_abort_work(page: Page, pg):

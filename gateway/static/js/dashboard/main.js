@@ -1,6 +1,7 @@
 // The operator dashboard: polls /dashboard/stats (admin key) every second,
-// plots the last minutes, lists the running requests, and pauses, resumes
-// and aborts through the operator routes, each after a confirmation.
+// plots the last minutes, lists the running requests, shows KV retention for
+// agent programs, and pauses, resumes and aborts through the operator routes,
+// each after a confirmation.
 
 import { abortRequests, dashboardStats, pause, resume } from "../api.js";
 import { ask } from "../dialog.js";
@@ -8,6 +9,7 @@ import { operatorFailure, pauseModePicker } from "../operator.js";
 import { keepInput } from "../settings.js";
 import { themePicker } from "../theme.js";
 import { Chart } from "./charts.js";
+import { drawRetention } from "./retention.js";
 import { Timeline } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
@@ -46,6 +48,7 @@ function forget() {
   timeline.reset();
   $("requests").replaceChildren();
   $("requests-count").textContent = "";
+  $("retention").replaceChildren();
   $("updated").textContent = "";
 }
 
@@ -102,6 +105,7 @@ async function poll() {
     timeline.push(snapshot);
     for (const [name, chart] of Object.entries(charts)) chart.update(timeline.series(name));
     drawRequests(snapshot.requests, snapshot.engines.map((e) => e.address));
+    drawRetention($("retention"), snapshot.retention);
     const modes = [...new Set(snapshot.engines.map((e) => PAUSE_STATES[e.paused]).filter(Boolean))];
     showState(snapshot.paused ? `paused: ${modes.join(", ")}` : "serving", snapshot.paused ? "paused" : "serving");
     const engines = snapshot.engines.length;
