@@ -1,9 +1,10 @@
-"""Two gateways and two null-runner engines on one real ``redis-server``: the
-replicas a test of shared state talks to (``tests/gateway/test_multi_cluster.py``)."""
+"""Two gateways and two engines (null-runner ones unless told) on one real ``redis-server``:
+the replicas a test of shared state talks to (``tests/gateway/test_multi_cluster.py``,
+``tests/gateway/test_program_affinity_live.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,12 +31,15 @@ class Cluster:
         wait_healthy(self.a)
 
 
-def run_cluster(tmp: Path, flags: list[str]) -> Iterator[Cluster]:
-    """The cluster, for a fixture to yield; stopped (Redis too) afterwards."""
+def run_cluster(tmp: Path, flags: list[str], engine_flags: Sequence[str] = (), *, b_reversed: bool = False
+                ) -> Iterator[Cluster]:  # fmt: skip
+    """The cluster, for a fixture to yield; stopped (Redis too) afterwards. ``engine_flags``: the
+    engines' (default: a null runner); ``b_reversed``: gateway B lists the engines the other way
+    round, so the two gateways' least-loaded choices differ."""
     redis = RedisServer(tmp / "redis").start()
-    (e1, a1), (e2, a2) = launch_engine(tmp, "engine-1"), launch_engine(tmp, "engine-2")
+    (e1, a1), (e2, a2) = launch_engine(tmp, "engine-1", *engine_flags), launch_engine(tmp, "engine-2", *engine_flags)
     a = launch_gateway(tmp, "gateway-a", [a1, a2], redis.url, *flags)
-    b = launch_gateway(tmp, "gateway-b", [a1, a2], redis.url, *flags)
+    b = launch_gateway(tmp, "gateway-b", [a2, a1] if b_reversed else [a1, a2], redis.url, *flags)
     c = Cluster(tmp, redis, [e1, e2], [a1, a2], a, b, flags)
     try:
         wait_healthy(a, b)
