@@ -58,6 +58,7 @@ from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.settings import Settings
 from agentgate.gateway.state import GatewayState, ServedModel
 from agentgate.gateway.supervision import EngineSupervisor, RestartPolicy
+from agentgate.gateway.turn_tokens import TurnTokens
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -143,6 +144,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 shared=shared,
                 sessions=sessions,
                 programs=programs,
+                turn_tokens=TurnTokens(tokenizer),
                 limiter=limiter,
                 responses=responses,
             )

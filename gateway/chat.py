@@ -38,9 +38,10 @@ from agentgate.gateway.programs import program_tag
 from agentgate.gateway.prompts import (
     ToolPlan,
     chat_logprobs,
-    chat_prompt,
+    chat_prompt_text,
     check_n,
     check_request_json,
+    program_prompt,
     sampling_params,
     tool_plan,
 )
@@ -49,6 +50,7 @@ from agentgate.gateway.state import GatewayState
 from agentgate.gateway.tools import Delta, ParsedOutput, accumulate, finish_reason
 from agentgate.gateway.tools.constraints import CALL_FORMATS
 from agentgate.gateway.tools.deltas import FunctionDelta, ToolCallDelta
+from agentgate.gateway.turn_tokens import TurnStart
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +85,13 @@ async def start_chat(
     check_request_json(request)
     chars = message_chars(request.messages)
     check_prompt_chars(chars, model.max_model_len, model.tokenizer.max_token_bytes, "messages")
+    program = program_tag(context, request.messages, tools_offered=bool(request.tools),
+                          prompt_cache_key=request.prompt_cache_key, user=request.user)  # fmt: skip
+    program_id = program.program_id if program is not None else None
     if chars > OFF_LOOP_CHARS:
-        prompt, plan = await anyio.to_thread.run_sync(_prompt_and_plan, gw, request)
+        text, prompt, plan = await anyio.to_thread.run_sync(_prompt_and_plan, gw, request, program_id)
     else:
-        prompt, plan = _prompt_and_plan(gw, request)
+        text, prompt, plan = _prompt_and_plan(gw, request, program_id)
     requested, param = request.max_tokens, "max_tokens"
     if request.max_completion_tokens is not None:
         requested, param = request.max_completion_tokens, "max_completion_tokens"
@@ -101,9 +106,10 @@ async def start_chat(
         request, max_tokens=max_tokens, logprobs=chat_logprobs(request), vocab_size=model.vocab_size,
         structured=structured, defaults=model.sampling,
     )  # fmt: skip
-    program = program_tag(context, request.messages, tools_offered=bool(request.tools),
-                          prompt_cache_key=request.prompt_cache_key, user=request.user)  # fmt: skip
-    job = Job(request_id, arrival, [prompt], params, request.n, program)
+    turn = None
+    if gw.turn_tokens is not None and program_id is not None and request.n == 1:
+        turn = TurnStart(gw.turn_tokens, program_id, text, prompt)
+    job = Job(request_id, arrival, [prompt], params, request.n, program, turn)
     generation = await dispatch(gw, job, context, conversation=request.messages)
     generation.constraint_param = plan.constraint_param
     generation.budget_param = param
@@ -111,11 +117,15 @@ async def start_chat(
     return ChatRun(generation, plan)
 
 
-def _prompt_and_plan(gw: GatewayState, request: ChatCompletionRequest) -> tuple[list[int], ToolPlan]:
+def _prompt_and_plan(
+    gw: GatewayState, request: ChatCompletionRequest, program_id: str | None
+) -> tuple[str, list[int], ToolPlan]:
+    """The prompt's text and token ids (a program's turn starts with its last turn's own tokens:
+    :mod:`gateway.turn_tokens`), and the tool plan."""
     tokenizer = gw.model.tokenizer
-    return chat_prompt(tokenizer, request), tool_plan(
-        tokenizer, request, gw.model.tool_call_parser, gw.model.max_forced_tool_calls
-    )
+    text = chat_prompt_text(tokenizer, request)
+    prompt = program_prompt(tokenizer, request, text, gw.turn_tokens, program_id)
+    return text, prompt, tool_plan(tokenizer, request, gw.model.tool_call_parser, gw.model.max_forced_tool_calls)
 
 
 def recorded_reply(plan: ToolPlan, text: str) -> dict[str, Any]:

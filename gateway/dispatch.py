@@ -40,6 +40,7 @@ from agentgate.gateway.generation import Generation
 from agentgate.gateway.lease import Lease
 from agentgate.gateway.limits import check_engine_requests
 from agentgate.gateway.state import GatewayState
+from agentgate.gateway.turn_tokens import TurnStart
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class Job:
     params: SamplingParams
     n: int = 1
     program: ProgramTag | None = None  # the agent program it is a turn of (gateway.programs)
+    turn: TurnStart | None = None  # what the program keeps of this turn's tokens (gateway.turn_tokens)
 
 
 async def dispatch(
@@ -72,7 +74,7 @@ async def dispatch(
         engine = gw.pool.pick(affinity=affinity)
         lease = Lease(job.request_id, context, registry=gw.registry, sessions=gw.sessions, limiter=gw.limiter,
                       conversation=conversation, engine=engine.address, programs=gw.programs,
-                      program_id=program.program_id if program is not None else None)  # fmt: skip
+                      program_id=program.program_id if program is not None else None, turn=job.turn)  # fmt: skip
         generation = Generation(
             request_id=job.request_id,
             engine=engine,

@@ -162,7 +162,6 @@ class Choice:
         want_logprobs = self.params.logprobs is not None
         self.keep_text = True
         async for [event] in self.events():
-            self.token_ids += event.token_ids
             if want_logprobs and event.logprobs:
                 self.logprobs += event.logprobs
 
@@ -218,8 +217,10 @@ class Choice:
             self._last_time = now
             self.num_tokens += len(new)
         delta = self._processor.push(new, engine_finish is not None)
-        if self.keep_text and delta.text:
-            self.texts.append(delta.text)
+        if self.keep_text:
+            self.token_ids += new
+            if delta.text:
+                self.texts.append(delta.text)
         reason = "stop" if delta.stopped else engine_finish
         if reason is not None:
             self.finish_reason = reason
@@ -285,7 +286,9 @@ class Generation:
         ids = engine_request_ids(request_id, len(prompts) * n)
         self.choices = [Choice(self, i, rid, i // n, prompts[i // n], choice_params(params, i % n))
                         for i, rid in enumerate(ids)]  # fmt: skip
-        if (lease is not None and lease.keeps_reply) or (program is not None and program.tools_offered):
+        if (lease is not None and (lease.keeps_reply or lease.keeps_turn)) or (
+            program is not None and program.tools_offered
+        ):
             self.choices[0].keep_text = True  # the reply, for the session's messages
         self._lease = lease
         self._closed = False
@@ -388,7 +391,7 @@ class Generation:
         reply = self.reply_message(first.text) if keep else None
         if self._lease is not None:
             usage = self.usage
-            self._lease.release(usage.prompt_tokens, usage.completion_tokens, reply)
+            self._lease.release(usage.prompt_tokens, usage.completion_tokens, reply, first.token_ids)
         if self.program is not None:
             called = programs.reply_tools(reply if first.finish_reason == "stop" else None)
             if self.program.tools_offered:

@@ -1,7 +1,7 @@
 """What a running request holds in the shared services, given back once when it
 ends: its registry entry, its session's turn (the messages the client sent,
-then the reply), its program's turn (the engine it ran on, when it ended) and
-its key's tokens for the rate limit.
+then the reply), its program's turn (the engine it ran on, when it ended, and
+the tokens it read and wrote) and its key's tokens for the rate limit.
 
 :func:`gateway.dispatch.dispatch` takes them and hands the :class:`Lease` to
 the :class:`~gateway.generation.Generation`, whose ``close`` releases it: the
@@ -18,11 +18,12 @@ from agentgate.gateway.program_store import ProgramStore
 from agentgate.gateway.ratelimit import RateLimiter
 from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.sessions import SessionStore
+from agentgate.gateway.turn_tokens import TurnStart
 
 
 class Lease:
     __slots__ = ("request_id", "context", "conversation", "engine", "program_id", "_registry", "_sessions",
-                 "_programs", "_limiter")  # fmt: skip
+                 "_programs", "_limiter", "_turn")  # fmt: skip
 
     def __init__(
         self,
@@ -36,6 +37,7 @@ class Lease:
         engine: str = "",
         programs: ProgramStore | None = None,
         program_id: str | None = None,
+        turn: TurnStart | None = None,
     ) -> None:
         self.request_id = request_id
         self.context = context
@@ -46,15 +48,29 @@ class Lease:
         self._sessions = sessions if context.session_id is not None else None
         self._programs = programs if program_id is not None else None
         self._limiter = limiter
+        self._turn = turn
 
     @property
     def keeps_reply(self) -> bool:
         """Whether the reply is recorded (a session's turn)."""
         return self._sessions is not None
 
-    def release(self, prompt_tokens: int, completion_tokens: int, reply: dict[str, Any] | None) -> None:
+    @property
+    def keeps_turn(self) -> bool:
+        """Whether the reply and its tokens are kept for the program's next turn (gateway.turn_tokens)."""
+        return self._turn is not None
+
+    def release(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reply: dict[str, Any] | None,
+        output_ids: Sequence[int] = (),
+    ) -> None:
         """The request ended: ``reply`` is its first choice as an assistant message (None:
-        not kept, or the engine produced nothing)."""
+        not kept, or the engine produced nothing), ``output_ids`` its tokens when kept."""
+        if self._turn is not None:
+            self._turn.ended(output_ids, reply)
         # The session's turn is queued first: a client that reads its session right after the
         # reply waits for one background write, not two.
         if self._sessions is not None:

@@ -28,22 +28,46 @@ from agentgate.gateway.tools import (
     validate_tools,
 )
 from agentgate.gateway.tools.constraints import DEFAULT_MAX_FORCED_CALLS, parse_response_format, structured_output
+from agentgate.gateway.turn_tokens import TurnTokens
 
 
 def chat_prompt(tokenizer: Tokenizer, request: ChatCompletionRequest) -> list[int]:
     """The conversation rendered with the model's chat template, as token ids: the tools
     presented as ``tool_choice`` says, past tool calls and tool results rendered back."""
+    return tokenizer.encode(chat_prompt_text(tokenizer, request), add_special_tokens=False)
+
+
+def chat_prompt_text(tokenizer: Tokenizer, request: ChatCompletionRequest) -> str:
+    """The text of :func:`chat_prompt` (the template writes the special tokens)."""
     if not request.messages:
         raise BadRequestError("`messages` must hold at least one message", param="messages")
-    text = render_messages(
+    return _render_request(tokenizer, request, len(request.messages), request.add_generation_prompt)
+
+
+def program_prompt(
+    tokenizer: Tokenizer, request: ChatCompletionRequest, text: str, turns: TurnTokens | None, program_id: str | None
+) -> list[int]:
+    """The token ids of ``text``, the prompt of ``request``, a turn of ``program_id``: its last
+    turn's own tokens first when ``turns`` kept one that this conversation carries
+    (:mod:`gateway.turn_tokens`), else ``text`` tokenized."""
+    if turns is not None and program_id is not None:
+        messages = [message_dict(m, i) for i, m in enumerate(request.messages)]
+        ids = turns.prompt_ids(program_id, text, messages, lambda k: _render_request(tokenizer, request, k + 1, False))
+        if ids is not None:
+            return ids
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _render_request(tokenizer: Tokenizer, request: ChatCompletionRequest, count: int, generation_prompt: bool) -> str:
+    """The first ``count`` messages of ``request`` rendered with its tools and template options."""
+    return render_messages(
         tokenizer,
-        request.messages,
+        request.messages[:count],
         tools=request.tools,
         tool_choice=request.tool_choice,
-        add_generation_prompt=request.add_generation_prompt,
+        add_generation_prompt=generation_prompt,
         template_kwargs=request.chat_template_kwargs,
     )
-    return tokenizer.encode(text, add_special_tokens=False)  # the template writes the special tokens
 
 
 # What render_messages passes to the template itself: chat_template_kwargs may not set them.

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from agentgate.gateway.responses_api.store import ResponseStore
     from agentgate.gateway.sessions import SessionStore
     from agentgate.gateway.supervision import EngineSupervisor
+    from agentgate.gateway.turn_tokens import TurnTokens
 
 
 @dataclass(frozen=True)
@@ -77,3 +78,4 @@ class GatewayState:
     programs: ProgramStore | None = None  # agent programs' last turns (None: no Redis)
     limiter: RateLimiter | None = None  # None: no rate limit configured
     responses: ResponseStore | None = None  # stored /v1/responses (None: no Redis)
+    turn_tokens: TurnTokens | None = None  # programs' last turns as tokens (gateway.turn_tokens); None: not kept

@@ -9,6 +9,7 @@
 - ``gateway``: the same configuration in this process (``create_app`` +
   ``httpx.ASGITransport``, ``tests.support.inprocess``), with an embedded
   Redis: routes, errors, auth and CORS, which need no live stream.
+- ``smollm_tokenizer``: the default model's tokenizer (its ChatML template has no tool support).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.model_path import default_model_path
+from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
 from agentgate.gateway.settings import Settings
 from tests.support.fixtures import idle_around
 from tests.support.inprocess import InProcessGateway
@@ -24,6 +28,14 @@ from tests.support.servers import ADMIN_KEY, ALLOWED_ORIGIN, USER_KEY, USER_KEY_
 
 NULL_FLAGS = ("--runner", "null", "--null-step-seconds", "0.004", "--max-num-seqs", "256", "--max-model-len", "1024",
               "--num-kv-blocks", "16384", "--max-body-bytes", "65536", "--allowed-origins", ALLOWED_ORIGIN)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def smollm_tokenizer() -> Tokenizer:
+    try:
+        return load_tokenizer(default_model_path())
+    except ModelLoadError as e:
+        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="session")
