@@ -11,8 +11,9 @@ SECONDS``: that fixed TTL). It is released when the program's next turn is admit
 Bounds and order. Blocks held by pins never exceed ``max_fraction`` of the cache: a pin
 that would pass it releases pins, new one included, in release order until it fits.
 Release order (bound and pressure): pins whose next turn has not arrived before pins
-whose turn waits to be admitted; among them the least likely to return within
-``HORIZON_S`` first (``GapLaw.return_soon``), then the oldest turn end. Releasing drops
+whose turn waits to be admitted; among them, ``by_age`` (the program scheduling
+policy), the program that started last first; else the least likely to return within
+``HORIZON_S`` first (``GapLaw.return_soon``); then the oldest turn end. Releasing drops
 only the pin's references: blocks a running request shares are never taken from it.
 """
 
@@ -67,6 +68,7 @@ class KVRetention:
         self.pins: dict[str, Pin] = {}
         self.held_blocks = 0
         self.counts = RetentionStats(max_held_blocks=self.max_held_blocks)
+        self.by_age = False  # release the youngest programs' pins first (set by the program policy)
 
     # -- a program's turns -----------------------------------------------------------
     def on_arrival(self, request: Request) -> None:
@@ -171,6 +173,8 @@ class KVRetention:
         now = self.clock()
 
         def key(pin: Pin) -> tuple[bool, float, float]:
+            if self.by_age:
+                return (pin.claimed_by is not None, -pin.started, pin.ended)
             law = self.gaps.law(pin.program_id, pin.tools)
             return (pin.claimed_by is not None, law.return_soon(now - pin.ended), pin.ended)
 

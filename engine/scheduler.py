@@ -57,7 +57,7 @@ class Scheduler:
     or when nothing runs; a new program's turn waits for memory instead. By program, memory
     goes by program age, pinned or running: a request may release only the pins of programs
     younger than its own, then preempts the youngest running (itself, if it is that one), and
-    a waiting head releases any pin only when nothing runs."""
+    a waiting head releases any pin only when nothing runs; pins go youngest program first."""
 
     def __init__(
         self,
@@ -78,6 +78,7 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self.waiting = waiting if waiting is not None else FcfsQueue()
         self.preempt_by_program = type(self.waiting) is not FcfsQueue
+        self.retention.by_age = self.preempt_by_program
         self.running: list[Request] = []
         self.pause_state = PauseState.UNPAUSED
         self.num_preemptions = 0

@@ -130,3 +130,14 @@ def test_an_older_programs_pin_outlives_a_younger_programs_pressure_only_by_prog
     else:
         assert cached < len(old_prompt)
     assert set(finished) >= {"y-a", "y-b", "old-2"}
+
+
+def test_by_program_the_pin_bound_releases_the_youngest_programs_pins_first():
+    rng = random.Random(6)
+    core = make_core(num_blocks=64, fraction=10 / 64, policy="program")
+    core.scheduler.waiting.clock = core.clock
+    for name in ("a", "b", "c"):  # c's program starts last; its turn ends last
+        turn(core, f"{name}-1", history(rng, 16), name)
+        run(core)
+        core.clock.now += 1.0
+    assert sorted(core.scheduler.retention.pins) == ["a", "b"]
