@@ -17,7 +17,8 @@ with ``--no-pressure-blocks`` (everything fits), for the throughput check.
 
 Printed, per server, medians over rounds: job completion time (first request to last reply of a
 program) p50/p90/p99, TTFT of returning turns p50/p90, the prefix-cache hit rate of returning
-turns (cached over prompt tokens), prompt tokens recomputed, output tokens per second, and the
+turns (cached over prompt tokens; "call hit": those that return from a call to a forced turn,
+as the turn before did, leaving out the text answer), prompt tokens recomputed, output tokens per second, and the
 ratios against ``off/fcfs``. Run it alone: two cores are shared by everything on the machine.
 """
 
@@ -192,12 +193,19 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else float("nan")
 
 
+def _hit_rate(turns: list[Turn]) -> float:
+    prompt = sum(t.prompt_tokens for t in turns)
+    return sum(t.cached_tokens for t in turns) / prompt if prompt else float("nan")
+
+
 def summarize(programs: list[Program], wall: float) -> dict[str, float]:
     done = [p for p in programs if p.ok]
     returning = [t for p in done for t in p.turns[1:]]
+    # Returning turns that offer the tools as the turn before did (all but the text answer,
+    # whose tool_choice "none" renders the prompt without them: see docs/agent-programs.md).
+    calls = [t for p in done for t in p.turns[1:-1]]
     jct = [p.completion_time for p in done]
     ttft = [t.first_token - t.start for t in returning if t.first_token is not None]
-    prompt = sum(t.prompt_tokens for t in returning)
     every = [t for p in done for t in p.turns]
     return {
         "programs_ok": len(done),
@@ -207,7 +215,8 @@ def summarize(programs: list[Program], wall: float) -> dict[str, float]:
         "jct_p99": _quantile(jct, 0.99),
         "return_ttft_p50": _quantile(ttft, 0.5),
         "return_ttft_p90": _quantile(ttft, 0.9),
-        "return_hit_rate": sum(t.cached_tokens for t in returning) / prompt if prompt else float("nan"),
+        "return_hit_rate": _hit_rate(returning),
+        "call_return_hit_rate": _hit_rate(calls),
         "recomputed_tokens": sum(t.prompt_tokens - t.cached_tokens for t in every),
         "output_tok_s": sum(t.completion_tokens for t in every) / wall,
         "final_prompt_tokens": statistics.median(p.turns[-1].prompt_tokens for p in done) if done else 0,
@@ -227,13 +236,14 @@ def compare(servers: dict[str, Server], label: str, args: argparse.Namespace) ->
     base = medians["off/fcfs"]
     print(f"\n{label}: medians of {args.rounds} rounds, {args.agents} agents x {args.turns} turns")
     print(
-        f"{'server':<14}{'JCT p50':>9}{'p90':>8}{'p99':>8}{'ret TTFT p50':>14}{'p90':>8}{'ret hit':>9}"
+        f"{'server':<14}{'JCT p50':>9}{'p90':>8}{'p99':>8}{'ret TTFT p50':>14}{'p90':>8}{'ret hit':>9}{'call hit':>9}"
         f"{'recomputed':>12}{'tok/s':>8}{'JCT p50 x':>11}{'p99 x':>8}{'tok/s x':>9}"
     )
     for name, m in medians.items():
         print(
             f"{name:<14}{m['jct_p50']:>8.1f}s{m['jct_p90']:>7.1f}s{m['jct_p99']:>7.1f}s"
             f"{m['return_ttft_p50']:>13.2f}s{m['return_ttft_p90']:>7.2f}s{m['return_hit_rate']:>9.1%}"
+            f"{m['call_return_hit_rate']:>9.1%}"
             f"{m['recomputed_tokens']:>12.0f}{m['output_tok_s']:>8.1f}"
             f"{base['jct_p50'] / m['jct_p50']:>10.2f}x{m['jct_p99'] / base['jct_p99']:>7.2f}x"
             f"{m['output_tok_s'] / base['output_tok_s']:>8.2f}x",

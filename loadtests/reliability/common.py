@@ -18,6 +18,7 @@ from agentgate.loadtests.server import Server, children, start_server
 NULL_ENGINE = ("--runner", "null", "--null-step-seconds", "0.01", "--max-num-seqs", "256", "--max-model-len", "1024",
                "--num-kv-blocks", "8192")  # fmt: skip
 HANG_S = 60.0  # a request without an answer this long is hung
+MAX_BROKEN_TAILS = 3  # broken streams whose ends a run prints
 
 
 def serve(*flags: str, runner_flags: tuple[str, ...] = NULL_ENGINE) -> Server:
@@ -65,11 +66,13 @@ class Outcomes:
     hung: int = 0  # no end within HANG_S
     statuses: dict[int, int] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
+    broken_tails: list[str] = field(default_factory=list)  # the ends of the first broken streams, to read
 
     def summary(self) -> str:
-        return (f"{self.completed} completed, {self.broken} streams ended by an error event, {self.errored} refused "
+        text = (f"{self.completed} completed, {self.broken} streams ended by an error event, {self.errored} refused "
                 f"with an error status, {self.hung} hung; "
                 f"statuses {dict(sorted(self.statuses.items()))}")  # fmt: skip
+        return text + "".join(f"\n    broken stream's end: {tail!r}" for tail in self.broken_tails)
 
 
 async def one_stream(client: httpx.AsyncClient, url: str, body: dict, out: Outcomes) -> None:
@@ -92,6 +95,8 @@ async def one_stream(client: httpx.AsyncClient, url: str, body: dict, out: Outco
                     out.latencies.append(time.monotonic() - started)
                 else:
                     out.broken += 1
+                    if len(out.broken_tails) < MAX_BROKEN_TAILS:
+                        out.broken_tails.append(tail[-400:])
     except TimeoutError:
         out.hung += 1
     except httpx.HTTPError:
