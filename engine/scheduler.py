@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from agentgate.engine.kv_cache_manager import KVCacheManager
+from agentgate.engine.program_admission import ProgramAdmission
 from agentgate.engine.protocol import SchedulerStats
 from agentgate.engine.request import FinishReason, Request, RequestStatus
 from agentgate.engine.retention import KVRetention
@@ -79,6 +80,7 @@ class Scheduler:
         self.waiting = waiting if waiting is not None else FcfsQueue()
         self.preempt_by_program = type(self.waiting) is not FcfsQueue
         self.retention.by_age = self.preempt_by_program
+        self.admission = ProgramAdmission(kv.pool.num_blocks, kv.block_size) if self.preempt_by_program else None
         self.running: list[Request] = []
         self.pause_state = PauseState.UNPAUSED
         self.num_preemptions = 0
@@ -216,7 +218,9 @@ class Scheduler:
 
     def _schedule_waiting(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
-            request = self.waiting.peek()
+            request = self._next_waiting()
+            if request is None:
+                break
             if self.pause_state is PauseState.PAUSED_NEW and not request.ever_scheduled:
                 break
             num_cached, num_tokens = self._allocate_waiting(request, budget)
@@ -275,6 +279,20 @@ class Scheduler:
             exclude = program.program_id if program is not None else None
             if not (may_release and self.retention.release_one(exclude, started_after=started_after)):
                 return num_cached, None
+
+    def _next_waiting(self) -> Request | None:
+        """The head of the queue; by program, the first in its order that program admission
+        lets start (engine.program_admission), None when it lets none."""
+        if self.admission is None:
+            return self.waiting.peek()
+        running = {r.program.program_id for r in self.running if r.program is not None}
+        waiting = {
+            r.program.program_id
+            for r in self.waiting
+            if r.program is not None and (r.ever_scheduled or r.program.after_tool_calls)
+        }
+        active = running | waiting | self.retention.pins.keys()
+        return next((r for r in self.waiting.ordered() if self.admission.admits(r, active)), None)
 
     def _outranks(self, request: Request) -> float | None:
         """Whose pins ``request`` may release for memory: by program, only those of programs that
@@ -352,6 +370,8 @@ class Scheduler:
         return tokens, None
 
     def _finish(self, request: Request, reason: FinishReason) -> None:
+        if self.admission is not None and request.program is not None:
+            self.admission.turn_ended(len(self.kv.block_ids(request.request_id)))
         if reason is FinishReason.ABORT or reason is FinishReason.ERROR:
             self.kv.free(request)
         elif not self.retention.on_finished(request, self.kv.detach):

@@ -70,6 +70,11 @@ class ProgramQueue(FcfsQueue):
         now = self.clock()
         return min(self._queue, key=lambda r: self.order_key(r, now))
 
+    def ordered(self) -> list[Request]:
+        """The waiting requests in the order they are served."""
+        now = self.clock()
+        return sorted(self._queue, key=lambda r: self.order_key(r, now))
+
     def push_preempted(self, request: Request) -> None:
         self._queue.append(request)
 

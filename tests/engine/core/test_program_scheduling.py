@@ -141,3 +141,20 @@ def test_by_program_the_pin_bound_releases_the_youngest_programs_pins_first():
         run(core)
         core.clock.now += 1.0
     assert sorted(core.scheduler.retention.pins) == ["a", "b"]
+
+
+@pytest.mark.parametrize("policy", ["program", "fcfs"])
+def test_by_program_new_programs_start_only_while_the_active_ones_fit(policy):
+    """Four programs arrive at once; each is expected to reach twice its first prompt (8 of 20
+    blocks). By program two start and the other two once those are done; by fcfs all four."""
+    rng = random.Random(7)
+    core = make_core(num_blocks=20, policy=policy)
+    core.scheduler.waiting.clock = core.clock
+    for name in "abcd":
+        turn(core, f"{name}-1", history(rng, 16), name, tools=False)
+        core.clock.now += 0.1
+    core.step()
+    check_accounting(core)
+    started = sorted(r.request_id for r in core.scheduler.running)
+    assert started == (["a-1", "b-1"] if policy == "program" else ["a-1", "b-1", "c-1", "d-1"])
+    assert set(run(core)) == {"a-1", "b-1", "c-1", "d-1"}  # the two held back start once the first end
