@@ -74,9 +74,11 @@ class EngineConfig:
                   conversation's blocks stay pinned for a TTL learned from tool gaps;
                   "off"; or a fixed TTL in seconds (``engine.retention``).
     kv_retention_max_fraction: the most of the cache pins may hold.
-    scheduling_policy: "fcfs" (by request) or "program" (by the start of the
-                  request's program, returning turns first, with anti-starvation
-                  after ``program_max_wait`` seconds; ``engine.waiting_queue``).
+    scheduling_policy: "program" (default: by the start of the request's program,
+                  returning turns first, with anti-starvation after
+                  ``program_max_wait`` seconds, memory by program age and new
+                  programs admitted while they fit; ``engine.waiting_queue``,
+                  ``engine.program_admission``) or "fcfs" (by request).
     deterministic: greedy output (and seeded sampling) that does not depend
                   on what else is in the batch: attention one token at a
                   time, row-invariant linears, a fixed thread count (CPU
@@ -106,7 +108,7 @@ class EngineConfig:
     seed: int = 0
     kv_retention: str = "auto"
     kv_retention_max_fraction: float = 0.5
-    scheduling_policy: str = "fcfs"
+    scheduling_policy: str = "program"  # it won the agent-programs benchmark (docs/agent-programs.md)
     program_max_wait: float = 10.0
     # The null runner only: seconds each step takes, to emulate a model.
     null_step_seconds: float = 0.0

@@ -130,8 +130,9 @@ class Settings:
     )
     kv_retention_max_fraction: float = _opt("most of the KV cache retention may hold", default=0.5, engine=True)
     scheduling_policy: str = _opt(
-        "waiting queue order: fcfs (by request) or program (by program start; returning turns first)",
-        default="fcfs",
+        "program (by program start: returning turns first, memory by program age, new programs while "
+        "they fit) or fcfs (by request)",
+        default="program",
         engine=True,
     )
     # -- HTTP -----------------------------------------------------------------------

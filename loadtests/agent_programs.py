@@ -11,7 +11,7 @@ own, so only its own earlier turns can be in the cache.
 
 Three servers share the model and ``--num-kv-blocks`` (by default sized so that about half of the
 agents' final conversations fit at once): ``off/fcfs`` (``--kv-retention off --scheduling-policy
-fcfs``), ``auto/fcfs`` (the defaults) and ``auto/program``. Rounds alternate the servers, each
+fcfs``), ``auto/fcfs`` and ``auto/program`` (the defaults). Rounds alternate the servers, each
 round with fresh conversations and fresh tool latencies that all servers see alike. Then the same
 with ``--no-pressure-blocks`` (everything fits), for the throughput check.
 
@@ -46,8 +46,8 @@ from agentgate.loadtests.server import Server, start_server
 
 VARIANTS = {
     "off/fcfs": ["--kv-retention", "off", "--scheduling-policy", "fcfs"],
-    "auto/fcfs": [],
-    "auto/program": ["--scheduling-policy", "program"],
+    "auto/fcfs": ["--scheduling-policy", "fcfs"],
+    "auto/program": [],
 }
 TOOLS = [
     {"type": "function", "function": {
