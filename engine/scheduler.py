@@ -283,8 +283,9 @@ class Scheduler:
     def _next_waiting(self) -> Request | None:
         """The head of the queue; by program, the first in its order that program admission
         lets start (engine.program_admission), None when it lets none."""
-        if self.admission is None:
-            return self.waiting.peek()
+        head = self.waiting.peek()
+        if self.admission is None or head.program is None:
+            return head
         running = {r.program.program_id for r in self.running if r.program is not None}
         waiting = {
             r.program.program_id
@@ -292,6 +293,8 @@ class Scheduler:
             if r.program is not None and (r.ever_scheduled or r.program.after_tool_calls)
         }
         active = running | waiting | self.retention.pins.keys()
+        if self.admission.admits(head, active):
+            return head
         return next((r for r in self.waiting.ordered() if self.admission.admits(r, active)), None)
 
     def _outranks(self, request: Request) -> float | None:
