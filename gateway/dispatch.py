@@ -17,8 +17,9 @@ One call, one way down, nothing called back up:
 3. a :class:`Generation` over that engine, whose constructor does nothing
    more. It holds a :class:`~gateway.lease.Lease` that gives all of it back
    when the request ends: the registry entry, the session's turn (the decoded
-   ``conversation`` and the reply), the program's turn (its engine and end),
-   the key's tokens for its rate limit;
+   ``conversation`` and the reply), the program's turn (its engine and end,
+   and its tokens for the next turn: ``Job.turn``), the key's tokens for its
+   rate limit;
 4. **register**: the request id and its engine request ids
    (``gateway.registry``: 409 for an id in flight; the entry shows the
    generation's progress to operators), and, for a session, the request
