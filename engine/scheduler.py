@@ -217,8 +217,10 @@ class Scheduler:
         return budget
 
     def _schedule_waiting(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> None:
+        # Active programs, once per step; each admission adds its own (engine.program_admission).
+        active = self._active_programs() if self.admission is not None and self.waiting else None
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
-            request = self._next_waiting()
+            request = self._next_waiting(active)
             if request is None:
                 break
             if self.pause_state is PauseState.PAUSED_NEW and not request.ever_scheduled:
@@ -236,6 +238,8 @@ class Scheduler:
                 request.ever_scheduled = True
                 request.first_scheduled_time = time.monotonic()
             self.running.append(request)
+            if active is not None and request.program is not None:
+                active.add(request.program.program_id)
             out.new_requests.append(
                 NewRequestData(
                     request_id=request.request_id,
@@ -280,22 +284,24 @@ class Scheduler:
             if not (may_release and self.retention.release_one(exclude, started_after=started_after)):
                 return num_cached, None
 
-    def _next_waiting(self) -> Request | None:
+    def _next_waiting(self, active: set[str] | None) -> Request | None:
         """The head of the queue; by program, the first in its order that program admission
-        lets start (engine.program_admission), None when it lets none."""
+        lets start (engine.program_admission) given the ``active`` programs, None when it lets
+        none."""
         head = self.waiting.peek()
-        if self.admission is None or head.program is None:
+        if active is None or head.program is None or self.admission.admits(head, active):
             return head
-        running = {r.program.program_id for r in self.running if r.program is not None}
-        waiting = {
+        return next((r for r in self.waiting.ordered() if self.admission.admits(r, active)), None)
+
+    def _active_programs(self) -> set[str]:
+        """Programs with a running request, a pin, or a turn waiting that returns or resumes."""
+        active = {r.program.program_id for r in self.running if r.program is not None}
+        active.update(
             r.program.program_id
             for r in self.waiting
             if r.program is not None and (r.ever_scheduled or r.program.after_tool_calls)
-        }
-        active = running | waiting | self.retention.pins.keys()
-        if self.admission.admits(head, active):
-            return head
-        return next((r for r in self.waiting.ordered() if self.admission.admits(r, active)), None)
+        )
+        return active | self.retention.pins.keys()
 
     def _outranks(self, request: Request) -> float | None:
         """Whose pins ``request`` may release for memory: by program, only those of programs that

@@ -51,8 +51,9 @@ def program_prompt(
     turn's own tokens first when ``turns`` kept one that this conversation carries
     (:mod:`gateway.turn_tokens`), else ``text`` tokenized."""
     if turns is not None and program_id is not None:
-        messages = [message_dict(m, i) for i, m in enumerate(request.messages)]
-        ids = turns.prompt_ids(program_id, text, messages, lambda k: _render_request(tokenizer, request, k + 1, False))
+        ids = turns.prompt_ids(
+            program_id, text, request.messages, lambda k: _render_request(tokenizer, request, k + 1, False)
+        )
         if ids is not None:
             return ids
     return tokenizer.encode(text, add_special_tokens=False)

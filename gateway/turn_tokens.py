@@ -71,6 +71,10 @@ class _Turn:
         return len(self.prompt_text) + self.token_ids.itemsize * len(self.token_ids)
 
 
+def _role(message: Any) -> Any:
+    return message.get("role") if isinstance(message, Mapping) else getattr(message, "role", None)
+
+
 class TurnStart:
     """A program's turn on its way (one choice of one prompt): what :meth:`TurnTokens.remember`
     keeps of it once it ends."""
@@ -128,20 +132,21 @@ class TurnTokens:
         self,
         program_id: str,
         text: str,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Any],
         render_through: Callable[[int], str],
     ) -> list[int] | None:
-        """The token ids of prompt ``text`` (rendered from ``messages``) that start with the
-        program's kept turn, or None when it does not apply. ``render_through(k)``: the text
-        of ``messages[: k + 1]`` rendered as ``text`` was, without a generation prompt."""
+        """The token ids of prompt ``text`` (rendered from ``messages``, dicts or the request's
+        structs) that start with the program's kept turn, or None when it does not apply.
+        ``render_through(k)``: the text of ``messages[: k + 1]`` rendered as ``text`` was,
+        without a generation prompt."""
         with self._lock:
             turn = self._turns.get(program_id)
             if turn is not None:
                 self._turns.move_to_end(program_id)
         if turn is None or not text.startswith(turn.prompt_text):
             return None
-        last = next((k for k in range(len(messages) - 1, -1, -1) if messages[k].get("role") == "assistant"), None)
-        if last is None or reply_key(messages[last]) != turn.reply:
+        last = next((k for k in range(len(messages) - 1, -1, -1) if _role(messages[k]) == "assistant"), None)
+        if last is None or reply_key(to_builtins(messages[last])) != turn.reply:
             return None
         through = render_through(last)
         cut = through.rfind(turn.end_text)
