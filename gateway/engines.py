@@ -190,15 +190,21 @@ class EnginePool:
                 tasks.start_soon(one, i, engine)
         return self.stats
 
-    async def health(self, timeout: float = 5.0) -> list[str]:
-        """Reasons the pool is unhealthy (an empty list when every engine answers): the engines down
-        and the live ones that do not answer."""
+    async def health(self, timeout: float = 5.0) -> tuple[int, list[str]]:
+        """How many engines answered, and the reasons the pool is unhealthy (none when every engine
+        answers): the engines down and the live ones that do not answer. The count is taken from the
+        answers, not from ``len(self.engines)`` afterwards: discovery may drop an engine meanwhile."""
         problems = self.dead_reasons
+        answered = 0
 
         async def one(engine: EngineClient) -> None:
+            nonlocal answered
             with anyio.move_on_after(timeout) as scope:
                 try:
-                    await engine.health()
+                    if await engine.health():
+                        answered += 1
+                    else:
+                        problems.append(f"the engine at {engine.address} reports it is unhealthy")
                 except EngineDeadError as exc:
                     problems.append(str(exc))
             if scope.cancelled_caught:
@@ -208,7 +214,7 @@ class EnginePool:
             for engine in self.engines:
                 if not engine.is_dead:
                     tasks.start_soon(one, engine)
-        return problems
+        return answered, problems
 
     async def _each(self, call, skip: Iterable[str] = ()) -> None:
         skip = set(skip)

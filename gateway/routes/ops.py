@@ -98,10 +98,10 @@ async def health(request: Request) -> Response:
     ``min_engines`` (a readiness probe's bar: this replica is ready while that many engines serve)."""
     gw: GatewayState = request.state.gateway
     wanted = _min_engines(request)
-    problems = [redact_paths(problem) for problem in await gw.pool.health()]  # /health is open: no server paths
-    if len(problems) >= len(gw.pool.engines):
+    serving, problems = await gw.pool.health()
+    problems = [redact_paths(problem) for problem in problems]  # /health is open: no server paths
+    if serving == 0:
         raise ServiceUnavailableError("no engine is serving: " + "; ".join(problems), code="engine_dead")
-    serving = len(gw.pool.engines) - len(problems)
     if serving < wanted:
         raise ServiceUnavailableError(f"{serving} engine(s) serving, {wanted} needed: " + "; ".join(problems),
                                       code="engine_dead")  # fmt: skip

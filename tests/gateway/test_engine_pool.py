@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import anyio
 import pytest
 
 from agentgate.engine.errors import EngineDeadError
@@ -49,3 +50,37 @@ def test_removed_engines_leave_no_trace_and_an_empty_pool_refuses():
     with pytest.raises(EngineDeadError, match="none is registered"):
         pool.pick()
     assert pool.info == "model facts"  # the model's facts outlive its engines
+
+
+@dataclass
+class ProbedEngine(FakeEngine):
+    """Answers a health probe at once, or hangs on it (an engine killed but not yet noticed)."""
+
+    hangs: bool = False
+
+    async def health(self) -> bool:
+        if self.hangs:
+            await anyio.sleep_forever()
+        return True
+
+
+def test_health_counts_the_engines_that_answered_though_discovery_drops_one_meanwhile():
+    """The CI race: a killed engine's probe waits out its timeout while discovery forgets it. The
+    pool then holds one engine and one reason; the live engine still answered, so one serves."""
+    live, killed = ProbedEngine("tcp://a:1"), ProbedEngine("tcp://b:1", hangs=True)
+    pool = EnginePool([live, killed])
+
+    async def main() -> tuple[int, list[str]]:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(lambda: _remove_soon(pool, killed))
+            result = await pool.health(timeout=0.2)
+        return result
+
+    serving, problems = anyio.run(main)
+    assert serving == 1 and pool.engines == [live]
+    assert problems == ["the engine at tcp://b:1 did not answer within 0 s"]
+
+
+async def _remove_soon(pool: EnginePool, engine: ProbedEngine) -> None:
+    await anyio.sleep(0.05)
+    pool.remove(engine)
