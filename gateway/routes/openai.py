@@ -2,7 +2,7 @@
 
 Chat completions run on the shared chat core (:mod:`gateway.chat`: prompt,
 tool plan, grammar, dispatch, reply parsing); this module decodes OpenAI's
-request and writes OpenAI's response (:mod:`gateway.responses`). Chat
+request and writes OpenAI's response (:mod:`gateway.completion_formats`). Chat
 completions take ``tools``, ``tool_choice``, ``parallel_tool_calls`` and
 ``response_format``: the prompt presents the tools, the reply's tool-call
 markup becomes ``tool_calls``, and forced calls and response formats are
@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agentgate.gateway.chat import start_chat
+from agentgate.gateway.completion_formats import ChatFormat, CompletionFormat
 from agentgate.gateway.context import context_of
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.errors import BadRequestError
@@ -27,7 +28,6 @@ from agentgate.gateway.limits import OFF_LOOP_CHARS, check_engine_requests, chec
 from agentgate.gateway.middleware import request_id_of
 from agentgate.gateway.output_budget import COMPLETIONS_DEFAULT
 from agentgate.gateway.prompts import check_n, completion_prompts, sampling_params
-from agentgate.gateway.responses import ChatFormat, CompletionFormat
 from agentgate.gateway.schemas import (
     ChatCompletionRequest,
     CompletionRequest,

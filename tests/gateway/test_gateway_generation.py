@@ -15,6 +15,7 @@ from agentgate.gateway.admission import Admission
 from agentgate.gateway.auth import KeyChecker
 from agentgate.gateway.chat import ChatRun
 from agentgate.gateway.cluster import Cluster
+from agentgate.gateway.completion_formats import ChatFormat
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.engines import EnginePool
@@ -23,7 +24,6 @@ from agentgate.gateway.generation import Generation
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.prompts import NO_TOOLS
 from agentgate.gateway.registry import RequestRegistry
-from agentgate.gateway.responses import ChatFormat
 from agentgate.gateway.settings import Settings
 from agentgate.gateway.state import GatewayState, ServedModel
 from agentgate.gateway.streaming import _chunks
