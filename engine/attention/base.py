@@ -40,6 +40,9 @@ class AttentionMetadata:
       query_start_loc_cpu, seq_lens_cpu: host copies of the two device
                        tensors, for backends that loop over sequences on the
                        host (the CPU reference). Reading them never syncs.
+      padded:          some rows are padding (slot -1, seq_len 0): the CUDA
+                       graphs' fixed-size batches. Eager steps never pad, so
+                       a backend may skip the masking then.
       shared_prefix_blocks: the first this-many entries of every row of
                        ``block_tables`` name the same physical blocks (a
                        prefix every sequence of the batch shares, such as a
@@ -57,6 +60,7 @@ class AttentionMetadata:
     query_start_loc_cpu: torch.Tensor
     seq_lens_cpu: torch.Tensor
     shared_prefix_blocks: int = 0
+    padded: bool = False
 
     @property
     def num_seqs(self) -> int:
@@ -104,14 +108,15 @@ class AttentionBackend(Protocol):
         sin: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
-        slot_mapping: torch.Tensor,
+        meta: AttentionMetadata,
     ) -> torch.Tensor:
         """Rotate ``query`` ([num_tokens, num_heads, head_dim]) and ``key``
         ([num_tokens, num_kv_heads, head_dim]) by RoPE (``cos``/``sin``
         [num_tokens, head_dim / 2]: the tables' rows at the tokens'
         positions), store the rotated keys and ``value`` at their slots
-        (tokens whose slot is -1 are skipped), and return the rotated query,
-        which may be ``query`` itself, rotated in place."""
+        (``meta.slot_mapping``; tokens whose slot is -1 are skipped), and
+        return the rotated query, which may be ``query`` itself, rotated in
+        place."""
         ...
 
     def paged_attention(

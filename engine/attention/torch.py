@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -16,11 +18,7 @@ def write_kv(
     slot_mapping: torch.Tensor,
 ) -> None:
     """Scatter a step's keys/values into their cache slots (slot -1 = skip)."""
-    num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
-    valid = slot_mapping >= 0
-    slots = slot_mapping[valid]
-    k_cache.view(-1, num_kv_heads, head_dim)[slots] = key[valid].to(k_cache.dtype)
-    v_cache.view(-1, num_kv_heads, head_dim)[slots] = value[valid].to(v_cache.dtype)
+    _write_kv(key, value, k_cache, v_cache, _KvSlots.of(slot_mapping))
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -28,11 +26,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     head_dim / 2] (rows of `engine.models.rope.rope_tables` gathered at the
     tokens' positions), neox layout: element ``i`` pairs with ``i +
     head_dim / 2``. Computed in float32, returned in ``x``'s dtype."""
-    half = x.shape[-1] // 2
-    xf = x.float()
-    x1, x2 = xf[..., :half], xf[..., half:]
-    cos, sin = cos[:, None, :], sin[:, None, :]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+    return _rotate(x, *_rope_factors(cos, sin))
 
 
 def rotary_write_kv(
@@ -47,8 +41,49 @@ def rotary_write_kv(
 ) -> torch.Tensor:
     """RoPE on the query and the keys, the keys and values stored at their
     slots; returns the rotated query (see `AttentionBackend.rotary_write_kv`)."""
-    write_kv(apply_rope(key, cos, sin), value, k_cache, v_cache, slot_mapping)
-    return apply_rope(query, cos, sin)
+    cos_full, sin_signed = _rope_factors(cos, sin)
+    _write_kv(_rotate(key, cos_full, sin_signed), value, k_cache, v_cache, _KvSlots.of(slot_mapping))
+    return _rotate(query, cos_full, sin_signed)
+
+
+def _rope_factors(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos``/``sin`` [tokens, head_dim / 2] → [tokens, 1, head_dim] float32 factors ``(cos | cos)``
+    and ``(-sin | sin)``: the rotation is then ``x * cos_full + swap_halves(x) * sin_signed``."""
+    return torch.cat((cos, cos), -1)[:, None, :], torch.cat((-sin, sin), -1)[:, None, :]
+
+
+def _rotate(x: torch.Tensor, cos_full: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """`apply_rope` with the factors of `_rope_factors`, in few operator calls (it runs twice a
+    layer on the CPU's eager path): one float32 copy, the halves swapped by a flip, a multiply and
+    an ``addcmul`` in place, one copy back."""
+    xf = torch.empty(x.shape, dtype=torch.float32, device=x.device).copy_(x)
+    swapped = xf.view(*x.shape[:-1], 2, x.shape[-1] // 2).flip(-2).view(x.shape)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(xf.mul_(cos_full).addcmul_(swapped, sin_signed))
+
+
+class _KvSlots(NamedTuple):
+    """Where a step's keys and values go: ``slots`` [n] int64, and ``rows`` (a boolean mask of the
+    step's tokens) when some tokens have slot -1 (padding) and are skipped; None when all are written."""
+
+    slots: torch.Tensor
+    rows: torch.Tensor | None
+
+    @classmethod
+    def of(cls, slot_mapping: torch.Tensor) -> _KvSlots:
+        valid = slot_mapping >= 0
+        if bool(valid.all()):
+            return cls(slot_mapping, None)
+        return cls(slot_mapping[valid], valid)
+
+
+def _write_kv(
+    key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, at: _KvSlots
+) -> None:
+    for new, cache in ((key, k_cache), (value, v_cache)):
+        new = new if at.rows is None else new[at.rows]
+        cache.view(-1, *cache.shape[2:]).index_copy_(
+            0, at.slots, new if new.dtype == cache.dtype else new.to(cache.dtype)
+        )
 
 
 def _gather_context(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -67,22 +102,17 @@ def paged_attention(
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
     scale: float,
+    decode_plan: _DecodePlan | None = None,
 ) -> torch.Tensor:
     """Causal attention of ``query`` over the paged cache (see AttentionBackend).
 
     Rows with one query token (decodes) go through one batched call; longer
-    rows (prefill, chunks, extends) through SDPA one sequence at a time."""
+    rows (prefill, chunks, extends) through SDPA one sequence at a time.
+    ``decode_plan``: a pure-decode step's `_DecodePlan`, when the caller
+    keeps one for the step's layers."""
     if meta.is_pure_decode:
-        return _decode_attention(
-            query,
-            k_cache,
-            v_cache,
-            meta.block_tables,
-            meta.seq_lens,
-            meta.max_seq_len,
-            scale,
-            meta.shared_prefix_blocks,
-        )
+        plan = decode_plan or _DecodePlan.for_step(query, k_cache, meta)
+        return _decode_attention(query, k_cache, v_cache, scale, plan=plan)
     out = torch.zeros_like(query)
     starts = meta.query_start_loc_cpu.tolist()
     lens = meta.seq_lens_cpu.tolist()
@@ -90,16 +120,11 @@ def paged_attention(
     if decode_rows:
         rows = torch.tensor(decode_rows, device=query.device)
         tokens = torch.tensor([starts[i] for i in decode_rows], device=query.device)
-        out[tokens] = _decode_attention(
-            query[tokens],
-            k_cache,
-            v_cache,
-            meta.block_tables[rows],
-            meta.seq_lens[rows],
-            max(lens[i] for i in decode_rows),
-            scale,
-            meta.shared_prefix_blocks,
-        )
+        decoding = query[tokens]
+        longest = max(lens[i] for i in decode_rows)
+        tables, seq_lens = meta.block_tables[rows], meta.seq_lens[rows]
+        plan = _DecodePlan.build(decoding, k_cache, tables, seq_lens, longest, meta.shared_prefix_blocks, False)
+        out[tokens] = _decode_attention(decoding, k_cache, v_cache, scale, plan=plan)
     group = query.shape[1] // k_cache.shape[2]
     for i, seq_len in enumerate(lens):
         begin, end = starts[i], starts[i + 1]
@@ -126,15 +151,69 @@ def paged_attention(
     return out
 
 
+class _DecodePlan(NamedTuple):
+    """What every layer of a decode step shares in `_decode_attention`: built once per step by the
+    backend (`TorchAttentionBackend`), so the layers repeat none of it."""
+
+    own: torch.Tensor  # [seqs * blocks] int64: each row's blocks after the shared ones
+    prefix: torch.Tensor | None  # [shared] int64: the shared blocks, None when none
+    prefix_len: int  # tokens in the shared blocks
+    mask: torch.Tensor  # [seqs, 1, prefix + own tokens] float32: 0 where a key is in context, -inf past its end
+    spread: torch.Tensor  # the zeros of `_block_diagonal`'s layout; each layer writes its diagonal
+    has_empty_rows: bool  # padded rows (seq_len 0) attend to nothing: softmax gives NaN there
+
+    @classmethod
+    def for_step(
+        cls, query: torch.Tensor, k_cache: torch.Tensor, meta: AttentionMetadata, has_empty_rows: bool | None = None
+    ) -> _DecodePlan:
+        """The plan of a pure-decode step; ``has_empty_rows`` as in `build`."""
+        return cls.build(
+            query,
+            k_cache,
+            meta.block_tables,
+            meta.seq_lens,
+            meta.max_seq_len,
+            meta.shared_prefix_blocks,
+            has_empty_rows=has_empty_rows,
+        )
+
+    @classmethod
+    def build(
+        cls,
+        query: torch.Tensor,
+        k_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        seq_lens: torch.Tensor,
+        max_seq_len: int,
+        shared_blocks: int,
+        has_empty_rows: bool | None = None,
+    ) -> _DecodePlan:
+        """``has_empty_rows``: whether some row has seq_len 0, when the caller knows on the host
+        (`AttentionMetadata.padded`); None reads ``seq_lens``."""
+        num_seqs, num_heads, head_dim = query.shape
+        block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+        num_blocks = max(-(-max_seq_len // block_size), 1)
+        # One row shares its blocks with nobody: scoring them apart would only cost calls.
+        shared = min(shared_blocks, num_blocks) if num_seqs > 1 else 0
+        device = query.device
+        length = torch.arange(num_blocks * block_size, device=device)
+        past_end = length[None, :] >= seq_lens[:, None]
+        mask = torch.zeros(past_end.shape, dtype=torch.float32, device=device).masked_fill_(past_end, float("-inf"))
+        group = num_heads // num_kv_heads
+        return cls(
+            own=block_tables[:, shared:num_blocks].reshape(-1).long(),
+            prefix=block_tables[0, :shared].long() if shared else None,
+            prefix_len=shared * block_size,
+            mask=mask[:, None, :],
+            spread=torch.zeros(
+                num_seqs, num_kv_heads, head_dim, num_kv_heads, group, dtype=k_cache.dtype, device=device
+            ),
+            has_empty_rows=bool((seq_lens == 0).any()) if has_empty_rows is None else has_empty_rows,
+        )
+
+
 def _decode_attention(
-    query: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    max_seq_len: int,
-    scale: float,
-    shared_blocks: int = 0,
+    query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float, *, plan: _DecodePlan
 ) -> torch.Tensor:
     """One query per sequence: gather every context's whole blocks (up to the
     batch's longest) with one index_select per cache, mask the tail, and do
@@ -144,55 +223,60 @@ def _decode_attention(
     layout, [tokens, kv_heads * head_dim], never reordered (see
     `_block_diagonal`).
 
-    The first ``shared_blocks`` blocks, the same for every row, are read
+    The plan's shared blocks, the same for every row, are read
     once and scored for all rows in one matmul (cascade attention): agents
     that share a 300-token system prompt then stream their own suffixes
     only. The two parts' scores meet in one softmax, so the result is the
-    same attention."""
+    same attention.
+
+    ``plan``: the step's `_DecodePlan` (the blocks, the mask). The scale is
+    applied to the float32 scores, with the mask, in one call; for a
+    power-of-two scale (head_dim 64, 256) that rounds as scaling the query
+    first would."""
     num_seqs, num_heads, head_dim = query.shape
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    num_kv_heads = k_cache.shape[2]
     width = num_kv_heads * head_dim
-    num_blocks = max(-(-max_seq_len // block_size), 1)
-    shared = min(shared_blocks, num_blocks)
-    own = block_tables[:, shared:num_blocks].reshape(-1).long()
-    k = k_cache.index_select(0, own).view(num_seqs, -1, width)
-    v = v_cache.index_select(0, own).view(num_seqs, -1, width)
-    q = _block_diagonal(query * scale, num_kv_heads).to(k.dtype)  # [seqs, width, heads]
+    k = k_cache.index_select(0, plan.own).view(num_seqs, -1, width)
+    v = v_cache.index_select(0, plan.own).view(num_seqs, -1, width)
+    q = _block_diagonal(query, num_kv_heads, plan.spread)  # [seqs, width, heads]
     scores = torch.bmm(k, q).transpose(1, 2)  # [seqs, heads, own tokens]
-    if shared:
-        prefix = block_tables[0, :shared].long()
-        k_prefix = k_cache.index_select(0, prefix).view(-1, width)
-        v_prefix = v_cache.index_select(0, prefix).view(-1, width)
+    if plan.prefix is not None:
+        k_prefix = k_cache.index_select(0, plan.prefix).view(-1, width)
         every_row = q.transpose(0, 1).reshape(width, num_seqs * num_heads)
         prefix_scores = (k_prefix @ every_row).view(-1, num_seqs, num_heads).permute(1, 2, 0)
         scores = torch.cat([prefix_scores, scores], dim=-1)
-    scores = scores.float()
-    valid = torch.arange(scores.shape[-1], device=query.device)[None, :] < seq_lens[:, None]
-    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-    # Padded rows (seq_len 0) attend to nothing: softmax gives NaN there.
-    probs = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0).to(k.dtype)
-    prefix_len = shared * block_size
-    mixed = torch.bmm(probs[..., prefix_len:], v)  # [seqs, heads, width]: every head against every KV head
-    if shared:
+    scores = torch.add(
+        plan.mask, torch.empty(scores.shape, dtype=torch.float32, device=k.device).copy_(scores), alpha=scale
+    )
+    probs = torch.softmax(scores, dim=-1)
+    if plan.has_empty_rows:
+        probs.nan_to_num_(nan=0.0)
+    probs = torch.empty(probs.shape, dtype=k.dtype, device=k.device).copy_(probs)
+    prefix_len = plan.prefix_len
+    mixed = torch.bmm(probs[..., prefix_len:] if prefix_len else probs, v)  # [seqs, heads, width]: all KV heads
+    if plan.prefix is not None:
+        v_prefix = v_cache.index_select(0, plan.prefix).view(-1, width)
         mixed += (probs[..., :prefix_len].reshape(-1, prefix_len) @ v_prefix).view(mixed.shape)
     group = num_heads // num_kv_heads
     # Keep each query head's own KV head: the diagonal of [kv_head, kv_head'].
     out = mixed.view(num_seqs, num_kv_heads, group, num_kv_heads, head_dim).diagonal(dim1=1, dim2=3)
-    return out.permute(0, 3, 1, 2).reshape(num_seqs, num_heads, head_dim).to(query.dtype)
+    out = out.permute(0, 3, 1, 2).reshape(num_seqs, num_heads, head_dim)
+    return out if out.dtype == query.dtype else out.to(query.dtype)
 
 
-def _block_diagonal(query: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+def _block_diagonal(query: torch.Tensor, num_kv_heads: int, spread: torch.Tensor) -> torch.Tensor:
     """Decode queries [seqs, heads, head_dim] as [seqs, kv_heads * head_dim,
-    heads]: column ``j`` holds query head ``j`` in the rows of its KV head and
+    heads] in ``spread``'s dtype: column ``j`` holds query head ``j`` in the rows of its KV head and
     zeros elsewhere. A context in the cache's layout, [tokens, kv_heads *
     head_dim], times this gives every head's scores in one plain matmul:
     kv_heads times the multiply-adds of a per-head product, but no copy of
     the context into a per-head layout, which is what costs on a CPU
-    (measured 1.5-4x faster for 1-8 KV heads)."""
+    (measured 1.5-4x faster for 1-8 KV heads). ``spread``
+    ([seqs, kv_heads, head_dim, kv_heads, group], zeros off the diagonal) is
+    written in place: the diagonal is all a query changes."""
     num_seqs, num_heads, head_dim = query.shape
     group = num_heads // num_kv_heads
     grouped = query.view(num_seqs, num_kv_heads, group, head_dim)
-    spread = query.new_zeros(num_seqs, num_kv_heads, head_dim, num_kv_heads, group)
     spread.diagonal(dim1=1, dim2=3).copy_(grouped.permute(0, 3, 2, 1))
     return spread.view(num_seqs, num_kv_heads * head_dim, num_heads)
 
@@ -234,15 +318,37 @@ def batch_invariant_attention(
 
 
 class TorchAttentionBackend:
-    """The reference backend: `rotary_write_kv` and `paged_attention` above."""
+    """The reference backend: `rotary_write_kv` and `paged_attention` above, with what a step's
+    layers share worked out by the first layer and reused by the others: the RoPE factors, the
+    KV slots and the decode plan. A step is recognised by the objects every layer receives
+    (the same ``cos`` tensor, the same `AttentionMetadata`); each is held until the next step's
+    replaces it, so an identity is never reused while it is compared."""
 
     name = "torch"
     reads_shared_prefix = True
 
-    rotary_write_kv = staticmethod(rotary_write_kv)
+    def __init__(self) -> None:
+        self._rope: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, _KvSlots]] | None = None
+        self._decode: tuple[AttentionMetadata, _DecodePlan] | None = None
+
+    def rotary_write_kv(self, query, key, value, cos, sin, k_cache, v_cache, meta) -> torch.Tensor:
+        slot_mapping = meta.slot_mapping
+        if self._rope is None or self._rope[0] is not cos or self._rope[1] is not slot_mapping:
+            # An eager step writes every token: its slots are used as they are, without a host read.
+            slots = _KvSlots.of(slot_mapping) if meta.padded else _KvSlots(slot_mapping, None)
+            self._rope = (cos, slot_mapping, (*_rope_factors(cos, sin), slots))
+        cos_full, sin_signed, slots = self._rope[2]
+        _write_kv(_rotate(key, cos_full, sin_signed), value, k_cache, v_cache, slots)
+        return _rotate(query, cos_full, sin_signed)
 
     def paged_attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
-        return paged_attention(query, k_cache, v_cache, meta, scale)
+        plan = None
+        if meta.is_pure_decode:
+            if self._decode is None or self._decode[0] is not meta:
+                # Eager steps have no padding rows (`AttentionMetadata.padded`): no host read of seq_lens.
+                self._decode = (meta, _DecodePlan.for_step(query, k_cache, meta, has_empty_rows=meta.padded))
+            plan = self._decode[1]
+        return paged_attention(query, k_cache, v_cache, meta, scale, decode_plan=plan)
 
 
 class BatchInvariantTorchBackend(TorchAttentionBackend):

@@ -22,7 +22,8 @@ class TritonAttentionBackend:
     name = "triton"
     reads_shared_prefix = False
 
-    rotary_write_kv = staticmethod(rotary_write_kv)
+    def rotary_write_kv(self, query, key, value, cos, sin, k_cache, v_cache, meta) -> torch.Tensor:
+        return rotary_write_kv(query, key, value, cos, sin, k_cache, v_cache, meta.slot_mapping)
 
     def paged_attention(
         self,

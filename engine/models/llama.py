@@ -57,13 +57,11 @@ class Attention(nn.Module):
         v_cache: Tensor,
     ) -> Tensor:
         num_tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(num_tokens, self.num_heads, self.head_dim)
-        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        heads = self.qkv_proj(x).view(num_tokens, -1, self.head_dim)  # every head of q, then k's, then v's
+        q, k, v = heads.split([self.num_heads, self.num_kv_heads, self.num_kv_heads], dim=1)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = self.attention.rotary_write_kv(q, k, v, cos, sin, k_cache, v_cache, meta.slot_mapping)
+        q = self.attention.rotary_write_kv(q, k, v, cos, sin, k_cache, v_cache, meta)
         out = self.attention.paged_attention(q, k_cache, v_cache, meta, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 

@@ -8,17 +8,28 @@ import torch
 from torch import Tensor, nn
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def rms_norm(
+    x: Tensor, weight: Tensor, eps: float | Tensor, residual: Tensor | None = None, dim: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """HF's RMSNorm of the last dim (normalise in float32, round to the
     input dtype, scale by ``weight``) → ``(normed, residual_out)``. Without
     ``residual``, ``residual_out`` is ``x``; with one, the norm is taken of
     ``x + residual`` (rounded to the input dtype), which is also returned as
-    ``residual_out``, the next layer's residual stream."""
+    ``residual_out``, the next layer's residual stream.
+
+    Written for few operator calls (it runs twice a layer on the CPU's
+    eager path): copies into preallocated tensors rather than ``.to`` (four
+    calls each), in-place arithmetic on the float32 copy, and ``eps`` and
+    ``dim`` (the last dim's size, dividing the sum of squares as ``mean``
+    does) may be 0-dim float32 tensors: a Python number is wrapped and cast
+    on every call. Same roundings as the plain formula."""
     if residual is not None:
         x = x + residual
-    xf = x.float()
-    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * normed.to(x.dtype), x
+    xf = torch.empty(x.shape, dtype=torch.float32, device=x.device).copy_(x)
+    squares = (xf * xf).sum(-1, keepdim=True)
+    rstd = squares.div_(x.shape[-1] if dim is None else dim).add_(eps).rsqrt_()
+    normed = torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(xf.mul_(rstd))
+    return (normed.mul_(weight) if weight.dtype == x.dtype else weight * normed), x
 
 
 class RMSNorm(nn.Module):
@@ -30,6 +41,10 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        # eps as a float32 scalar tensor for the torch path; built on the CPU explicitly so a model
+        # constructed on the meta device still holds its value (moved along by `.to(device)`).
+        self.register_buffer("eps_tensor", torch.tensor(eps, dtype=torch.float32, device="cpu"), persistent=False)
+        self.register_buffer("dim_tensor", torch.tensor(dim, dtype=torch.float32, device="cpu"), persistent=False)
         self._impl = rms_norm
         if kernel:
             from agentgate.engine.kernels.rms_norm import rms_norm as triton_rms_norm
@@ -37,5 +52,8 @@ class RMSNorm(nn.Module):
             self._impl = triton_rms_norm
 
     def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        normed, summed = self._impl(x, self.weight, self.eps, residual)
+        if self._impl is rms_norm:
+            normed, summed = rms_norm(x, self.weight, self.eps_tensor, residual, self.dim_tensor)
+        else:
+            normed, summed = self._impl(x, self.weight, self.eps, residual)
         return normed if residual is None else (normed, summed)

@@ -58,6 +58,8 @@ class Int4Linear(nn.Module):
         return tensor_bytes(self.packed, self.scale_and_zero, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.repeat == 1 and self.bias is None and _is_kernel_ready(x):  # the model's own case: one call
+            return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, GROUP_SIZE, self.scale_and_zero)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(KERNEL_DTYPE)
         if self.repeat > 1:  # every group of inputs feeds `repeat` code groups
@@ -89,6 +91,8 @@ class Int8Linear(nn.Module):
         return tensor_bytes(self.codes, self.scales, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.bias is None and _is_kernel_ready(x):
+            return torch.ops.aten._weight_int8pack_mm(x, self.codes, self.scales)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous()
         out = torch.ops.aten._weight_int8pack_mm(x2, self.codes, self.scales).to(x.dtype)
@@ -101,6 +105,12 @@ class Int8Linear(nn.Module):
 
 
 QuantLinear = Int4Linear | Int8Linear
+
+
+def _is_kernel_ready(x: Tensor) -> bool:
+    """Whether ``x`` goes to the kernel as it is: rows of the kernel's dtype, contiguous. A bf16 model's
+    activations always are; each reshape, cast and copy skipped is an operator call less per layer."""
+    return x.dtype == KERNEL_DTYPE and x.dim() == 2 and x.is_contiguous()
 
 
 def make_quant_linear(weight: Int4Groups | Int8Channels, bias: Tensor | None) -> QuantLinear:

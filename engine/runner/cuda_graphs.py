@@ -53,6 +53,7 @@ class DecodeGraphs:
             max_seq_len=self.max_model_len,
             query_start_loc_cpu=empty,
             seq_lens_cpu=empty,
+            padded=True,
         )
 
     @torch.inference_mode()

@@ -206,7 +206,7 @@ def test_backend_rotates_writes_then_attends(device, dtype):
     want_k, want_v = k_cache.clone(), v_cache.clone()
     want_q = reference.rotary_write_kv(query, new_k, new_v, cos, sin, want_k, want_v, meta.slot_mapping)
     backend = TritonAttentionBackend()
-    got_q = backend.rotary_write_kv(query.clone(), new_k, new_v, cos, sin, k_cache, v_cache, meta.slot_mapping)
+    got_q = backend.rotary_write_kv(query.clone(), new_k, new_v, cos, sin, k_cache, v_cache, meta)
     assert_close(got_q, want_q)
     assert_close(k_cache, want_k)
     assert_close(backend.paged_attention(got_q, k_cache, v_cache, meta, SCALE), expected(want_q, want_k, want_v, meta))
