@@ -15,6 +15,7 @@ RunnerKind = Literal["overlap", "sync", "null"]
 RUNNERS: tuple[str, ...] = ("overlap", "sync", "null")
 DTYPES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATIONS: tuple[str, ...] = ("auto", "none", "int8", "int4")
+BATCHED_MATMULS: tuple[str, ...] = ("auto", "quantized")
 # engine.waiting_queue.SCHEDULING_POLICIES, kept here so front ends import this module without the engine.
 SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "program")
 # engine.speculative.SPECULATIVE_MODES, kept here so front ends import this module without the engine.
@@ -70,6 +71,12 @@ class EngineConfig:
                   kernel reads them), "none" (dense), "int8"/"int4" (at
                   most that many bits per weight, quantizing at load what
                   the file has wider); see `engine.models.quantization`.
+    batched_matmul: with quantized weights on a CPU, "auto" (default) gives
+                  batches from a measured row count (prefill chunks, large
+                  decode batches) to a dense bf16 copy of the weights, where
+                  oneDNN is faster than the weight-only kernels; "quantized"
+                  keeps the quantized kernels at every size and no copy
+                  (`engine.models.row_choice`). --deterministic implies it.
     kv_retention: "auto" (default): when a program's turn ends in tool calls, its
                   conversation's blocks stay pinned for a TTL learned from tool gaps;
                   "off"; or a fixed TTL in seconds (``engine.retention``).
@@ -88,6 +95,7 @@ class EngineConfig:
     model: str | None = None
     dtype: str = "auto"
     quantization: str = "auto"
+    batched_matmul: str = "auto"
     deterministic: bool = False
     load_format: str = "auto"
     device: str = "auto"
@@ -124,6 +132,10 @@ class EngineConfig:
         if self.quantization not in QUANTIZATIONS:
             raise InvalidRequestError(
                 f"quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}", "quantization"
+            )
+        if self.batched_matmul not in BATCHED_MATMULS:
+            raise InvalidRequestError(
+                f"batched_matmul must be one of {BATCHED_MATMULS}, got {self.batched_matmul!r}", "batched_matmul"
             )
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:

@@ -85,6 +85,13 @@ class Settings:
         default="auto",
         engine=True,
     )
+    batched_matmul: str = _opt(
+        "CPU, quantized weights: auto (batches from a measured row count, such as prefill chunks, through a "
+        "dense bf16 copy of the weights where oneDNN beats the weight-only kernels; the copy costs 2 bytes per "
+        "weight) or quantized (the quantized kernels at every size, no copy)",
+        default="auto",
+        engine=True,
+    )
     speculative: str = _opt(
         "speculative decoding without a draft model: off, ngram (prompt lookup), suffix (prompt lookup and "
         "recent outputs of all requests) or auto (suffix where it pays: on a CPU while at most 4 requests "

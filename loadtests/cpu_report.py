@@ -40,6 +40,7 @@ from agentgate.engine.models import load_model
 from agentgate.engine.models.batch_invariant import MAX_CHECKED_ROWS, choose_mode
 from agentgate.engine.models.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.models.llama import CausalLM
+from agentgate.engine.models.row_choice import fastest_seconds
 
 # (label, load_model options) of each weight form the engine can serve on a CPU.
 FORMS: tuple[tuple[str, dict[str, str]], ...] = (
@@ -187,18 +188,6 @@ def deterministic_lines(forms: list[Form], max_rows: int) -> list[str]:
     return lines
 
 
-def _seconds(run: Callable[[], object], repeat: int) -> float:
-    """The fastest of ``repeat`` calls after a warm-up."""
-    best = float("inf")
-    with torch.inference_mode():
-        run()
-        for _ in range(repeat):
-            start = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - start)
-    return best
-
-
 def crossover_lines(forms: list[Form], repeat: int) -> list[str]:
     """Part 4: one layer's projections (qkv, o, gate_up, down) per form and
     row count, and where dense bfloat16 overtakes int4."""
@@ -210,7 +199,10 @@ def crossover_lines(forms: list[Form], repeat: int) -> list[str]:
         for form in forms:
             projections = [m for name, m in form.linears().items() if name != "lm_head"]
             inputs = [torch.randn(rows, m.in_features).to(form.dtype) for m in projections]
-            ms = _seconds(lambda ps=projections, xs=inputs: [m(x) for m, x in zip(ps, xs, strict=True)], repeat) * 1e3
+            ms = (
+                fastest_seconds(lambda ps=projections, xs=inputs: [m(x) for m, x in zip(ps, xs, strict=True)], repeat)
+                * 1e3
+            )
             times[form.label].append(ms)
             cells.append(f"{ms:>16.3f}")
         lines.append(f"  {rows:>5} " + " ".join(cells))

@@ -40,7 +40,23 @@ def int4_scale_and_zero(groups: Int4Groups) -> Tensor:
     return torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous().to(KERNEL_DTYPE)
 
 
-class Int4Linear(nn.Module):
+class _KeepsItsWeight:
+    """The quantized weight a linear was built from, kept until the loader's last step has made
+    what it wants of it (a dense copy for large batches, `engine.models.row_choice`)."""
+
+    _weight: Int4Groups | Int8Channels | None
+
+    def dense_weight(self, dtype: torch.dtype) -> Tensor:
+        """[out, in] in ``dtype``: the exact dequantized weight, rounded once."""
+        if self._weight is None:
+            raise RuntimeError("the quantized weight was released")
+        return self._weight.dequantize().to(dtype)
+
+    def release_weight(self) -> None:
+        self._weight = None
+
+
+class Int4Linear(_KeepsItsWeight, nn.Module):
     """``x @ w.T + bias`` with ``w`` held as packed 4-bit groups."""
 
     def __init__(self, groups: Int4Groups, bias: Tensor | None = None) -> None:
@@ -51,6 +67,7 @@ class Int4Linear(nn.Module):
         self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(groups.codes.to(torch.int32), 1)
         self.scale_and_zero = int4_scale_and_zero(groups)
         self.bias = None if bias is None else bias.detach()
+        self._weight: Int4Groups | None = groups  # until `release_weight` (engine.models.row_choice)
 
     @property
     def nbytes(self) -> int:
@@ -75,7 +92,7 @@ class Int4Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, source={self.source}"
 
 
-class Int8Linear(nn.Module):
+class Int8Linear(_KeepsItsWeight, nn.Module):
     """``x @ w.T + bias`` with ``w`` held as int8 rows with one scale each."""
 
     def __init__(self, channels: Int8Channels, bias: Tensor | None = None) -> None:
@@ -85,6 +102,7 @@ class Int8Linear(nn.Module):
         self.codes = channels.codes.contiguous()
         self.scales = channels.scales.to(KERNEL_DTYPE)
         self.bias = None if bias is None else bias.detach()
+        self._weight: Int8Channels | None = channels  # until `release_weight` (engine.models.row_choice)
 
     @property
     def nbytes(self) -> int:

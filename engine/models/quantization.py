@@ -91,10 +91,15 @@ def describe(model: torch.nn.Module) -> tuple[str, int]:
     from agentgate.engine.models.cpu_linear import PackedLinear
     from agentgate.engine.models.norm import RMSNorm
     from agentgate.engine.models.quant_linear import Int4Linear, QuantLinear, tensor_bytes
+    from agentgate.engine.models.row_choice import RowChosenLinear
 
+    # A batch-size choice holds a dense copy for large batches: a decode step reads the quantized one.
+    copies = {id(m.dense) for m in model.modules() if isinstance(m, RowChosenLinear)}
     kinds: Counter[str] = Counter()
     total = 0
     for module in model.modules():
+        if id(module) in copies:
+            continue
         if isinstance(module, QuantLinear):
             kinds[f"{'int4' if isinstance(module, Int4Linear) else 'int8'} {module.source}"] += 1
             total += module.nbytes

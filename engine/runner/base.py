@@ -13,6 +13,7 @@ from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.models.batch_invariant import NoInvariantMode
 from agentgate.engine.models.quantization import describe
+from agentgate.engine.models.row_choice import choose_by_rows, release_quantized_weights
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
@@ -103,8 +104,12 @@ class TorchModelRunner(ModelRunner):
             quantization=config.quantization,
         )
         self.model = self.loaded.model
+        row_choice = None
         if self.device.type == "cpu":
             self.model.pack_for_cpu()
+            dense_batches = config.batched_matmul == "auto" and not config.deterministic
+            dtype = self.model.embed_tokens.weight.dtype
+            row_choice = choose_by_rows(self.model, dtype) if dense_batches else release_quantized_weights(self.model)
         if config.deterministic:
             try:
                 linears = self.model.make_batch_invariant(config.max_num_batched_tokens)
@@ -114,6 +119,8 @@ class TorchModelRunner(ModelRunner):
                 ) from exc
         self.quantization = self.loaded.quantization
         self.weights, self.weight_bytes_per_step = describe(self.model)
+        if row_choice is not None:
+            self.weights += f"; {row_choice.describe()}"
         if config.deterministic:
             modes = ", ".join(f"{mode} x {count}" for mode, count in sorted(linears.items()))
             self.weights += f"; deterministic: batch-invariant attention, linears {modes}"

@@ -1,0 +1,100 @@
+"""Quantized linears that give large batches to a dense bf16 copy (``--batched-matmul``): the call
+picks by rows, the crossover is measured once and remembered, the weights the loader kept are
+released whatever the choice, and a decode step is still counted as reading the quantized form."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.core import EngineCore
+from agentgate.engine.models import load_model
+from agentgate.engine.models import row_choice as rc
+from agentgate.engine.models.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.models.quant_linear import Int4Linear, kernels_work
+from agentgate.engine.models.quantization import describe
+from agentgate.engine.models.quantized import quantize_int4
+from tests.support.tiny_models import tiny_llama_dir
+
+pytestmark = pytest.mark.skipif(
+    not (kernels_work() and can_pack(torch.bfloat16)), reason="needs the int4 kernel and packed bf16 matmuls"
+)
+
+
+def tiny_int4(tmp_path):
+    return load_model(str(tiny_llama_dir(tmp_path)), load_format="dummy", dtype="bfloat16", quantization="int4")
+
+
+def test_each_call_takes_the_form_its_rows_ask_for():
+    weight = torch.randn(96, 64, generator=torch.Generator().manual_seed(0))
+    quantized = Int4Linear(quantize_int4(weight))
+    dense = PackedLinear(quantized.dense_weight(torch.bfloat16), None)
+    linear = rc.RowChosenLinear(quantized, dense, crossover=8)
+    few, many = torch.randn(7, 64).bfloat16(), torch.randn(8, 64).bfloat16()
+    assert torch.equal(linear(few), quantized(few)) and not torch.equal(linear(few), dense(few))
+    assert torch.equal(linear(many), dense(many))
+    # The dense copy is the quantized weight itself, rounded once to bf16.
+    want = quantized(many).float()
+    torch.testing.assert_close(dense(many).float(), want, rtol=2e-2, atol=1e-2 * float(want.abs().max()))
+
+
+def test_the_crossover_is_measured_once_then_remembered(tmp_path, monkeypatch):
+    measured = []
+    monkeypatch.setattr(rc, "_measure", lambda layer: measured.append(len(layer)) or 16)
+    first = tiny_int4(tmp_path).model
+    choice = rc.choose_by_rows(first, torch.bfloat16, cache_dir=tmp_path / "cache")
+    assert choice.crossover == 16 and choice.how == "measured" and measured == [4]  # qkv, o, gate_up, down
+    chosen = [m for m in first.modules() if isinstance(m, rc.RowChosenLinear)]
+    assert len(chosen) == 2 * 4 + 1 and all(m.crossover == 16 for m in chosen)  # every projection, the LM head
+    assert choice.dense_bytes == sum(2 * m.in_features * m.out_features for m in chosen)
+    again = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path / "cache")
+    assert again.crossover == 16 and again.how == "remembered" and measured == [4]
+    entries = json.loads((tmp_path / "cache" / "crossover.json").read_text())
+    assert list(entries.values()) == [16]
+
+
+def test_no_copy_where_dense_never_wins_and_the_kept_weights_are_released(tmp_path, monkeypatch):
+    monkeypatch.setattr(rc, "_measure", lambda layer: None)
+    model = tiny_int4(tmp_path).model
+    choice = rc.choose_by_rows(model, torch.bfloat16, cache_dir=tmp_path)
+    assert choice.crossover is None and choice.dense_bytes == 0 and "never faster" in choice.describe()
+    assert not any(isinstance(m, rc.RowChosenLinear) for m in model.modules())
+    with pytest.raises(RuntimeError, match="released"):
+        model.layers[0].mlp.down_proj.dense_weight(torch.bfloat16)
+
+
+def test_a_decode_step_still_reads_the_quantized_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(rc, "_measure", lambda layer: 4)
+    plain, chosen = tiny_int4(tmp_path).model, tiny_int4(tmp_path).model
+    rc.choose_by_rows(chosen, torch.bfloat16, cache_dir=tmp_path)
+    assert describe(chosen) == describe(plain)
+
+
+@pytest.mark.parametrize(
+    "options,expect_copies",
+    [
+        ({}, True),
+        ({"batched_matmul": "quantized"}, False),
+        ({"deterministic": True}, False),
+        ({"dtype": "float32"}, False),
+    ],
+)
+def test_the_engine_keeps_copies_by_default_only(tmp_path, monkeypatch, options, expect_copies):
+    monkeypatch.setenv("AGENTGATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(rc, "_measure", lambda layer: 4)
+    config = EngineConfig(
+        model=str(tiny_llama_dir(tmp_path)), load_format="dummy", quantization="int4", num_kv_blocks=64,
+        max_model_len=128, **({"dtype": "bfloat16"} | options),
+    )  # fmt: skip
+    core = EngineCore(config)
+    try:
+        model = core.runner.model
+        assert any(isinstance(m, rc.RowChosenLinear) for m in model.modules()) == expect_copies
+        assert ("dense bf16 from 4" in core.runner.weights) == expect_copies
+        quantized = [m for m in model.modules() if isinstance(m, Int4Linear)]
+        assert quantized and all(m._weight is None for m in quantized)  # nothing kept beyond loading
+    finally:
+        core.shutdown()
