@@ -89,7 +89,7 @@ def choose_by_rows(model: nn.Module, dtype: torch.dtype, cache_dir: Path | None 
     key = _cache_key(layer)
     cache = (cache_dir or _default_cache_dir()) / "crossover.json"
     remembered = _read(cache).get(key, "missing")
-    if remembered == "missing":
+    if not (remembered is None or (isinstance(remembered, int) and remembered >= 1)):  # missing, or not ours
         crossover, how = _measure(layer), "measured"
         _write(cache, key, crossover)
     else:
@@ -173,9 +173,10 @@ def _default_cache_dir() -> Path:
 
 def _read(path: Path) -> dict[str, int | None]:
     try:
-        return json.loads(path.read_text())
+        entries = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    return entries if isinstance(entries, dict) else {}
 
 
 def _write(path: Path, key: str, crossover: int | None) -> None:

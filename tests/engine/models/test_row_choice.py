@@ -98,3 +98,11 @@ def test_the_engine_keeps_copies_by_default_only(tmp_path, monkeypatch, options,
         assert quantized and all(m._weight is None for m in quantized)  # nothing kept beyond loading
     finally:
         core.shutdown()
+
+
+@pytest.mark.parametrize("cached", ['{"k": 1}', "[1, 2]", "not json"])
+def test_a_cache_file_that_is_not_ours_means_measuring_again(tmp_path, monkeypatch, cached):
+    monkeypatch.setattr(rc, "_measure", lambda layer: 32)
+    (tmp_path / "crossover.json").write_text(cached)
+    choice = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path)
+    assert choice.crossover == 32 and choice.how == "measured"
