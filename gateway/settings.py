@@ -308,7 +308,7 @@ class Settings:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.tool_call_parser is not None:
-            from agentgate.gateway.tools.parsers import TOOL_PARSERS
+            from agentgate.gateway.tools.parser_registry import TOOL_PARSERS
 
             if self.tool_call_parser not in TOOL_PARSERS:
                 raise ValueError(

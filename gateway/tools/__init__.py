@@ -4,8 +4,8 @@
 formats always parse (:mod:`~gateway.tools.constraints`), and parsers that turn the
 model's tool-call markup into OpenAI ``tool_calls``, streamed as deltas or not
 (:mod:`~gateway.tools.deltas`, :mod:`~gateway.tools.json_scanner`,
-:mod:`~gateway.tools.parser` and one module per format, chosen in
-:mod:`~gateway.tools.parsers`).
+:mod:`~gateway.tools.parser_base` and one module per format, chosen in
+:mod:`~gateway.tools.parser_registry`).
 
 Constrained decoding and the overlapped runner. ``tool_choice`` required or
 named and ``response_format`` become a grammar (an xgrammar structural tag or
@@ -38,8 +38,8 @@ from agentgate.gateway.tools.deltas import (
 )
 from agentgate.gateway.tools.hermes import HermesToolParser
 from agentgate.gateway.tools.llama3_json import Llama3JsonToolParser
-from agentgate.gateway.tools.parser import StreamingToolParser
-from agentgate.gateway.tools.parsers import TOOL_PARSERS, select_tool_parser
+from agentgate.gateway.tools.parser_base import StreamingToolParser
+from agentgate.gateway.tools.parser_registry import TOOL_PARSERS, select_tool_parser
 from agentgate.gateway.tools.render import render_chat_prompt
 from agentgate.gateway.tools.schema import ToolChoice, check_json_schema, resolve_tool_choice, validate_tools
 

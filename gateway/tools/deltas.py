@@ -1,6 +1,6 @@
 """What tool-call parsing produces: OpenAI ``tool_calls`` as deltas (streamed) or whole.
 
-A parser (``gateway.tools.parser``) turns a reply into :class:`Delta` s;
+A parser (``gateway.tools.parser_base``) turns a reply into :class:`Delta` s;
 :func:`accumulate` folds them as an OpenAI client does, so the
 non-streaming reply is what the streamed deltas add up to.
 """

@@ -8,7 +8,7 @@ import enum
 from collections.abc import Callable
 
 from agentgate.gateway.tools.json_scanner import ObjectScanner, ScanEvent, partial_tag, rstrip_index, skip_ws
-from agentgate.gateway.tools.parser import StreamingToolParser
+from agentgate.gateway.tools.parser_base import StreamingToolParser
 
 
 class _H(enum.Enum):

@@ -7,7 +7,7 @@ import enum
 from collections.abc import Callable
 
 from agentgate.gateway.tools.json_scanner import ObjectScanner, ScanEvent, partial_tag, skip_ws
-from agentgate.gateway.tools.parser import StreamingToolParser
+from agentgate.gateway.tools.parser_base import StreamingToolParser
 
 
 class _L(enum.Enum):

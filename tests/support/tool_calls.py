@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from agentgate.gateway.tools.deltas import Delta, ParsedOutput, accumulate
 from agentgate.gateway.tools.hermes import HermesToolParser
 from agentgate.gateway.tools.llama3_json import Llama3JsonToolParser
-from agentgate.gateway.tools.parser import StreamingToolParser
+from agentgate.gateway.tools.parser_base import StreamingToolParser
 
 WEATHER = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
 PARIS = ("get_weather", '{"city": "Paris", "unit": "celsius"}')

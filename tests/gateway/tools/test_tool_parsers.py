@@ -13,7 +13,7 @@ import pytest
 from agentgate.gateway.tools.deltas import Delta, finish_reason, new_tool_call_id
 from agentgate.gateway.tools.hermes import HermesToolParser
 from agentgate.gateway.tools.llama3_json import Llama3JsonToolParser
-from agentgate.gateway.tools.parsers import select_tool_parser
+from agentgate.gateway.tools.parser_registry import select_tool_parser
 from tests.support.tool_calls import (
     CASES,
     HERMES_CORPUS,

@@ -1,7 +1,7 @@
 """Tool-call parsing: the model's tool-call markup -> OpenAI ``tool_calls``, streamed or not.
 
 The base class of the parsers; one module per format (``gateway.tools.hermes``,
-``gateway.tools.llama3_json``), chosen by ``gateway.tools.parsers``.
+``gateway.tools.llama3_json``), chosen by ``gateway.tools.parser_registry``.
 
 One state machine per format serves both modes: :meth:`StreamingToolParser.parse`
 is ``feed(text) + finish()`` accumulated, so the non-streaming result *is* the
