@@ -38,6 +38,7 @@ from agentgate.gateway.auth import AuthMiddleware, KeyChecker
 from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.context import use_digest_secret
 from agentgate.gateway.discovery import EngineDiscovery
+from agentgate.gateway.engine_supervisor import EngineSupervisor, RestartPolicy
 from agentgate.gateway.engines import EngineTarget
 from agentgate.gateway.errors import EXCEPTION_HANDLERS
 from agentgate.gateway.exposure import auth_summary, exposure_warnings
@@ -57,7 +58,6 @@ from agentgate.gateway.sampling_defaults import sampling_defaults
 from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.settings import Settings
 from agentgate.gateway.state import GatewayState, ServedModel
-from agentgate.gateway.supervision import EngineSupervisor, RestartPolicy
 from agentgate.gateway.turn_tokens import TurnTokens
 
 log = logging.getLogger("agentgate.gateway")

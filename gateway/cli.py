@@ -13,7 +13,7 @@ Process topology:
   addresses, and the gateway. With ``--gateway-workers 1`` (default) the
   gateway runs in this process (``gateway.server``) and owns the engines (it
   watches them and stops them on shutdown). With M > 1 this process is a
-  supervisor of M gateway processes sharing the port (``gateway.supervisor``);
+  supervisor of M gateway processes sharing the port (``gateway.gateway_workers``);
   it stops them, then the engines, then Redis.
 - ``engine``: one engine process in the foreground, bound to ``--address``; with
   ``--redis-url`` it announces itself in Redis (``gateway.engine_registry``), and SIGTERM
@@ -150,8 +150,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     engine_config = settings.engine_config()
     from agentgate.engine.client import start_engine_process, stop_engine_process
     from agentgate.engine.ipc import private_address, remove_socket_file
+    from agentgate.gateway.engine_supervisor import spawner
     from agentgate.gateway.engines import EngineTarget
-    from agentgate.gateway.supervision import spawner
 
     with contextlib.ExitStack() as stack:
         settings = _with_redis(stack, settings)
@@ -164,7 +164,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             stack.callback(remove_socket_file, address)  # runs after the engine stopped
             stack.callback(stop_engine_process, process)
             # Restarted by the gateway (one process), or by the supervisor of --gateway-workers, whose
-            # workers re-attach (gateway.supervision, gateway.supervisor).
+            # workers re-attach (gateway.engine_supervisor).
             targets.append(EngineTarget(address, process, owned=True, start=spawner(engine_config, address)))
         return _run_gateways(settings, targets)
 
@@ -229,7 +229,7 @@ def _run_gateways(settings: Settings, targets: list[EngineTarget]) -> int:
         from agentgate.gateway.server import run_gateway
 
         return run_gateway(settings, targets)
-    from agentgate.gateway.supervisor import supervise
+    from agentgate.gateway.gateway_workers import supervise
 
     return supervise(settings, targets)
 

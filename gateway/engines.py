@@ -34,7 +34,7 @@ STATS_TIMEOUT_S = 2.0
 @dataclass(frozen=True)
 class EngineTarget:
     """An engine to connect to. ``owned``: the gateway stops ``process`` when it shuts down;
-    ``start``: starts it again at ``address`` after it died (``gateway.supervision``; None: an
+    ``start``: starts it again at ``address`` after it died (``gateway.engine_supervisor``; None: an
     engine started apart, re-attached when it answers again)."""
 
     address: str

@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from agentgate.gateway.auth import KeyChecker
     from agentgate.gateway.cluster import Cluster
     from agentgate.gateway.discovery import EngineDiscovery
+    from agentgate.gateway.engine_supervisor import EngineSupervisor
     from agentgate.gateway.program_store import ProgramStore
     from agentgate.gateway.ratelimit import RateLimiter
     from agentgate.gateway.redis_state import SharedState
     from agentgate.gateway.responses_api.store import ResponseStore
     from agentgate.gateway.sessions import SessionStore
-    from agentgate.gateway.supervision import EngineSupervisor
     from agentgate.gateway.turn_tokens import TurnTokens
 
 

@@ -4,8 +4,8 @@ spreads connections over them), each connected to every engine and to the
 one Redis, so they act as one (sessions, pause, aborts, rate limits). The
 supervisor stops them (SIGTERM: they drain), then the caller stops the
 engines and Redis; a worker whose supervisor dies stops itself. An engine
-that dies is restarted here at its address (the restart policy of
-``gateway.supervision``); the workers re-attach to it.
+that dies is restarted here at its address (``EngineRestarts``, with the
+restart policy, in ``gateway.engine_supervisor``); the workers re-attach to it.
 """
 
 from __future__ import annotations
@@ -18,15 +18,12 @@ import signal
 import socket
 import sys
 import threading
-import time
 
-from agentgate.engine.client import stop_engine_process
-from agentgate.engine.ipc import remove_socket_file
+from agentgate.gateway.engine_supervisor import EngineRestarts, RestartPolicy
 from agentgate.gateway.engines import EngineTarget, WatchedPid
 from agentgate.gateway.flags import configure_logging
 from agentgate.gateway.redis_state import redact_url
 from agentgate.gateway.settings import Settings
-from agentgate.gateway.supervision import RestartBudget, RestartPolicy, exit_description
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -126,41 +123,3 @@ def supervise(settings: Settings, targets: list[EngineTarget]) -> int:
         probe.close()
         restarts.stop_restarted()
     return code
-
-
-class EngineRestarts:
-    """The supervisor's engines, restarted at their address when they die (the workers re-attach
-    to them), with the gateway's restart policy (``gateway.supervision``)."""
-
-    def __init__(self, targets: list[EngineTarget], policy: RestartPolicy) -> None:
-        self.targets = targets
-        self.processes = [t.process for t in targets]
-        self.budgets = [RestartBudget(policy) for _ in targets]
-        self.due: list[float | None] = [None] * len(targets)  # when a dead engine is started again
-
-    def check(self) -> bool:
-        """Reap and restart dead engines; False once one died past its budget (the command exits 1)."""
-        now = time.monotonic()
-        for i, target in enumerate(self.targets):
-            process = self.processes[i]
-            if target.start is None or process is None:
-                continue
-            if self.due[i] is None and not process.is_alive():  # is_alive() reaps it
-                delay = self.budgets[i].died(now)
-                how = exit_description(process.exitcode)
-                if delay is None:
-                    log.error("engine %d at %s died (%s); giving up: past its restart budget", i, target.address, how)
-                    return False
-                log.error("engine %d at %s died (%s); restarting it in %.1f s", i, target.address, how, delay)
-                self.due[i] = now + delay
-            elif self.due[i] is not None and now >= self.due[i]:
-                self.due[i] = None
-                remove_socket_file(target.address)
-                self.processes[i] = target.start()
-        return True
-
-    def stop_restarted(self) -> None:
-        """Stop the engines started here (the first ones are the caller's to stop)."""
-        for target, process in zip(self.targets, self.processes, strict=True):
-            if process is not target.process and process is not None:
-                stop_engine_process(process)

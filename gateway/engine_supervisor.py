@@ -18,6 +18,10 @@ heartbeat) and fails the engine's streams; the task then logs it at ERROR
 - an engine started apart (``agentgate engine``, or a sibling of
   ``--gateway-workers``) is re-attached: the task reconnects to its address
   until it answers again.
+
+The supervisor process of ``--gateway-workers`` (``gateway.gateway_workers``)
+restarts the engines it spawned with the same policy, from its polling loop
+(:class:`EngineRestarts`); its workers re-attach to them.
 """
 
 from __future__ import annotations
@@ -175,6 +179,45 @@ class EngineSupervisor:
                 if target.start is not None:
                     return f"it did not come back: {exc}"
                 await anyio.sleep(0.5)
+
+
+class EngineRestarts:
+    """The engines of the ``--gateway-workers`` supervisor (``gateway.gateway_workers``), restarted
+    at their address when they die (the workers re-attach to them), with the same restart policy as
+    :class:`EngineSupervisor`; polled from the supervisor's loop, no event loop needed."""
+
+    def __init__(self, targets: list[EngineTarget], policy: RestartPolicy) -> None:
+        self.targets = targets
+        self.processes = [t.process for t in targets]
+        self.budgets = [RestartBudget(policy) for _ in targets]
+        self.due: list[float | None] = [None] * len(targets)  # when a dead engine is started again
+
+    def check(self) -> bool:
+        """Reap and restart dead engines; False once one died past its budget (the command exits 1)."""
+        now = time.monotonic()
+        for i, target in enumerate(self.targets):
+            process = self.processes[i]
+            if target.start is None or process is None:
+                continue
+            if self.due[i] is None and not process.is_alive():  # is_alive() reaps it
+                delay = self.budgets[i].died(now)
+                how = exit_description(process.exitcode)
+                if delay is None:
+                    log.error("engine %d at %s died (%s); giving up: past its restart budget", i, target.address, how)
+                    return False
+                log.error("engine %d at %s died (%s); restarting it in %.1f s", i, target.address, how, delay)
+                self.due[i] = now + delay
+            elif self.due[i] is not None and now >= self.due[i]:
+                self.due[i] = None
+                remove_socket_file(target.address)
+                self.processes[i] = target.start()
+        return True
+
+    def stop_restarted(self) -> None:
+        """Stop the engines started here (the first ones are the caller's to stop)."""
+        for target, process in zip(self.targets, self.processes, strict=True):
+            if process is not target.process and process is not None:
+                stop_engine_process(process)
 
 
 def spawner(config, address: str) -> Callable[[], multiprocessing.process.BaseProcess]:
