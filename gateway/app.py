@@ -6,7 +6,7 @@ The lifespan loads the tokenizer, connects to every engine (waiting for it
 to load its model), connects to Redis when ``settings.redis_url`` is set
 (sessions, request registry, pause state, rate limits, the control channel:
 ``gateway.redis_state``, ``gateway.cluster``), pauses its engines if the
-cluster is paused, and yields the :class:`~gateway.state.GatewayState` the
+cluster is paused, and yields the :class:`~gateway.app_state.GatewayState` the
 routes read as ``request.state.gateway``. On shutdown it flushes what it
 still has to write to Redis, disconnects and stops the engine processes it
 owns.
@@ -34,6 +34,7 @@ from agentgate.engine.model_path import resolve_model_path
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
 from agentgate.gateway.anthropic_api.errors import AnthropicErrorMiddleware
+from agentgate.gateway.app_state import GatewayState, ServedModel
 from agentgate.gateway.auth import AuthMiddleware, KeyChecker
 from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.context import use_digest_secret
@@ -57,7 +58,6 @@ from agentgate.gateway.sampling_defaults import FIELDS as SAMPLING_FIELDS
 from agentgate.gateway.sampling_defaults import sampling_defaults
 from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.settings import Settings
-from agentgate.gateway.state import GatewayState, ServedModel
 from agentgate.gateway.turn_tokens import TurnTokens
 
 log = logging.getLogger("agentgate.gateway")

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import anyio
 import msgspec
 
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.generation import Generation
@@ -46,7 +47,6 @@ from agentgate.gateway.prompts import (
     tool_plan,
 )
 from agentgate.gateway.schemas import ChatCompletionRequest
-from agentgate.gateway.state import GatewayState
 from agentgate.gateway.tools import Delta, ParsedOutput, accumulate, finish_reason
 from agentgate.gateway.tools.constraints import CALL_FORMATS
 from agentgate.gateway.tools.deltas import FunctionDelta, ToolCallDelta

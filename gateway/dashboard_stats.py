@@ -30,10 +30,10 @@ from collections import defaultdict
 import msgspec
 from prometheus_client import Counter, Histogram
 
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.registry import Entry
 from agentgate.gateway.retention_metrics import retention_totals
 from agentgate.gateway.sessions import owner_label
-from agentgate.gateway.state import GatewayState
 
 
 class LatencyHistogram(msgspec.Struct):

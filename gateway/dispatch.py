@@ -36,11 +36,11 @@ import msgspec
 
 from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.lease import Lease
 from agentgate.gateway.limits import check_engine_requests
-from agentgate.gateway.state import GatewayState
 from agentgate.gateway.turn_tokens import TurnStart
 
 

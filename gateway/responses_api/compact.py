@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.errors import BadRequestError
@@ -25,7 +26,6 @@ from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore
 from agentgate.gateway.responses_api.turn import need_store
 from agentgate.gateway.responses_api.types import CompactedResponse, CompactRequest, InputTokensDetails, ResponseUsage
-from agentgate.gateway.state import GatewayState
 
 SUMMARY_TOKENS = 512  # the summary's budget (the server's --max-tokens-cap still applies)
 INSTRUCTION = (

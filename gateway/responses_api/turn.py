@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.errors import BadRequestError, ServiceUnavailableError, error_parts
@@ -40,7 +41,6 @@ from agentgate.gateway.responses_api.types import (
     ResponseUsage,
     TextConfig,
 )
-from agentgate.gateway.state import GatewayState
 from agentgate.gateway.tools import ParsedOutput
 
 

@@ -37,6 +37,7 @@ import msgspec
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agentgate.engine.errors import EngineError
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLargeError, error_parts
 from agentgate.gateway.generation import never_disconnects
 from agentgate.gateway.middleware import request_context
@@ -45,7 +46,6 @@ from agentgate.gateway.responses_api.store import StoredResponse
 from agentgate.gateway.responses_api.turn import Turn, start_turn
 from agentgate.gateway.responses_api.types import WebSocketCreate
 from agentgate.gateway.schemas import decode_body
-from agentgate.gateway.state import GatewayState
 
 KEPT = 16  # responses a connection keeps for continuations
 _encoder = msgspec.json.Encoder()

@@ -21,13 +21,13 @@ from starlette.routing import Route
 from agentgate.gateway.anthropic_api.events import MessagesStream, usage
 from agentgate.gateway.anthropic_api.translate import content_blocks, stop_reason, to_chat
 from agentgate.gateway.anthropic_api.types import CountTokensRequest, Message, MessagesRequest, TokenCount
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
 from agentgate.gateway.context import context_of
 from agentgate.gateway.middleware import request_id_of
 from agentgate.gateway.prompts import chat_prompt
 from agentgate.gateway.responses_api.items import new_id
 from agentgate.gateway.schemas import decode_body, encode
-from agentgate.gateway.state import GatewayState
 from agentgate.gateway.streaming import stream_generation
 
 JSON = "application/json"

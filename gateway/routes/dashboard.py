@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.dashboard_stats import dashboard_stats
 from agentgate.gateway.routes.playground import static_page
 from agentgate.gateway.schemas import encode
-from agentgate.gateway.state import GatewayState
 
 
 async def stats(request: Request) -> Response:

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
 from agentgate.gateway.completion_formats import ChatFormat, CompletionFormat
 from agentgate.gateway.context import context_of
@@ -36,7 +37,6 @@ from agentgate.gateway.schemas import (
     decode_body,
     encode,
 )
-from agentgate.gateway.state import GatewayState
 from agentgate.gateway.streaming import stream_generation
 
 JSON = "application/json"

@@ -16,12 +16,12 @@ from starlette.routing import Route
 
 from agentgate.engine.protocol import PAUSE_MODES
 from agentgate.gateway import package_version
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.context import key_digest
 from agentgate.gateway.errors import BadRequestError, NotFoundError, ServiceUnavailableError, redact_paths
 from agentgate.gateway.metrics import CONTENT_TYPE_LATEST
 from agentgate.gateway.openapi import openapi_json
 from agentgate.gateway.schemas import AbortRequestsRequest, AbortResponse, PauseResponse, decode_body, encode
-from agentgate.gateway.state import GatewayState
 
 JSON = "application/json"
 

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.auth import bearer_token
 from agentgate.gateway.context import context_of, key_digest
 from agentgate.gateway.errors import BadRequestError
@@ -32,7 +33,6 @@ from agentgate.gateway.responses_api.turn import Turn, need_store, start_turn
 from agentgate.gateway.responses_api.types import CompactRequest, DeletedResponse, InputItemList, ResponsesRequest
 from agentgate.gateway.responses_api.websocket import responses_socket
 from agentgate.gateway.schemas import decode_body, encode
-from agentgate.gateway.state import GatewayState
 from agentgate.gateway.streaming import stream_generation
 
 JSON = "application/json"

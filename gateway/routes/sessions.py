@@ -22,12 +22,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.auth import bearer_token
 from agentgate.gateway.context import key_digest
 from agentgate.gateway.errors import BadRequestError, ServiceUnavailableError
 from agentgate.gateway.schemas import encode
 from agentgate.gateway.sessions import owner_label
-from agentgate.gateway.state import GatewayState
 
 JSON = "application/json"
 

@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.prompts import render_messages
 from agentgate.gateway.schemas import (
@@ -16,7 +17,6 @@ from agentgate.gateway.schemas import (
     decode_body,
     encode,
 )
-from agentgate.gateway.state import GatewayState
 
 JSON = "application/json"
 

@@ -12,6 +12,7 @@ from agentgate.engine.protocol import EngineCoreOutput, TokenLogprobs
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
+from agentgate.gateway.app_state import GatewayState, ServedModel
 from agentgate.gateway.auth import KeyChecker
 from agentgate.gateway.chat import ChatRun
 from agentgate.gateway.cluster import Cluster
@@ -25,7 +26,6 @@ from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.prompts import NO_TOOLS
 from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.settings import Settings
-from agentgate.gateway.state import GatewayState, ServedModel
 from agentgate.gateway.streaming import _chunks
 
 pytestmark = pytest.mark.anyio

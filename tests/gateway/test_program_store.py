@@ -20,12 +20,12 @@ from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.engines import EnginePool
 from agentgate.gateway.program_store import UNKNOWN, ProgramStore
 from agentgate.gateway.redis_state import SharedState
-from agentgate.gateway.state import GatewayState
 from tests.gateway.test_gateway_generation import StubEngine, _gateway
 from tests.support.servers import RedisServer, free_port
 

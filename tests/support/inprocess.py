@@ -32,9 +32,9 @@ from agentgate.engine.ipc import private_address
 from agentgate.engine.model_path import model_display_name
 from agentgate.engine.process import EngineServer
 from agentgate.gateway.app import EngineTarget, create_app
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.embedded_redis import EmbeddedRedis
 from agentgate.gateway.settings import Settings
-from agentgate.gateway.state import GatewayState
 
 # The live null server's engine: a few ms a step, room for many sequences.
 NULL_ENGINE = EngineConfig(runner="null", null_step_seconds=0.004, max_num_seqs=256, max_model_len=1024,
