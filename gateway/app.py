@@ -37,12 +37,12 @@ from agentgate.gateway.anthropic_api.errors import AnthropicErrorMiddleware
 from agentgate.gateway.app_state import GatewayState, ServedModel
 from agentgate.gateway.auth import AuthMiddleware, KeyChecker
 from agentgate.gateway.cluster import Cluster
-from agentgate.gateway.context import use_digest_secret
 from agentgate.gateway.discovery import EngineDiscovery
 from agentgate.gateway.engine_supervisor import EngineSupervisor, RestartPolicy
 from agentgate.gateway.engines import EngineTarget
 from agentgate.gateway.errors import EXCEPTION_HANDLERS
 from agentgate.gateway.exposure import auth_summary, exposure_warnings
+from agentgate.gateway.key_digests import use_digest_secret
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.middleware import BodyLimitMiddleware, RequestContextMiddleware, RequestIdMiddleware
 from agentgate.gateway.output_budget import OutputBudget

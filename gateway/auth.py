@@ -1,5 +1,5 @@
 """API keys: ``Authorization: Bearer <key>`` (or ``x-api-key``, as Anthropic's clients send
-it), checked as SHA-256 digests.
+it), checked as SHA-256 digests (``gateway.key_digests``).
 
 Route groups:
 
@@ -34,7 +34,6 @@ says nothing about which key matched or how much of one.
 from __future__ import annotations
 
 import enum
-import hashlib
 import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -44,6 +43,7 @@ from starlette.websockets import WebSocket
 
 from agentgate.gateway.errors import AuthenticationError, GatewayError, PermissionDeniedError, error_response
 from agentgate.gateway.exposure import ops_exposed
+from agentgate.gateway.key_digests import check_digest
 
 if TYPE_CHECKING:
     from agentgate.gateway.settings import Settings
@@ -89,17 +89,13 @@ def route_access(method: str, path: str) -> Access:
     return Access.USER
 
 
-def _digest(key: str) -> bytes:
-    return hashlib.sha256(key.encode()).digest()
-
-
 class KeyChecker:
     """The configured keys, and what each route group needs. ``exposed``: the server listens off
     loopback without ``--allow-unauthenticated-ops`` (see the module doc)."""
 
     def __init__(self, api_keys: Sequence[str] = (), admin_key: str | None = None, *, exposed: bool = False) -> None:
-        self._user = [_digest(k) for k in api_keys]
-        self._admin = _digest(admin_key) if admin_key is not None else None
+        self._user = [check_digest(k) for k in api_keys]
+        self._admin = check_digest(admin_key) if admin_key is not None else None
         self.exposed = exposed
 
     @classmethod
@@ -112,7 +108,7 @@ class KeyChecker:
         return bool(self._user) or self._admin is not None or self.exposed
 
     def role(self, presented: str | None) -> Role:
-        digest = _digest(presented or "")
+        digest = check_digest(presented or "")
         user = False
         for candidate in self._user:
             user |= secrets.compare_digest(digest, candidate)

@@ -31,7 +31,7 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentgate.gateway.auth import KeyChecker, bearer_token
-from agentgate.gateway.context import RequestContext, key_digest
+from agentgate.gateway.context import RequestContext
 from agentgate.gateway.errors import (
     BadRequestError,
     GatewayError,
@@ -39,6 +39,7 @@ from agentgate.gateway.errors import (
     ServiceUnavailableError,
     error_response,
 )
+from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.ratelimit import RateLimiter
 from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.slow_clients import RequestTimeoutError

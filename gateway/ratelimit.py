@@ -29,8 +29,8 @@ import logging
 import math
 from collections.abc import Iterable
 
-from agentgate.gateway.context import key_digest
 from agentgate.gateway.errors import GatewayError
+from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
 
 log = logging.getLogger("agentgate.ratelimit")

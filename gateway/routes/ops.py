@@ -17,8 +17,8 @@ from starlette.routing import Route
 from agentgate.engine.protocol import PAUSE_MODES
 from agentgate.gateway import package_version
 from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.context import key_digest
 from agentgate.gateway.errors import BadRequestError, NotFoundError, ServiceUnavailableError, redact_paths
+from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.metrics import CONTENT_TYPE_LATEST
 from agentgate.gateway.openapi import openapi_json
 from agentgate.gateway.schemas import AbortRequestsRequest, AbortResponse, PauseResponse, decode_body, encode

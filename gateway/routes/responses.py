@@ -22,9 +22,10 @@ from starlette.routing import Route, WebSocketRoute
 
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.auth import bearer_token
-from agentgate.gateway.context import context_of, key_digest
+from agentgate.gateway.context import context_of
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.generation import never_disconnects
+from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.middleware import request_id_of
 from agentgate.gateway.responses_api.compact import compact
 from agentgate.gateway.responses_api.events import ResponsesStream

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import anyio
 import pytest
 
-from agentgate.gateway.context import RequestContext, key_digest, use_digest_secret
+from agentgate.gateway.context import RequestContext
 from agentgate.gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
 from agentgate.gateway.errors import NotFoundError
+from agentgate.gateway.key_digests import key_digest, use_digest_secret
 from agentgate.gateway.ratelimit import RateLimitedError, RateLimiter, parse_key_limits
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
 from agentgate.gateway.registry import RequestRegistry
