@@ -9,7 +9,11 @@ the engine that would cost the server more than the client.
   ``max_model_len`` tokens could ever hold is refused before it is tokenized
   (a token spans at most ``max_token_bytes`` bytes, a character at least one);
 - :func:`check_engine_requests`: one HTTP request asks the engine for
-  ``n × prompts`` requests, at most ``max_engine_requests`` of them.
+  ``n × prompts`` requests, at most ``max_engine_requests`` of them; checked
+  once, for every API, by :func:`~gateway.dispatch.dispatch`, before anything
+  is admitted (a completions request's prompts are tokenized by then: their
+  text is bounded by ``--max-body-bytes`` and each prompt by
+  :func:`check_prompt_chars`).
 """
 
 from __future__ import annotations

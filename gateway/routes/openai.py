@@ -25,7 +25,7 @@ from agentgate.gateway.context import context_of
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.generation import Generation
-from agentgate.gateway.limits import OFF_LOOP_CHARS, check_engine_requests, check_prompt_chars
+from agentgate.gateway.limits import OFF_LOOP_CHARS, check_prompt_chars
 from agentgate.gateway.middleware import request_id_of
 from agentgate.gateway.output_budget import COMPLETIONS_DEFAULT
 from agentgate.gateway.prompts import check_n, completion_prompts, sampling_params
@@ -71,8 +71,6 @@ async def completions(request: Request) -> Response:
         raise BadRequestError("`best_of` other than `n` is not supported (this server scores no candidates)",
                               param="best_of")  # fmt: skip
     texts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-    check_engine_requests(len(texts) if texts and not isinstance(texts[0], int) else 1, body.n,
-                          gw.settings.max_engine_requests_per_request)  # fmt: skip
     chars = sum(len(t) for t in texts if isinstance(t, str))
     check_prompt_chars(max((len(t) for t in texts if isinstance(t, str)), default=0), model.max_model_len,
                        model.tokenizer.max_token_bytes, "prompt")  # fmt: skip
