@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentgate.loadtests.server import Server, alive, children, free_port, launch, wait_healthy  # noqa: F401 (alive: for the tests)
+from agentgate.loadtests import server as load_server
+from agentgate.loadtests.server import Server, alive, children, free_port, launch, process_tree, wait_healthy  # noqa: F401 (alive: for the tests)
 
 REPO = Path(__file__).resolve().parents[2]  # the repository root
 USER_KEY = "user-key-1"
@@ -57,28 +58,21 @@ class LiveServer(Server):
         return [c for c in children(self.pid) if "spawn_main" in cmdline(c)]
 
     def all_descendants(self) -> list[int]:
-        pids, todo = [], [self.pid]
-        while todo:
-            for child in children(todo.pop()):
-                pids.append(child)
-                todo.append(child)
-        return pids
+        return process_tree(self.pid)[1:]
 
 
 def start_server(log_dir: Path, *flags: str, env: dict[str, str] | None = None, api_key: str | None = None,
                  admin_key: str | None = None, timeout: float = 300.0) -> LiveServer:  # fmt: skip
-    """``agentgate serve FLAGS`` (with ``--api-key`` / ``--admin-key`` when given), once healthy."""
-    port = free_port()
-    args = ["serve", "--port", str(port), *flags]
-    args += ["--api-key", api_key] if api_key else []
-    args += ["--admin-key", admin_key] if admin_key else []
-    server = launch(args, log_dir / f"server-{port}.log", port=port, env=clean_environment(env), cls=LiveServer)
+    """``agentgate serve FLAGS`` (with ``--api-key`` / ``--admin-key`` when given), once healthy:
+    the load runs' :func:`~agentgate.loadtests.server.start_server`, in the tests' clean
+    environment, with the keys' headers at hand."""
+    keys = [*(["--api-key", api_key] if api_key else []), *(["--admin-key", admin_key] if admin_key else [])]
+    server = load_server.start_server([*flags, *keys], log_dir, timeout, env=clean_environment(env), cls=LiveServer)
     server.api_key, server.admin_key = api_key, admin_key
     if api_key:
         server.headers = bearer(api_key)
     if admin_key:
         server.admin_headers = bearer(admin_key)
-    wait_healthy(server, timeout=timeout)
     return server
 
 
