@@ -9,7 +9,7 @@ Pure HTTP (httpx + anyio): nothing here imports ``engine`` or ``gateway``.
 - ``agentgate ops``: the operator CLI (:mod:`agents.ops_cli`).
 """
 
-from agentgate.agents._core import RetryPolicy
+from agentgate.agents._retries import RetryPolicy
 from agentgate.agents.admin import Admin, AsyncAdmin, Status
 from agentgate.agents.agent import Agent, AgentResult
 from agentgate.agents.client import AsyncClient, AsyncStream

@@ -1,7 +1,7 @@
 """The two transports (httpx async and sync) that drive the sans-I/O core.
 
-Each one: sends a :class:`~agents._core.Req` with retries (429/503 answers and
-failures to connect, waiting as :class:`~agents._core.RetryPolicy` says),
+Each one: sends a :class:`~agents._requests.Req` with retries (429/503 answers and
+failures to connect, waiting as :class:`~agents._retries.RetryPolicy` says),
 turns error answers into :mod:`agents.errors`, drives generator-style API
 calls (``_run``), and opens streaming responses (``_open``)."""
 
@@ -18,7 +18,8 @@ from typing import Any
 import anyio
 import httpx
 
-from agentgate.agents._core import USER_AGENT, Op, Req, Resp, RetryPolicy, error_body, normalize_url
+from agentgate.agents._requests import USER_AGENT, Op, Req, Resp, error_body, normalize_url
+from agentgate.agents._retries import RetryPolicy
 from agentgate.agents.errors import AgentGateError, APIConnectionError, APITimeoutError, status_error
 
 TimeoutLike = float | httpx.Timeout | None

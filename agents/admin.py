@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 
 from agentgate.agents import prometheus
-from agentgate.agents._core import Op, Req, RetryPolicy, json_op
+from agentgate.agents._requests import Op, Req, json_op
+from agentgate.agents._retries import RetryPolicy
 from agentgate.agents._transport import AsyncTransport, SyncTransport, TimeoutLike
 from agentgate.agents.errors import UnsupportedError
 

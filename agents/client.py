@@ -33,16 +33,9 @@ from typing import Any
 import anyio
 import httpx
 
-from agentgate.agents._core import (
-    ChatAccumulator,
-    CompletionAccumulator,
-    Op,
-    Req,
-    RetryPolicy,
-    StreamParser,
-    drop_none,
-    json_op,
-)
+from agentgate.agents._accumulators import ChatAccumulator, CompletionAccumulator, StreamParser
+from agentgate.agents._requests import Op, Req, drop_none, json_op
+from agentgate.agents._retries import RetryPolicy
 from agentgate.agents._transport import AsyncTransport, TimeoutLike, transport_error
 from agentgate.agents.events import ChatResult, CompletionResult, Event
 
@@ -307,7 +300,7 @@ class AsyncClient(ClientApi, AsyncTransport):
     http://127.0.0.1:8000 (a trailing /v1 is fine); ``api_key`` to ``AGENTGATE_API_KEY``.
 
     ``timeout``: seconds (or an ``httpx.Timeout``) for connecting, each read and
-    each write; ``max_retries`` / ``retry``: see :class:`~agents._core.RetryPolicy`;
+    each write; ``max_retries`` / ``retry``: see :class:`~agents._retries.RetryPolicy`;
     ``http_client``: an ``httpx.AsyncClient`` to share (not closed by this one)."""
 
     _stream_class = AsyncStream

@@ -27,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from agentgate.agents._core import DEFAULT_URL
+from agentgate.agents._requests import DEFAULT_URL
 from agentgate.agents.admin import PAUSE_MODES, Admin, Status
 from agentgate.agents.errors import AgentGateError, APIStatusError
 

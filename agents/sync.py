@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import httpx
 
-from agentgate.agents._core import ChatAccumulator, CompletionAccumulator, Req, StreamParser
+from agentgate.agents._accumulators import ChatAccumulator, CompletionAccumulator, StreamParser
+from agentgate.agents._requests import Req
 from agentgate.agents._transport import SyncTransport, transport_error
 from agentgate.agents.client import REQUEST_ID_HEADER, ClientApi
 from agentgate.agents.events import Event

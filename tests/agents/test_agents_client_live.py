@@ -205,7 +205,7 @@ async def test_abort_by_session_is_refused_by_a_server_without_sessions(null):
 
 
 def _openapi():
-    from agentgate.agents._core import Req
+    from agentgate.agents._requests import Req
 
     return (yield Req("GET", "/openapi.json")).json()
 

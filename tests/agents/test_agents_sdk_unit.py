@@ -10,7 +10,10 @@ import httpx
 import pytest
 
 from agentgate.agents import AsyncClient, Client, RetryPolicy
-from agentgate.agents._core import ChatAccumulator, SSEDecoder, normalize_url, parse_retry_after
+from agentgate.agents._accumulators import ChatAccumulator
+from agentgate.agents._requests import normalize_url
+from agentgate.agents._retries import parse_retry_after
+from agentgate.agents._sse import SSEDecoder
 from agentgate.agents.errors import (
     APIConnectionError,
     AuthenticationError,

@@ -1,30 +1,19 @@
-"""The SDK's I/O-free core, shared by the async client and its sync twin.
+"""Streamed chunks in, typed events out.
 
-- :class:`Req` / :class:`Resp`: a request to send and what came back.
-- API calls are generators that yield :class:`Req` and receive :class:`Resp`
-  (sans-I/O); each transport drives them (``_run``), so every call is written
-  once for both twins.
-- :class:`RetryPolicy`: which answers are retried and how long to wait
-  (``Retry-After`` first, else exponential backoff with jitter).
-- :class:`SSEDecoder`: bytes in, ``data:`` payloads out; kept to a split and a
-  few comparisons per network read, since a load generator runs it per token.
 - :class:`ChatAccumulator` / :class:`CompletionAccumulator`: chunk dicts in,
   typed events out; tool-call deltas accumulate into complete calls.
-- :class:`StreamParser`: a streamed response's bytes in, events out (the two
-  above, plus ``data: [DONE]``); both stream classes drive it.
+- :class:`StreamParser`: a streamed response's bytes in, events out (SSE
+  decoding, one of the two above, plus ``data: [DONE]``); both stream classes
+  drive it.
 """
 
 from __future__ import annotations
 
-import email.utils
 import json
-import os
-import random
-import time
-from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
+from agentgate.agents._sse import SSEDecoder
 from agentgate.agents.errors import APIConnectionError, StreamError
 from agentgate.agents.events import (
     ChatResult,
@@ -39,150 +28,6 @@ from agentgate.agents.events import (
     Usage,
     UsageEvent,
 )
-
-DEFAULT_URL = "http://127.0.0.1:8000"
-USER_AGENT = "agentgate-agents/0.1"
-
-
-def normalize_url(url: str | None) -> str:
-    """The server's root URL: ``AGENTGATE_URL`` when ``url`` is None; a trailing ``/v1`` is dropped."""
-    url = (url or os.environ.get("AGENTGATE_URL") or DEFAULT_URL).rstrip("/")
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
-    if "://" not in url:
-        url = "http://" + url
-    return url
-
-
-# -- requests and responses -------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Req:
-    method: str
-    path: str
-    json: Any = None
-    params: dict[str, Any] | None = None
-    headers: dict[str, str] | None = None
-    timeout: Any = None
-    accept: tuple[int, ...] = ()  # error statuses returned as a Resp instead of raised
-    retry: bool = True
-
-
-@dataclass(slots=True)
-class Resp:
-    status_code: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body) if self.body else None
-
-    @property
-    def text(self) -> str:
-        return self.body.decode("utf-8", errors="replace")
-
-    @property
-    def request_id(self) -> str | None:
-        return self.headers.get("x-request-id")
-
-
-Op = Generator[Req, Resp, Any]
-
-
-def json_op(req: Req) -> Op:
-    """The one-request call: send ``req``, return its JSON body."""
-    return (yield req).json()
-
-
-def error_body(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError:
-        return body.decode("utf-8", errors="replace")
-
-
-# -- retries ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retry 429 and 503 answers (and failures to connect) up to ``max_retries`` times.
-
-    The wait is the server's ``Retry-After`` (seconds or an HTTP date, capped at
-    ``max_retry_after``) when it sent one, else ``backoff * 2**attempt`` capped
-    at ``max_backoff``, with full jitter in [50%, 100%]."""
-
-    max_retries: int = 3
-    backoff: float = 0.25
-    max_backoff: float = 8.0
-    max_retry_after: float = 60.0
-    statuses: frozenset[int] = frozenset({429, 503})
-
-    def delay(self, attempt: int, headers: dict[str, str] | None = None) -> float:
-        retry_after = parse_retry_after((headers or {}).get("retry-after"))
-        if retry_after is not None:
-            return min(retry_after, self.max_retry_after)
-        base = min(self.max_backoff, self.backoff * (2**attempt))
-        return base * random.uniform(0.5, 1.0)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-# -- SSE ------------------------------------------------------------------------------------
-
-
-class SSEDecoder:
-    """Server-sent events: feed bytes as they arrive, get the ``data`` payloads of complete events.
-
-    Comments (``: ping``) and other fields (``event:``, ``id:``, ``retry:``) are skipped;
-    several ``data:`` lines of one event are joined with newlines."""
-
-    __slots__ = ("_buffer", "_data")
-
-    def __init__(self) -> None:
-        self._buffer = b""
-        self._data: list[bytes] = []
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        if self._buffer:
-            chunk = self._buffer + chunk
-        lines = chunk.split(b"\n")
-        self._buffer = lines.pop()
-        out: list[bytes] = []
-        data = self._data
-        for line in lines:
-            if line[-1:] == b"\r":
-                line = line[:-1]
-            if not line:
-                if data:
-                    out.append(data[0] if len(data) == 1 else b"\n".join(data))
-                    data.clear()
-            elif line[:5] == b"data:":
-                data.append(line[6:] if line[5:6] == b" " else line[5:])
-        return out
-
-    def flush(self) -> list[bytes]:
-        """The last event when the stream ended without its blank line."""
-        out = self.feed(b"\n\n") if (self._buffer or self._data) else []
-        self._buffer = b""
-        return out
-
-
-# -- stream accumulation --------------------------------------------------------------------
 
 
 class _ChoiceState:
@@ -369,10 +214,3 @@ class StreamParser:
         if not self.done:
             raise APIConnectionError("the stream ended before data: [DONE]")
         return self.accumulator.finish()
-
-
-# -- request bodies -------------------------------------------------------------------------
-
-
-def drop_none(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is not None}
