@@ -331,10 +331,8 @@ def start_engine_process(
 ) -> multiprocessing.process.BaseProcess:
     """Spawn an engine process serving ``config`` at ``address`` (it binds)."""
     from agentgate.engine.model_path import model_display_name
-    from agentgate.engine.openmp import wait_passively
     from agentgate.engine.process import run_engine_process
 
-    wait_passively()  # the spawned engine inherits it, before it imports torch
     process = multiprocessing.get_context("spawn").Process(
         target=run_engine_process,
         args=(config, address, model_name or model_display_name(config.model), os.getpid()),

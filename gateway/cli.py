@@ -190,9 +190,6 @@ def _engine(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     address = args.address or os.environ.get("AGENTGATE_ADDRESS")
     if not address:
         parser.error("agentgate engine needs --address (tcp://HOST:PORT or ipc:///PATH)")
-    from agentgate.engine.openmp import wait_passively
-
-    wait_passively()  # before anything imports torch in this process
     from agentgate.engine.model_path import model_display_name
     from agentgate.engine.process import run_engine_process
 
