@@ -76,7 +76,9 @@ def choose_by_rows(model: nn.Module, dtype: torch.dtype, cache_dir: Path | None 
     """Give every quantized linear of ``model`` (activations in ``dtype``) a dense bf16 copy for
     batches from the crossover (measured here, or remembered), or none where dense never wins or
     cannot run here. None when the model has no quantized linear."""
-    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, QuantLinear)]
+    # Linears already given their copy (a model loaded once and handed to a second runner) stay as they are.
+    chosen = {id(m.quantized) for m in model.modules() if isinstance(m, RowChosenLinear)}
+    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, QuantLinear) and id(m) not in chosen]
     if not targets:
         return None
     why_not = None if dtype == KERNEL_DTYPE else f"{dtype} activations"

@@ -106,3 +106,13 @@ def test_a_cache_file_that_is_not_ours_means_measuring_again(tmp_path, monkeypat
     (tmp_path / "crossover.json").write_text(cached)
     choice = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path)
     assert choice.crossover == 32 and choice.how == "measured"
+
+
+def test_a_model_already_chosen_is_left_as_it_is(tmp_path, monkeypatch):
+    """A model loaded once and handed to a second runner: its linears keep the one copy they got."""
+    monkeypatch.setattr(rc, "_measure", lambda layer: 16)
+    model = tiny_int4(tmp_path).model
+    rc.choose_by_rows(model, torch.bfloat16, cache_dir=tmp_path)
+    assert rc.choose_by_rows(model, torch.bfloat16, cache_dir=tmp_path) is None
+    chosen = [m for m in model.modules() if isinstance(m, rc.RowChosenLinear)]
+    assert len(chosen) == 9 and not any(isinstance(m.quantized, rc.RowChosenLinear) for m in chosen)
