@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import zmq
 
 from agentgate.engine.config import EngineConfig
-from agentgate.engine.core import EngineCore
+from agentgate.engine.core import COMPILE_POLL_S, EngineCore
 from agentgate.engine.errors import EngineError
 from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.protocol import (
@@ -122,8 +122,7 @@ class EngineServer:
             while not self.stopping:
                 if self.drain_deadline is not None and (self.core is None or self._drained()):
                     break
-                busy = self.core is not None and self.core.has_work
-                self._drain_inbox(0 if busy else IDLE_POLL_MS)
+                self._drain_inbox(self._poll_ms())
                 if self.core is None:
                     continue
                 if self.core.has_work:
@@ -136,6 +135,13 @@ class EngineServer:
             remove_socket_file(self.address)
             if self.core is not None:
                 self.core.shutdown()
+
+    def _poll_ms(self) -> int:
+        """How long the loop may wait for messages before its next step."""
+        core = self.core
+        if core is None or not core.has_work:
+            return IDLE_POLL_MS
+        return round(COMPILE_POLL_S * 1000) if core.only_compiling else 0
 
     # -- inbox -------------------------------------------------------------
     def _drain_inbox(self, timeout_ms: int) -> None:
