@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 import traceback
 from collections import defaultdict
@@ -92,7 +93,11 @@ class EngineServer:
         self._owners: dict[str, bytes] = {}
         self._pending_wait: list[tuple[bytes, int]] = []
         self._front_ends: set[bytes] = set()
-        self._next_heartbeat = 0.0
+        # The socket is used by this loop and by the heartbeat thread, one at a time: a step can
+        # outlast the front ends' heartbeat timeout (a long prefill on a busy CPU), and an engine busy
+        # stepping is alive, not dead.
+        self._socket_lock = threading.Lock()
+        self._stop_beating = threading.Event()
         self.drain_deadline: float | None = None  # time.monotonic() by which a drain aborts what is left
         self.drain_refuses_at: float | None = None  # time.monotonic() from which a drain refuses new requests
 
@@ -118,6 +123,8 @@ class EngineServer:
         return True
 
     def serve_forever(self) -> None:
+        beats = threading.Thread(target=self._beat, name="engine-heartbeat", daemon=True)
+        beats.start()
         try:
             while not self.stopping:
                 if self.drain_deadline is not None and (self.core is None or self._drained()):
@@ -128,8 +135,9 @@ class EngineServer:
                 if self.core.has_work:
                     self._send_outputs(self._safe_step())
                 self._answer_pause_waiters()
-                self._heartbeat()
         finally:
+            self._stop_beating.set()
+            beats.join()
             self.socket.close(linger=1000)
             self.context.term()
             remove_socket_file(self.address)
@@ -145,11 +153,13 @@ class EngineServer:
 
     # -- inbox -------------------------------------------------------------
     def _drain_inbox(self, timeout_ms: int) -> None:
-        if not self.socket.poll(timeout_ms):
-            return
+        with self._socket_lock:  # the heartbeat thread waits out the poll: at most IDLE_POLL_MS
+            if not self.socket.poll(timeout_ms):
+                return
         while True:
             try:
-                identity, payload = self.socket.recv_multipart(zmq.NOBLOCK)
+                with self._socket_lock:
+                    identity, payload = self.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             try:
@@ -228,14 +238,13 @@ class EngineServer:
                 self._send(identity, CallResult(call_id, True))
             self._pending_wait.clear()
 
-    def _heartbeat(self) -> None:
-        now = time.monotonic()
-        if now < self._next_heartbeat or not self._front_ends:
-            return
-        self._next_heartbeat = now + HEARTBEAT_INTERVAL_S
+    def _beat(self) -> None:
+        """The heartbeat thread: every front end hears from the engine every HEARTBEAT_INTERVAL_S,
+        busy or idle, however long a step takes, until the loop ends."""
         beat = Heartbeat()
-        for identity in self._front_ends:
-            self._send(identity, beat)
+        while not self._stop_beating.wait(HEARTBEAT_INTERVAL_S):
+            for identity in tuple(self._front_ends):  # one C-level copy: the loop may add one meanwhile
+                self._send(identity, beat)
 
     # -- outbox ------------------------------------------------------------
     def _safe_step(self) -> list[EngineCoreOutput]:
@@ -262,7 +271,8 @@ class EngineServer:
 
     def _send(self, identity: bytes, message: Any) -> None:
         try:
-            self.socket.send_multipart([identity, encode(message)], zmq.NOBLOCK)
+            with self._socket_lock:
+                self.socket.send_multipart([identity, encode(message)], zmq.NOBLOCK)
         except zmq.ZMQError:
             log.warning("could not reach front end %r", identity)
 
