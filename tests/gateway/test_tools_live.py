@@ -67,6 +67,22 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def batched_server(tmp_path_factory: pytest.TempPathFactory):
+    """The same dense weights in the dtype this CPU computes fastest (``--dtype auto``: bfloat16 where it
+    has native bf16 dot products, else float32, as ``server``), room for 100 requests at once, for the
+    tests whose assertions hold reply by reply. bfloat16 rounds a reply differently with what else its
+    batch holds (a prefill after a prefix hit, attention over a prefix the batch shares), so the tests
+    that compare two requests' replies run on ``server``."""
+    server = start_server(
+        tmp_path_factory.mktemp("batched-tools-server"),
+        "--runner", "overlap", "--dtype", "auto", "--max-model-len", "2048", "--max-num-seqs", "128",
+        "--quantization", "none",
+    )  # fmt: skip
+    yield server
+    server.stop()
+
+
 def chat(server: LiveServer, **body) -> httpx.Response:
     return httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=600)
 
@@ -122,10 +138,13 @@ async def _all(server: LiveServer, bodies: list[dict]) -> list[tuple[int, dict |
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # about a minute on two idle cores; far more on a loaded machine
 @pytest.mark.parametrize("parallel", [False, True], ids=["one-call", "parallel-calls"])
-async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(server, parallel):
+async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(request, parallel):
     """Every returned call parses and validates, nothing of the markup reaches content. With
     parallel calls the grammar bounds them (--max-forced-tool-calls, 4) and a call that
-    max_tokens cuts is dropped (finish_reason "length"), never returned half-written."""
+    max_tokens cuts is dropped (finish_reason "length"), never returned half-written. One call:
+    the streamed call is the very call the same seeded request returns whole, a comparison
+    across two batches (``server``); parallel calls compare nothing across requests."""
+    server = request.getfixturevalue("batched_server" if parallel else "server")
     tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
 
     def body(seed: int, stream: bool) -> dict:
@@ -191,7 +210,7 @@ BUDGET_MATRIX = (
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize(("parallel", "temperature", "max_tokens"), BUDGET_MATRIX)
-async def test_forced_calls_fit_the_budget_on_50_random_schemas(server, parallel, temperature, max_tokens):
+async def test_forced_calls_fit_the_budget_on_50_random_schemas(batched_server, parallel, temperature, max_tokens):
     """Issue 28: under tool_choice required every reply, streamed or not, holds at least one whole
     call that validates against its schema, no markup in content, and ends on finish_reason
     "tool_calls", never "length": the grammar knows the tokens left and closes the call in time.
@@ -199,7 +218,7 @@ async def test_forced_calls_fit_the_budget_on_50_random_schemas(server, parallel
     tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
     bodies = [_forced(tools[seed], seed, parallel=parallel, temperature=temperature, max_tokens=max_tokens,
                       stream=stream) for stream in (False, True) for seed in range(NUM_SCHEMAS)]  # fmt: skip
-    results = await _all(server, bodies)
+    results = await _all(batched_server, bodies)
     good, calls_made = 0, 0
     for body, (status, out) in zip(bodies, results):
         seed, tool = body["seed"], body["tools"][0]["function"]
