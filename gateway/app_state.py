@@ -1,5 +1,5 @@
 """What every route needs: a frozen record of the gateway's services, built by
-the lifespan once the engines are connected (``gateway.app``) and read by
+the lifespan once the engines are connected (``gateway.http.app``) and read by
 routes as ``request.state.gateway``. Nothing here acts: each service does.
 """
 

@@ -11,7 +11,7 @@ Process topology:
 - ``serve`` (one machine): Redis (embedded ``redis-server`` on a private unix
   socket, unless ``--redis-url``), N engine processes on private IPC
   addresses, and the gateway. With ``--gateway-workers 1`` (default) the
-  gateway runs in this process (``gateway.server``) and owns the engines (it
+  gateway runs in this process (``gateway.http.server``) and owns the engines (it
   watches them and stops them on shutdown). With M > 1 this process is a
   supervisor of M gateway processes sharing the port (``gateway.gateway_workers``);
   it stops them, then the engines, then Redis.
@@ -223,7 +223,7 @@ def _with_redis(stack: contextlib.ExitStack, settings: Settings) -> Settings:
 def _run_gateways(settings: Settings, targets: list[EngineTarget]) -> int:
     """The gateway in this process, or ``--gateway-workers`` of them under a supervisor."""
     if settings.gateway_workers == 1:
-        from agentgate.gateway.server import run_gateway
+        from agentgate.gateway.http.server import run_gateway
 
         return run_gateway(settings, targets)
     from agentgate.gateway.gateway_workers import supervise

@@ -20,6 +20,7 @@ from agentgate.engine.protocol import TokenLogprobs
 from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway.chat import ChatRun, ReplyReader
 from agentgate.gateway.generation import Choice, ChoiceEvent, Generation
+from agentgate.gateway.http.sse import OpenAIStream, sse
 from agentgate.gateway.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -35,7 +36,6 @@ from agentgate.gateway.schemas import (
     TopLogprob,
     encode,
 )
-from agentgate.gateway.streaming import OpenAIStream, sse
 from agentgate.gateway.tools import Delta as ToolDelta
 
 _EMPTY_DELTA = Delta()

@@ -48,7 +48,7 @@ def gateway_worker(
     index: int,
 ) -> None:
     """One gateway process of ``--gateway-workers`` (spawned by the supervisor)."""
-    from agentgate.gateway.server import run_gateway
+    from agentgate.gateway.http.server import run_gateway
 
     configure_logging(settings.log_level)
 

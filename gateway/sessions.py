@@ -18,7 +18,7 @@ activity. It expires ``--session-ttl`` seconds after its last activity.
   The messages are the ones the route decoded, then the reply.
 - ``GET /v1/sessions/{id}`` (owner or admin), ``DELETE /v1/sessions/{id}``
   (aborts its requests in flight on every replica, then removes it),
-  ``GET /v1/sessions`` (admin): ``gateway.routes.sessions``.
+  ``GET /v1/sessions`` (admin): ``gateway.http.routes.sessions``.
 
 With no API key configured the server is open and anyone may use any session.
 """

@@ -13,7 +13,7 @@ documented order::
 reply pieces of the chat core's :class:`~gateway.chat.ReplyReader` (content
 and tool-call deltas; a new kind of piece closes the item before it) into
 event payloads. :class:`ResponsesStream` frames them as SSE (``event: <type>``
-+ ``data: <json>``); the WebSocket mode (:mod:`gateway.responses_api.websocket`)
++ ``data: <json>``); the WebSocket mode (:mod:`gateway.http.websocket`)
 sends each as one text message. The last event goes out once the response is
 stored, so a client that reads ``response.completed`` can chain on it from
 any replica at once.
@@ -165,7 +165,7 @@ class ResponseEvents:
 
 
 class ResponsesStream:
-    """:class:`ResponseEvents` as SSE (a :class:`~gateway.streaming.StreamFormat`)."""
+    """:class:`ResponseEvents` as SSE (a :class:`~gateway.http.sse.StreamFormat`)."""
 
     def __init__(self, turn: Turn) -> None:
         self.events = ResponseEvents(turn)

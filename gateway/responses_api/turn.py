@@ -12,7 +12,7 @@ The chain's engine (where the previous response ran) is the turn's affinity,
 so its prefix, already in that engine's cache, is not computed again.
 
 Both transports start their turns here: ``POST /v1/responses`` and the
-WebSocket mode (:mod:`gateway.responses_api.websocket`), which also hands in
+WebSocket mode (:mod:`gateway.http.websocket`), which also hands in
 the responses its connection keeps (``store: false`` ones live nowhere else)
 and may ask for a warm-up (``generate: false``): the prompt is computed into
 the engine's cache, and the response has no output.

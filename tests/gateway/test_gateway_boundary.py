@@ -15,7 +15,7 @@ def _loaded_after(statement: str) -> list[str]:
 
 
 def test_importing_the_app_loads_no_torch_and_no_engine_core():
-    assert _loaded_after("import agentgate.gateway.app") == []
+    assert _loaded_after("import agentgate.gateway.http.app") == []
 
 
 def test_importing_the_cli_loads_no_torch():
@@ -32,7 +32,7 @@ def _gateway_imports() -> dict[str, set[str]]:
 
 def test_no_import_cycle_inside_the_gateway_not_even_for_type_checking():
     graph = _gateway_imports()
-    assert len(graph) > 30 and "agentgate.gateway.dispatch" in graph["agentgate.gateway.routes.openai"]
+    assert len(graph) > 30 and "agentgate.gateway.dispatch" in graph["agentgate.gateway.http.routes.openai"]
     assert find_cycle(graph) is None, "import cycle: " + " -> ".join(find_cycle(graph) or [])
 
 

@@ -22,11 +22,11 @@ from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.engines import EnginePool
 from agentgate.gateway.errors import BadRequestError, ConflictError, QueueFullError
 from agentgate.gateway.generation import Generation
+from agentgate.gateway.http.sse import _chunks
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.prompts import NO_TOOLS
 from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.settings import Settings
-from agentgate.gateway.streaming import _chunks
 
 pytestmark = pytest.mark.anyio
 

@@ -31,8 +31,8 @@ from agentgate.engine.model_path import default_model_path, model_display_name
 from agentgate.engine.process import EngineServer
 from agentgate.engine.runner.null import NullRunner, _State
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from agentgate.gateway.app import EngineTarget, create_app
 from agentgate.gateway.embedded_redis import EmbeddedRedis
+from agentgate.gateway.http.app import EngineTarget, create_app
 from agentgate.gateway.settings import Settings
 from tests.support.inprocess import _PortalTransport, _WatchedThread, _WithLifespanState
 

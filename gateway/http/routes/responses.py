@@ -2,7 +2,7 @@
 background), ``GET``/``DELETE /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel``,
 ``GET /v1/responses/{id}/input_items``, ``POST /v1/responses/compact``
 (:mod:`gateway.responses_api.compact`) and the WebSocket mode on
-``/v1/responses`` (:mod:`gateway.responses_api.websocket`).
+``/v1/responses`` (:mod:`gateway.http.websocket`).
 
 A response runs on the chat core (:mod:`gateway.responses_api.turn`) and is
 stored in Redis (:mod:`gateway.responses_api.store`), so any replica answers
@@ -21,20 +21,18 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
 from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.auth import bearer_token
-from agentgate.gateway.context import context_of
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.generation import never_disconnects
+from agentgate.gateway.http.middleware import bearer_token, context_of, request_id_of
+from agentgate.gateway.http.sse import stream_generation
+from agentgate.gateway.http.websocket import responses_socket
 from agentgate.gateway.key_digests import key_digest
-from agentgate.gateway.middleware import request_id_of
 from agentgate.gateway.responses_api.compact import compact
 from agentgate.gateway.responses_api.events import ResponsesStream
 from agentgate.gateway.responses_api.store import RUNNING
 from agentgate.gateway.responses_api.turn import Turn, need_store, start_turn
 from agentgate.gateway.responses_api.types import CompactRequest, DeletedResponse, InputItemList, ResponsesRequest
-from agentgate.gateway.responses_api.websocket import responses_socket
 from agentgate.gateway.schemas import decode_body, encode
-from agentgate.gateway.streaming import stream_generation
 
 JSON = "application/json"
 

@@ -25,7 +25,7 @@ the same request without ``stream``, rather than an error event in a 200
 stream. The first chunk then goes out with the headers.
 
 A write that waits longer than ``--sse-send-timeout`` on a client that
-stopped reading ends the stream (``gateway.slow_clients``): the generation is
+stopped reading ends the stream (``gateway.http.slow_clients``): the generation is
 closed, the engine request aborted, its KV blocks freed.
 """
 
@@ -42,7 +42,8 @@ from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
 from agentgate.engine.errors import EngineError
-from agentgate.gateway.errors import error_json, error_response
+from agentgate.gateway.errors import error_json
+from agentgate.gateway.http.errors import error_response
 
 if TYPE_CHECKING:
     from agentgate.gateway.generation import Choice, ChoiceEvent, Generation

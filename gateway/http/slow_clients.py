@@ -12,7 +12,7 @@ stream's KV blocks) for as long as it likes, unless the server says how long.
 - **Streams**: an SSE write that cannot complete within ``--sse-send-timeout``
   seconds (the reader stopped reading and every buffer is full) ends the
   stream; its generation is closed, so the engine request is aborted and its
-  KV blocks freed (``gateway.streaming``).
+  KV blocks freed (``gateway.http.sse``).
 """
 
 from __future__ import annotations
@@ -22,13 +22,7 @@ import asyncio
 import msgspec
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agentgate.gateway.errors import ErrorBody, ErrorInfo, GatewayError
-
-
-class RequestTimeoutError(GatewayError):
-    status_code = 408
-    error_type = "invalid_request_error"
-    code = "request_timeout"
+from agentgate.gateway.errors import ErrorBody, ErrorInfo
 
 
 def _raw_response(status: int, reason: str, message: str, code: str) -> bytes:

@@ -23,8 +23,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.auth import bearer_token
 from agentgate.gateway.errors import BadRequestError, ServiceUnavailableError
+from agentgate.gateway.http.middleware import bearer_token
 from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.schemas import encode
 from agentgate.gateway.sessions import owner_label

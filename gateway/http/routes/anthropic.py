@@ -7,7 +7,7 @@ like any chat completion (same prompt, tool plan, grammar and parsing), and
 written back as Anthropic content blocks and events
 (:mod:`gateway.anthropic_api.events`). Keys come as ``x-api-key`` or Bearer
 (``gateway.auth``); errors are Anthropic-shaped
-(:mod:`gateway.anthropic_api.errors`).
+(:mod:`gateway.http.anthropic_errors`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from agentgate.gateway.anthropic_api.translate import content_blocks, stop_reaso
 from agentgate.gateway.anthropic_api.types import CountTokensRequest, Message, MessagesRequest, TokenCount
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
-from agentgate.gateway.context import context_of
-from agentgate.gateway.middleware import request_id_of
+from agentgate.gateway.http.middleware import context_of, request_id_of
+from agentgate.gateway.http.sse import stream_generation
 from agentgate.gateway.prompts import chat_prompt
 from agentgate.gateway.responses_api.items import new_id
 from agentgate.gateway.schemas import decode_body, encode
-from agentgate.gateway.streaming import stream_generation
 
 JSON = "application/json"
 

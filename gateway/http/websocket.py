@@ -7,7 +7,7 @@ each turn's events, the same payloads the SSE stream carries, one per text
 message, up to ``response.completed`` (or ``incomplete``, ``failed``). Turns
 run one after another on a connection; each is started by the one core,
 :func:`~gateway.responses_api.turn.start_turn`, admitted like a POST (the API
-key given at the handshake, its rate limits: :func:`gateway.middleware.request_context`)
+key given at the handshake, its rate limits: :func:`gateway.http.middleware.request_context`)
 and its events come from :class:`~gateway.responses_api.events.ResponseEvents`.
 
 The connection keeps its most recent responses (``store: false`` ones too,
@@ -40,7 +40,7 @@ from agentgate.engine.errors import EngineError
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLargeError, error_parts
 from agentgate.gateway.generation import never_disconnects
-from agentgate.gateway.middleware import request_context
+from agentgate.gateway.http.middleware import request_context
 from agentgate.gateway.responses_api.events import Event, ResponseEvents
 from agentgate.gateway.responses_api.store import StoredResponse
 from agentgate.gateway.responses_api.turn import Turn, start_turn

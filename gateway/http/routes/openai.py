@@ -21,12 +21,12 @@ from starlette.routing import Route
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
 from agentgate.gateway.completion_formats import ChatFormat, CompletionFormat
-from agentgate.gateway.context import context_of
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.generation import Generation
+from agentgate.gateway.http.middleware import context_of, request_id_of
+from agentgate.gateway.http.sse import stream_generation
 from agentgate.gateway.limits import OFF_LOOP_CHARS, check_prompt_chars
-from agentgate.gateway.middleware import request_id_of
 from agentgate.gateway.output_budget import COMPLETIONS_DEFAULT
 from agentgate.gateway.prompts import check_n, completion_prompts, sampling_params
 from agentgate.gateway.schemas import (
@@ -37,7 +37,6 @@ from agentgate.gateway.schemas import (
     decode_body,
     encode,
 )
-from agentgate.gateway.streaming import stream_generation
 
 JSON = "application/json"
 

@@ -11,7 +11,7 @@ from starlette.routing import Route
 
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.dashboard_stats import dashboard_stats
-from agentgate.gateway.routes.playground import static_page
+from agentgate.gateway.http.routes.playground import static_page
 from agentgate.gateway.schemas import encode
 
 

@@ -16,7 +16,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
 
 # The page runs only its own scripts and styles; it may call any gateway
 # (connect-src), since the endpoint can be set to another origin (CORS).

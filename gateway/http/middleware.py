@@ -1,5 +1,7 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware: it would buffer and slow the streams).
 
+- AuthMiddleware: the API keys (:class:`gateway.auth.KeyChecker` says which key each
+  route group needs), read from ``Authorization: Bearer`` or ``x-api-key``.
 - RequestIdMiddleware: every response carries ``X-Request-Id``: the client's
   (if it sent a usable one) or a fresh one. Routes read it from
   ``request.state.request_id``; it is the base of the engine request ids.
@@ -15,7 +17,7 @@
   (Redis, one script call: created on first use, owner checked, its engine
   read; 404 for another key's session, as for a missing one; 503 when Redis is down), and leaves a
   :class:`~gateway.context.RequestContext` in the scope for the route
-  (:func:`gateway.context.context_of`). Requests without a session and
+  (:func:`context_of`). Requests without a session and
   without rate limits make no Redis call here.
 
 Each gets its collaborators when the app is built, as Starlette's
@@ -29,20 +31,21 @@ import uuid
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
-from agentgate.gateway.auth import KeyChecker, bearer_token
-from agentgate.gateway.context import RequestContext
+from agentgate.gateway.auth import KeyChecker, route_access
+from agentgate.gateway.context import NO_CONTEXT, RequestContext
 from agentgate.gateway.errors import (
     BadRequestError,
     GatewayError,
     PayloadTooLargeError,
+    RequestTimeoutError,
     ServiceUnavailableError,
-    error_response,
 )
+from agentgate.gateway.http.errors import error_response
 from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.ratelimit import RateLimiter
 from agentgate.gateway.sessions import SessionStore
-from agentgate.gateway.slow_clients import RequestTimeoutError
 
 REQUEST_ID_HEADER = b"x-request-id"
 SESSION_HEADER = b"x-session-id"
@@ -54,6 +57,56 @@ GENERATION_PATHS = frozenset(
 
 def request_id_of(scope: Scope) -> str:
     return scope["state"]["request_id"]
+
+
+def context_of(scope: Scope) -> RequestContext:
+    """The request's context, as the middleware left it (none: an anonymous request without a session)."""
+    return scope.get("state", {}).get("context", NO_CONTEXT)
+
+
+def bearer_token(scope: Scope) -> str | None:
+    """The presented key: ``Authorization: Bearer <key>``, or Anthropic's ``x-api-key: <key>``."""
+    api_key = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+        if name == b"x-api-key":
+            api_key = value.decode("latin-1").strip()
+    return api_key
+
+
+class AuthMiddleware:
+    """Pure ASGI: no wrapping of the stream, so streamed responses pay nothing. A WebSocket
+    (the Responses API's WebSocket mode) is checked at its handshake, as a GET of its path: a
+    refused one gets the same HTTP error response (or, where the server cannot send one, is
+    closed with 1008, policy violation)."""
+
+    def __init__(self, app: ASGIApp, keys: KeyChecker) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and self.keys.enabled:
+            try:
+                self.keys.check(route_access(scope.get("method", "GET"), scope["path"]), bearer_token(scope))
+            except GatewayError as exc:
+                if exc.status_code == 401:
+                    exc.headers.setdefault("WWW-Authenticate", "Bearer")
+                if scope["type"] == "websocket":
+                    await _refuse_websocket(scope, receive, send, exc)
+                else:
+                    await error_response(exc)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _refuse_websocket(scope: Scope, receive: Receive, send: Send, exc: GatewayError) -> None:
+    websocket = WebSocket(scope, receive, send)
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await websocket.send_denial_response(error_response(exc))
+    else:
+        await websocket.close(code=1008, reason=exc.message[:120])
 
 
 class RequestIdMiddleware:

@@ -15,10 +15,10 @@ import socket
 import uvicorn
 from sse_starlette.sse import AppStatus
 
-from agentgate.gateway.app import create_app
 from agentgate.gateway.engines import EngineTarget
+from agentgate.gateway.http.app import create_app
+from agentgate.gateway.http.slow_clients import guarded_protocol
 from agentgate.gateway.settings import Settings
-from agentgate.gateway.slow_clients import guarded_protocol
 
 
 def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[socket.socket] | None = None) -> int:

@@ -33,27 +33,32 @@ from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.model_path import resolve_model_path
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
-from agentgate.gateway.anthropic_api.errors import AnthropicErrorMiddleware
 from agentgate.gateway.app_state import GatewayState, ServedModel
-from agentgate.gateway.auth import AuthMiddleware, KeyChecker
+from agentgate.gateway.auth import KeyChecker
 from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.discovery import EngineDiscovery
 from agentgate.gateway.engine_supervisor import EngineSupervisor, RestartPolicy
 from agentgate.gateway.engines import EngineTarget
-from agentgate.gateway.errors import EXCEPTION_HANDLERS
 from agentgate.gateway.exposure import auth_summary, exposure_warnings
+from agentgate.gateway.http.anthropic_errors import AnthropicErrorMiddleware
+from agentgate.gateway.http.errors import EXCEPTION_HANDLERS
+from agentgate.gateway.http.middleware import (
+    AuthMiddleware,
+    BodyLimitMiddleware,
+    RequestContextMiddleware,
+    RequestIdMiddleware,
+)
+from agentgate.gateway.http.routes import anthropic, dashboard, openai, ops, playground, tokenize
+from agentgate.gateway.http.routes import responses as responses_routes
+from agentgate.gateway.http.routes import sessions as sessions_routes
 from agentgate.gateway.key_digests import use_digest_secret
 from agentgate.gateway.metrics import Metrics
-from agentgate.gateway.middleware import BodyLimitMiddleware, RequestContextMiddleware, RequestIdMiddleware
 from agentgate.gateway.output_budget import OutputBudget
 from agentgate.gateway.program_store import ProgramStore
 from agentgate.gateway.ratelimit import RateLimiter, parse_key_limits
 from agentgate.gateway.redis_state import SharedState, make_replica_id
 from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.responses_api.store import ResponseStore
-from agentgate.gateway.routes import anthropic, dashboard, openai, ops, playground, tokenize
-from agentgate.gateway.routes import responses as responses_routes
-from agentgate.gateway.routes import sessions as sessions_routes
 from agentgate.gateway.sampling_defaults import FIELDS as SAMPLING_FIELDS
 from agentgate.gateway.sampling_defaults import sampling_defaults
 from agentgate.gateway.sessions import SessionStore
@@ -151,7 +156,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
             await _start_shared_state(stack, state)
             if isinstance(supervisor, EngineDiscovery):
                 supervisor.on_added = state.cluster.sync_pause  # an engine found while paused is paused
-            app.state.gateway = state  # for the server's graceful drain (gateway.server)
+            app.state.gateway = state  # for the server's graceful drain (gateway.http.server)
             log.info(startup_line(settings, state))
             for warning in exposure_warnings(settings):
                 log.warning(warning)
