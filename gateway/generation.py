@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
-from typing import Any, NamedTuple
+from typing import Any
 
 import anyio
 import msgspec
@@ -42,18 +42,11 @@ from agentgate.engine.sampling_params import SamplingParams, parse_budget_error
 from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway import programs
 from agentgate.gateway.admission import Ticket
+from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.lease import Lease
 from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.replies import text_reply
 from agentgate.gateway.schemas import PromptTokensDetails, Usage
-
-
-class ChoiceEvent(NamedTuple):
-    """What one engine output adds to a choice."""
-
-    text: str
-    token_ids: list[int]
-    logprobs: list[TokenLogprobs] | None
-    finish_reason: str | None
 
 
 class Choice:
@@ -224,7 +217,7 @@ class Choice:
         reason = "stop" if delta.stopped else engine_finish
         if reason is not None:
             self.finish_reason = reason
-        return ChoiceEvent(delta.text, new, logprobs, reason)
+        return ChoiceEvent(delta.text, new, logprobs, reason, self._processor.matched_stop if reason else None)
 
 
 def choice_params(params: SamplingParams, index: int) -> SamplingParams:
@@ -405,8 +398,3 @@ class Generation:
                 reason = "error"
             metrics.finished(reason)
         metrics.e2e.observe(time.monotonic() - self.arrival)
-
-
-def text_reply(text: str) -> dict[str, Any]:
-    """A reply as a session records it when nothing parses it: the assistant's text."""
-    return {"role": "assistant", "content": text}

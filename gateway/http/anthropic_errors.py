@@ -14,7 +14,7 @@ from __future__ import annotations
 import msgspec
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentgate.gateway.anthropic_api.events import anthropic_error
+from agentgate.gateway.formats.anthropic import anthropic_error
 
 PREFIX = "/v1/messages"
 

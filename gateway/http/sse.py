@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import anyio
 from sse_starlette import EventSourceResponse
@@ -42,49 +42,16 @@ from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
 from agentgate.engine.errors import EngineError
-from agentgate.gateway.errors import error_json
+from agentgate.gateway.formats import StreamFormat
 from agentgate.gateway.http.errors import error_response
 
 if TYPE_CHECKING:
-    from agentgate.gateway.generation import Choice, ChoiceEvent, Generation
+    from agentgate.gateway.events import ChoiceEvent
+    from agentgate.gateway.generation import Choice, Generation
 
 log = logging.getLogger("agentgate.gateway")
 
-DONE = b"data: [DONE]\r\n\r\n"
 PING_SECONDS = 15
-
-
-def sse(payload: bytes) -> bytes:
-    """One SSE event carrying ``payload`` (JSON, which holds no raw newline)."""
-    return b"data: " + payload + b"\r\n\r\n"
-
-
-class StreamFormat(Protocol):
-    """An API's wire shape of a stream: what opens it, one event's chunk, what closes it
-    (awaited once every choice has finished, before the generation is closed) and the
-    event an error after the start becomes."""
-
-    def opening(self) -> bytes: ...
-    def chunk(self, choice: Choice, event: ChoiceEvent) -> bytes | None: ...
-    async def closing(self) -> bytes: ...
-    def error(self, exc: BaseException) -> bytes: ...
-
-
-class OpenAIStream:
-    """OpenAI's chat and completions framing: the usage chunk when asked for, then ``[DONE]``;
-    an error is an event holding the OpenAI error body, then ``[DONE]``."""
-
-    include_usage: bool
-    gen: Generation
-
-    def usage_chunk(self) -> bytes:
-        raise NotImplementedError
-
-    async def closing(self) -> bytes:
-        return self.usage_chunk() + DONE if self.include_usage else DONE
-
-    def error(self, exc: BaseException) -> bytes:
-        return sse(error_json(exc, self.gen.request_id)) + DONE
 
 
 class GenerationResponse(EventSourceResponse):
@@ -148,7 +115,7 @@ def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False
                 async with anyio.create_task_group() as tasks:
                     for choice in gen.choices:
                         tasks.start_soon(gen.run_choice, lambda c=choice: run(c))
-                tail = fmt.error(gen.error) if gen.error is not None else await fmt.closing()
+                tail = fmt.error(gen.error) if gen.error is not None else await fmt.closing(gen.usage)
             finally:
                 gen.close()
             send.send_nowait(tail)
@@ -159,8 +126,8 @@ def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False
 def _chunks(fmt: StreamFormat, choice: Choice, events: list[ChoiceEvent]) -> bytes:
     """The SSE chunks of one engine output: one per token, written at once."""
     if len(events) == 1:
-        return fmt.chunk(choice, events[0]) or b""
-    return b"".join(data for event in events if (data := fmt.chunk(choice, event)) is not None)
+        return fmt.chunk(choice.index, events[0]) or b""
+    return b"".join(data for event in events if (data := fmt.chunk(choice.index, event)) is not None)
 
 
 async def _single(gen: Generation, fmt: StreamFormat) -> AsyncIterator[bytes]:
@@ -173,7 +140,7 @@ async def _single(gen: Generation, fmt: StreamFormat) -> AsyncIterator[bytes]:
             data = _chunks(fmt, choice, events)
             if data:
                 yield data
-        tail = await fmt.closing()
+        tail = await fmt.closing(gen.usage)
     except EngineError as exc:
         tail = fmt.error(gen.record_error(exc))
     finally:

@@ -8,7 +8,7 @@ message, up to ``response.completed`` (or ``incomplete``, ``failed``). Turns
 run one after another on a connection; each is started by the one core,
 :func:`~gateway.responses_api.turn.start_turn`, admitted like a POST (the API
 key given at the handshake, its rate limits: :func:`gateway.http.middleware.request_context`)
-and its events come from :class:`~gateway.responses_api.events.ResponseEvents`.
+and its events come from :class:`~gateway.formats.responses.ResponseEvents`.
 
 The connection keeps its most recent responses (``store: false`` ones too,
 which live nowhere else), so a continuation sends ``previous_response_id``
@@ -39,9 +39,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from agentgate.engine.errors import EngineError
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLargeError, error_parts
+from agentgate.gateway.formats.responses import Event
 from agentgate.gateway.generation import never_disconnects
 from agentgate.gateway.http.middleware import request_context
-from agentgate.gateway.responses_api.events import Event, ResponseEvents
 from agentgate.gateway.responses_api.store import StoredResponse
 from agentgate.gateway.responses_api.turn import Turn, start_turn
 from agentgate.gateway.responses_api.types import WebSocketCreate
@@ -141,7 +141,7 @@ class Connection:
     async def _run(self, turn: Turn) -> None:
         """Stream the turn's events; the response is finished and stored before its last event."""
         gen = turn.run.generation
-        events = ResponseEvents(turn, error_fields)
+        events = turn.events(error_fields)
         try:
             try:
                 for opening in events.opening():
@@ -150,7 +150,7 @@ class Connection:
                     for output in () if turn.warmup else outputs:
                         for chunk in events.chunk(output):
                             await self.send(chunk)
-                tail = await events.closing()
+                tail = await turn.closing_events(events)
             except EngineError as exc:
                 tail = events.error(gen.record_error(exc))
             finally:

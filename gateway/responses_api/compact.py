@@ -22,6 +22,7 @@ from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore
 from agentgate.gateway.responses_api.turn import need_store
@@ -64,7 +65,7 @@ async def compact(
     if not await gen.collect_or_raise(receive):
         return None
     choice = gen.choices[0]
-    parsed, _ = run.reader().whole(choice.text, choice.finish_reason)
+    parsed, _ = ReplyReader(run.plan).whole(choice.text, choice.finish_reason)
     users = [it.user_message_item(m["content"]) for m in messages if m["role"] == "user"]
     usage = gen.usage
     return CompactedResponse(

@@ -8,6 +8,10 @@ for the next turn.
     turn.finish(parsed, finish_reason)      # status, output items, usage
     await turn.save()
 
+Streamed, its events come from :class:`~gateway.formats.responses.ResponseEvents`;
+:meth:`Turn.closing_events` finishes and stores the response between the last
+item's events and the final one, and :class:`TurnStream` frames them as SSE.
+
 The chain's engine (where the previous response ran) is the turn's affinity,
 so its prefix, already in that engine's cache, is not computed again.
 
@@ -29,7 +33,10 @@ from typing import Any
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
-from agentgate.gateway.errors import BadRequestError, ServiceUnavailableError, error_parts
+from agentgate.gateway.errors import BadRequestError, GatewayError, ServiceUnavailableError, error_parts
+from agentgate.gateway.events import ChoiceEvent
+from agentgate.gateway.formats.framing import named_event
+from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEvents, sse_error_fields
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.responses_api.types import (
@@ -41,6 +48,7 @@ from agentgate.gateway.responses_api.types import (
     ResponseUsage,
     TextConfig,
 )
+from agentgate.gateway.schemas import Usage
 from agentgate.gateway.tools import ParsedOutput
 
 
@@ -103,6 +111,45 @@ class Turn:
     async def save(self) -> bool:
         """Store the response as it stands (False: not stored, or cancelled meanwhile)."""
         return self.store is not None and await self.store.save(self.stored())
+
+    def events(self, error_fields: ErrorFields = sse_error_fields) -> ResponseEvents:
+        """The turn's stream of events (``error_fields``: the transport's error event)."""
+        return ResponseEvents(self.response, self.run.plan, error_fields)
+
+    async def closing_events(self, events: ResponseEvents) -> list[Event]:
+        """The last item's closing events, then (the response finished and stored) the final event."""
+        out = events.ending()
+        self.finish(events.parsed, events.finish_reason, output=events.output)
+        try:
+            await self.save()
+        except GatewayError as exc:  # the store failed at the end (Redis down): the client hears why, then failed
+            return out + events.error(exc)
+        return out + events.final()
+
+
+class TurnStream:
+    """A turn's events as SSE (``event: <type>`` + ``data: <json>``): a
+    :class:`~gateway.formats.StreamFormat`."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.events = turn.events()
+
+    @staticmethod
+    def _sse(events: list[Event]) -> bytes:
+        return b"".join(named_event(event["type"], event) for event in events)
+
+    def opening(self) -> bytes:
+        return self._sse(self.events.opening())
+
+    def chunk(self, index: int, event: ChoiceEvent) -> bytes | None:
+        return self._sse(self.events.chunk(event)) or None
+
+    async def closing(self, usage: Usage) -> bytes:
+        return self._sse(await self.turn.closing_events(self.events))
+
+    def error(self, exc: BaseException) -> bytes:
+        return self._sse(self.events.error(exc))
 
 
 async def start_turn(

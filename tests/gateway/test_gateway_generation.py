@@ -14,13 +14,12 @@ from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
 from agentgate.gateway.app_state import GatewayState, ServedModel
 from agentgate.gateway.auth import KeyChecker
-from agentgate.gateway.chat import ChatRun
 from agentgate.gateway.cluster import Cluster
-from agentgate.gateway.completion_formats import ChatFormat
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.engines import EnginePool
 from agentgate.gateway.errors import BadRequestError, ConflictError, QueueFullError
+from agentgate.gateway.formats.openai import ChatFormat
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.http.sse import _chunks
 from agentgate.gateway.metrics import Metrics
@@ -101,7 +100,7 @@ async def test_a_merged_output_streams_one_chunk_per_token_and_a_stop_string_abo
     assert batches[-1][-1].finish_reason == "stop" and choice.finish_reason == "stop"
     assert all(len(e.token_ids) == 1 and len(e.logprobs) == 1 for b in batches for e in b)
     assert engine.left_early, "the engine request was not aborted after the stop string"
-    fmt = ChatFormat(ChatRun(gen, NO_TOOLS), "m", include_usage=False)
+    fmt = ChatFormat(NO_TOOLS, gen.request_id, gen.created, "m", tokenizer, num_choices=1, include_usage=False)
     data = _chunks(fmt, choice, batches[1])
     assert data.count(b"data: ") == 3 and data.endswith(b"\r\n\r\n")
     gen.close()

@@ -5,7 +5,7 @@ The request is translated onto a chat request
 (:mod:`gateway.anthropic_api.translate`), run by :func:`~gateway.chat.start_chat`
 like any chat completion (same prompt, tool plan, grammar and parsing), and
 written back as Anthropic content blocks and events
-(:mod:`gateway.anthropic_api.events`). Keys come as ``x-api-key`` or Bearer
+(:mod:`gateway.formats.anthropic`). Keys come as ``x-api-key`` or Bearer
 (``gateway.auth``); errors are Anthropic-shaped
 (:mod:`gateway.http.anthropic_errors`).
 """
@@ -18,14 +18,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from agentgate.gateway.anthropic_api.events import MessagesStream, usage
-from agentgate.gateway.anthropic_api.translate import content_blocks, stop_reason, to_chat
+from agentgate.gateway.anthropic_api.translate import to_chat
 from agentgate.gateway.anthropic_api.types import CountTokensRequest, Message, MessagesRequest, TokenCount
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
+from agentgate.gateway.formats.anthropic import MessagesStream, content_blocks, message_usage, stop_reason
 from agentgate.gateway.http.middleware import context_of, request_id_of
 from agentgate.gateway.http.sse import stream_generation
 from agentgate.gateway.prompts import chat_prompt
+from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api.items import new_id
 from agentgate.gateway.schemas import decode_body, encode
 
@@ -42,17 +43,19 @@ async def messages(request: Request) -> Response:
                      context=context_of(request.scope))  # fmt: skip
     message = Message(id=new_id("msg"), model=body.model)
     if body.stream:
-        message.usage = usage(run)
-        return stream_generation(run.generation, MessagesStream(run, message), prime=run.plan.structured is not None)
+        message.usage = message_usage(run.generation.usage)
+        return stream_generation(
+            run.generation, MessagesStream(run.plan, message), prime=run.plan.structured is not None
+        )
     gen = run.generation
     if not await gen.collect_or_raise(request.receive):
         return Response(status_code=499)  # nobody is listening any more
     choice = gen.choices[0]
-    parsed, finish = run.reader().whole(choice.text, choice.finish_reason)
+    parsed, finish = ReplyReader(run.plan).whole(choice.text, choice.finish_reason)
     message.content = content_blocks(parsed)
     message.stop_reason = stop_reason(finish, choice.matched_stop)
     message.stop_sequence = choice.matched_stop if message.stop_reason == "stop_sequence" else None
-    message.usage = usage(run)
+    message.usage = message_usage(gen.usage)
     return Response(encode(message), media_type=JSON)
 
 

@@ -27,10 +27,10 @@ from agentgate.gateway.http.middleware import bearer_token, context_of, request_
 from agentgate.gateway.http.sse import stream_generation
 from agentgate.gateway.http.websocket import responses_socket
 from agentgate.gateway.key_digests import key_digest
+from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api.compact import compact
-from agentgate.gateway.responses_api.events import ResponsesStream
 from agentgate.gateway.responses_api.store import RUNNING
-from agentgate.gateway.responses_api.turn import Turn, need_store, start_turn
+from agentgate.gateway.responses_api.turn import Turn, TurnStream, need_store, start_turn
 from agentgate.gateway.responses_api.types import CompactRequest, DeletedResponse, InputItemList, ResponsesRequest
 from agentgate.gateway.schemas import decode_body, encode
 
@@ -48,7 +48,7 @@ async def create_response(request: Request) -> Response:
     turn = await start_turn(gw, gw.responses, body, request_id=request_id_of(request.scope), arrival=arrival,
                             context=context_of(request.scope))  # fmt: skip
     if body.stream:
-        return stream_generation(turn.run.generation, ResponsesStream(turn), prime=turn.run.plan.structured is not None)
+        return stream_generation(turn.run.generation, TurnStream(turn), prime=turn.run.plan.structured is not None)
     if body.background:
         turn.response.status = "queued"
         await turn.save()
@@ -83,7 +83,7 @@ async def _run(turn: Turn, receive) -> bool:
     elif not await gen.collect_or_raise(receive):
         return False
     choice = gen.choices[0]
-    parsed, finish = turn.run.reader().whole(choice.text, choice.finish_reason)
+    parsed, finish = ReplyReader(turn.run.plan).whole(choice.text, choice.finish_reason)
     turn.finish(parsed, finish)
     await turn.save()
     return True

@@ -10,13 +10,14 @@ documented order::
     response.completed | response.incomplete | response.failed
 
 :class:`ResponseEvents` is the one core under both transports: it turns the
-reply pieces of the chat core's :class:`~gateway.chat.ReplyReader` (content
-and tool-call deltas; a new kind of piece closes the item before it) into
-event payloads. :class:`ResponsesStream` frames them as SSE (``event: <type>``
-+ ``data: <json>``); the WebSocket mode (:mod:`gateway.http.websocket`)
-sends each as one text message. The last event goes out once the response is
-stored, so a client that reads ``response.completed`` can chain on it from
-any replica at once.
+reply pieces of a :class:`~gateway.replies.ReplyReader` (content and tool-call
+deltas; a new kind of piece closes the item before it) into event payloads.
+The turn (``gateway.responses_api.turn``) frames them as SSE (``event: <type>``
++ ``data: <json>``); the WebSocket mode (:mod:`gateway.http.websocket`) sends
+each as one text message. Between the last item's closing events
+(:meth:`ResponseEvents.ending`) and the final one (:meth:`ResponseEvents.final`)
+the turn finishes and stores its response, so a client that reads
+``response.completed`` can chain on it from any replica at once.
 
 An error after the start is an ``error`` event, then ``response.failed``. Its
 fields differ by transport: SSE puts ``code``, ``message`` and ``param`` at
@@ -29,16 +30,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
-from agentgate.gateway.errors import ErrorInfo, GatewayError, error_parts
-from agentgate.gateway.generation import Choice, ChoiceEvent
+from agentgate.gateway.errors import ErrorInfo, error_parts
+from agentgate.gateway.events import ChoiceEvent
+from agentgate.gateway.prompts import ToolPlan
+from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api import items as it
-from agentgate.gateway.responses_api.turn import Turn
-from agentgate.gateway.responses_api.types import ResponseError
-from agentgate.gateway.tools import Delta, ToolCall, accumulate
-
-_encoder = msgspec.json.Encoder()
+from agentgate.gateway.responses_api.types import ResponseError, ResponseObject
+from agentgate.gateway.tools import Delta, ParsedOutput, ToolCall, accumulate
 
 FINAL_EVENTS = {"completed": "response.completed", "incomplete": "response.incomplete",
                 "failed": "response.failed", "cancelled": "response.failed"}  # fmt: skip
@@ -47,23 +45,18 @@ Event = dict[str, Any]
 ErrorFields = Callable[[int, ErrorInfo], dict[str, Any]]  # (status, error) -> the error event's fields
 
 
-def named_event(kind: str, payload: Any) -> bytes:
-    """One SSE event with its type named (``event:``) and its JSON payload. Lines end with
-    ``\n``, as OpenAI's and Anthropic's do (line-splitting clients read nothing else)."""
-    return b"event: " + kind.encode() + b"\ndata: " + _encoder.encode(payload) + b"\n\n"
-
-
 def sse_error_fields(status: int, info: ErrorInfo) -> dict[str, Any]:
     return {"code": str(info.code or status), "message": info.message, "param": info.param}
 
 
 class ResponseEvents:
-    """A turn's events as payloads (dicts), in order; ``error_fields``: the transport's error event."""
+    """The events of ``response``, its reply read through ``plan``, as payloads (dicts), in
+    order; ``error_fields``: the transport's error event."""
 
-    def __init__(self, turn: Turn, error_fields: ErrorFields = sse_error_fields) -> None:
-        self.turn = turn
+    def __init__(self, response: ResponseObject, plan: ToolPlan, error_fields: ErrorFields = sse_error_fields) -> None:
+        self.response = response
         self.error_fields = error_fields
-        self.reader = turn.run.reader()
+        self.reader = ReplyReader(plan)
         self.sequence = 0
         self.deltas: list[Delta] = []
         self.output_index = -1
@@ -78,7 +71,7 @@ class ResponseEvents:
         return event
 
     def _response_event(self, kind: str) -> Event:
-        return self._event(kind, response=self.turn.response)
+        return self._event(kind, response=self.response)
 
     def opening(self) -> list[Event]:
         return [self._response_event("response.created"), self._response_event("response.in_progress")]
@@ -145,43 +138,23 @@ class ResponseEvents:
         self.output.append(done)
         return out + [self._event("response.output_item.done", output_index=index, item=done)]
 
-    async def closing(self) -> list[Event]:
-        """The last item's closing events, then (the response finished and stored) the final event."""
-        out = self._close_item()
-        response = self.turn.finish(accumulate(self.deltas), self.finish_reason, output=self.output)
-        try:
-            await self.turn.save()
-        except GatewayError as exc:  # the store failed at the end (Redis down): the client hears why, then failed
-            return out + self.error(exc)
-        return out + [self._response_event(FINAL_EVENTS[response.status])]
+    @property
+    def parsed(self) -> ParsedOutput:
+        """The reply as streamed."""
+        return accumulate(self.deltas)
+
+    def ending(self) -> list[Event]:
+        """The last item's closing events (the reply has ended)."""
+        return self._close_item()
+
+    def final(self) -> list[Event]:
+        """The final event of the response as it is now (finished: ``response.completed``, ...)."""
+        return [self._response_event(FINAL_EVENTS[self.response.status])]
 
     def error(self, exc: BaseException) -> list[Event]:
         """The ``error`` event, then ``response.failed``: the response failed with ``exc``."""
         status, info, _ = error_parts(exc)
-        response = self.turn.response
+        response = self.response
         response.status = "failed"
         response.error = ResponseError(str(info.code or "server_error"), info.message)
         return [self._event("error", **self.error_fields(status, info)), self._response_event("response.failed")]
-
-
-class ResponsesStream:
-    """:class:`ResponseEvents` as SSE (a :class:`~gateway.http.sse.StreamFormat`)."""
-
-    def __init__(self, turn: Turn) -> None:
-        self.events = ResponseEvents(turn)
-
-    @staticmethod
-    def _sse(events: list[Event]) -> bytes:
-        return b"".join(named_event(event["type"], event) for event in events)
-
-    def opening(self) -> bytes:
-        return self._sse(self.events.opening())
-
-    def chunk(self, choice: Choice, event: ChoiceEvent) -> bytes | None:
-        return self._sse(self.events.chunk(event)) or None
-
-    async def closing(self) -> bytes:
-        return self._sse(await self.events.closing())
-
-    def error(self, exc: BaseException) -> bytes:
-        return self._sse(self.events.error(exc))
