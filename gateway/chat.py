@@ -8,7 +8,7 @@ items and content blocks onto messages, tools and tool_choice), calls
 :func:`start_chat`, and writes what a :class:`~gateway.replies.ReplyReader`
 over ``run.plan`` reads in its own wire shape (``gateway.formats``)::
 
-    run = await start_chat(gw, request, request_id=..., arrival=..., context=...)
+    run = await start_chat(model, dispatcher, request, turns=..., request_id=..., arrival=..., context=...)
     run.generation    # running: its choices' events, then its usage
     run.plan          # how its replies are read (gateway.replies)
 
@@ -22,15 +22,14 @@ engine enforces), sampling parameters, admission, routing and registration
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import anyio
 import msgspec
 
-from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.context import RequestContext
-from agentgate.gateway.dispatch import Job, dispatch
+from agentgate.gateway.dispatch import Dispatcher, dispatch
 from agentgate.gateway.generation import Generation
+from agentgate.gateway.job import Job
 from agentgate.gateway.limits import OFF_LOOP_CHARS, check_prompt_chars, message_chars
 from agentgate.gateway.programs import program_tag
 from agentgate.gateway.prompts import (
@@ -43,9 +42,9 @@ from agentgate.gateway.prompts import (
     sampling_params,
     tool_plan,
 )
-from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.schemas import ChatCompletionRequest
-from agentgate.gateway.turn_tokens import TurnStart
+from agentgate.gateway.served_model import ServedModel
+from agentgate.gateway.turn_tokens import TurnStart, TurnTokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,21 +56,23 @@ class ChatRun:
 
 
 async def start_chat(
-    gw: GatewayState,
+    model: ServedModel,
+    dispatcher: Dispatcher,
     request: ChatCompletionRequest,
     *,
+    turns: TurnTokens | None,
     request_id: str,
     arrival: float,
     context: RequestContext,
     budget_param: str | None = None,
 ) -> ChatRun:
     """Validate ``request`` (400-class errors name the field), build its prompt, tool plan and
-    sampling parameters, and dispatch it. ``budget_param``: the API's name for max_tokens in
-    its errors (Responses: ``max_output_tokens``); the server's output budget applies
-    (:mod:`gateway.output_budget`). A prompt too long for the context is refused by its
+    sampling parameters, and dispatch it: the engine has it when this returns. ``turns``: the
+    programs' last turns as tokens (None: not kept, ``gateway.turn_tokens``). ``budget_param``:
+    the API's name for max_tokens in its errors (Responses: ``max_output_tokens``); the server's
+    output budget applies (:mod:`gateway.output_budget`). A prompt too long for the context is refused by its
     characters before it is tokenized; a large one is rendered and tokenized on a worker thread,
     so the event loop (every other stream, ``/health``) never waits on it."""
-    model = gw.model
     model.check(request.model)
     check_n(request.n)
     check_request_json(request)
@@ -81,9 +82,9 @@ async def start_chat(
                           prompt_cache_key=request.prompt_cache_key, user=request.user)  # fmt: skip
     program_id = program.program_id if program is not None else None
     if chars > OFF_LOOP_CHARS:
-        text, prompt, plan = await anyio.to_thread.run_sync(_prompt_and_plan, gw, request, program_id)
+        text, prompt, plan = await anyio.to_thread.run_sync(_prompt_and_plan, model, turns, request, program_id)
     else:
-        text, prompt, plan = _prompt_and_plan(gw, request, program_id)
+        text, prompt, plan = _prompt_and_plan(model, turns, request, program_id)
     requested, param = request.max_tokens, "max_tokens"
     if request.max_completion_tokens is not None:
         requested, param = request.max_completion_tokens, "max_completion_tokens"
@@ -99,22 +100,19 @@ async def start_chat(
         structured=structured, defaults=model.sampling,
     )  # fmt: skip
     turn = None
-    if gw.turn_tokens is not None and program_id is not None and request.n == 1:
-        turn = TurnStart(gw.turn_tokens, program_id, text, prompt)
-    job = Job(request_id, arrival, [prompt], params, request.n, program, turn)
-    generation = await dispatch(gw, job, context, conversation=request.messages)
-    generation.constraint_param = plan.constraint_param
-    generation.budget_param = param
-    generation.reply_message = partial(recorded_reply, plan)
+    if turns is not None and program_id is not None and request.n == 1:
+        turn = TurnStart(turns, program_id, text, prompt)
+    job = Job(request_id, arrival, [prompt], params, request.n, program, turn, plan.constraint_param, param)
+    generation = await dispatch(dispatcher, job, context, conversation=request.messages)
     return ChatRun(generation, plan)
 
 
 def _prompt_and_plan(
-    gw: GatewayState, request: ChatCompletionRequest, program_id: str | None
+    model: ServedModel, turns: TurnTokens | None, request: ChatCompletionRequest, program_id: str | None
 ) -> tuple[str, list[int], ToolPlan]:
     """The prompt's text and token ids (a program's turn starts with its last turn's own tokens:
     :mod:`gateway.turn_tokens`), and the tool plan."""
-    tokenizer = gw.model.tokenizer
+    tokenizer = model.tokenizer
     text = chat_prompt_text(tokenizer, request)
-    prompt = program_prompt(tokenizer, request, text, gw.turn_tokens, program_id)
-    return text, prompt, tool_plan(tokenizer, request, gw.model.tool_call_parser, gw.model.max_forced_tool_calls)
+    prompt = program_prompt(tokenizer, request, text, turns, program_id)
+    return text, prompt, tool_plan(tokenizer, request, model.tool_call_parser, model.max_forced_tool_calls)

@@ -17,6 +17,7 @@ from agentgate.gateway.context import RequestContext
 from agentgate.gateway.program_store import ProgramStore
 from agentgate.gateway.ratelimit import RateLimiter
 from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.schemas import AssistantMessage
 from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.turn_tokens import TurnStart
 
@@ -64,7 +65,7 @@ class Lease:
         self,
         prompt_tokens: int,
         completion_tokens: int,
-        reply: dict[str, Any] | None,
+        reply: AssistantMessage | None,
         output_ids: Sequence[int] = (),
     ) -> None:
         """The request ended: ``reply`` is its first choice as an assistant message (None:

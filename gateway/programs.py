@@ -20,6 +20,7 @@ from typing import Any
 
 from agentgate.engine.protocol import ProgramTag
 from agentgate.gateway.context import RequestContext
+from agentgate.gateway.schemas import AssistantMessage
 
 
 def program_id(context: RequestContext, prompt_cache_key: str | None, user: str | None) -> str | None:
@@ -67,7 +68,7 @@ def program_tag(
                       tool_names=tools or [])  # fmt: skip
 
 
-def reply_tools(reply: dict[str, Any] | None) -> list[str]:
-    """The tools a turn's ``reply`` (an assistant message as recorded) called."""
-    calls = (reply or {}).get("tool_calls") or []
-    return [call["function"]["name"] for call in calls]
+def reply_tools(reply: AssistantMessage | dict[str, Any] | None) -> list[str]:
+    """The tools a turn's ``reply`` (an assistant message as recorded, or as a client sends it) called."""
+    calls = _get(reply, "tool_calls") if reply is not None else None
+    return [call["function"]["name"] for call in calls or ()]

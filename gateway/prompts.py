@@ -50,10 +50,12 @@ def program_prompt(
     """The token ids of ``text``, the prompt of ``request``, a turn of ``program_id``: its last
     turn's own tokens first when ``turns`` kept one that this conversation carries
     (:mod:`gateway.turn_tokens`), else ``text`` tokenized."""
+    returning = None
     if turns is not None and program_id is not None:
-        ids = turns.prompt_ids(
-            program_id, text, request.messages, lambda k: _render_request(tokenizer, request, k + 1, False)
-        )
+        returning = turns.returning(program_id, text, request.messages)
+    if returning is not None:
+        through = _render_request(tokenizer, request, returning.last + 1, False)
+        ids = turns.prompt_ids(returning, text, through)
         if ids is not None:
             return ids
     return tokenizer.encode(text, add_special_tokens=False)

@@ -13,27 +13,25 @@ when the reply made calls and ended normally). Every API writes what a
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from agentgate.gateway.prompts import ToolPlan
+from agentgate.gateway.schemas import AssistantMessage
 from agentgate.gateway.tools import Delta, ParsedOutput, accumulate, finish_reason
 from agentgate.gateway.tools.constraints import CALL_FORMATS
 from agentgate.gateway.tools.deltas import FunctionDelta, ToolCallDelta
 
 
-def text_reply(text: str) -> dict[str, Any]:
+def text_reply(text: str) -> AssistantMessage:
     """A reply as a session records it when nothing parses it: the assistant's text."""
-    return {"role": "assistant", "content": text}
+    return AssistantMessage("assistant", text)
 
 
-def recorded_reply(plan: ToolPlan, text: str) -> dict[str, Any]:
+def recorded_reply(plan: ToolPlan, text: str) -> AssistantMessage:
     """A reply as a session records it: the assistant message, its tool calls parsed by the
     plan (with ids of their own: the client's come back with the next turn's messages)."""
     parsed, _ = ReplyReader(plan).whole(text, None)
-    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
-    if parsed.tool_calls:
-        message["tool_calls"] = [call.to_openai() for call in parsed.tool_calls]
-    return message
+    return AssistantMessage("assistant", parsed.content, [call.to_openai() for call in parsed.tool_calls] or None)
 
 
 class ReplyPiece(NamedTuple):

@@ -28,11 +28,14 @@ from __future__ import annotations
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
+
+import msgspec
 
 from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway.schemas import AssistantMessage
 from agentgate.gateway.tools.json_scanner import canonical_arguments
 from agentgate.gateway.tools.schema import to_builtins
 
@@ -71,6 +74,13 @@ class _Turn:
         return len(self.prompt_text) + self.token_ids.itemsize * len(self.token_ids)
 
 
+class Returning(NamedTuple):
+    """A program's kept turn that a new prompt may continue (:meth:`TurnTokens.returning`)."""
+
+    turn: _Turn
+    last: int  # the index of the conversation's last assistant message: the kept reply
+
+
 def _role(message: Any) -> Any:
     return message.get("role") if isinstance(message, Mapping) else getattr(message, "role", None)
 
@@ -87,9 +97,10 @@ class TurnStart:
         self.prompt_text = prompt_text
         self.prompt_ids = prompt_ids
 
-    def ended(self, output_ids: Sequence[int], reply: Mapping[str, Any] | None) -> None:
+    def ended(self, output_ids: Sequence[int], reply: AssistantMessage | None) -> None:
         """It ended with ``output_ids`` and ``reply`` (None: nothing kept of it)."""
-        self.store.remember(self.program_id, self.prompt_text, self.prompt_ids, output_ids, reply or {})
+        message = msgspec.to_builtins(reply) if reply is not None else {}
+        self.store.remember(self.program_id, self.prompt_text, self.prompt_ids, output_ids, message)
 
 
 class TurnTokens:
@@ -128,17 +139,10 @@ class TurnTokens:
             while self._bytes > self.max_bytes:
                 self._drop(next(iter(self._turns)))
 
-    def prompt_ids(
-        self,
-        program_id: str,
-        text: str,
-        messages: Sequence[Any],
-        render_through: Callable[[int], str],
-    ) -> list[int] | None:
-        """The token ids of prompt ``text`` (rendered from ``messages``, dicts or the request's
-        structs) that start with the program's kept turn, or None when it does not apply.
-        ``render_through(k)``: the text of ``messages[: k + 1]`` rendered as ``text`` was,
-        without a generation prompt."""
+    def returning(self, program_id: str, text: str, messages: Sequence[Any]) -> Returning | None:
+        """The program's kept turn, when prompt ``text`` (rendered from ``messages``, dicts or the
+        request's structs) may continue it: its prompt text leads ``text`` and the last assistant
+        message is its reply; None otherwise. Its ``last``: that message's index."""
         with self._lock:
             turn = self._turns.get(program_id)
             if turn is not None:
@@ -148,7 +152,14 @@ class TurnTokens:
         last = next((k for k in range(len(messages) - 1, -1, -1) if _role(messages[k]) == "assistant"), None)
         if last is None or reply_key(to_builtins(messages[last])) != turn.reply:
             return None
-        through = render_through(last)
+        return Returning(turn, last)
+
+    def prompt_ids(self, returning: Returning, text: str, through: str) -> list[int] | None:
+        """The token ids of prompt ``text``, a turn :meth:`returning` found: the kept turn's own
+        tokens, then the text after its end token; None when the texts do not line up.
+        ``through``: ``messages[: returning.last + 1]`` rendered as ``text`` was, without a
+        generation prompt."""
+        turn = returning.turn
         cut = through.rfind(turn.end_text)
         if cut < len(turn.prompt_text) or not through.startswith(turn.prompt_text):
             return None

@@ -18,15 +18,17 @@ from __future__ import annotations
 from typing import Protocol
 
 from agentgate.gateway.events import ChoiceEvent
-from agentgate.gateway.schemas import Usage
+from agentgate.gateway.schemas import AssistantMessage, Usage
 
 
 class StreamFormat(Protocol):
     """An API's wire shape of a stream: what opens it, the bytes of one choice's event, what
-    closes it once every choice has finished (with the usage), and the event an error after
-    the start becomes."""
+    closes it once every choice has finished (with the usage), the event an error after the
+    start becomes, and the reply of a choice's text as a session records it (OpenAI's assistant
+    message, whatever the API: ``gateway.replies``)."""
 
     def opening(self) -> bytes: ...
     def chunk(self, index: int, event: ChoiceEvent) -> bytes | None: ...
     async def closing(self, usage: Usage) -> bytes: ...
     def error(self, exc: BaseException) -> bytes: ...
+    def reply(self, text: str) -> AssistantMessage: ...

@@ -25,8 +25,8 @@ from agentgate.gateway.errors import error_parts
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.framing import named_event
 from agentgate.gateway.prompts import ToolPlan
-from agentgate.gateway.replies import ReplyReader
-from agentgate.gateway.schemas import Usage
+from agentgate.gateway.replies import ReplyReader, recorded_reply
+from agentgate.gateway.schemas import AssistantMessage, Usage
 from agentgate.gateway.tools import ParsedOutput, ToolCall
 
 ERROR_TYPES = {
@@ -74,6 +74,7 @@ class MessagesStream:
     """The stream of ``message`` (as ``message_start`` carries it), its reply read through ``plan``."""
 
     def __init__(self, plan: ToolPlan, message: Message) -> None:
+        self.plan = plan
         self.message = message
         self.reader = ReplyReader(plan)
         self.index = -1
@@ -133,3 +134,6 @@ class MessagesStream:
     def error(self, exc: BaseException) -> bytes:
         status, info, _ = error_parts(exc)
         return named_event("error", anthropic_error(status, info.message))
+
+    def reply(self, text: str) -> AssistantMessage:
+        return recorded_reply(self.plan, text)

@@ -22,7 +22,7 @@ from agentgate.gateway.errors import error_json
 from agentgate.gateway.events import ChoiceEvent, FinishedChoice
 from agentgate.gateway.formats.framing import DONE, sse
 from agentgate.gateway.prompts import ToolPlan
-from agentgate.gateway.replies import ReplyReader
+from agentgate.gateway.replies import ReplyReader, recorded_reply, text_reply
 from agentgate.gateway.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -137,6 +137,9 @@ class ChatFormat(OpenAIStream):
             )
         return b"".join(chunks)
 
+    def reply(self, text: str) -> AssistantMessage:
+        return recorded_reply(self.plan, text)
+
     def usage_chunk(self, usage: Usage) -> bytes:
         return sse(encode(ChatCompletionChunk(self.id, self.created, self.model, [], usage=usage)))
 
@@ -214,6 +217,9 @@ class CompletionFormat(OpenAIStream):
         if not event.text and logprobs is None and event.finish_reason is None:
             return None
         return self._chunk([CompletionChoice(index, event.text, logprobs, event.finish_reason)])
+
+    def reply(self, text: str) -> AssistantMessage:
+        return text_reply(text)
 
     def usage_chunk(self, usage: Usage) -> bytes:
         return sse(encode(Completion(self.id, self.created, self.model, [], usage=usage)))

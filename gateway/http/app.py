@@ -33,10 +33,11 @@ from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.model_path import resolve_model_path
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission import Admission
-from agentgate.gateway.app_state import GatewayState, ServedModel
+from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.auth import KeyChecker
 from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.discovery import EngineDiscovery
+from agentgate.gateway.dispatch import Dispatcher
 from agentgate.gateway.engine_supervisor import EngineSupervisor, RestartPolicy
 from agentgate.gateway.engines import EngineTarget
 from agentgate.gateway.exposure import auth_summary, exposure_warnings
@@ -56,11 +57,12 @@ from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.output_budget import OutputBudget
 from agentgate.gateway.program_store import ProgramStore
 from agentgate.gateway.ratelimit import RateLimiter, parse_key_limits
-from agentgate.gateway.redis_state import SharedState, make_replica_id
+from agentgate.gateway.redis_state import ReplicaInfo, SharedState, make_replica_id
 from agentgate.gateway.registry import RequestRegistry
 from agentgate.gateway.responses_api.store import ResponseStore
 from agentgate.gateway.sampling_defaults import FIELDS as SAMPLING_FIELDS
 from agentgate.gateway.sampling_defaults import sampling_defaults
+from agentgate.gateway.served_model import ServedModel
 from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.settings import Settings
 from agentgate.gateway.turn_tokens import TurnTokens
@@ -138,19 +140,23 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                         model_path, {name: getattr(settings, f"default_{name}") for name in SAMPLING_FIELDS}
                     ),
                 ),
-                pool=pool,
+                dispatcher=Dispatcher(
+                    pool=pool,
+                    registry=registry,
+                    admission=admission,
+                    metrics=metrics,
+                    tokenizer=tokenizer,
+                    max_engine_requests=settings.max_engine_requests_per_request,
+                    sessions=sessions,
+                    programs=programs,
+                    limiter=limiter,
+                ),
                 supervisor=supervisor,
-                registry=registry,
-                admission=admission,
-                metrics=metrics,
                 cluster=Cluster(pool, registry, shared),
                 keys=keys,
                 replica_id=replica_id,
                 shared=shared,
-                sessions=sessions,
-                programs=programs,
                 turn_tokens=TurnTokens(tokenizer),
-                limiter=limiter,
                 responses=responses,
             )
             await _start_shared_state(stack, state)
@@ -203,7 +209,7 @@ async def _start_shared_state(stack: AsyncExitStack, state: GatewayState) -> Non
     without ``redis_url`` runs alone: no sessions, local operator calls)."""
     shared, settings = state.shared, state.settings
     if shared is not None:
-        shared.replica_info = {"host": settings.host, "port": settings.port, "engines": state.pool.addresses}
+        shared.replica_info = ReplicaInfo(host=settings.host, port=settings.port, engines=state.pool.addresses)
         stack.push_async_callback(shared.close)
         if not await shared.ping():
             log.warning("redis at %s is unreachable: serving stateless requests; sessions and operator routes "

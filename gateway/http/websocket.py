@@ -40,8 +40,8 @@ from agentgate.engine.errors import EngineError
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLargeError, error_parts
 from agentgate.gateway.formats.responses import Event
-from agentgate.gateway.generation import never_disconnects
 from agentgate.gateway.http.middleware import request_context
+from agentgate.gateway.http.sse import close
 from agentgate.gateway.responses_api.store import StoredResponse
 from agentgate.gateway.responses_api.turn import Turn, start_turn
 from agentgate.gateway.responses_api.types import WebSocketCreate
@@ -131,12 +131,16 @@ class Connection:
     async def _prime(turn: Turn) -> None:
         """A constrained turn's grammar compiled before it starts (an error here refuses the turn)."""
         gen = turn.run.generation
-        if turn.run.plan.structured is not None:
-            await gen.prime(never_disconnects)
+        if turn.run.plan.structured is None:
+            return
+        try:
+            await gen.prime()
             if gen.error is not None:
-                await gen.aclose()
-                gen.close()
                 raise gen.error
+        except BaseException:  # refused, or the client left: the turn ends here
+            await gen.aclose()
+            close(gen, turn.reply)
+            raise
 
     async def _run(self, turn: Turn) -> None:
         """Stream the turn's events; the response is finished and stored before its last event."""
@@ -146,7 +150,7 @@ class Connection:
             try:
                 for opening in events.opening():
                     await self.send(opening)
-                async for outputs in gen.choices[0].events(per_token=True):
+                async for outputs in gen.events(0):
                     for output in () if turn.warmup else outputs:
                         for chunk in events.chunk(output):
                             await self.send(chunk)
@@ -154,7 +158,7 @@ class Connection:
             except EngineError as exc:
                 tail = events.error(gen.record_error(exc))
             finally:
-                gen.close()
+                close(gen, turn.reply)
             for last in tail:
                 await self.send(last)
         finally:

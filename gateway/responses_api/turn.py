@@ -37,6 +37,7 @@ from agentgate.gateway.errors import BadRequestError, GatewayError, ServiceUnava
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.framing import named_event
 from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEvents, sse_error_fields
+from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.responses_api.types import (
@@ -48,7 +49,7 @@ from agentgate.gateway.responses_api.types import (
     ResponseUsage,
     TextConfig,
 )
-from agentgate.gateway.schemas import Usage
+from agentgate.gateway.schemas import AssistantMessage, Usage
 from agentgate.gateway.tools import ParsedOutput
 
 
@@ -112,6 +113,10 @@ class Turn:
         """Store the response as it stands (False: not stored, or cancelled meanwhile)."""
         return self.store is not None and await self.store.save(self.stored())
 
+    def reply(self, text: str) -> AssistantMessage:
+        """The reply of ``text`` as the turn's session records it."""
+        return recorded_reply(self.run.plan, text)
+
     def events(self, error_fields: ErrorFields = sse_error_fields) -> ResponseEvents:
         """The turn's stream of events (``error_fields``: the transport's error event)."""
         return ResponseEvents(self.response, self.run.plan, error_fields)
@@ -150,6 +155,9 @@ class TurnStream:
 
     def error(self, exc: BaseException) -> bytes:
         return self._sse(self.events.error(exc))
+
+    def reply(self, text: str) -> AssistantMessage:
+        return self.turn.reply(text)
 
 
 async def start_turn(
@@ -200,9 +208,8 @@ async def start_turn(
         user=body.user,
     )
     context = dataclasses.replace(context, program=chain)
-    run = await start_chat(
-        gw, chat, request_id=request_id, arrival=arrival, context=context, budget_param="max_output_tokens"
-    )
+    run = await start_chat(gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=request_id,
+                           arrival=arrival, context=context, budget_param="max_output_tokens")  # fmt: skip
     params = run.generation.choices[0].params
     response = ResponseObject(
         id=response_id, created_at=int(time.time()), status="in_progress", model=body.model or gw.model.name,

@@ -13,6 +13,7 @@ written back as Anthropic content blocks and events
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,9 +25,9 @@ from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
 from agentgate.gateway.formats.anthropic import MessagesStream, content_blocks, message_usage, stop_reason
 from agentgate.gateway.http.middleware import context_of, request_id_of
-from agentgate.gateway.http.sse import stream_generation
+from agentgate.gateway.http.sse import collect_or_raise, stream_generation
 from agentgate.gateway.prompts import chat_prompt
-from agentgate.gateway.replies import ReplyReader
+from agentgate.gateway.replies import ReplyReader, recorded_reply
 from agentgate.gateway.responses_api.items import new_id
 from agentgate.gateway.schemas import decode_body, encode
 
@@ -39,16 +40,14 @@ async def messages(request: Request) -> Response:
     body = decode_body(await request.body(), MessagesRequest)
     chat = to_chat(body, max_tokens=body.max_tokens, stop=body.stop_sequences, temperature=body.temperature,
                    top_p=body.top_p, top_k=body.top_k)  # fmt: skip
-    run = await start_chat(gw, chat, request_id=request_id_of(request.scope), arrival=arrival,
-                     context=context_of(request.scope))  # fmt: skip
+    run = await start_chat(gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=request_id_of(request.scope),
+                           arrival=arrival, context=context_of(request.scope))  # fmt: skip
     message = Message(id=new_id("msg"), model=body.model)
-    if body.stream:
-        message.usage = message_usage(run.generation.usage)
-        return stream_generation(
-            run.generation, MessagesStream(run.plan, message), prime=run.plan.structured is not None
-        )
     gen = run.generation
-    if not await gen.collect_or_raise(request.receive):
+    if body.stream:
+        message.usage = message_usage(gen.usage)
+        return stream_generation(gen, MessagesStream(run.plan, message), prime=run.plan.structured is not None)
+    if not await collect_or_raise(gen, request.receive, partial(recorded_reply, run.plan)):
         return Response(status_code=499)  # nobody is listening any more
     choice = gen.choices[0]
     parsed, finish = ReplyReader(run.plan).whole(choice.text, choice.finish_reason)

@@ -25,7 +25,7 @@ from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.formats.openai import ChatFormat, CompletionFormat
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.http.middleware import context_of, request_id_of
-from agentgate.gateway.http.sse import stream_generation
+from agentgate.gateway.http.sse import collect_or_raise, stream_generation
 from agentgate.gateway.limits import OFF_LOOP_CHARS, check_prompt_chars
 from agentgate.gateway.output_budget import COMPLETIONS_DEFAULT
 from agentgate.gateway.prompts import check_n, completion_prompts, sampling_params
@@ -46,7 +46,13 @@ async def chat_completions(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), ChatCompletionRequest)
     run = await start_chat(
-        gw, body, request_id=request_id_of(request.scope), arrival=arrival, context=context_of(request.scope)
+        gw.model,
+        gw.dispatcher,
+        body,
+        turns=gw.turn_tokens,
+        request_id=request_id_of(request.scope),
+        arrival=arrival,
+        context=context_of(request.scope),
     )
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     gen = run.generation
@@ -61,7 +67,7 @@ async def chat_completions(request: Request) -> Response:
     )
     if body.stream:
         return stream_generation(gen, fmt, prime=run.plan.structured is not None)
-    return await _complete(request, gen, fmt.body)
+    return await _complete(request, gen, fmt)
 
 
 async def completions(request: Request) -> Response:
@@ -110,7 +116,7 @@ async def completions(request: Request) -> Response:
     # a session records the prompt as the user's message
     conversation = [{"role": "user", "content": body.prompt}] if isinstance(body.prompt, str) else []
     job = Job(request_id_of(request.scope), arrival, prompts, params, body.n)
-    gen = await dispatch(gw, job, context_of(request.scope), conversation=conversation)
+    gen = await dispatch(gw.dispatcher, job, context_of(request.scope), conversation=conversation)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     fmt = CompletionFormat(
         gen.request_id,
@@ -124,14 +130,14 @@ async def completions(request: Request) -> Response:
     )
     if body.stream:
         return stream_generation(gen, fmt)
-    return await _complete(request, gen, fmt.body)
+    return await _complete(request, gen, fmt)
 
 
-async def _complete(request: Request, gen: Generation, render) -> Response:
+async def _complete(request: Request, gen: Generation, fmt: ChatFormat | CompletionFormat) -> Response:
     """Run a non-streaming request to its end; a client that leaves meanwhile aborts it."""
-    if not await gen.collect_or_raise(request.receive):
+    if not await collect_or_raise(gen, request.receive, fmt.reply):
         return Response(status_code=499)  # nobody is listening any more
-    return Response(render(gen.choices, gen.usage), media_type=JSON)
+    return Response(fmt.body(gen.choices, gen.usage), media_type=JSON)
 
 
 async def models(request: Request) -> Response:

@@ -14,6 +14,7 @@ replica) aborts its generation through the cluster.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -22,13 +23,12 @@ from starlette.routing import Route, WebSocketRoute
 
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.generation import never_disconnects
 from agentgate.gateway.http.middleware import bearer_token, context_of, request_id_of
-from agentgate.gateway.http.sse import stream_generation
+from agentgate.gateway.http.sse import close, collect_or_raise, stream_generation
 from agentgate.gateway.http.websocket import responses_socket
 from agentgate.gateway.key_digests import key_digest
-from agentgate.gateway.replies import ReplyReader
-from agentgate.gateway.responses_api.compact import compact
+from agentgate.gateway.replies import ReplyReader, recorded_reply
+from agentgate.gateway.responses_api.compact import compacted, conversation, start_compaction
 from agentgate.gateway.responses_api.store import RUNNING
 from agentgate.gateway.responses_api.turn import Turn, TurnStream, need_store, start_turn
 from agentgate.gateway.responses_api.types import CompactRequest, DeletedResponse, InputItemList, ResponsesRequest
@@ -60,12 +60,15 @@ async def create_response(request: Request) -> Response:
 
 async def compact_response(request: Request) -> Response:
     arrival = time.monotonic()
+    gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), CompactRequest)
-    compacted = await compact(request.state.gateway, body, request_id=request_id_of(request.scope), arrival=arrival,
-                              context=context_of(request.scope), receive=request.receive)  # fmt: skip
-    if compacted is None:
+    context = context_of(request.scope)
+    messages = await conversation(gw.responses, body, context.key)
+    run = await start_compaction(gw, body, messages, request_id=request_id_of(request.scope), arrival=arrival,
+                                 context=context)  # fmt: skip
+    if not await collect_or_raise(run.generation, request.receive, partial(recorded_reply, run.plan)):
         return Response(status_code=499)  # nobody is listening any more
-    return _json(compacted)
+    return _json(compacted(run, messages))
 
 
 async def _run(turn: Turn, receive) -> bool:
@@ -77,10 +80,11 @@ async def _run(turn: Turn, receive) -> bool:
         turn.response.status = "in_progress"
         await turn.save()
         try:
-            await gen.collect(never_disconnects)
+            await gen.collect()
         finally:
-            gen.close()
-    elif not await gen.collect_or_raise(receive):
+            await gen.aclose()
+            close(gen, turn.reply)
+    elif not await collect_or_raise(gen, receive, turn.reply):
         return False
     choice = gen.choices[0]
     parsed, finish = ReplyReader(turn.run.plan).whole(choice.text, choice.finish_reason)

@@ -123,7 +123,7 @@ async def list_replicas(request: Request) -> Response:
     return _json(
         {
             "object": "list",
-            "data": sorted(await shared.replicas(), key=lambda r: r["id"]),
+            "data": sorted(await shared.replicas(), key=lambda r: r.id),
         }
     )
 
