@@ -59,6 +59,7 @@ from agentgate.engine.protocol import (
     encode,
 )
 from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.spawn import start_engine_process, stop_engine_process
 
 WATCH_INTERVAL_S = 0.05
 # An engine we cannot watch as a process is dead after this long without a
@@ -380,30 +381,3 @@ def _merge_queued(
             queue_time=item.queue_time if item.queue_time is not None else more.queue_time,
         )
     return item, None
-
-
-def start_engine_process(
-    config: EngineConfig, address: str, model_name: str | None = None
-) -> multiprocessing.process.BaseProcess:
-    """Spawn an engine process serving ``config`` at ``address`` (it binds)."""
-    from agentgate.engine.model_path import model_display_name
-    from agentgate.engine.process import run_engine_process
-
-    process = multiprocessing.get_context("spawn").Process(
-        target=run_engine_process,
-        args=(config, address, model_name or model_display_name(config.model), os.getpid()),
-        name="agentgate-engine",
-        daemon=True,
-    )
-    process.start()
-    return process
-
-
-def stop_engine_process(process: multiprocessing.process.BaseProcess, timeout: float = 10.0) -> None:
-    """SIGTERM, wait, then SIGKILL if it will not go."""
-    if process.is_alive():
-        process.terminate()
-        process.join(timeout)
-    if process.is_alive():
-        process.kill()
-        process.join(5)

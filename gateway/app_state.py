@@ -9,22 +9,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agentgate.gateway.dispatch import Dispatcher
-from agentgate.gateway.engines import EnginePool
+from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.metrics import Metrics
-from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.served_model import ServedModel
 from agentgate.gateway.settings import Settings
 
 if TYPE_CHECKING:
+    from agentgate.gateway.admission.rate_limits import RateLimiter
     from agentgate.gateway.auth import KeyChecker
     from agentgate.gateway.cluster import Cluster
-    from agentgate.gateway.discovery import EngineDiscovery
-    from agentgate.gateway.engine_supervisor import EngineSupervisor
-    from agentgate.gateway.ratelimit import RateLimiter
+    from agentgate.gateway.engines.discovery import EngineDiscovery
+    from agentgate.gateway.engines.supervisor import EngineSupervisor
+    from agentgate.gateway.programs.turn_tokens import TurnTokens
     from agentgate.gateway.redis_state import SharedState
     from agentgate.gateway.responses_api.store import ResponseStore
     from agentgate.gateway.sessions import SessionStore
-    from agentgate.gateway.turn_tokens import TurnTokens
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class GatewayState:
     replica_id: str = ""
     shared: SharedState | None = None  # None: no Redis configured (sessions and cross-replica routes answer 503)
     responses: ResponseStore | None = None  # stored /v1/responses (None: no Redis)
-    turn_tokens: TurnTokens | None = None  # programs' last turns as tokens (gateway.turn_tokens); None: not kept
+    turn_tokens: TurnTokens | None = None  # programs' last turns as tokens; None: not kept
 
     @property
     def pool(self) -> EnginePool:

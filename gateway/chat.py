@@ -26,12 +26,13 @@ from dataclasses import dataclass
 import anyio
 import msgspec
 
+from agentgate.gateway.admission.bounds import OFF_LOOP_CHARS, check_prompt_chars, message_chars
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Dispatcher, dispatch
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.job import Job
-from agentgate.gateway.limits import OFF_LOOP_CHARS, check_prompt_chars, message_chars
-from agentgate.gateway.programs import program_tag
+from agentgate.gateway.programs.tags import program_tag
+from agentgate.gateway.programs.turn_tokens import TurnStart, TurnTokens
 from agentgate.gateway.prompts import (
     ToolPlan,
     chat_logprobs,
@@ -44,7 +45,6 @@ from agentgate.gateway.prompts import (
 )
 from agentgate.gateway.schemas import ChatCompletionRequest
 from agentgate.gateway.served_model import ServedModel
-from agentgate.gateway.turn_tokens import TurnStart, TurnTokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +68,9 @@ async def start_chat(
 ) -> ChatRun:
     """Validate ``request`` (400-class errors name the field), build its prompt, tool plan and
     sampling parameters, and dispatch it: the engine has it when this returns. ``turns``: the
-    programs' last turns as tokens (None: not kept, ``gateway.turn_tokens``). ``budget_param``:
+    programs' last turns as tokens (None: not kept, ``gateway.programs.turn_tokens``). ``budget_param``:
     the API's name for max_tokens in its errors (Responses: ``max_output_tokens``); the server's
-    output budget applies (:mod:`gateway.output_budget`). A prompt too long for the context is refused by its
+    output budget applies (:mod:`gateway.admission.output_budget`). A prompt too long for the context is refused by its
     characters before it is tokenized; a large one is rendered and tokenized on a worker thread,
     so the event loop (every other stream, ``/health``) never waits on it."""
     model.check(request.model)
@@ -111,7 +111,7 @@ def _prompt_and_plan(
     model: ServedModel, turns: TurnTokens | None, request: ChatCompletionRequest, program_id: str | None
 ) -> tuple[str, list[int], ToolPlan]:
     """The prompt's text and token ids (a program's turn starts with its last turn's own tokens:
-    :mod:`gateway.turn_tokens`), and the tool plan."""
+    :mod:`gateway.programs.turn_tokens`), and the tool plan."""
     tokenizer = model.tokenizer
     text = chat_prompt_text(tokenizer, request)
     prompt = program_prompt(tokenizer, request, text, turns, program_id)

@@ -21,7 +21,7 @@ from agentgate.engine.output_processor import OutputProcessor
 from agentgate.engine.protocol import EngineCoreOutput, ProgramTag, TokenLogprobs
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import Tokenizer
-from agentgate.gateway.admission import Ticket
+from agentgate.gateway.admission.waiting import Ticket
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.metrics import Metrics
 

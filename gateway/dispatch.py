@@ -7,11 +7,11 @@ One call, one way down, nothing called back up; the engine has the request when 
 1. **admit**, counting engine requests (``n x prompts``): at most
    ``--max-engine-requests-per-request`` of them (else 400), the key's rate
    limit charged for all of them (the middleware took one; 429), and an
-   admission ticket for each (``gateway.admission``: 429 with Retry-After
+   admission ticket for each (``gateway.admission.waiting``: 429 with Retry-After
    when too many wait for their first token);
-2. **route**: an engine (``gateway.engines``), the session's when it has one
+2. **route**: an engine (``gateway.engines.pool``), the session's when it has one
    (``context.engine``, its affinity), else, for a turn of an agent program,
-   the engine its last turn ran on (``gateway.program_store``: one Redis read,
+   the engine its last turn ran on (``gateway.programs.last_turns``: one Redis read,
    which also gives the tag the previous turn's end; nothing when Redis is
    away), else the least loaded;
 3. a :class:`Generation` of the job over that engine. It holds a
@@ -20,7 +20,7 @@ One call, one way down, nothing called back up; the engine has the request when 
    and the reply), the program's turn (its engine and end, and its tokens for
    the next turn: ``Job.turn``), the key's tokens for its rate limit;
 4. **register**: the request id and its engine request ids
-   (``gateway.registry``: 409 for an id in flight; the entry shows the
+   (``gateway.requests_in_flight``: 409 for an id in flight; the entry shows the
    generation's progress to operators);
 5. **submit**: every choice's ``AddRequest`` goes to the engine now, before the
    route returns (as vLLM's ``AsyncLLM.add_request`` and mini-sglang's API
@@ -40,17 +40,17 @@ from typing import Any
 import msgspec
 
 from agentgate.engine.tokenizer import Tokenizer
-from agentgate.gateway.admission import Admission
+from agentgate.gateway.admission.bounds import check_engine_requests
+from agentgate.gateway.admission.rate_limits import RateLimiter
+from agentgate.gateway.admission.waiting import Admission
 from agentgate.gateway.context import RequestContext
-from agentgate.gateway.engines import EnginePool
+from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.job import Job
 from agentgate.gateway.lease import Lease
-from agentgate.gateway.limits import check_engine_requests
 from agentgate.gateway.metrics import Metrics
-from agentgate.gateway.program_store import ProgramStore
-from agentgate.gateway.ratelimit import RateLimiter
-from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.programs.last_turns import ProgramStore
+from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.sessions import SessionStore
 
 __all__ = ["Dispatcher", "Job", "dispatch"]

@@ -30,13 +30,13 @@ from agentgate.engine.client import EngineClient
 from agentgate.engine.errors import EngineError, InvalidRequestError
 from agentgate.engine.sampling_params import parse_budget_error
 from agentgate.engine.tokenizer import Tokenizer
-from agentgate.gateway import programs
-from agentgate.gateway.admission import Ticket
+from agentgate.gateway.admission.waiting import Ticket
 from agentgate.gateway.choice import Choice, choice_params, engine_request_ids
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.job import Job
 from agentgate.gateway.lease import Lease
 from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.programs.tags import reply_tools
 from agentgate.gateway.schemas import AssistantMessage, PromptTokensDetails, Usage
 
 
@@ -174,7 +174,7 @@ class Generation:
             usage = usage or self.usage
             self._lease.release(usage.prompt_tokens, usage.completion_tokens, reply, first.token_ids)
         if self.program is not None:
-            called = programs.reply_tools(reply if first.finish_reason == "stop" else None)
+            called = reply_tools(reply if first.finish_reason == "stop" else None)
             if self.program.tools_offered:
                 self.engine.turn_ended(self.program.program_id, first.request_id, called)
         metrics = self.metrics

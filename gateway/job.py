@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.gateway.turn_tokens import TurnStart
+from agentgate.gateway.programs.turn_tokens import TurnStart
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,7 @@ class Job:
     prompts: list[list[int]]
     params: SamplingParams
     n: int = 1
-    program: ProgramTag | None = None  # the agent program it is a turn of (gateway.programs)
-    turn: TurnStart | None = None  # what the program keeps of this turn's tokens (gateway.turn_tokens)
+    program: ProgramTag | None = None  # the agent program it is a turn of (gateway.programs.tags)
+    turn: TurnStart | None = None  # what the program keeps of this turn's tokens (gateway.programs.turn_tokens)
     constraint_param: str | None = None  # the field a grammar the engine rejects comes from
     budget_param: str = "max_tokens"  # the request's name for its budget: one the grammar cannot end within

@@ -2,8 +2,8 @@
 layout, a background writer, the replica heartbeat and the control channel
 (pub/sub) every replica listens on. What is kept there has one home per
 noun: sessions in ``gateway.sessions``, agent programs' last turns in
-``gateway.program_store``, the request registry in ``gateway.registry``,
-rate limits in ``gateway.ratelimit``, the pause state and control messages
+``gateway.programs.last_turns``, the request registry in ``gateway.requests_in_flight``,
+rate limits in ``gateway.admission.rate_limits``, the pause state and control messages
 in ``gateway.cluster``.
 
 One code path: ``redis.asyncio`` against whatever ``--redis-url`` names, the
@@ -29,14 +29,14 @@ Keys (``P`` is ``--redis-prefix``, default ``agentgate``)::
     P:session:{id}:requests   set of request ids in flight (same TTL)
     P:sessions                zset: session id -> last activity (listing; pruned lazily)
     P:program:{id}            hash: engine, ended (an agent program's last turn: the engine it ran on, its
-                              wall-clock end); TTL --session-ttl (gateway.program_store)
-    P:request:{rid}           hash: replica, engine, session, key, started, engine_ids (gateway.registry)
-    P:key:{digest}:requests   set of the key's request ids in flight (gateway.registry)
+                              wall-clock end); TTL --session-ttl (gateway.programs.last_turns)
+    P:request:{rid}           hash: replica, engine, session, key, started, engine_ids (gateway.requests_in_flight)
+    P:key:{digest}:requests   set of the key's request ids in flight (gateway.requests_in_flight)
     P:replica:{replica}       JSON about a live replica, TTL 15 s, refreshed every 5 s
     P:pause                   JSON {mode, at, by} while paused
     P:engine:{address}        JSON about a registered engine (address, model, capacity, device, started,
-                              state serving/draining), TTL 10 s, refreshed every 2 s (gateway.engine_registry)
-    P:rl:{digest}:requests / :tokens   rate-limit buckets (gateway.ratelimit)
+                              state serving/draining), TTL 10 s, refreshed every 2 s (gateway.engines.registry)
+    P:rl:{digest}:requests / :tokens   rate-limit buckets (gateway.admission.rate_limits)
     channel P:control         control messages, typed JSON (gateway.cluster)
 """
 

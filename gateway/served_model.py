@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field
 
 from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway.admission.output_budget import OutputBudget
 from agentgate.gateway.errors import NotFoundError
-from agentgate.gateway.output_budget import OutputBudget
 from agentgate.gateway.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
 
 

@@ -35,7 +35,7 @@ import msgspec
 from agentgate.gateway.context import ANONYMOUS
 from agentgate.gateway.errors import NotFoundError
 from agentgate.gateway.redis_state import SharedState
-from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.schemas import AssistantMessage
 
 # KEYS: session hash, sessions index. ARGV: session id, owner digest, now, ttl, '1' when the caller is admin

@@ -15,8 +15,8 @@ import json
 from typing import Any
 
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.responses_api.items import chat_request, new_id, text_of
 from agentgate.gateway.schemas import ChatCompletionRequest
+from agentgate.gateway.translation import chat_request, new_id, text_of
 
 TEXT_BLOCKS = frozenset({"text"})
 

@@ -32,14 +32,16 @@ from starlette.middleware.cors import CORSMiddleware
 from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.model_path import resolve_model_path
 from agentgate.engine.tokenizer import load_tokenizer
-from agentgate.gateway.admission import Admission
+from agentgate.gateway.admission.output_budget import OutputBudget
+from agentgate.gateway.admission.rate_limits import RateLimiter, parse_key_limits
+from agentgate.gateway.admission.waiting import Admission
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.auth import KeyChecker
 from agentgate.gateway.cluster import Cluster
-from agentgate.gateway.discovery import EngineDiscovery
 from agentgate.gateway.dispatch import Dispatcher
-from agentgate.gateway.engine_supervisor import EngineSupervisor, RestartPolicy
-from agentgate.gateway.engines import EngineTarget
+from agentgate.gateway.engines.discovery import EngineDiscovery
+from agentgate.gateway.engines.pool import EngineTarget
+from agentgate.gateway.engines.supervisor import EngineSupervisor, RestartPolicy
 from agentgate.gateway.exposure import auth_summary, exposure_warnings
 from agentgate.gateway.http.anthropic_errors import AnthropicErrorMiddleware
 from agentgate.gateway.http.errors import EXCEPTION_HANDLERS
@@ -54,18 +56,16 @@ from agentgate.gateway.http.routes import responses as responses_routes
 from agentgate.gateway.http.routes import sessions as sessions_routes
 from agentgate.gateway.key_digests import use_digest_secret
 from agentgate.gateway.metrics import Metrics
-from agentgate.gateway.output_budget import OutputBudget
-from agentgate.gateway.program_store import ProgramStore
-from agentgate.gateway.ratelimit import RateLimiter, parse_key_limits
+from agentgate.gateway.programs.last_turns import ProgramStore
+from agentgate.gateway.programs.turn_tokens import TurnTokens
 from agentgate.gateway.redis_state import ReplicaInfo, SharedState, make_replica_id
-from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.responses_api.store import ResponseStore
 from agentgate.gateway.sampling_defaults import FIELDS as SAMPLING_FIELDS
 from agentgate.gateway.sampling_defaults import sampling_defaults
 from agentgate.gateway.served_model import ServedModel
 from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.settings import Settings
-from agentgate.gateway.turn_tokens import TurnTokens
 
 log = logging.getLogger("agentgate.gateway")
 

@@ -33,6 +33,7 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from agentgate.gateway.admission.rate_limits import RateLimiter
 from agentgate.gateway.auth import KeyChecker, route_access
 from agentgate.gateway.context import NO_CONTEXT, RequestContext
 from agentgate.gateway.errors import (
@@ -44,7 +45,6 @@ from agentgate.gateway.errors import (
 )
 from agentgate.gateway.http.errors import error_response
 from agentgate.gateway.key_digests import key_digest
-from agentgate.gateway.ratelimit import RateLimiter
 from agentgate.gateway.sessions import SessionStore
 
 REQUEST_ID_HEADER = b"x-request-id"

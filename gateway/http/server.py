@@ -15,7 +15,7 @@ import socket
 import uvicorn
 from sse_starlette.sse import AppStatus
 
-from agentgate.gateway.engines import EngineTarget
+from agentgate.gateway.engines.pool import EngineTarget
 from agentgate.gateway.http.app import create_app
 from agentgate.gateway.http.slow_clients import guarded_protocol
 from agentgate.gateway.settings import Settings

@@ -27,6 +27,7 @@ from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore
 from agentgate.gateway.responses_api.turn import need_store
 from agentgate.gateway.responses_api.types import CompactedResponse, CompactRequest, InputTokensDetails, ResponseUsage
+from agentgate.gateway.translation import chat_request, new_id
 
 SUMMARY_TOKENS = 512  # the summary's budget (the server's --max-tokens-cap still applies)
 INSTRUCTION = (
@@ -62,7 +63,7 @@ async def start_compaction(
 ) -> ChatRun:
     """Start the summary of ``messages`` (:func:`conversation`) on the chat core."""
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    chat = it.chat_request(system + messages + [{"role": "user", "content": INSTRUCTION}], model=body.model,
+    chat = chat_request(system + messages + [{"role": "user", "content": INSTRUCTION}], model=body.model,
                            max_tokens=SUMMARY_TOKENS, prompt_cache_key=body.prompt_cache_key)  # fmt: skip
     return await start_chat(gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=request_id,
                             arrival=arrival, context=context)  # fmt: skip
@@ -76,7 +77,7 @@ def compacted(run: ChatRun, messages: list[dict[str, Any]]) -> CompactedResponse
     users = [it.user_message_item(m["content"]) for m in messages if m["role"] == "user"]
     usage = gen.usage
     return CompactedResponse(
-        id=it.new_id("resp"),
+        id=new_id("resp"),
         created_at=int(time.time()),
         output=[*users, it.compaction_item((parsed.content or "").strip())],
         usage=ResponseUsage(

@@ -51,6 +51,7 @@ from agentgate.gateway.responses_api.types import (
 )
 from agentgate.gateway.schemas import AssistantMessage, Usage
 from agentgate.gateway.tools import ParsedOutput
+from agentgate.gateway.translation import chat_request, new_id
 
 
 def need_store(store: ResponseStore | None, what: str) -> ResponseStore:
@@ -174,7 +175,7 @@ async def start_turn(
     """Validate ``body``, read its chain (from ``recent`` first: a WebSocket connection's
     responses), and start its generation on the chat core; ``warmup``: see the module doc."""
     history: list[dict[str, Any]] = []
-    response_id = it.new_id("resp")
+    response_id = new_id("resp")
     chain = response_id  # the agent program: the chain's first response
     if body.previous_response_id is not None:
         previous = (recent or {}).get(body.previous_response_id) or await need_store(
@@ -194,7 +195,7 @@ async def start_turn(
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     text = body.text or TextConfig()
     tools = it.function_tools(body.tools)
-    chat = it.chat_request(
+    chat = chat_request(
         system + history + messages,
         model=body.model,
         tools=it.chat_tools(tools),

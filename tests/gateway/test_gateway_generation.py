@@ -11,17 +11,17 @@ from agentgate.engine.model_path import default_model_path
 from agentgate.engine.protocol import EngineCoreOutput, TokenLogprobs
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import load_tokenizer
-from agentgate.gateway.admission import Admission
+from agentgate.gateway.admission.waiting import Admission
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Dispatcher, Job, dispatch
-from agentgate.gateway.engines import EnginePool
+from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.errors import BadRequestError, ConflictError, QueueFullError
 from agentgate.gateway.formats.openai import ChatFormat
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.http.sse import _chunks
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.prompts import NO_TOOLS
-from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.settings import Settings
 
 pytestmark = pytest.mark.anyio

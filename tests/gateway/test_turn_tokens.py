@@ -1,11 +1,11 @@
-"""A program's next turn starts with the tokens its last turn read and wrote (gateway.turn_tokens),
+"""A program's next turn starts with the tokens its last turn read and wrote (gateway.programs.turn_tokens),
 with the default model's tokenizer and template, and only when the conversation carries that
 turn unchanged."""
 
 import json
 
+from agentgate.gateway.programs.turn_tokens import TurnTokens
 from agentgate.gateway.tools import render_chat_prompt
-from agentgate.gateway.turn_tokens import TurnTokens
 
 QUERY = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
 TOOLS = [{"type": "function", "function": {"name": "search_docs", "parameters": QUERY}}]

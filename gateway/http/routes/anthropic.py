@@ -28,8 +28,8 @@ from agentgate.gateway.http.middleware import context_of, request_id_of
 from agentgate.gateway.http.sse import collect_or_raise, stream_generation
 from agentgate.gateway.prompts import chat_prompt
 from agentgate.gateway.replies import ReplyReader, recorded_reply
-from agentgate.gateway.responses_api.items import new_id
 from agentgate.gateway.schemas import decode_body, encode
+from agentgate.gateway.translation import new_id
 
 JSON = "application/json"
 

@@ -18,6 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.gateway.admission.bounds import OFF_LOOP_CHARS, check_prompt_chars
+from agentgate.gateway.admission.output_budget import COMPLETIONS_DEFAULT
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
 from agentgate.gateway.dispatch import Job, dispatch
@@ -26,8 +28,6 @@ from agentgate.gateway.formats.openai import ChatFormat, CompletionFormat
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.http.middleware import context_of, request_id_of
 from agentgate.gateway.http.sse import collect_or_raise, stream_generation
-from agentgate.gateway.limits import OFF_LOOP_CHARS, check_prompt_chars
-from agentgate.gateway.output_budget import COMPLETIONS_DEFAULT
 from agentgate.gateway.prompts import check_n, completion_prompts, sampling_params
 from agentgate.gateway.schemas import (
     ChatCompletionRequest,

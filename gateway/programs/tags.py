@@ -7,7 +7,7 @@ string reaches the engine.
 
 A turn comes back *after tool calls* when the conversation's last assistant message made
 calls and only their results follow it. When that previous turn ended, and on which engine,
-is kept in Redis for every gateway replica (``gateway.program_store``): dispatch fills in
+is kept in Redis for every gateway replica (``gateway.programs.last_turns``): dispatch fills in
 the tag's ``previous_turn_end`` and routes the turn there; an engine that saw the turn end
 measures the gap itself.
 """

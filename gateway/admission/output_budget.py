@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentgate.gateway.admission.bounds import check_context
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.prompts import check_context
 
 DEFAULT_MAX_TOKENS = 2048
 """``--max-tokens-default``: the output budget of a request that sets none (see the module docstring)."""

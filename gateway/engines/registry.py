@@ -1,6 +1,6 @@
 """Engines found through Redis: each ``agentgate engine`` given ``--redis-url`` announces itself
 under ``P:engine:{address}`` (``gateway.redis_state``) and gateways started without ``--engine``
-read the announcements (``gateway.discovery``).
+read the announcements (``gateway.engines.discovery``).
 
 An announcement is a JSON :class:`EngineRecord`: the address gateways dial (``--advertise-address``,
 else ``--address``), the model, its capacity (KV tokens, sequences), device, start time and state

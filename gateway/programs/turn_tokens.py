@@ -9,7 +9,7 @@ string does not keep) or only in tokens (the model spelled ``search`` as ``s``, 
 difference, early in the reply: measured on the default model, a turn returning after a
 forced call hit 528 of the 567 tokens its previous turn computed.
 
-So when a turn of a program (``gateway.programs``) ends on the model's end token, with one
+So when a turn of a program (``gateway.programs.tags``) ends on the model's end token, with one
 choice of one prompt, this keeps its prompt text, its prompt and output token ids and the
 reply as the client got it (content, and each call's name and arguments). The program's next
 turn uses them when its last assistant message is that reply and the new prompt renders

@@ -5,6 +5,8 @@ the engine that would cost the server more than the client.
 - :func:`check_depth`: free-form JSON (tool schemas, ``response_format``,
   template kwargs) nested at most ``MAX_JSON_DEPTH`` deep, checked without
   recursion (2,000 levels used to be a RecursionError, a 500);
+- :func:`check_context`: the prompt, and the prompt plus max_tokens, fit in
+  ``max_model_len`` tokens (the output budget asks it: ``gateway.admission.output_budget``);
 - :func:`check_prompt_chars`: a prompt with more characters than
   ``max_model_len`` tokens could ever hold is refused before it is tokenized
   (a token spans at most ``max_token_bytes`` bytes, a character at least one);
@@ -79,3 +81,30 @@ def message_chars(messages: Iterable[Any]) -> int:
         elif content:
             total += sum(len(part.text or "") for part in content)
     return total
+
+
+def check_context(
+    num_prompt_tokens: int,
+    max_tokens: int | None,
+    max_model_len: int,
+    prompt_field: str,
+    *,
+    budget_param: str = "max_tokens",
+) -> None:
+    """400 when the prompt, or the prompt plus max_tokens, does not fit in the context
+    (``budget_param``: the request's name for max_tokens)."""
+    if num_prompt_tokens >= max_model_len:
+        raise BadRequestError(
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt has "
+            f"{num_prompt_tokens} tokens, which leaves no room to generate.",
+            param=prompt_field,
+            code="context_length_exceeded",
+        )
+    if max_tokens is not None and num_prompt_tokens + max_tokens > max_model_len:
+        raise BadRequestError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in the prompt, {max_tokens} for the "
+            f"completion). Please reduce the prompt or {budget_param}.",
+            param=budget_param,
+            code="context_length_exceeded",
+        )

@@ -6,7 +6,7 @@ engine the session is bound to (its ``affinity``: its prefix is cached
 there) when this gateway reaches it and it is alive; any other request goes
 to the least loaded live engine (fewest open requests of this gateway; ties
 taken in turn, so idle engines share the work). An engine that is leaving
-(its registry entry says draining, or is gone: ``gateway.discovery``) takes
+(its registry entry says draining, or is gone: ``gateway.engines.discovery``) takes
 no new request, its own sessions' included, while its streams finish.
 """
 
@@ -34,7 +34,7 @@ STATS_TIMEOUT_S = 2.0
 @dataclass(frozen=True)
 class EngineTarget:
     """An engine to connect to. ``owned``: the gateway stops ``process`` when it shuts down;
-    ``start``: starts it again at ``address`` after it died (``gateway.engine_supervisor``; None: an
+    ``start``: starts it again at ``address`` after it died (``gateway.engines.supervisor``; None: an
     engine started apart, re-attached when it answers again)."""
 
     address: str
@@ -86,7 +86,7 @@ class EnginePool:
         return self._info
 
     def add(self, client: EngineClient) -> None:
-        """Serve a newly found engine too (``gateway.discovery``)."""
+        """Serve a newly found engine too (``gateway.engines.discovery``)."""
         self.engines.append(client)
         self.stats.append(None)
         self.down_since.append(None)

@@ -37,10 +37,11 @@ from dataclasses import dataclass
 import anyio
 import anyio.abc
 
-from agentgate.engine.client import EngineClient, stop_engine_process
+from agentgate.engine.client import EngineClient
 from agentgate.engine.errors import EngineDeadError
 from agentgate.engine.ipc import remove_socket_file
-from agentgate.gateway.engines import EnginePool, EngineTarget
+from agentgate.engine.spawn import stop_engine_process
+from agentgate.gateway.engines.pool import EnginePool, EngineTarget
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -222,6 +223,6 @@ class EngineRestarts:
 
 def spawner(config, address: str) -> Callable[[], multiprocessing.process.BaseProcess]:
     """What starts the engine of ``config`` at ``address`` again (``EngineTarget.start``)."""
-    from agentgate.engine.client import start_engine_process
+    from agentgate.engine.spawn import start_engine_process
 
     return lambda: start_engine_process(config, address)

@@ -3,7 +3,7 @@ gateway replica sends its next turn to the engine that holds its conversation's 
 there while its tools run, ``engine.retention``) and tells that engine when the previous
 turn ended (``ProgramTag.previous_turn_end``, a tool gap).
 
-One hash per program (``gateway.programs`` says what a program is), ``P:program:{id}``::
+One hash per program (``gateway.programs.tags`` says what a program is), ``P:program:{id}``::
 
     engine   the address of the engine its last turn ran on
     ended    when that turn ended (wall clock, ``time.time()``)

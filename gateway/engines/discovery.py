@@ -1,5 +1,5 @@
 """A gateway started without ``--engine`` serves the engines the Redis registry names
-(``gateway.engine_registry``), found and dropped while it runs, without a restart.
+(``gateway.engines.registry``), found and dropped while it runs, without a restart.
 
     discovery = EngineDiscovery(shared, startup_timeout=600)
     pool = await tasks.start(discovery.run)   # once the first registered engine answers
@@ -28,8 +28,8 @@ import anyio.abc
 
 from agentgate.engine.client import EngineClient
 from agentgate.engine.errors import EngineDeadError
-from agentgate.gateway.engine_registry import ENGINE_TTL_S, EngineRecord, registered_engines
-from agentgate.gateway.engines import EnginePool
+from agentgate.gateway.engines.pool import EnginePool
+from agentgate.gateway.engines.registry import ENGINE_TTL_S, EngineRecord, registered_engines
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
 
 log = logging.getLogger("agentgate.gateway")
