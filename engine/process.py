@@ -50,7 +50,7 @@ log = logging.getLogger("agentgate.engine")
 
 DRAINING = "the engine is draining (shutting down): send the request to another engine"
 # A registered engine's drain first serves new requests this long: the gateways read the registry
-# every second (gateway.discovery.POLL_S), so one may route here until it has read "draining".
+# every second (gateway.engines.discovery.POLL_S), so one may route here until it has read "draining".
 DRAIN_NOTICE_S = 2.0
 IDLE_POLL_MS = 100
 HEARTBEAT_INTERVAL_S = 0.5
@@ -60,7 +60,7 @@ _PR_SET_PDEATHSIG = 1
 
 class Lifecycle(Protocol):
     """Who hears of the engine's life (``agentgate engine`` announces it in Redis:
-    ``gateway.engine_registry``): ready to serve, draining, stopped."""
+    ``gateway.engines.registry``): ready to serve, draining, stopped."""
 
     def ready(self, info: EngineInfo, max_num_seqs: int) -> None: ...
 

@@ -43,9 +43,9 @@ import msgspec
 
 from agentgate.engine.errors import EngineDeadError, EngineError
 from agentgate.engine.protocol import PauseMode
-from agentgate.gateway.engines import EnginePool
+from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
-from agentgate.gateway.registry import Entry, RequestRegistry
+from agentgate.gateway.requests_in_flight import Entry, RequestRegistry
 
 log = logging.getLogger("agentgate.cluster")
 

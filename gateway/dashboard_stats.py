@@ -31,7 +31,7 @@ import msgspec
 from prometheus_client import Counter, Histogram
 
 from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.registry import Entry
+from agentgate.gateway.requests_in_flight import Entry
 from agentgate.gateway.retention_metrics import retention_totals
 from agentgate.gateway.sessions import owner_label
 

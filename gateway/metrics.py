@@ -19,7 +19,7 @@ from agentgate.engine.protocol import SchedulerStats
 from agentgate.gateway.retention_metrics import retention_metrics
 
 if TYPE_CHECKING:
-    from agentgate.gateway.ratelimit import RateLimiter
+    from agentgate.gateway.admission.rate_limits import RateLimiter
     from agentgate.gateway.redis_state import SharedState
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]

@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentgate.gateway.setting_values import env_name, parse_value
+
 if TYPE_CHECKING:
     from agentgate.engine.config import EngineConfig
 
-ENV_PREFIX = "AGENTGATE_"
 RUNNERS = ("overlap", "sync", "null")
 COMMANDS = ("serve", "gateway", "engine")
 RATE_LIMIT_REDIS_DOWN = ("allow", "reject")
@@ -336,7 +337,7 @@ class Settings:
         if self.rate_limit_redis_down not in RATE_LIMIT_REDIS_DOWN:
             raise ValueError(f"rate_limit_redis_down must be one of {RATE_LIMIT_REDIS_DOWN}")
         if self.key_rate_limits:
-            from agentgate.gateway.ratelimit import parse_key_limits
+            from agentgate.gateway.admission.rate_limits import parse_key_limits
 
             parse_key_limits(self.key_rate_limits)
 
@@ -362,44 +363,3 @@ class Settings:
                 values[f.name] = parse_value(f, raw)
         values.update(overrides)
         return cls(**values)
-
-
-def flag_name(f: dataclasses.Field) -> str:
-    return f.metadata.get("flag") or f.name.replace("_", "-")
-
-
-def env_name(f: dataclasses.Field) -> str:
-    return ENV_PREFIX + flag_name(f).replace("-", "_").upper()
-
-
-def field_kind(f: dataclasses.Field) -> str:
-    """'tuple', 'bool', 'int', 'float' or 'str' (the annotation, read as a string)."""
-    annotation = str(f.type)
-    for kind in ("tuple", "bool", "int", "float"):
-        if annotation.startswith(kind):
-            return kind
-    return "str"
-
-
-def optional(f: dataclasses.Field) -> bool:
-    return "None" in str(f.type)
-
-
-def parse_value(f: dataclasses.Field, raw: str) -> Any:
-    """One setting from its text (an environment variable or a flag)."""
-    kind = field_kind(f)
-    if kind == "tuple":
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
-    if optional(f) and raw.strip().lower() in ("", "none"):
-        return None
-    if kind == "bool":
-        value = raw.strip().lower()
-        if value in ("1", "true", "yes", "on"):
-            return True
-        if value in ("0", "false", "no", "off", ""):
-            return False
-        raise ValueError(f"{env_name(f)}: expected a boolean, got {raw!r}")
-    try:
-        return {"int": int, "float": float, "str": str}[kind](raw)
-    except ValueError:
-        raise ValueError(f"{flag_name(f)}: expected {kind}, got {raw!r}") from None

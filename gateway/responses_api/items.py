@@ -19,47 +19,24 @@ from __future__ import annotations
 
 import base64
 import binascii
-import secrets
 from typing import Any
 
 import msgspec
 
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.schemas import ChatCompletionRequest, ChatMessage
 from agentgate.gateway.tools import ParsedOutput, ToolCall
+from agentgate.gateway.translation import new_id, text_of
 
-TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})  # the parts text_of reads in an input
 SKIPPED_ITEMS = frozenset({"reasoning"})  # nothing this model can read back
 SUMMARY_PREFIX = "Summary of the conversation so far:\n"
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(24)}"
-
-
-def text_of(content: Any, param: str, kinds: frozenset[str] = TEXT_PARTS) -> str:
-    """A message's content: a string, or its text parts (of ``kinds``) joined; 400 naming the
-    part otherwise (this model reads text only)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise BadRequestError("content must be a string or a list of content parts", param=param)
-    texts = []
-    for i, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        text = part.get("text", part.get("refusal")) if kind in kinds else None
-        if not isinstance(text, str):
-            raise BadRequestError(f"content of type {kind!r} is not supported (this model reads text only)",
-                                  param=f"{param}[{i}]")  # fmt: skip
-        texts.append(text)
-    return "".join(texts)
 
 
 def _message(item: dict[str, Any], param: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
         raise BadRequestError(f"role must be user, assistant, system or developer, got {role!r}", param=f"{param}.role")
-    content = text_of(item.get("content"), f"{param}.content")
+    content = text_of(item.get("content"), f"{param}.content", TEXT_PARTS)
     return {"role": "system" if role == "developer" else role, "content": content}
 
 
@@ -94,7 +71,7 @@ def input_messages(input: str | list[dict[str, Any]] | None) -> tuple[list[dict[
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "function_call_output":
             output = item.get("output")
-            text = output if isinstance(output, str) else text_of(output, f"{param}.output")
+            text = output if isinstance(output, str) else text_of(output, f"{param}.output", TEXT_PARTS)
             messages.append({"role": "tool", "tool_call_id": _required(item, "call_id", param), "content": text})
         elif kind == "compaction":
             summary = compaction_summary(item.get("encrypted_content"), f"{param}.encrypted_content")
@@ -175,14 +152,6 @@ def response_format(text_format: dict[str, Any] | None) -> dict[str, Any] | None
         return text_format
     spec = {k: text_format[k] for k in ("name", "schema", "strict", "description") if k in text_format}
     return {"type": "json_schema", "json_schema": spec}
-
-
-def chat_request(messages: list[dict[str, Any]], **fields: Any) -> ChatCompletionRequest:
-    try:
-        decoded = msgspec.convert(messages, list[ChatMessage])
-    except msgspec.ValidationError as exc:  # a stored chain is ours; this is the client's input
-        raise BadRequestError(f"invalid input: {exc}", param="input") from None
-    return ChatCompletionRequest(messages=decoded, **fields)
 
 
 def message_item(text: str, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:

@@ -8,11 +8,15 @@ for the next turn.
     turn.finish(parsed, finish_reason)      # status, output items, usage
     await turn.save()
 
+Streamed, its events come from :class:`~gateway.formats.responses.ResponseEvents`;
+:meth:`Turn.closing_events` finishes and stores the response between the last
+item's events and the final one, and :class:`TurnStream` frames them as SSE.
+
 The chain's engine (where the previous response ran) is the turn's affinity,
 so its prefix, already in that engine's cache, is not computed again.
 
 Both transports start their turns here: ``POST /v1/responses`` and the
-WebSocket mode (:mod:`gateway.responses_api.websocket`), which also hands in
+WebSocket mode (:mod:`gateway.http.websocket`), which also hands in
 the responses its connection keeps (``store: false`` ones live nowhere else)
 and may ask for a warm-up (``generate: false``): the prompt is computed into
 the engine's cache, and the response has no output.
@@ -29,7 +33,11 @@ from typing import Any
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
-from agentgate.gateway.errors import BadRequestError, ServiceUnavailableError, error_parts
+from agentgate.gateway.errors import BadRequestError, GatewayError, ServiceUnavailableError, error_parts
+from agentgate.gateway.events import ChoiceEvent
+from agentgate.gateway.formats.framing import named_event
+from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEvents, sse_error_fields
+from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.responses_api.types import (
@@ -41,7 +49,9 @@ from agentgate.gateway.responses_api.types import (
     ResponseUsage,
     TextConfig,
 )
+from agentgate.gateway.schemas import AssistantMessage, Usage
 from agentgate.gateway.tools import ParsedOutput
+from agentgate.gateway.translation import chat_request, new_id
 
 
 def need_store(store: ResponseStore | None, what: str) -> ResponseStore:
@@ -104,6 +114,52 @@ class Turn:
         """Store the response as it stands (False: not stored, or cancelled meanwhile)."""
         return self.store is not None and await self.store.save(self.stored())
 
+    def reply(self, text: str) -> AssistantMessage:
+        """The reply of ``text`` as the turn's session records it."""
+        return recorded_reply(self.run.plan, text)
+
+    def events(self, error_fields: ErrorFields = sse_error_fields) -> ResponseEvents:
+        """The turn's stream of events (``error_fields``: the transport's error event)."""
+        return ResponseEvents(self.response, self.run.plan, error_fields)
+
+    async def closing_events(self, events: ResponseEvents) -> list[Event]:
+        """The last item's closing events, then (the response finished and stored) the final event."""
+        out = events.ending()
+        self.finish(events.parsed, events.finish_reason, output=events.output)
+        try:
+            await self.save()
+        except GatewayError as exc:  # the store failed at the end (Redis down): the client hears why, then failed
+            return out + events.error(exc)
+        return out + events.final()
+
+
+class TurnStream:
+    """A turn's events as SSE (``event: <type>`` + ``data: <json>``): a
+    :class:`~gateway.formats.StreamFormat`."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.events = turn.events()
+
+    @staticmethod
+    def _sse(events: list[Event]) -> bytes:
+        return b"".join(named_event(event["type"], event) for event in events)
+
+    def opening(self) -> bytes:
+        return self._sse(self.events.opening())
+
+    def chunk(self, index: int, event: ChoiceEvent) -> bytes | None:
+        return self._sse(self.events.chunk(event)) or None
+
+    async def closing(self, usage: Usage) -> bytes:
+        return self._sse(await self.turn.closing_events(self.events))
+
+    def error(self, exc: BaseException) -> bytes:
+        return self._sse(self.events.error(exc))
+
+    def reply(self, text: str) -> AssistantMessage:
+        return self.turn.reply(text)
+
 
 async def start_turn(
     gw: GatewayState,
@@ -119,7 +175,7 @@ async def start_turn(
     """Validate ``body``, read its chain (from ``recent`` first: a WebSocket connection's
     responses), and start its generation on the chat core; ``warmup``: see the module doc."""
     history: list[dict[str, Any]] = []
-    response_id = it.new_id("resp")
+    response_id = new_id("resp")
     chain = response_id  # the agent program: the chain's first response
     if body.previous_response_id is not None:
         previous = (recent or {}).get(body.previous_response_id) or await need_store(
@@ -139,7 +195,7 @@ async def start_turn(
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     text = body.text or TextConfig()
     tools = it.function_tools(body.tools)
-    chat = it.chat_request(
+    chat = chat_request(
         system + history + messages,
         model=body.model,
         tools=it.chat_tools(tools),
@@ -153,9 +209,8 @@ async def start_turn(
         user=body.user,
     )
     context = dataclasses.replace(context, program=chain)
-    run = await start_chat(
-        gw, chat, request_id=request_id, arrival=arrival, context=context, budget_param="max_output_tokens"
-    )
+    run = await start_chat(gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=request_id,
+                           arrival=arrival, context=context, budget_param="max_output_tokens")  # fmt: skip
     params = run.generation.choices[0].params
     response = ResponseObject(
         id=response_id, created_at=int(time.time()), status="in_progress", model=body.model or gw.model.name,

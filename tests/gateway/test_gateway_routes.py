@@ -6,7 +6,7 @@ import re
 
 from starlette.routing import Mount
 
-from agentgate.gateway.app import EngineTarget, create_app
+from agentgate.gateway.http.app import EngineTarget, create_app
 from agentgate.gateway.schemas import REQUEST_TYPES
 from agentgate.gateway.settings import Settings
 from tests.support.http import chat_body, metrics

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentgate.gateway.app import startup_line
+from agentgate.gateway.admission.output_budget import DEFAULT_MAX_TOKENS, OutputBudget
 from agentgate.gateway.cli import build_parser, settings_from_args
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.output_budget import DEFAULT_MAX_TOKENS, OutputBudget
+from agentgate.gateway.http.app import startup_line
 from agentgate.gateway.settings import Settings
 from tests.support.inprocess import InProcessGateway
 

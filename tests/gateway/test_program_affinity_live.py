@@ -1,7 +1,7 @@
 """An agent program across two gateways and two real-model engines on one Redis: a program
 named by ``prompt_cache_key`` (no session) whose turn through gateway A ended in a tool call
 comes back with the tool's result through gateway B, which sends it to the engine holding
-its pinned conversation (``gateway.program_store``): the whole history is a prefix hit. A
+its pinned conversation (``gateway.programs.last_turns``): the whole history is a prefix hit. A
 fresh program with the same messages gets B's least-loaded engine (B lists the engines the
 other way round from A, so that is the other one) and computes them again."""
 

@@ -1,8 +1,8 @@
 """Program identity as the gateway gives it to the engine: session, Responses chain,
 prompt_cache_key, user, in that order; per API key; after tool calls or not."""
 
-from agentgate.gateway import programs
 from agentgate.gateway.context import RequestContext
+from agentgate.gateway.programs import tags as programs
 
 SEARCH = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
 CALL = {"role": "assistant", "content": None, "tool_calls": [SEARCH]}

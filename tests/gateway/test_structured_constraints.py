@@ -13,8 +13,8 @@ import pytest
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.model_path import default_model_path
 from agentgate.engine.sampling_params import StructuredOutput
-from agentgate.gateway.chat import ReplyReader
 from agentgate.gateway.prompts import ToolPlan, tool_plan
+from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.schemas import ChatCompletionRequest, decode_body
 from agentgate.gateway.tools import (
     HermesToolParser,

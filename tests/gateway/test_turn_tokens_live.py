@@ -1,6 +1,6 @@
 """With the real default model: an agent program's returning turns find everything its
 previous turn computed in the prefix cache (``cached_tokens``), its reply included, because
-the prompt starts with the tokens that turn read and wrote (gateway.turn_tokens), whatever
+the prompt starts with the tokens that turn read and wrote (gateway.programs.turn_tokens), whatever
 spelling the model chose for its tool call. Here it may not use the token ``search`` (a
 logit bias), so it spells the tool's name in pieces the tokenizer would not choose, and the
 reply re-rendered and tokenized would leave the cache at the name."""

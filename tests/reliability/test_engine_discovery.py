@@ -1,8 +1,8 @@
 """Engines found through Redis, on live processes: a gateway started without ``--engine`` serves
 the engines registered in Redis, adds one that starts later and drops one that leaves, without a
 restart; an engine's SIGTERM marks its record draining, refuses new work, lets short streams
-finish, aborts the rest at ``--drain-seconds`` and exits 0 (``gateway.engine_registry``,
-``gateway.discovery``, ``engine.process``)."""
+finish, aborts the rest at ``--drain-seconds`` and exits 0 (``gateway.engines.registry``,
+``gateway.engines.discovery``, ``engine.process``)."""
 
 from __future__ import annotations
 

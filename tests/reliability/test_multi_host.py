@@ -30,7 +30,7 @@ import pytest
 import redis
 
 from agentgate.engine.client import HEARTBEAT_TIMEOUT_S
-from agentgate.gateway.engine_registry import ENGINE_TTL_S
+from agentgate.gateway.engines.registry import ENGINE_TTL_S
 from agentgate.loadtests.server import launch
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for
 from tests.support.netns import Host, Network
@@ -311,7 +311,7 @@ async def test_the_redis_host_away(hosts: Hosts):
     their records surely expire meanwhile): requests without a session keep working through both
     gateways, session requests fail fast with a 503; once it is back everything works again,
     sessions as they were, without restarting anything, and no gateway drops an engine whose
-    record expired only because Redis was away (it did, before ``gateway.discovery``'s grace)."""
+    record expired only because Redis was away (it did, before ``gateway.engines.discovery``'s grace)."""
     a, b = hosts.gateways
     async with httpx.AsyncClient(timeout=30) as client:
         r = await _turn(client, a, "through-outage", 0)

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from agentgate.gateway.routes import playground
+from agentgate.gateway.http.routes import playground
 
 # As the machine notes prescribe for Debian's Chromium run as root in a closed
 # network; Playwright adds a fresh temporary --user-data-dir itself.

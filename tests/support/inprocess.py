@@ -31,9 +31,9 @@ from agentgate.engine.core import EngineCore
 from agentgate.engine.ipc import private_address
 from agentgate.engine.model_path import model_display_name
 from agentgate.engine.process import EngineServer
-from agentgate.gateway.app import EngineTarget, create_app
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.embedded_redis import EmbeddedRedis
+from agentgate.gateway.http.app import EngineTarget, create_app
 from agentgate.gateway.settings import Settings
 
 # The live null server's engine: a few ms a step, room for many sequences.

@@ -136,8 +136,9 @@ async def test_a_failed_start_is_reported_with_its_cause(tmp_path):
 
 
 async def test_an_engine_connected_by_address_alone_is_declared_dead_when_it_stops_answering():
-    from agentgate.engine.client import HEARTBEAT_TIMEOUT_S, start_engine_process, stop_engine_process
+    from agentgate.engine.client import HEARTBEAT_TIMEOUT_S
     from agentgate.engine.ipc import private_address, remove_socket_file
+    from agentgate.engine.spawn import start_engine_process, stop_engine_process
 
     address = private_address()
     process = start_engine_process(SLOW_NULL, address)
@@ -191,7 +192,7 @@ def test_the_engine_stops_when_the_process_that_started_it_is_killed(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys, time\n"
-        "from agentgate.engine.client import start_engine_process\n"
+        "from agentgate.engine.spawn import start_engine_process\n"
         "from agentgate.engine.ipc import private_address\n"
         "from agentgate.engine.config import EngineConfig\n"
         "if __name__ == '__main__':\n"
