@@ -11,7 +11,7 @@ int4 stops paying. This prints, in order:
    GGUF stores it, dense bfloat16 through packed oneDNN, dense float32), at 1
    and 16 rows (from oneDNN's and MKL's own verbose lines);
 3. the ``--deterministic`` mode the load-time check chooses for each, with its
-   cost (`engine.models.batch_invariant`);
+   cost (`engine.layers.batch_invariant`);
 4. the int4 / dense crossover: one decoder layer's projections at 1-256 rows
    per form, and from how many rows dense bfloat16 is faster than int4.
 
@@ -36,11 +36,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from agentgate.engine.models import load_model
-from agentgate.engine.models.batch_invariant import MAX_CHECKED_ROWS, choose_mode
-from agentgate.engine.models.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.layers.batch_invariant import MAX_CHECKED_ROWS, choose_mode
+from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.layers.row_choice import fastest_seconds
+from agentgate.engine.loaders import load_model
 from agentgate.engine.models.llama import CausalLM
-from agentgate.engine.models.row_choice import fastest_seconds
 
 # (label, load_model options) of each weight form the engine can serve on a CPU.
 FORMS: tuple[tuple[str, dict[str, str]], ...] = (

@@ -39,7 +39,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
 from agentgate.engine import LLM, SamplingParams
-from agentgate.engine.models.row_choice import RowChosenLinear
+from agentgate.engine.layers.row_choice import RowChosenLinear
 from agentgate.engine.runner import overlap, sync
 
 # Operators that are matrix products: the weight-only CPU kernels, dense GEMMs, oneDNN's packed linears.
@@ -135,7 +135,7 @@ def profiler_range(original: Callable[..., Any], bucket: str) -> Callable[..., A
 def targets(model: torch.nn.Module) -> list[tuple[Any, str, str]]:
     """What `measure` times: every linear (any module with in/out features, the LM head included), attention's
     two calls, the sampler (as each runner calls it), and each decoder layer."""
-    # A linear choosing its form by rows (engine.models.row_choice) is timed once, not again inside.
+    # A linear choosing its form by rows (engine.layers.row_choice) is timed once, not again inside.
     inner = {id(form) for m in model.modules() if isinstance(m, RowChosenLinear) for form in (m.quantized, m.dense)}
     linears = [
         m for m in model.modules() if hasattr(m, "in_features") and hasattr(m, "out_features") and id(m) not in inner

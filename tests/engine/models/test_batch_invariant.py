@@ -23,8 +23,8 @@ from agentgate.engine.attention.torch import batch_invariant_attention, paged_at
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.models import batch_invariant
-from agentgate.engine.models.batch_invariant import (
+from agentgate.engine.layers import batch_invariant
+from agentgate.engine.layers.batch_invariant import (
     MODES,
     NoInvariantMode,
     RowInvariantLinear,
@@ -32,7 +32,7 @@ from agentgate.engine.models.batch_invariant import (
     probe_sizes,
     row_invariance,
 )
-from agentgate.engine.models.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.sampling_params import SamplingParams
 
 # SmolLM2's widths (the M-dependence of a float32 GEMM shows at K = 576),

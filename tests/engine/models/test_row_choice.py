@@ -11,12 +11,12 @@ import torch
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
-from agentgate.engine.models import load_model
-from agentgate.engine.models import row_choice as rc
-from agentgate.engine.models.cpu_linear import PackedLinear, can_pack
-from agentgate.engine.models.quant_linear import Int4Linear, kernels_work
-from agentgate.engine.models.quantization import describe
-from agentgate.engine.models.quantized import quantize_int4
+from agentgate.engine.layers import row_choice as rc
+from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.layers.quant_linear import Int4Linear, kernels_work
+from agentgate.engine.layers.quantized import quantize_int4
+from agentgate.engine.loaders import load_model
+from agentgate.engine.loaders.quantization import describe
 from tests.support.tiny_models import tiny_llama_dir
 
 pytestmark = pytest.mark.skipif(
