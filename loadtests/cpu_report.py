@@ -74,8 +74,10 @@ def captured_stdout() -> Iterator[list[str]]:
 def blas_verbose(call: Callable[[], object]) -> list[str]:
     """oneDNN's and MKL's verbose lines for one call."""
     with captured_stdout() as lines:
-        with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON), \
-                torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON):  # fmt: skip
+        with (
+            torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON),
+            torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON),
+        ):
             call()
     return lines
 
@@ -145,8 +147,13 @@ class Form:
     def linears(self) -> dict[str, nn.Module]:
         """One linear of each kind (layer 0's projections, the LM head), by name."""
         attn, mlp = self.model.layers[0].self_attn, self.model.layers[0].mlp
-        return {"qkv": attn.qkv_proj, "o": attn.o_proj, "gate_up": mlp.gate_up_proj, "down": mlp.down_proj,
-                "lm_head": self.model.head_linear()}  # fmt: skip
+        return {
+            "qkv": attn.qkv_proj,
+            "o": attn.o_proj,
+            "gate_up": mlp.gate_up_proj,
+            "down": mlp.down_proj,
+            "lm_head": self.model.head_linear(),
+        }
 
 
 def load_forms(model: str | None, load_format: str) -> list[Form]:

@@ -43,10 +43,18 @@ from agentgate.engine.layers.row_choice import RowChosenLinear
 from agentgate.engine.runner import overlap, sync
 
 # Operators that are matrix products: the weight-only CPU kernels, dense GEMMs, oneDNN's packed linears.
-MATMULS = frozenset({
-    "aten::_weight_int4pack_mm_for_cpu", "aten::_weight_int8pack_mm", "aten::mm", "aten::addmm", "aten::bmm",
-    "aten::matmul", "aten::linear", "mkldnn::_linear_pointwise",
-})  # fmt: skip
+MATMULS = frozenset(
+    {
+        "aten::_weight_int4pack_mm_for_cpu",
+        "aten::_weight_int8pack_mm",
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::matmul",
+        "aten::linear",
+        "mkldnn::_linear_pointwise",
+    }
+)
 PROMPT = "Write a long story about a lighthouse keeper and the ships she guides home at night."
 
 
@@ -228,8 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, action="append", help="batch sizes (repeatable; default 1 and 16)")
     parser.add_argument("--steps", type=int, default=24, help="decode steps profiled per batch size")
     args = parser.parse_args(argv)
-    llm = LLM(args.model, load_format=args.load_format, dtype=args.dtype, quantization=args.quantization,
-              runner=args.runner)  # fmt: skip
+    llm = LLM(
+        args.model, load_format=args.load_format, dtype=args.dtype, quantization=args.quantization, runner=args.runner
+    )
     print(f"step profile: {llm.core.runner.weights} | runner {args.runner}", flush=True)
     for batch in args.batch or [1, 16]:
         print("\n".join(measure(llm, batch, args.steps).lines()), flush=True)

@@ -86,9 +86,13 @@ def test_the_engine_keeps_copies_by_default_only(tmp_path, monkeypatch, options,
     monkeypatch.setenv("AGENTGATE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(rc, "_measure", lambda layer: 4)
     config = EngineConfig(
-        model=str(tiny_llama_dir(tmp_path)), load_format="dummy", quantization="int4", num_kv_blocks=64,
-        max_model_len=128, **({"dtype": "bfloat16"} | options),
-    )  # fmt: skip
+        model=str(tiny_llama_dir(tmp_path)),
+        load_format="dummy",
+        quantization="int4",
+        num_kv_blocks=64,
+        max_model_len=128,
+        **({"dtype": "bfloat16"} | options),
+    )
     core = EngineCore(config)
     try:
         model = core.runner.model
