@@ -109,8 +109,12 @@ class EngineServer:
             now = time.monotonic()
             self.drain_deadline = now + seconds
             self.drain_refuses_at = now + min(notice, seconds)
-            log.info("draining: new requests refused in %.1f s; %d in flight get %.0f s", min(notice, seconds),
-                     len(self._owners), seconds)  # fmt: skip
+            log.info(
+                "draining: new requests refused in %.1f s; %d in flight get %.0f s",
+                min(notice, seconds),
+                len(self._owners),
+                seconds,
+            )
 
     def _drained(self) -> bool:
         """During a drain: whether the loop may end (nothing in flight after the notice, or the deadline passed)."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from agentgate.engine.block_pool import Block, BlockPool
 from agentgate.engine.config import parse_retention
-from agentgate.engine.programs import ProgramTable
+from agentgate.engine.programs.table import ProgramTable
 from agentgate.engine.protocol import RetentionStats
 from agentgate.engine.request import Request
 from agentgate.engine.tool_gaps import ToolGaps, tool_key

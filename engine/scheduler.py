@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from agentgate.engine.kv_cache_manager import KVCacheManager
-from agentgate.engine.program_admission import ProgramAdmission
+from agentgate.engine.programs.admission import ProgramAdmission
 from agentgate.engine.protocol import SchedulerStats
 from agentgate.engine.request import FinishReason, Request, RequestStatus
 from agentgate.engine.retention import KVRetention

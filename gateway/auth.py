@@ -128,8 +128,9 @@ class KeyChecker:
     def _no_admin_key(self) -> str:
         """Why the operator routes refuse everyone: no admin key is configured."""
         if self.exposed and not self._user:  # with API keys, --allow-unauthenticated-ops would not open them
-            return CLOSED_OFF_LOOPBACK.format(what="operator routes", s="", key="the admin key",
-                                              flags="--admin-key KEY")  # fmt: skip
+            return CLOSED_OFF_LOOPBACK.format(
+                what="operator routes", s="", key="the admin key", flags="--admin-key KEY"
+            )
         return "operator routes need the admin key, and none is configured (start the server with --admin-key)"
 
     def check(self, access: Access, presented: str | None) -> None:
@@ -147,10 +148,11 @@ class KeyChecker:
                 return
             if not self._user and self._admin is None:
                 raise PermissionDeniedError(
-                    CLOSED_OFF_LOOPBACK.format(what="/metrics", s="s", key="a key",
-                                               flags="--admin-key KEY or --api-key KEY"),
+                    CLOSED_OFF_LOOPBACK.format(
+                        what="/metrics", s="s", key="a key", flags="--admin-key KEY or --api-key KEY"
+                    ),
                     code="key_required",
-                )  # fmt: skip
+                )
         role = self.role(presented)
         if access is Access.ADMIN:
             if self._admin is None:

@@ -78,8 +78,13 @@ async def start_chat(
     check_request_json(request)
     chars = message_chars(request.messages)
     check_prompt_chars(chars, model.max_model_len, model.tokenizer.max_token_bytes, "messages")
-    program = program_tag(context, request.messages, tools_offered=bool(request.tools),
-                          prompt_cache_key=request.prompt_cache_key, user=request.user)  # fmt: skip
+    program = program_tag(
+        context,
+        request.messages,
+        tools_offered=bool(request.tools),
+        prompt_cache_key=request.prompt_cache_key,
+        user=request.user,
+    )
     program_id = program.program_id if program is not None else None
     if chars > OFF_LOOP_CHARS:
         text, prompt, plan = await anyio.to_thread.run_sync(_prompt_and_plan, model, turns, request, program_id)
@@ -89,16 +94,21 @@ async def start_chat(
     if request.max_completion_tokens is not None:
         requested, param = request.max_completion_tokens, "max_completion_tokens"
     param = budget_param or param
-    max_tokens = model.budget.resolve(requested, prompt_tokens=len(prompt), max_model_len=model.max_model_len,
-                                      param=param)  # fmt: skip
+    max_tokens = model.budget.resolve(
+        requested, prompt_tokens=len(prompt), max_model_len=model.max_model_len, param=param
+    )
     structured = plan.structured
     if structured is not None and plan.forced:  # the reply must end whole within its budget
         budget = max_tokens if max_tokens is not None else model.max_model_len - len(prompt)
         structured = msgspec.structs.replace(structured, max_tokens=budget)
     params = sampling_params(
-        request, max_tokens=max_tokens, logprobs=chat_logprobs(request), vocab_size=model.vocab_size,
-        structured=structured, defaults=model.sampling,
-    )  # fmt: skip
+        request,
+        max_tokens=max_tokens,
+        logprobs=chat_logprobs(request),
+        vocab_size=model.vocab_size,
+        structured=structured,
+        defaults=model.sampling,
+    )
     turn = None
     if turns is not None and program_id is not None and request.n == 1:
         turn = TurnStart(turns, program_id, text, prompt)

@@ -64,12 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     engine = commands.add_parser("engine", help="run one engine process, bound to --address, in the foreground")
-    engine.add_argument("--address", default=None,
-                        help="the address to bind: tcp://HOST:PORT or ipc:///PATH [env AGENTGATE_ADDRESS]")  # fmt: skip
-    engine.add_argument("--advertise-address", default=None,
-                        help="with --redis-url: the address gateways dial, announced in the registry (default: "
-                        "--address; needed when that binds 0.0.0.0), e.g. tcp://engine-0.engines:5555 "
-                        "[env AGENTGATE_ADVERTISE_ADDRESS]")  # fmt: skip
+    engine.add_argument(
+        "--address", default=None, help="the address to bind: tcp://HOST:PORT or ipc:///PATH [env AGENTGATE_ADDRESS]"
+    )
+    engine.add_argument(
+        "--advertise-address",
+        default=None,
+        help="with --redis-url: the address gateways dial, announced in the registry (default: "
+        "--address; needed when that binds 0.0.0.0), e.g. tcp://engine-0.engines:5555 "
+        "[env AGENTGATE_ADVERTISE_ADDRESS]",
+    )
     add_settings_flags(engine, "engine")
     engine.set_defaults(func=_engine)
 
@@ -77,9 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
         "gateway",
         help="run the gateway in front of engines started elsewhere (--engine)",
     )
-    gateway.add_argument("--engine", dest="engine_addresses", action="append", default=None, metavar="ADDRESS",
-                         help="an engine to serve, tcp://HOST:PORT or ipc:///PATH (repeatable) "
-                         "[env AGENTGATE_ENGINE, comma-separated]")  # fmt: skip
+    gateway.add_argument(
+        "--engine",
+        dest="engine_addresses",
+        action="append",
+        default=None,
+        metavar="ADDRESS",
+        help="an engine to serve, tcp://HOST:PORT or ipc:///PATH (repeatable) [env AGENTGATE_ENGINE, comma-separated]",
+    )
     add_settings_flags(gateway, "gateway")
     gateway.set_defaults(func=_gateway)
 
@@ -111,8 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     generate.set_defaults(func=_generate)
     # `agentgate ops ...` is the operator CLI in agents/ (an HTTP client); main() hands it its arguments
-    commands.add_parser("ops", help="operate a running server: status, pause, resume, abort, sessions",
-                        add_help=False)  # fmt: skip
+    commands.add_parser("ops", help="operate a running server: status, pause, resume, abort, sessions", add_help=False)
     return parser
 
 
@@ -158,8 +166,14 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         targets = []
         for i in range(settings.engines):
             address = private_address()
-            log.info("starting engine %d/%d (runner %s, model %s) on %s", i + 1, settings.engines,
-                     engine_config.runner, engine_config.model or "default", address)  # fmt: skip
+            log.info(
+                "starting engine %d/%d (runner %s, model %s) on %s",
+                i + 1,
+                settings.engines,
+                engine_config.runner,
+                engine_config.model or "default",
+                address,
+            )
             process = start_engine_process(engine_config, address)
             stack.callback(remove_socket_file, address)  # runs after the engine stopped
             stack.callback(stop_engine_process, process)
@@ -174,8 +188,10 @@ def _gateway(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     given = args.engine_addresses or [os.environ.get("AGENTGATE_ENGINE", "")]
     addresses = [part.strip() for item in given for part in item.split(",") if part.strip()]
     if not addresses and settings.redis_url is None:
-        parser.error("agentgate gateway needs --engine ADDRESS (or AGENTGATE_ENGINE), or --redis-url to find the "
-                     "engines registered there")  # fmt: skip
+        parser.error(
+            "agentgate gateway needs --engine ADDRESS (or AGENTGATE_ENGINE), or --redis-url to find the "
+            "engines registered there"
+        )
     if not addresses:
         log.info("no --engine: serving the engines registered in redis (agentgate engine --redis-url)")
     from agentgate.gateway.engines.pool import EngineTarget
@@ -201,8 +217,9 @@ def _engine(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
         advertised = args.advertise_address or os.environ.get("AGENTGATE_ADVERTISE_ADDRESS") or address
         lifecycle = EngineAnnouncer(settings.redis_url, settings.redis_prefix, advertised)
-    run_engine_process(config, address, model_display_name(config.model), drain_seconds=settings.drain_seconds,
-                       lifecycle=lifecycle)  # fmt: skip
+    run_engine_process(
+        config, address, model_display_name(config.model), drain_seconds=settings.drain_seconds, lifecycle=lifecycle
+    )
     return 0
 
 

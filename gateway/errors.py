@@ -151,8 +151,11 @@ def error_parts(exc: BaseException, request_id: str | None = None) -> tuple[int,
     where = f" (request id {request_id})" if request_id else ""
     if isinstance(exc, EngineError):
         log.error("engine error%s: %s", where, exc)
-        return 500, ErrorInfo(f"the engine failed this request{where}", "internal_server_error", None,
-                              "engine_error"), {}  # fmt: skip
+        return (
+            500,
+            ErrorInfo(f"the engine failed this request{where}", "internal_server_error", None, "engine_error"),
+            {},
+        )
     log.error("unhandled error%s", where, exc_info=exc)
     return 500, ErrorInfo(f"internal server error{where}", "internal_server_error", None, None), {}
 

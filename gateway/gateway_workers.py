@@ -84,8 +84,9 @@ def supervise(settings: Settings, targets: list[EngineTarget]) -> int:
     code = 0
     try:
         for i in range(settings.gateway_workers):
-            worker = context.Process(target=gateway_worker, args=(settings, engines, os.getpid(), i),
-                                     name=f"agentgate-gateway-{i}")  # fmt: skip
+            worker = context.Process(
+                target=gateway_worker, args=(settings, engines, os.getpid(), i), name=f"agentgate-gateway-{i}"
+            )
             worker.start()
             workers.append(worker)
         log.info(

@@ -23,8 +23,18 @@ from agentgate.gateway.sessions import SessionStore
 
 
 class Lease:
-    __slots__ = ("request_id", "context", "conversation", "engine", "program_id", "_registry", "_sessions",
-                 "_programs", "_limiter", "_turn")  # fmt: skip
+    __slots__ = (
+        "request_id",
+        "context",
+        "conversation",
+        "engine",
+        "program_id",
+        "_registry",
+        "_sessions",
+        "_programs",
+        "_limiter",
+        "_turn",
+    )
 
     def __init__(
         self,
@@ -75,8 +85,9 @@ class Lease:
         # The session's turn is queued first: a client that reads its session right after the
         # reply waits for one background write, not two.
         if self._sessions is not None:
-            self._sessions.record_turn(self.context.session_id, self.request_id, (prompt_tokens, completion_tokens),
-                                       self.conversation, reply)  # fmt: skip
+            self._sessions.record_turn(
+                self.context.session_id, self.request_id, (prompt_tokens, completion_tokens), self.conversation, reply
+            )
         if self._programs is not None:
             self._programs.turn_ended(self.program_id, self.engine)
         self._registry.unregister(self.request_id)

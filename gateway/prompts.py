@@ -158,9 +158,13 @@ def tool_plan(
     if parallel and choice.mode == "required":
         max_calls = max_forced_calls
     structured = structured_output(
-        tools, choice, response_format, parser=parser.name if parser else "hermes", parallel=parallel,
+        tools,
+        choice,
+        response_format,
+        parser=parser.name if parser else "hermes",
+        parallel=parallel,
         max_calls=max_calls,
-    )  # fmt: skip
+    )
     if structured is None:
         param = None
     elif structured.structural_tag is not None:
@@ -194,8 +198,10 @@ def message_dict(message: ChatMessage, index: int) -> dict[str, Any]:
             texts.append(part.text)
         content = "".join(texts)
     if message.role == "tool" and not message.tool_call_id:
-        raise BadRequestError("a message with role `tool` needs `tool_call_id`: the id of the call it answers",
-                              param=f"messages[{index}].tool_call_id")  # fmt: skip
+        raise BadRequestError(
+            "a message with role `tool` needs `tool_call_id`: the id of the call it answers",
+            param=f"messages[{index}].tool_call_id",
+        )
     out: dict[str, Any] = {"role": message.role, "content": "" if content is None else content}
     for key in ("name", "tool_calls", "tool_call_id", "reasoning_content"):
         value = getattr(message, key)

@@ -207,8 +207,12 @@ class SharedState:
             self.up = False
             if not self._down_logged:
                 self._down_logged = True
-                log.warning("redis at %s is unreachable (%s); session, rate-limit and cross-replica routes answer "
-                            "503 until it is back", self.display_url, exc)  # fmt: skip
+                log.warning(
+                    "redis at %s is unreachable (%s); session, rate-limit and cross-replica routes answer "
+                    "503 until it is back",
+                    self.display_url,
+                    exc,
+                )
         else:
             log.warning("redis error: %s", exc)
 

@@ -88,8 +88,15 @@ class RequestRegistry:
             self._held = shared.client.register_script(_HELD)
 
     # -- this gateway's requests ------------------------------------------------------
-    def register(self, request_id: str, engine: EngineClient, engine_request_ids: list[str],
-                 context: RequestContext, *, progress: Progress | None = None) -> None:  # fmt: skip
+    def register(
+        self,
+        request_id: str,
+        engine: EngineClient,
+        engine_request_ids: list[str],
+        context: RequestContext,
+        *,
+        progress: Progress | None = None,
+    ) -> None:
         """File a request; ConflictError (409) when its id, or one of its engine ids, is in flight."""
         if request_id in self._requests or any(i in self._by_engine_id for i in engine_request_ids):
             raise ConflictError(
@@ -177,8 +184,16 @@ class RequestRegistry:
     # -- every replica's requests (Redis) ------------------------------------------------
     def _write_started(self, request_id: str, engine: str, engine_ids: list[str], context: RequestContext) -> None:
         keys = self.shared.keys
-        args = [self.shared.replica_id, engine, context.session_id or "", context.key, f"{time.time():.3f}",
-                json.dumps(engine_ids), REQUEST_TTL_S, request_id]  # fmt: skip
+        args = [
+            self.shared.replica_id,
+            engine,
+            context.session_id or "",
+            context.key,
+            f"{time.time():.3f}",
+            json.dumps(engine_ids),
+            REQUEST_TTL_S,
+            request_id,
+        ]
         key_list = [keys.request(request_id), keys.key_requests(context.key)]
         self.shared.enqueue(lambda: self._started(keys=key_list, args=args))
 

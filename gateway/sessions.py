@@ -195,8 +195,14 @@ class SessionStore:
         args = [request_id, engine, self.ttl]
         self.shared.enqueue(lambda: self._bind(keys=keys, args=args))
 
-    def record_turn(self, session_id: str, request_id: str, usage: tuple[int, int], messages: Sequence[Any],
-                    reply: AssistantMessage | None) -> None:  # fmt: skip
+    def record_turn(
+        self,
+        session_id: str,
+        request_id: str,
+        usage: tuple[int, int],
+        messages: Sequence[Any],
+        reply: AssistantMessage | None,
+    ) -> None:
         """A request of the session ended: count its turn and tokens, and keep ``messages``
         (what the client sent) then ``reply`` (the first choice as an assistant message, its
         tool calls parsed; None: the engine produced nothing) as the session's messages. In

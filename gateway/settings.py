@@ -279,8 +279,9 @@ class Settings:
         "(a temporary one with --port 0)",
         default=None,
     )
-    redis_prefix: str = _opt("prefix of every Redis key and channel of agentgate", default="agentgate",
-                             commands=COMMANDS)  # fmt: skip
+    redis_prefix: str = _opt(
+        "prefix of every Redis key and channel of agentgate", default="agentgate", commands=COMMANDS
+    )
     session_ttl: float = _opt("seconds a session lives after its last activity", default=3600.0)
     response_ttl: float = _opt("seconds a stored /v1/responses response (and its chain) is kept", default=30 * 86400.0)
     rate_limit_rpm: int = _opt("requests per minute per API key (0: unlimited)", default=0)

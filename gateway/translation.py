@@ -30,8 +30,9 @@ def text_of(content: Any, param: str, kinds: frozenset[str]) -> str:
         kind = part.get("type") if isinstance(part, dict) else None
         text = part.get("text", part.get("refusal")) if kind in kinds else None
         if not isinstance(text, str):
-            raise BadRequestError(f"content of type {kind!r} is not supported (this model reads text only)",
-                                  param=f"{param}[{i}]")  # fmt: skip
+            raise BadRequestError(
+                f"content of type {kind!r} is not supported (this model reads text only)", param=f"{param}[{i}]"
+            )
         texts.append(text)
     return "".join(texts)
 

@@ -23,7 +23,7 @@ def write_kv(
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x`` [tokens, heads, head_dim] by ``cos``/``sin`` [tokens,
-    head_dim / 2] (rows of `engine.models.rope.rope_tables` gathered at the
+    head_dim / 2] (rows of `engine.layers.rope.rope_tables` gathered at the
     tokens' positions), neox layout: element ``i`` pairs with ``i +
     head_dim / 2``. Computed in float32, returned in ``x``'s dtype."""
     return _rotate(x, *_rope_factors(cos, sin))

@@ -94,8 +94,9 @@ def _split(entry: str) -> tuple[str, int, int]:
     try:
         key, rpm, tpm = parts[0], int(parts[1]), int(parts[2])
     except (IndexError, ValueError):
-        raise ValueError(f"--key-rate-limit expects KEY:RPM:TPM (0: unlimited), got {entry.split(':')[-2:]!r}"
-                         ) from None  # fmt: skip
+        raise ValueError(
+            f"--key-rate-limit expects KEY:RPM:TPM (0: unlimited), got {entry.split(':')[-2:]!r}"
+        ) from None
     if not key or rpm < 0 or tpm < 0:
         raise ValueError("--key-rate-limit expects KEY:RPM:TPM with a key and non-negative limits")
     return key, rpm, tpm

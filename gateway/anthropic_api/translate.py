@@ -44,8 +44,13 @@ def _turn(message: dict[str, Any], param: str) -> list[dict[str, Any]]:
             texts.append(_text([block], where))
         elif kind == "tool_use" and role == "assistant":
             arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
-            calls.append({"id": block.get("id") or new_id("toolu"), "type": "function",
-                          "function": {"name": block.get("name"), "arguments": arguments}})  # fmt: skip
+            calls.append(
+                {
+                    "id": block.get("id") or new_id("toolu"),
+                    "type": "function",
+                    "function": {"name": block.get("name"), "arguments": arguments},
+                }
+            )
         elif kind == "tool_result" and role == "user":
             result = block.get("content", "")
             text = _text(result, f"{where}.content") if result is not None else ""
@@ -55,8 +60,9 @@ def _turn(message: dict[str, Any], param: str) -> list[dict[str, Any]]:
         elif kind in ("thinking", "redacted_thinking"):
             continue  # nothing this model can read back
         else:
-            raise BadRequestError(f"content blocks of type {kind!r} are not supported in a {role} message",
-                                  param=f"{where}.type")  # fmt: skip
+            raise BadRequestError(
+                f"content blocks of type {kind!r} are not supported in a {role} message", param=f"{where}.type"
+            )
     if texts or calls or not out:
         turn: dict[str, Any] = {"role": role, "content": "".join(texts)}
         if calls:
@@ -104,5 +110,11 @@ def chat_messages(system: Any, messages: list[dict[str, Any]]) -> list[dict[str,
 def to_chat(body: Any, **sampling: Any) -> ChatCompletionRequest:
     """A messages (or count_tokens) request on the chat core."""
     tool_choice, parallel = _tool_choice(body.tool_choice)
-    return chat_request(chat_messages(body.system, body.messages), model=body.model, tools=_tools(body.tools),
-                        tool_choice=tool_choice, parallel_tool_calls=parallel, **sampling)  # fmt: skip
+    return chat_request(
+        chat_messages(body.system, body.messages),
+        model=body.model,
+        tools=_tools(body.tools),
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
+        **sampling,
+    )

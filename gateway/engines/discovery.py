@@ -62,8 +62,10 @@ class EngineDiscovery:
                 try:
                     await self._first.wait()
                 except TimeoutError:
-                    raise EngineDeadError(f"no engine registered in redis at {self.shared.display_url} "
-                                          f"answered within {self.startup_timeout:.0f} s") from None  # fmt: skip
+                    raise EngineDeadError(
+                        f"no engine registered in redis at {self.shared.display_url} "
+                        f"answered within {self.startup_timeout:.0f} s"
+                    ) from None
             assert self.pool is not None
             task_status.started(self.pool)
 
@@ -97,8 +99,11 @@ class EngineDiscovery:
                 continue  # expired while Redis was away: its engine renews it within a heartbeat
             if record is None or record.state == "draining":
                 if engine.address not in self.pool.leaving:
-                    log.warning("engine at %s is %s: no new requests go there", engine.address,
-                                "draining" if record is not None else "gone from the registry")  # fmt: skip
+                    log.warning(
+                        "engine at %s is %s: no new requests go there",
+                        engine.address,
+                        "draining" if record is not None else "gone from the registry",
+                    )
                 self.pool.leaving.add(engine.address)
             elif engine.address in self.pool.leaving:
                 log.info("engine at %s is serving again", engine.address)

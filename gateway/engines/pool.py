@@ -136,8 +136,9 @@ class EnginePool:
             if engine.dead_reason is not None:
                 since = self.down_since[i] or now
                 at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
-                reasons.append(f"engine {i} at {engine.address} is down since {at} ({now - since:.1f} s): "
-                               f"{engine.dead_reason}")  # fmt: skip
+                reasons.append(
+                    f"engine {i} at {engine.address} is down since {at} ({now - since:.1f} s): {engine.dead_reason}"
+                )
         return reasons
 
     @property

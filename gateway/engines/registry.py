@@ -56,8 +56,9 @@ class EngineAnnouncer:
         self.key = Keys(prefix).engine(address)
         self.address = address
         self.url = redis_url
-        self.client = redis.Redis.from_url(redis_url, socket_timeout=SOCKET_TIMEOUT_S,
-                                           socket_connect_timeout=SOCKET_TIMEOUT_S)  # fmt: skip
+        self.client = redis.Redis.from_url(
+            redis_url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
+        )
         self.record: EngineRecord | None = None
         self._wake = threading.Event()
         self._done = threading.Event()
@@ -65,8 +66,9 @@ class EngineAnnouncer:
 
     def ready(self, info: EngineInfo, max_num_seqs: int) -> None:
         """Announce the engine (it serves from now on) and keep announcing it."""
-        self.record = EngineRecord(self.address, info.model, info.kv_capacity_tokens, max_num_seqs, info.device,
-                                   time.time(), info.engine_id)  # fmt: skip
+        self.record = EngineRecord(
+            self.address, info.model, info.kv_capacity_tokens, max_num_seqs, info.device, time.time(), info.engine_id
+        )
         self._write()
         self._thread = threading.Thread(target=self._beat, name="engine-announcer", daemon=True)
         self._thread.start()

@@ -143,14 +143,18 @@ class EngineSupervisor:
         self.pool.mark_down(i)
         delay = budget.died(time.monotonic()) if target.start is not None or not self.policy.restart else 0.0
         if delay is None:
-            why = "--on-engine-death exit" if not self.policy.restart else (
-                f"more than {self.policy.max_restarts} deaths within {self.policy.window_s:.0f} s")  # fmt: skip
+            why = (
+                "--on-engine-death exit"
+                if not self.policy.restart
+                else (f"more than {self.policy.max_restarts} deaths within {self.policy.window_s:.0f} s")
+            )
             self.fatal = f"engine {i} at {target.address} died ({how}): {reason}; giving up ({why})"
             log.error("%s; the gateway exits", self.fatal)
             await anyio.sleep_forever()  # the server sees ``fatal`` and shuts down
         if target.start is None:
-            log.error("engine %d at %s is down (%s): %s; re-attaching when it answers again", i, target.address,
-                      how, reason)  # fmt: skip
+            log.error(
+                "engine %d at %s is down (%s): %s; re-attaching when it answers again", i, target.address, how, reason
+            )
             return
         log.error("engine %d at %s died (%s): %s; restarting it in %.1f s", i, target.address, how, reason, delay)
         await anyio.sleep(delay)

@@ -38,8 +38,12 @@ from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.types import ResponseError, ResponseObject
 from agentgate.gateway.tools import Delta, ParsedOutput, ToolCall, accumulate
 
-FINAL_EVENTS = {"completed": "response.completed", "incomplete": "response.incomplete",
-                "failed": "response.failed", "cancelled": "response.failed"}  # fmt: skip
+FINAL_EVENTS = {
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "failed": "response.failed",
+    "cancelled": "response.failed",
+}
 
 Event = dict[str, Any]
 ErrorFields = Callable[[int, ErrorInfo], dict[str, Any]]  # (status, error) -> the error event's fields
@@ -88,8 +92,14 @@ class ResponseEvents:
                     out += self._open_call(ToolCall(call.id, call.function.name or "", ""))
                 if call.function.arguments:
                     self.text.append(call.function.arguments)
-                    out.append(self._event("response.function_call_arguments.delta", item_id=self.item["id"],
-                                           output_index=self.output_index, delta=call.function.arguments))  # fmt: skip
+                    out.append(
+                        self._event(
+                            "response.function_call_arguments.delta",
+                            item_id=self.item["id"],
+                            output_index=self.output_index,
+                            delta=call.function.arguments,
+                        )
+                    )
         if finish is not None:
             self.finish_reason = finish
         return out
@@ -99,11 +109,26 @@ class ResponseEvents:
         if self.item is None or self.item["type"] != "message":
             out += self._close_item()
             out.append(self._open(it.message_item("", "in_progress")))
-            out.append(self._event("response.content_part.added", item_id=self.item["id"],
-                                   output_index=self.output_index, content_index=0, part=self._part("")))  # fmt: skip
+            out.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=self.item["id"],
+                    output_index=self.output_index,
+                    content_index=0,
+                    part=self._part(""),
+                )
+            )
         self.text.append(text)
-        out.append(self._event("response.output_text.delta", item_id=self.item["id"], output_index=self.output_index,
-                               content_index=0, delta=text, logprobs=[]))  # fmt: skip
+        out.append(
+            self._event(
+                "response.output_text.delta",
+                item_id=self.item["id"],
+                output_index=self.output_index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
         return out
 
     def _open_call(self, call: ToolCall) -> list[Event]:
@@ -127,14 +152,34 @@ class ResponseEvents:
         status = "incomplete" if self.finish_reason == "length" else "completed"
         if item["type"] == "message":
             done = it.message_item(text, status, item["id"])
-            out = [self._event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
-                               text=text, logprobs=[]),
-                   self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
-                               part=self._part(text))]  # fmt: skip
+            out = [
+                self._event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                ),
+                self._event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=self._part(text),
+                ),
+            ]
         else:
             done = {**item, "arguments": text, "status": status}
-            out = [self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                               name=item["name"], arguments=text)]  # fmt: skip
+            out = [
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    name=item["name"],
+                    arguments=text,
+                )
+            ]
         self.output.append(done)
         return out + [self._event("response.output_item.done", output_index=index, item=done)]
 

@@ -84,8 +84,9 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     replica_id = make_replica_id(settings.port)
     shared = sessions = programs = limiter = responses = None
     if settings.redis_url is not None:  # connected on first use; without it the gateway runs alone
-        shared = SharedState(settings.redis_url, prefix=settings.redis_prefix, replica_id=replica_id,
-                             session_ttl=settings.session_ttl)  # fmt: skip
+        shared = SharedState(
+            settings.redis_url, prefix=settings.redis_prefix, replica_id=replica_id, session_ttl=settings.session_ttl
+        )
         limiter = RateLimiter(
             shared,
             rpm=settings.rate_limit_rpm,
@@ -98,8 +99,9 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     registry = RequestRegistry(shared)
     supervisor: EngineSupervisor | EngineDiscovery
     if engines:
-        supervisor = EngineSupervisor(engines, policy=RestartPolicy.from_settings(settings),
-                                      startup_timeout=settings.startup_timeout)  # fmt: skip
+        supervisor = EngineSupervisor(
+            engines, policy=RestartPolicy.from_settings(settings), startup_timeout=settings.startup_timeout
+        )
     else:  # the engines the Redis registry names, found and dropped while the gateway runs
         supervisor = EngineDiscovery(shared, startup_timeout=settings.startup_timeout)
     if shared is not None:
@@ -197,7 +199,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
             *sessions_routes.routes,
             *dashboard.routes,
             *playground.routes,
-        ],  # fmt: skip,
+        ],
         middleware=middleware,
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
@@ -212,8 +214,11 @@ async def _start_shared_state(stack: AsyncExitStack, state: GatewayState) -> Non
         shared.replica_info = ReplicaInfo(host=settings.host, port=settings.port, engines=state.pool.addresses)
         stack.push_async_callback(shared.close)
         if not await shared.ping():
-            log.warning("redis at %s is unreachable: serving stateless requests; sessions and operator routes "
-                        "answer 503 until it is back", shared.display_url)  # fmt: skip
+            log.warning(
+                "redis at %s is unreachable: serving stateless requests; sessions and operator routes "
+                "answer 503 until it is back",
+                shared.display_url,
+            )
     tasks = await stack.enter_async_context(anyio.create_task_group())
 
     async def stop_tasks() -> None:

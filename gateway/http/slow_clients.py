@@ -29,8 +29,10 @@ def _raw_response(status: int, reason: str, message: str, code: str) -> bytes:
     """A whole HTTP response with an OpenAI error body, written before any request was read."""
     error_type = "invalid_request_error" if status < 500 else "service_unavailable"
     body = msgspec.json.encode(ErrorBody(ErrorInfo(message, error_type, None, code)))
-    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-            "connection: close\r\n\r\n").encode()  # fmt: skip
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    ).encode()
     return head + body
 
 
@@ -89,5 +91,8 @@ class GuardedH11Protocol(H11Protocol):
 
 def guarded_protocol(header_timeout: float, max_connections: int) -> type[GuardedH11Protocol]:
     """The protocol class uvicorn runs (``uvicorn.Config(http=...)``), with these bounds."""
-    return type("GuardedH11Protocol", (GuardedH11Protocol,),
-                {"header_timeout": header_timeout, "max_connections": max_connections})  # fmt: skip
+    return type(
+        "GuardedH11Protocol",
+        (GuardedH11Protocol,),
+        {"header_timeout": header_timeout, "max_connections": max_connections},
+    )

@@ -129,8 +129,11 @@ class GenerationResponse(EventSourceResponse):
             try:
                 await super().__call__(scope, receive, send)
             except* SendTimeoutError:
-                log.warning("request %s: the client stopped reading for %g s; its stream is aborted",
-                            gen.request_id, self.send_timeout)  # fmt: skip
+                log.warning(
+                    "request %s: the client stopped reading for %g s; its stream is aborted",
+                    gen.request_id,
+                    self.send_timeout,
+                )
         finally:
             await gen.aclose()
             close(gen, self._format.reply)

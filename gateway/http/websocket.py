@@ -54,8 +54,7 @@ _encoder = msgspec.json.Encoder()
 def error_fields(status: int, info: ErrorInfo) -> dict[str, Any]:
     """OpenAI's WebSocket error envelope (the ``error`` event's fields but its type)."""
     code = str(info.code) if info.code is not None else info.type
-    return {"status": status, "error": {"type": info.type, "code": code, "message": info.message,
-                                        "param": info.param}}  # fmt: skip
+    return {"status": status, "error": {"type": info.type, "code": code, "message": info.message, "param": info.param}}
 
 
 class Connection:
@@ -94,20 +93,35 @@ class Connection:
         event: WebSocketCreate | None = None
         try:
             if len(text) > self.gw.settings.max_body_bytes:
-                raise PayloadTooLargeError(f"the event is larger than this server accepts "
-                                           f"({self.gw.settings.max_body_bytes} bytes)")  # fmt: skip
+                raise PayloadTooLargeError(
+                    f"the event is larger than this server accepts ({self.gw.settings.max_body_bytes} bytes)"
+                )
             event = decode_body(text.encode(), WebSocketCreate)
             if event.type != "response.create":
-                raise BadRequestError(f"unsupported event type {event.type!r}: this server takes response.create",
-                                      param="type", code="unsupported_event_type")  # fmt: skip
+                raise BadRequestError(
+                    f"unsupported event type {event.type!r}: this server takes response.create",
+                    param="type",
+                    code="unsupported_event_type",
+                )
             if event.background:
-                raise BadRequestError("background is not available in WebSocket mode: every response streams on "
-                                      "the socket", param="background")  # fmt: skip
+                raise BadRequestError(
+                    "background is not available in WebSocket mode: every response streams on the socket",
+                    param="background",
+                )
             gw = self.gw
-            context = await request_context(self.websocket.scope, keys=gw.keys, limiter=gw.limiter,
-                                            sessions=gw.sessions)  # fmt: skip
-            turn = await start_turn(gw, gw.responses, event, request_id=uuid.uuid4().hex, arrival=time.monotonic(),
-                                    context=context, recent=self.kept, warmup=not event.generate)  # fmt: skip
+            context = await request_context(
+                self.websocket.scope, keys=gw.keys, limiter=gw.limiter, sessions=gw.sessions
+            )
+            turn = await start_turn(
+                gw,
+                gw.responses,
+                event,
+                request_id=uuid.uuid4().hex,
+                arrival=time.monotonic(),
+                context=context,
+                recent=self.kept,
+                warmup=not event.generate,
+            )
             await self._prime(turn)
         except Exception as exc:  # noqa: BLE001 (any error refuses the turn, never the connection)
             self._evict(event)

@@ -24,8 +24,12 @@ from agentgate.gateway.schemas import AssistantMessage
 
 
 def program_id(context: RequestContext, prompt_cache_key: str | None, user: str | None) -> str | None:
-    for kind, value in (("session", context.session_id), ("chain", context.program),
-                        ("cache", prompt_cache_key), ("user", user)):  # fmt: skip
+    for kind, value in (
+        ("session", context.session_id),
+        ("chain", context.program),
+        ("cache", prompt_cache_key),
+        ("user", user),
+    ):
         if value:
             digest = hashlib.sha256(f"{context.key}\0{kind}\0{value}".encode()).hexdigest()[:24]
             return f"{kind}:{digest}"
@@ -64,8 +68,7 @@ def program_tag(
     if pid is None:
         return None
     tools = called_tools(messages)
-    return ProgramTag(pid, tools_offered=tools_offered, after_tool_calls=tools is not None,
-                      tool_names=tools or [])  # fmt: skip
+    return ProgramTag(pid, tools_offered=tools_offered, after_tool_calls=tools is not None, tool_names=tools or [])
 
 
 def reply_tools(reply: AssistantMessage | dict[str, Any] | None) -> list[str]:

@@ -46,8 +46,9 @@ async def conversation(store: ResponseStore | None, body: CompactRequest, owner:
         history = previous.messages
     messages = history + it.input_messages(body.input)[0]
     if not messages:
-        raise BadRequestError("there is nothing to compact: `input` and `previous_response_id` are both empty",
-                              param="input")  # fmt: skip
+        raise BadRequestError(
+            "there is nothing to compact: `input` and `previous_response_id` are both empty", param="input"
+        )
     it.check_call_outputs(messages)
     return messages
 
@@ -63,10 +64,15 @@ async def start_compaction(
 ) -> ChatRun:
     """Start the summary of ``messages`` (:func:`conversation`) on the chat core."""
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    chat = chat_request(system + messages + [{"role": "user", "content": INSTRUCTION}], model=body.model,
-                           max_tokens=SUMMARY_TOKENS, prompt_cache_key=body.prompt_cache_key)  # fmt: skip
-    return await start_chat(gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=request_id,
-                            arrival=arrival, context=context)  # fmt: skip
+    chat = chat_request(
+        system + messages + [{"role": "user", "content": INSTRUCTION}],
+        model=body.model,
+        max_tokens=SUMMARY_TOKENS,
+        prompt_cache_key=body.prompt_cache_key,
+    )
+    return await start_chat(
+        gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=request_id, arrival=arrival, context=context
+    )
 
 
 def compacted(run: ChatRun, messages: list[dict[str, Any]]) -> CompactedResponse:
@@ -82,5 +88,5 @@ def compacted(run: ChatRun, messages: list[dict[str, Any]]) -> CompactedResponse
         output=[*users, it.compaction_item((parsed.content or "").strip())],
         usage=ResponseUsage(
             usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, InputTokensDetails(usage.cached_tokens)
-        ),  # fmt: skip
+        ),
     )

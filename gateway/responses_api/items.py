@@ -77,9 +77,11 @@ def input_messages(input: str | list[dict[str, Any]] | None) -> tuple[list[dict[
             summary = compaction_summary(item.get("encrypted_content"), f"{param}.encrypted_content")
             messages.append({"role": "assistant", "content": SUMMARY_PREFIX + summary})
         elif kind not in SKIPPED_ITEMS:
-            raise BadRequestError(f"input items of type {kind!r} are not supported; this server takes message, "
-                                  "function_call, function_call_output and compaction items",
-                                  param=f"{param}.type")  # fmt: skip
+            raise BadRequestError(
+                f"input items of type {kind!r} are not supported; this server takes message, "
+                "function_call, function_call_output and compaction items",
+                param=f"{param}.type",
+            )
         items.append({"id": item.get("id") or new_id("msg" if kind == "message" else "fc"), **item, "type": kind})
     return messages, items
 
@@ -91,8 +93,9 @@ def check_call_outputs(messages: list[dict[str, Any]]) -> None:
     for message in messages:
         calls.update(call["id"] for call in message.get("tool_calls") or ())
         if message["role"] == "tool" and message["tool_call_id"] not in calls:
-            raise BadRequestError(f"No tool call found for function call output with call_id "
-                                  f"{message['tool_call_id']}.", param="input")  # fmt: skip
+            raise BadRequestError(
+                f"No tool call found for function call output with call_id {message['tool_call_id']}.", param="input"
+            )
 
 
 def compaction_item(summary: str) -> dict[str, Any]:
@@ -108,14 +111,20 @@ def compaction_summary(content: Any, param: str) -> str:
     except (TypeError, ValueError, KeyError, binascii.Error, msgspec.DecodeError):
         summary = None
     if not isinstance(summary, str):
-        raise BadRequestError("not a compaction this server made: pass the output of /v1/responses/compact as it "
-                              "came", param=param)  # fmt: skip
+        raise BadRequestError(
+            "not a compaction this server made: pass the output of /v1/responses/compact as it came", param=param
+        )
     return summary
 
 
 def user_message_item(text: str) -> dict[str, Any]:
-    return {"id": new_id("msg"), "type": "message", "role": "user", "status": "completed",
-            "content": [{"type": "input_text", "text": text}]}  # fmt: skip
+    return {
+        "id": new_id("msg"),
+        "type": "message",
+        "role": "user",
+        "status": "completed",
+        "content": [{"type": "input_text", "text": text}],
+    }
 
 
 def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -124,11 +133,20 @@ def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     out = []
     for i, tool in enumerate(tools or ()):
         if tool.get("type") != "function":
-            raise BadRequestError(f"tools of type {tool.get('type')!r} are not supported; this server runs "
-                                  "function tools", param=f"tools[{i}].type")  # fmt: skip
+            raise BadRequestError(
+                f"tools of type {tool.get('type')!r} are not supported; this server runs function tools",
+                param=f"tools[{i}].type",
+            )
         strict = tool.get("strict")
-        out.append({"type": "function", "name": tool.get("name"), "description": tool.get("description"),
-                    "parameters": tool.get("parameters"), "strict": True if strict is None else strict})  # fmt: skip
+        out.append(
+            {
+                "type": "function",
+                "name": tool.get("name"),
+                "description": tool.get("description"),
+                "parameters": tool.get("parameters"),
+                "strict": True if strict is None else strict,
+            }
+        )
     return out
 
 
@@ -155,13 +173,24 @@ def response_format(text_format: dict[str, Any] | None) -> dict[str, Any] | None
 
 
 def message_item(text: str, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
-    return {"id": item_id or new_id("msg"), "type": "message", "role": "assistant", "status": status,
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}  # fmt: skip
+    return {
+        "id": item_id or new_id("msg"),
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
 
 
 def function_call_item(call: ToolCall, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
-    return {"id": item_id or new_id("fc"), "type": "function_call", "status": status, "call_id": call.id,
-            "name": call.name, "arguments": call.arguments}  # fmt: skip
+    return {
+        "id": item_id or new_id("fc"),
+        "type": "function_call",
+        "status": status,
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
 
 
 def output_items(parsed: ParsedOutput, status: str = "completed") -> list[dict[str, Any]]:
@@ -176,8 +205,13 @@ def assistant_message(output: list[dict[str, Any]]) -> dict[str, Any]:
         if item["type"] == "message":
             texts.append("".join(part["text"] for part in item["content"]))
         elif item["type"] == "function_call":
-            calls.append({"id": item["call_id"], "type": "function",
-                          "function": {"name": item["name"], "arguments": item["arguments"]}})  # fmt: skip
+            calls.append(
+                {
+                    "id": item["call_id"],
+                    "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]},
+                }
+            )
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
     if calls:
         message["tool_calls"] = calls

@@ -56,9 +56,11 @@ from agentgate.gateway.translation import chat_request, new_id
 
 def need_store(store: ResponseStore | None, what: str) -> ResponseStore:
     if store is None:
-        raise ServiceUnavailableError(f"{what} needs Redis, and this gateway runs without it (start it with "
-                                      "--redis-url, or through `agentgate serve`, which embeds one)",
-                                      code="redis_not_configured")  # fmt: skip
+        raise ServiceUnavailableError(
+            f"{what} needs Redis, and this gateway runs without it (start it with "
+            "--redis-url, or through `agentgate serve`, which embeds one)",
+            code="redis_not_configured",
+        )
     return store
 
 
@@ -99,16 +101,23 @@ class Turn:
         item_status = "completed" if response.status == "completed" else "incomplete"
         response.output = output if output is not None else it.output_items(parsed, item_status)
         usage = gen.usage
-        response.usage = ResponseUsage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens,
-                                       InputTokensDetails(usage.cached_tokens))  # fmt: skip
+        response.usage = ResponseUsage(
+            usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, InputTokensDetails(usage.cached_tokens)
+        )
         response.completed_at = int(time.time()) if response.status == "completed" else None
         return response
 
     def stored(self) -> StoredResponse:
         messages = self.history + [it.assistant_message(self.response.output)] if self.response.output else self.history
-        return StoredResponse(owner=self.owner, response=self.response, input_items=self.input_items,
-                              messages=messages, engine=self.run.generation.engine.address,
-                              request_id=self.request_id, program=self.program)  # fmt: skip
+        return StoredResponse(
+            owner=self.owner,
+            response=self.response,
+            input_items=self.input_items,
+            messages=messages,
+            engine=self.run.generation.engine.address,
+            request_id=self.request_id,
+            program=self.program,
+        )
 
     async def save(self) -> bool:
         """Store the response as it stands (False: not stored, or cancelled meanwhile)."""
@@ -209,16 +218,37 @@ async def start_turn(
         user=body.user,
     )
     context = dataclasses.replace(context, program=chain)
-    run = await start_chat(gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=request_id,
-                           arrival=arrival, context=context, budget_param="max_output_tokens")  # fmt: skip
+    run = await start_chat(
+        gw.model,
+        gw.dispatcher,
+        chat,
+        turns=gw.turn_tokens,
+        request_id=request_id,
+        arrival=arrival,
+        context=context,
+        budget_param="max_output_tokens",
+    )
     params = run.generation.choices[0].params
     response = ResponseObject(
-        id=response_id, created_at=int(time.time()), status="in_progress", model=body.model or gw.model.name,
-        background=body.background, instructions=body.instructions, max_output_tokens=body.max_output_tokens,
-        metadata=body.metadata or {}, parallel_tool_calls=body.parallel_tool_calls is not False,
-        previous_response_id=body.previous_response_id, store=body.store and store is not None,
-        temperature=params.temperature, text=text, tool_choice=body.tool_choice or "auto", tools=tools,
-        top_p=params.top_p, truncation=body.truncation or "disabled", user=body.user,
-    )  # fmt: skip
-    return Turn(response, run, store if response.store else None, context.key, history + messages, input_items,
-                chain, warmup)  # fmt: skip
+        id=response_id,
+        created_at=int(time.time()),
+        status="in_progress",
+        model=body.model or gw.model.name,
+        background=body.background,
+        instructions=body.instructions,
+        max_output_tokens=body.max_output_tokens,
+        metadata=body.metadata or {},
+        parallel_tool_calls=body.parallel_tool_calls is not False,
+        previous_response_id=body.previous_response_id,
+        store=body.store and store is not None,
+        temperature=params.temperature,
+        text=text,
+        tool_choice=body.tool_choice or "auto",
+        tools=tools,
+        top_p=params.top_p,
+        truncation=body.truncation or "disabled",
+        user=body.user,
+    )
+    return Turn(
+        response, run, store if response.store else None, context.key, history + messages, input_items, chain, warmup
+    )

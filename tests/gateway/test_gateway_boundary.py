@@ -10,7 +10,9 @@ from pathlib import Path
 
 from tests.support.imports import find_cycle, package_imports
 
-FORBIDDEN = ["torch"] + [f"agentgate.engine.{m}" for m in ("core", "scheduler", "runner", "models", "llm")]
+FORBIDDEN = ["torch"] + [
+    f"agentgate.engine.{m}" for m in ("core", "scheduler", "runner", "models", "layers", "loaders", "llm")
+]
 
 
 def _loaded_after(statement: str) -> list[str]:

@@ -84,10 +84,12 @@ async def test_a_merged_output_streams_one_chunk_per_token_and_a_stop_string_abo
     ids = tokenizer.encode(" one two three four five", add_special_tokens=False)
     assert len(ids) == 5
     lps = [TokenLogprobs(-0.5, [], []) for _ in ids]
-    engine = StubEngine([
-        EngineCoreOutput("r", ids[:1], logprobs=lps[:1], queue_time=0.25),
-        EngineCoreOutput("r", ids[1:], logprobs=lps[1:]),  # four tokens queued up, merged by the client
-    ])  # fmt: skip
+    engine = StubEngine(
+        [
+            EngineCoreOutput("r", ids[:1], logprobs=lps[:1], queue_time=0.25),
+            EngineCoreOutput("r", ids[1:], logprobs=lps[1:]),  # four tokens queued up, merged by the client
+        ]
+    )
     metrics = Metrics()
     gen = _generation(tokenizer, engine, SamplingParams(max_tokens=10, stop=["four"], logprobs=0), metrics)
     choice = gen.choices[0]

@@ -33,8 +33,9 @@ def test_a_turn_after_tool_calls_carries_their_names():
     assert programs.reply_tools(CALL) == ["search"]
     back = programs.program_tag(context, [user, CALL, result], tools_offered=True)
     assert back.after_tool_calls and back.tool_names == ["search"] and back.previous_turn_end == 0.0
-    again = programs.program_tag(context, [user, CALL, result, {"role": "user", "content": "thanks"}],
-                                 tools_offered=False)  # fmt: skip
+    again = programs.program_tag(
+        context, [user, CALL, result, {"role": "user", "content": "thanks"}], tools_offered=False
+    )
     assert not again.after_tool_calls and not again.tools_offered
     assert programs.reply_tools({"role": "assistant", "content": "ok"}) == [] and programs.reply_tools(None) == []
     assert programs.program_tag(RequestContext(), [user], tools_offered=True) is None

@@ -140,8 +140,11 @@ async def test_a_turn_is_recorded_and_listed(shared):
     store.record_turn("t", "q1", (7, 3), [{"role": "user", "content": "hi"}], None)
     await shared.flush()
     session = await store.get("t", "owner", admin=False)
-    assert session["turns"] == 1 and session["usage"] == {"prompt_tokens": 7, "completion_tokens": 3,
-                                                         "total_tokens": 10}  # fmt: skip
+    assert session["turns"] == 1 and session["usage"] == {
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+        "total_tokens": 10,
+    }
     assert session["messages"] == [{"role": "user", "content": "hi"}] and session["requests_in_flight"] == []
     assert 0 < session["expires_at"] - time.time() <= 61
     assert [s["id"] for s in await store.list()] == ["t"]

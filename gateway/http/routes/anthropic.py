@@ -38,10 +38,23 @@ async def messages(request: Request) -> Response:
     arrival = time.monotonic()
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), MessagesRequest)
-    chat = to_chat(body, max_tokens=body.max_tokens, stop=body.stop_sequences, temperature=body.temperature,
-                   top_p=body.top_p, top_k=body.top_k)  # fmt: skip
-    run = await start_chat(gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=request_id_of(request.scope),
-                           arrival=arrival, context=context_of(request.scope))  # fmt: skip
+    chat = to_chat(
+        body,
+        max_tokens=body.max_tokens,
+        stop=body.stop_sequences,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+    )
+    run = await start_chat(
+        gw.model,
+        gw.dispatcher,
+        chat,
+        turns=gw.turn_tokens,
+        request_id=request_id_of(request.scope),
+        arrival=arrival,
+        context=context_of(request.scope),
+    )
     message = Message(id=new_id("msg"), model=body.model)
     gen = run.generation
     if body.stream:

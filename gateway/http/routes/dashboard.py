@@ -17,8 +17,9 @@ from agentgate.gateway.schemas import encode
 
 async def stats(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
-    return Response(encode(await dashboard_stats(gw)), media_type="application/json",
-                    headers={"Cache-Control": "no-store"})  # fmt: skip
+    return Response(
+        encode(await dashboard_stats(gw)), media_type="application/json", headers={"Cache-Control": "no-store"}
+    )
 
 
 routes = [

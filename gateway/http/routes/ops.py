@@ -103,16 +103,20 @@ async def health(request: Request) -> Response:
     if serving == 0:
         raise ServiceUnavailableError("no engine is serving: " + "; ".join(problems), code="engine_dead")
     if serving < wanted:
-        raise ServiceUnavailableError(f"{serving} engine(s) serving, {wanted} needed: " + "; ".join(problems),
-                                      code="engine_dead")  # fmt: skip
+        raise ServiceUnavailableError(
+            f"{serving} engine(s) serving, {wanted} needed: " + "; ".join(problems), code="engine_dead"
+        )
     redis = "off"
     if gw.shared is not None:
         redis = "up" if gw.shared.up and gw.shared.subscribed else "down"
         if redis == "down":
             problems.append("redis is unreachable: sessions answer 503 and operator calls reach this replica only")
     status, code = ("degraded", gw.settings.health_degraded_status) if problems else ("ok", 200)
-    return Response(encode(_Status(status, len(gw.pool.engines), redis, gw.replica_id, gw.pool.num_live, problems)),
-                    code, media_type=JSON)  # fmt: skip
+    return Response(
+        encode(_Status(status, len(gw.pool.engines), redis, gw.replica_id, gw.pool.num_live, problems)),
+        code,
+        media_type=JSON,
+    )
 
 
 def _min_engines(request: Request) -> int:

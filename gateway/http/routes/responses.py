@@ -45,8 +45,14 @@ async def create_response(request: Request) -> Response:
     arrival = time.monotonic()
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), ResponsesRequest)
-    turn = await start_turn(gw, gw.responses, body, request_id=request_id_of(request.scope), arrival=arrival,
-                            context=context_of(request.scope))  # fmt: skip
+    turn = await start_turn(
+        gw,
+        gw.responses,
+        body,
+        request_id=request_id_of(request.scope),
+        arrival=arrival,
+        context=context_of(request.scope),
+    )
     if body.stream:
         return stream_generation(turn.run.generation, TurnStream(turn), prime=turn.run.plan.structured is not None)
     if body.background:
@@ -64,8 +70,9 @@ async def compact_response(request: Request) -> Response:
     body = decode_body(await request.body(), CompactRequest)
     context = context_of(request.scope)
     messages = await conversation(gw.responses, body, context.key)
-    run = await start_compaction(gw, body, messages, request_id=request_id_of(request.scope), arrival=arrival,
-                                 context=context)  # fmt: skip
+    run = await start_compaction(
+        gw, body, messages, request_id=request_id_of(request.scope), arrival=arrival, context=context
+    )
     if not await collect_or_raise(run.generation, request.receive, partial(recorded_reply, run.plan)):
         return Response(status_code=499)  # nobody is listening any more
     return _json(compacted(run, messages))
@@ -150,8 +157,9 @@ async def input_items(request: Request) -> Response:
             raise BadRequestError(f"no input item with id {after!r}", param="after")
         items = items[ids.index(after) + 1 :]
     page = items[:limit]
-    return _json(InputItemList(page, page[0]["id"] if page else None, page[-1]["id"] if page else None,
-                               len(items) > limit))  # fmt: skip
+    return _json(
+        InputItemList(page, page[0]["id"] if page else None, page[-1]["id"] if page else None, len(items) > limit)
+    )
 
 
 routes = [

@@ -85,8 +85,14 @@ async def delete_session(request: Request) -> Response:
     session_id = request.path_params["session_id"]
     in_flight = await gw.sessions.delete(session_id, key, admin)
     aborted, _ = await gw.cluster.abort(session_id=session_id)  # deleting the session needed Redis: it is up
-    return _json({"id": session_id, "object": "session.deleted", "deleted": True,
-                  "aborted": sorted(set(in_flight) | set(aborted))})  # fmt: skip
+    return _json(
+        {
+            "id": session_id,
+            "object": "session.deleted",
+            "deleted": True,
+            "aborted": sorted(set(in_flight) | set(aborted)),
+        }
+    )
 
 
 async def list_sessions(request: Request) -> Response:
@@ -104,14 +110,16 @@ async def list_requests(request: Request) -> Response:
     _require_admin(request)
     entries: list[dict[str, Any]] = []
     for entry in await gw.registry.list():
-        entries.append({
-            "id": entry["id"],
-            "replica": entry.get("replica"),
-            "engine": entry.get("engine"),
-            "session": entry.get("session") or None,
-            "owner": owner_label(entry.get("key", "anonymous")),
-            "started": float(entry.get("started", 0)),
-        })  # fmt: skip
+        entries.append(
+            {
+                "id": entry["id"],
+                "replica": entry.get("replica"),
+                "engine": entry.get("engine"),
+                "session": entry.get("session") or None,
+                "owner": owner_label(entry.get("key", "anonymous")),
+                "started": float(entry.get("started", 0)),
+            }
+        )
     entries.sort(key=lambda e: e["started"])
     return _json({"object": "list", "data": entries})
 
@@ -133,8 +141,12 @@ async def rate_limits(request: Request) -> Response:
     _shared(gw)
     key, _ = caller(request)
     if gw.limiter is None:
-        return _json({"requests": {"limit_per_minute": None, "remaining": None},
-                      "tokens": {"limit_per_minute": None, "remaining": None}})  # fmt: skip
+        return _json(
+            {
+                "requests": {"limit_per_minute": None, "remaining": None},
+                "tokens": {"limit_per_minute": None, "remaining": None},
+            }
+        )
     return _json(await gw.limiter.status(key))
 
 

@@ -83,8 +83,9 @@ def test_preemption_takes_the_program_that_started_last():
     core.clock.now += 0.0
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
     # "young" is admitted first but its program is younger than "elder"'s.
-    core.add_request("elder-0", history(rng, 4), SamplingParams(max_tokens=1), arrival_time=core.clock(),
-                     program=ProgramTag("elder"))  # fmt: skip
+    core.add_request(
+        "elder-0", history(rng, 4), SamplingParams(max_tokens=1), arrival_time=core.clock(), program=ProgramTag("elder")
+    )
     run(core)
     core.clock.now += 5.0
     core.add_request("young-1", history(rng, 20), params, arrival_time=core.clock(), program=ProgramTag("young"))
@@ -95,8 +96,11 @@ def test_preemption_takes_the_program_that_started_last():
         before = {r.request_id for r in core.scheduler.running}
         core.step()
         check_accounting(core)
-        preempted += [r for r in before if core.scheduler.requests.get(r) is not None
-                      and core.scheduler.requests[r].status.value == "preempted"]  # fmt: skip
+        preempted += [
+            r
+            for r in before
+            if core.scheduler.requests.get(r) is not None and core.scheduler.requests[r].status.value == "preempted"
+        ]
     assert core.scheduler.num_preemptions > 0
     assert set(preempted) == {"young-1"}
 

@@ -1,7 +1,7 @@
 """Which weights the loaders keep quantized (``--quantization``).
 
 - ``auto``: keep what the file stores in a form a CPU kernel reads
-  (GGUF Q4_0/Q4_1/Q4_K/Q8_0, exactly; `engine.models.gguf_blocks`);
+  (GGUF Q4_0/Q4_1/Q4_K/Q8_0, exactly; `engine.loaders.gguf_blocks`);
   everything else, and safetensors weights, dense.
 - ``none``: every weight dense (dequantized at load), today's exact path.
 - ``int4`` / ``int8``: at most that many bits per weight: the file's own
@@ -26,10 +26,10 @@ from torch import Tensor
 
 from agentgate.engine.config import QUANTIZATIONS
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.models import gguf_blocks
+from agentgate.engine.layers.quant_linear import kernels_work
+from agentgate.engine.layers.quantized import GROUP_SIZE, QuantizedWeight, quantize_int4, quantize_int8
+from agentgate.engine.loaders import gguf_blocks
 from agentgate.engine.models.config import ModelConfig
-from agentgate.engine.models.quant_linear import kernels_work
-from agentgate.engine.models.quantized import GROUP_SIZE, QuantizedWeight, quantize_int4, quantize_int8
 
 log = logging.getLogger("agentgate.engine")
 
@@ -88,10 +88,10 @@ def describe(model: torch.nn.Module) -> tuple[str, int]:
     Q8_0 x 1"``) and the weight bytes one decode step reads: every linear
     layer, the LM head and the norms, not the embedding table (a step looks
     up a few of its rows)."""
-    from agentgate.engine.models.cpu_linear import PackedLinear
-    from agentgate.engine.models.norm import RMSNorm
-    from agentgate.engine.models.quant_linear import Int4Linear, QuantLinear, tensor_bytes
-    from agentgate.engine.models.row_choice import RowChosenLinear
+    from agentgate.engine.layers.cpu_linear import PackedLinear
+    from agentgate.engine.layers.norm import RMSNorm
+    from agentgate.engine.layers.quant_linear import Int4Linear, QuantLinear, tensor_bytes
+    from agentgate.engine.layers.row_choice import RowChosenLinear
 
     # A batch-size choice holds a dense copy for large batches: a decode step reads the quantized one.
     copies = {id(m.dense) for m in model.modules() if isinstance(m, RowChosenLinear)}

@@ -15,7 +15,7 @@ scale moves by at most 2^-9 of itself (bfloat16 keeps 8 significant bits,
 a GGUF fp16 scale 11). `kernel_error` measures what that does to a weight.
 
 Neither op exists on CUDA in this form: the loaders quantize only for the
-CPU (`engine.models.quantization`).
+CPU (`engine.loaders.quantization`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import logging
 import torch
 from torch import Tensor, nn
 
-from agentgate.engine.models.quantized import GROUP_SIZE, Int4Groups, Int8Channels
+from agentgate.engine.layers.quantized import GROUP_SIZE, Int4Groups, Int8Channels
 
 log = logging.getLogger("agentgate.engine")
 
@@ -42,7 +42,7 @@ def int4_scale_and_zero(groups: Int4Groups) -> Tensor:
 
 class _KeepsItsWeight:
     """The quantized weight a linear was built from, kept until the loader's last step has made
-    what it wants of it (a dense copy for large batches, `engine.models.row_choice`)."""
+    what it wants of it (a dense copy for large batches, `engine.layers.row_choice`)."""
 
     _weight: Int4Groups | Int8Channels | None
 
@@ -67,7 +67,7 @@ class Int4Linear(_KeepsItsWeight, nn.Module):
         self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(groups.codes.to(torch.int32), 1)
         self.scale_and_zero = int4_scale_and_zero(groups)
         self.bias = None if bias is None else bias.detach()
-        self._weight: Int4Groups | None = groups  # until `release_weight` (engine.models.row_choice)
+        self._weight: Int4Groups | None = groups  # until `release_weight` (engine.layers.row_choice)
 
     @property
     def nbytes(self) -> int:
@@ -102,7 +102,7 @@ class Int8Linear(_KeepsItsWeight, nn.Module):
         self.codes = channels.codes.contiguous()
         self.scales = channels.scales.to(KERNEL_DTYPE)
         self.bias = None if bias is None else bias.detach()
-        self._weight: Int8Channels | None = channels  # until `release_weight` (engine.models.row_choice)
+        self._weight: Int8Channels | None = channels  # until `release_weight` (engine.layers.row_choice)
 
     @property
     def nbytes(self) -> int:
@@ -149,7 +149,7 @@ _KERNELS_WORK: bool | None = None
 
 
 def _check_kernels() -> bool:
-    from agentgate.engine.models.quantized import quantize_int4, quantize_int8
+    from agentgate.engine.layers.quantized import quantize_int4, quantize_int8
 
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(64, 128, generator=generator)

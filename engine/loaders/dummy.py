@@ -8,10 +8,10 @@ import torch
 
 from agentgate.engine.attention.select import get_backend
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.models import quantization as quant
+from agentgate.engine.loaders import quantization as quant
+from agentgate.engine.loaders.gguf import read_gguf_config
 from agentgate.engine.models.config import ModelConfig, read_hf_config, resolve_dtype
 from agentgate.engine.models.llama import CausalLM, build_model
-from agentgate.engine.models.loader_gguf import read_gguf_config
 
 INIT_STD = 0.02
 

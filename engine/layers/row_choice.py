@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from agentgate.engine.models.cpu_linear import PackedLinear, can_pack
-from agentgate.engine.models.quant_linear import KERNEL_DTYPE, QuantLinear
+from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.layers.quant_linear import KERNEL_DTYPE, QuantLinear
 
 log = logging.getLogger("agentgate.engine")
 

@@ -4,7 +4,7 @@ Two forms, each exact for what it stores:
 
 - `Int4Groups`: 4-bit codes in groups of 32 along the input dimension, each
   group with a float32 scale and offset: ``w = code * scale + offset``. The
-  GGUF block types map onto it without rounding anything (`engine.models.
+  GGUF block types map onto it without rounding anything (`engine.loaders.
   gguf_blocks`); a weight that is not quantized yet is quantized into it by
   `quantize_int4`. An 8-bit code (Q8_0) is stored as two 4-bit groups, its
   high and low nibbles, fed the same 32 inputs (``repeat = 2``).

@@ -22,7 +22,7 @@ import gguf
 import numpy as np
 import torch
 
-from agentgate.engine.models.quantized import GROUP_SIZE, Int4Groups
+from agentgate.engine.layers.quantized import GROUP_SIZE, Int4Groups
 
 Q = gguf.GGMLQuantizationType
 INT4_TYPES = frozenset({Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q8_0})

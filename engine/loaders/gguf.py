@@ -1,5 +1,5 @@
 """GGUF checkpoints: read the header, map the tensors to HF names, keep the
-quantized ones the kernels read as they are (`engine.models.quantization`)
+quantized ones the kernels read as they are (`engine.loaders.quantization`)
 and dequantize the rest.
 
 The file itself is read by `engine.gguf_file`.
@@ -19,10 +19,10 @@ import torch
 from agentgate.engine.attention.select import get_backend
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.gguf_file import GGUFFile, read_gguf
-from agentgate.engine.models import quantization as quant
+from agentgate.engine.layers.quantized import QuantizedWeight, permute_rows
+from agentgate.engine.loaders import quantization as quant
 from agentgate.engine.models.config import ModelConfig, config_from_gguf, resolve_dtype
 from agentgate.engine.models.llama import CausalLM, build_model, fuse_hf_weights
-from agentgate.engine.models.quantized import QuantizedWeight, permute_rows
 
 # GGUF tensor names -> HF names (``model.`` prefix stripped).
 _GLOBAL_NAMES = {
@@ -70,7 +70,7 @@ def load_gguf(
 ) -> tuple[ModelConfig, CausalLM]:
     """A GGUF file as a model in ``dtype`` (see `resolve_dtype`) on ``device``,
     its linear weights quantized as ``quantization`` (already resolved for
-    the device, see `engine.models.quantization`) says."""
+    the device, see `engine.loaders.quantization`) says."""
     file = read_gguf(path)
     config = _config(file)
     torch_dtype = resolve_dtype(dtype, config, device)

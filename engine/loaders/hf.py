@@ -10,7 +10,7 @@ from safetensors import SafetensorError, safe_open
 
 from agentgate.engine.attention.select import get_backend
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.models import quantization as quant
+from agentgate.engine.loaders import quantization as quant
 from agentgate.engine.models.config import ModelConfig, read_hf_config, resolve_dtype
 from agentgate.engine.models.llama import CausalLM, build_model, fuse_hf_weights
 
@@ -24,7 +24,7 @@ def load_hf(
 ) -> tuple[ModelConfig, CausalLM]:
     """A HF checkpoint directory as a model in ``dtype`` (see `resolve_dtype`)
     on ``device``, its linear weights quantized at load for ``quantization``
-    "int4"/"int8" (see `engine.models.quantization`)."""
+    "int4"/"int8" (see `engine.loaders.quantization`)."""
     config = read_hf_config(path / "config.json")
     torch_dtype = resolve_dtype(dtype, config, device)
     weights = quant.quantize_dense(read_safetensors(path, torch_dtype, device), config, quantization)
