@@ -26,4 +26,6 @@ fi
 # -P: the repository root is not put on sys.path, so `agents` is the OpenAI Agents
 # SDK and our packages import only as agentgate.* (as installed). --durations: the 25 slowest
 # tests close the log, so the suite's time (goal: 12 minutes here) shows where it goes.
-exec .venv/bin/python -P -m pytest --durations=25 "$@"
+# Two workers take whole files (module servers start once) in collection order, the longest
+# first (tests/conftest.py): while one file's test waits on its server, the other core runs the next.
+exec .venv/bin/python -P -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25 "$@"
