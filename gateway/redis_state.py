@@ -36,6 +36,8 @@ Keys (``P`` is ``--redis-prefix``, default ``agentgate``)::
     P:pause                   JSON {mode, at, by} while paused
     P:engine:{address}        JSON about a registered engine (address, model, capacity, device, started,
                               state serving/draining), TTL 10 s, refreshed every 2 s (gateway.engines.registry)
+    P:engines                 zset: a registered engine's address -> when its record expires (Redis time);
+                              the registry's index, read once a second by each gateway without a SCAN
     P:rl:{digest}:requests / :tokens   rate-limit buckets (gateway.admission.rate_limits)
     channel P:control         control messages, typed JSON (gateway.cluster)
 """
@@ -127,6 +129,11 @@ class Keys:
 
     def engine(self, address: str) -> str:
         return f"{self.prefix}:engine:{address}"
+
+    @property
+    def engines(self) -> str:
+        """A sorted set: a registered engine's address -> when its record expires (gateway.engines.registry)."""
+        return f"{self.prefix}:engines"
 
     def response(self, response_id: str) -> str:
         return f"{self.prefix}:response:{response_id}"

@@ -25,7 +25,6 @@ from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.responses_api.types import ResponseObject
 from agentgate.gateway.sessions import SessionStore
-from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.anyio
 
@@ -35,13 +34,6 @@ class FakeEngine:
     """What the registry reads of an engine client: its address."""
 
     address: str
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
