@@ -216,11 +216,27 @@ def _engine(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from agentgate.gateway.engines.registry import EngineAnnouncer
 
         advertised = args.advertise_address or os.environ.get("AGENTGATE_ADVERTISE_ADDRESS") or address
-        lifecycle = EngineAnnouncer(settings.redis_url, settings.redis_prefix, advertised)
+        lifecycle = EngineAnnouncer(
+            settings.redis_url, settings.redis_prefix, advertised, lambda: _vocab_digest(config.model)
+        )
     run_engine_process(
         config, address, model_display_name(config.model), drain_seconds=settings.drain_seconds, lifecycle=lifecycle
     )
     return 0
+
+
+def _vocab_digest(model: str | None) -> str:
+    """The digest of ``model``'s tokenizer, announced with the engine; "" when it has none (a
+    gateway takes no such engine, and could not serve the model either)."""
+    from agentgate.engine.errors import ModelLoadError
+    from agentgate.engine.model_path import resolve_model_path
+    from agentgate.engine.tokenizer import load_tokenizer
+
+    try:
+        return load_tokenizer(resolve_model_path(model)).vocab_digest
+    except ModelLoadError as exc:
+        log.warning("the model's tokenizer cannot be read (%s): gateways will not route here", exc)
+        return ""
 
 
 def _with_redis(stack: contextlib.ExitStack, settings: Settings) -> Settings:

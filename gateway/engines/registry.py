@@ -3,8 +3,10 @@ under ``P:engine:{address}`` and in the sorted set ``P:engines`` (``gateway.redi
 gateways started without ``--engine`` read the announcements (``gateway.engines.discovery``).
 
 An announcement is a JSON :class:`EngineRecord`: the address gateways dial (``--advertise-address``,
-else ``--address``), the model, its capacity (KV tokens, sequences), device, start time and state
-(``serving``, or ``draining`` from the engine's SIGTERM on). The engine rewrites it every
+else ``--address``), the model's identity (name, tokenizer's vocabulary digest, context length,
+dtype, quantization: a gateway takes only engines that match it, ``gateway.engines.identity``), its
+capacity (KV tokens, sequences), device, start time and state (``serving``, or ``draining`` from
+the engine's SIGTERM on). The engine rewrites it every
 :data:`ENGINE_HEARTBEAT_S` with a TTL of :data:`ENGINE_TTL_S`, so an engine whose host is gone
 drops out of the registry within the TTL; a clean stop deletes it at once.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
@@ -69,16 +72,22 @@ class EngineRecord(msgspec.Struct, frozen=True):
     started: float  # time.time() the engine process started serving
     engine_id: str = ""
     state: Literal["serving", "draining"] = "serving"
+    vocab_digest: str = ""  # Tokenizer.vocab_digest of the model's tokenizer ("" when it has none)
+    max_model_len: int = 0
+    dtype: str = ""
+    quantization: str = ""
 
 
 class EngineAnnouncer:
     """Keeps this engine's record in Redis (a :class:`~engine.process.Lifecycle`)."""
 
-    def __init__(self, redis_url: str, prefix: str, address: str) -> None:
+    def __init__(self, redis_url: str, prefix: str, address: str, vocab_digest: Callable[[], str]) -> None:
+        """``vocab_digest``: reads the model's tokenizer's digest (called once, when the engine is ready)."""
         keys = Keys(prefix)
         self.key = keys.engine(address)
         self.index = keys.engines
         self.address = address
+        self.vocab_digest = vocab_digest
         self.url = redis_url
         self.client = redis.Redis.from_url(
             redis_url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
@@ -92,7 +101,17 @@ class EngineAnnouncer:
     def ready(self, info: EngineInfo, max_num_seqs: int) -> None:
         """Announce the engine (it serves from now on) and keep announcing it."""
         self.record = EngineRecord(
-            self.address, info.model, info.kv_capacity_tokens, max_num_seqs, info.device, time.time(), info.engine_id
+            self.address,
+            info.model,
+            info.kv_capacity_tokens,
+            max_num_seqs,
+            info.device,
+            time.time(),
+            info.engine_id,
+            vocab_digest=self.vocab_digest(),
+            max_model_len=info.max_model_len,
+            dtype=info.dtype,
+            quantization=info.quantization,
         )
         self._write()
         self._thread = threading.Thread(target=self._beat, name="engine-announcer", daemon=True)

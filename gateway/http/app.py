@@ -30,7 +30,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
 from agentgate.engine.ipc import remove_socket_file
-from agentgate.engine.model_path import resolve_model_path
+from agentgate.engine.model_path import model_display_name, resolve_model_path
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission.output_budget import OutputBudget
 from agentgate.gateway.admission.rate_limits import RateLimiter, parse_key_limits
@@ -40,6 +40,7 @@ from agentgate.gateway.auth import KeyChecker
 from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.dispatch import Dispatcher
 from agentgate.gateway.engines.discovery import EngineDiscovery
+from agentgate.gateway.engines.identity import GatewayModel
 from agentgate.gateway.engines.pool import EngineTarget
 from agentgate.gateway.engines.supervisor import EngineSupervisor, RestartPolicy
 from agentgate.gateway.exposure import auth_summary, exposure_warnings
@@ -117,9 +118,11 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                     stack.callback(remove_socket_file, target.address)  # runs after the engine stopped
             engine_tasks = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(engine_tasks.cancel_scope.cancel)
-            pool = await engine_tasks.start(supervisor.run)
             model_path = resolve_model_path(settings.model)
             tokenizer = await anyio.to_thread.run_sync(load_tokenizer, model_path)
+            if isinstance(supervisor, EngineDiscovery):  # registered engines must serve this model
+                supervisor.model = GatewayModel(model_display_name(settings.model), tokenizer.vocab_digest)
+            pool = await engine_tasks.start(supervisor.run)
             info = pool.info
             metrics.watch(
                 lambda: pool.stats,
