@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertise-address",
         default=None,
         help="with --redis-url: the address gateways dial, announced in the registry (default: "
-        "--address; needed when that binds 0.0.0.0), e.g. tcp://engine-0.engines:5555 "
+        "--address; required when that binds every interface: 0.0.0.0, [::] or *), e.g. tcp://engine-0.engines:5555 "
         "[env AGENTGATE_ADVERTISE_ADDRESS]",
     )
     add_settings_flags(engine, "engine")
@@ -213,9 +213,14 @@ def _engine(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     log.info("engine (runner %s, model %s) binding %s", config.runner, config.model or "default", address)
     lifecycle = None
     if settings.redis_url is not None:  # announced in the registry gateways without --engine read
-        from agentgate.gateway.engines.registry import EngineAnnouncer
+        from agentgate.gateway.engines.registry import EngineAnnouncer, undialable
 
         advertised = args.advertise_address or os.environ.get("AGENTGATE_ADVERTISE_ADDRESS") or address
+        if why := undialable(advertised):
+            parser.error(
+                f"agentgate engine will not register in redis: {why}; give --advertise-address (or "
+                "AGENTGATE_ADVERTISE_ADDRESS) with the address gateways dial, e.g. tcp://10.1.2.3:5555"
+            )
         lifecycle = EngineAnnouncer(
             settings.redis_url, settings.redis_prefix, advertised, lambda: _vocab_digest(config.model)
         )

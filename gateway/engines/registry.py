@@ -78,6 +78,22 @@ class EngineRecord(msgspec.Struct, frozen=True):
     quantization: str = ""
 
 
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", "*", ""})
+
+
+def undialable(address: str) -> str | None:
+    """Why gateways could not dial ``address`` as announced (None: they can): a TCP address bound
+    to every interface names none of them, so each gateway would dial itself, and two such engines
+    would announce (and overwrite) one record."""
+    scheme, _, rest = address.partition("://")
+    if scheme != "tcp":
+        return None
+    host = rest.rpartition(":")[0]
+    if host in WILDCARD_HOSTS:
+        return f"{address} binds every interface and names none that another host can dial"
+    return None
+
+
 class EngineAnnouncer:
     """Keeps this engine's record in Redis (a :class:`~engine.process.Lifecycle`)."""
 
