@@ -51,6 +51,7 @@ from agentgate.gateway.http.middleware import (
     BodyLimitMiddleware,
     RequestContextMiddleware,
     RequestIdMiddleware,
+    WebSocketOriginMiddleware,
 )
 from agentgate.gateway.http.routes import anthropic, dashboard, openai, ops, playground, tokenize
 from agentgate.gateway.http.routes import responses as responses_routes
@@ -175,7 +176,11 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
             yield {"gateway": state}
             log.info("agentgate shutting down")
 
-    middleware = [Middleware(RequestIdMiddleware), Middleware(AnthropicErrorMiddleware)]
+    middleware = [
+        Middleware(WebSocketOriginMiddleware, allowed=settings.allowed_origins),
+        Middleware(RequestIdMiddleware),
+        Middleware(AnthropicErrorMiddleware),
+    ]
     if settings.allowed_origins:
         middleware.append(
             Middleware(
