@@ -46,6 +46,7 @@ from agentgate.gateway.engines.supervisor import EngineSupervisor, RestartPolicy
 from agentgate.gateway.exposure import auth_summary, exposure_warnings
 from agentgate.gateway.http.anthropic_errors import AnthropicErrorMiddleware
 from agentgate.gateway.http.errors import EXCEPTION_HANDLERS
+from agentgate.gateway.http.forwarded import ForwardedMiddleware
 from agentgate.gateway.http.middleware import (
     AuthMiddleware,
     BodyLimitMiddleware,
@@ -177,6 +178,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
             log.info("agentgate shutting down")
 
     middleware = [
+        Middleware(ForwardedMiddleware, trusted=settings.trusted_proxies),
         Middleware(WebSocketOriginMiddleware, allowed=settings.allowed_origins),
         Middleware(RequestIdMiddleware),
         Middleware(AnthropicErrorMiddleware),
@@ -192,7 +194,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 expose_headers=["X-Request-Id", "Retry-After"],
             )
         )
-    if keys.enabled:
+    if keys.for_caller(remote=True).enabled:  # a caller behind a proxy may be guarded on an open server
         middleware.append(Middleware(AuthMiddleware, keys=keys))
     middleware.append(Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout))
     middleware.append(Middleware(RequestContextMiddleware, keys=keys, limiter=limiter, sessions=sessions))

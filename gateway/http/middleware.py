@@ -49,6 +49,7 @@ from agentgate.gateway.errors import (
     ServiceUnavailableError,
 )
 from agentgate.gateway.http.errors import error_response
+from agentgate.gateway.http.forwarded import is_remote
 from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.sessions import SessionStore
 
@@ -92,9 +93,10 @@ class AuthMiddleware:
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket") and self.keys.enabled:
+        keys = self.keys.for_caller(is_remote(scope))
+        if scope["type"] in ("http", "websocket") and keys.enabled:
             try:
-                self.keys.check(route_access(scope.get("method", "GET"), scope["path"]), bearer_token(scope))
+                keys.check(route_access(scope.get("method", "GET"), scope["path"]), bearer_token(scope))
             except GatewayError as exc:
                 if exc.status_code == 401:
                     exc.headers.setdefault("WWW-Authenticate", "Bearer")
@@ -268,4 +270,5 @@ async def request_context(
             "or through `agentgate serve`, which embeds one)",
             code="redis_not_configured",
         )
-    return RequestContext(key, session_id, await sessions.open(session_id, key, keys.is_admin(token)))
+    admin = keys.for_caller(is_remote(scope)).is_admin(token)
+    return RequestContext(key, session_id, await sessions.open(session_id, key, admin))

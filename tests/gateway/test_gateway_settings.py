@@ -42,13 +42,17 @@ def test_every_flag_has_an_environment_variable(monkeypatch):
             "tool_call_parser": "hermes",
             "on_engine_death": "exit",
             "health_degraded_status": "503",
+            "trusted_proxies": "10.0.0.0/8,::1",
         }
         raw = valid.get(f.name) or samples.get(kind, "x")
         s = _serve_args([], monkeypatch, {env_name(f): raw})
         value = getattr(s, f.name)
-        expected = {"tuple": ("a", "b"), "bool": True, "int": int(raw) if kind == "int" else 0, "float": 0.5}.get(
-            kind, raw
-        )
+        expected = {
+            "tuple": tuple(raw.split(",")),
+            "bool": True,
+            "int": int(raw) if kind == "int" else 0,
+            "float": 0.5,
+        }.get(kind, raw)
         assert value == expected, f"{env_name(f)}={raw!r} gave {f.name}={value!r}"
 
 
