@@ -37,7 +37,7 @@ def db(redis_server):
 
 
 def announced(shared: SharedState, address: str) -> EngineAnnouncer:
-    announcer = EngineAnnouncer(shared.url, shared.keys.prefix, address)
+    announcer = EngineAnnouncer(shared.url, shared.keys.prefix, address, lambda: "digest")
     announcer.ready(INFO, max_num_seqs=8)
     return announcer
 
@@ -72,6 +72,7 @@ async def test_a_look_at_the_registry_is_one_script_whatever_the_keyspace_holds(
         found, commands = await commands_of(db, registered_engines(shared))
         assert sorted(found) == ["tcp://10.0.0.1:5555", "tcp://10.0.0.2:5555"]
         assert found["tcp://10.0.0.1:5555"].engine_id == "e1"
+        assert found["tcp://10.0.0.1:5555"].vocab_digest == "digest"  # the model's identity travels with it
         print(f"redis commands per registry look with {UNRELATED_KEYS} unrelated keys: {commands}")
         assert "SCAN" not in commands and "KEYS" not in commands
         # The first look loads the script (EVALSHA refused, SCRIPT LOAD, EVALSHA); later ones send EVALSHA only.
