@@ -241,6 +241,20 @@ class Settings:
         "loopback for the operator routes)",
         default=(),
     )
+    engine_curve_dir: str | None = _opt(
+        "directory of CurveZMQ keys (agentgate keys DIR makes them; docs/deploy.md): an engine's key pair "
+        "(engine.key_secret) and the public keys of the gateways it accepts (gateway.key, any *.key), a "
+        "gateway's key pair (gateway.key_secret) and the engines' public key (engine.key); every engine "
+        "socket but ipc:// then authenticates its peers and encrypts",
+        default=None,
+        commands=("gateway", "engine"),
+    )
+    insecure_engine_socket: bool = _opt(
+        "bind the engine off loopback without --engine-curve-dir: anyone who reaches the port can submit, "
+        "abort and read every request (logged at WARNING); a private network only",
+        default=False,
+        commands=("engine",),
+    )
     key_digest_secret: str | None = _opt(
         "secret keying the digests of API keys stored in Redis (HMAC-SHA256); every gateway sharing a Redis "
         "needs the same one (default: one made once per machine in the state directory)",

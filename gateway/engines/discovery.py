@@ -30,6 +30,7 @@ import anyio
 import anyio.abc
 
 from agentgate.engine.client import EngineClient
+from agentgate.engine.curve import GatewayKeys
 from agentgate.engine.errors import EngineDeadError
 from agentgate.gateway.engines.identity import GatewayModel, mismatch
 from agentgate.gateway.engines.pool import EnginePool
@@ -47,9 +48,11 @@ RENEW_GRACE_S = float(ENGINE_TTL_S)  # after an outage, a record missing this lo
 class EngineDiscovery:
     fatal: str | None = None  # never gives up (read by the server like EngineSupervisor.fatal)
 
-    def __init__(self, shared: SharedState, *, startup_timeout: float) -> None:
+    def __init__(self, shared: SharedState, *, startup_timeout: float, curve: GatewayKeys | None = None) -> None:
+        """``curve``: this gateway's keys for engines whose peers authenticate (``engine.curve``)."""
         self.shared = shared
         self.startup_timeout = startup_timeout
+        self.curve = curve
         self.pool: EnginePool | None = None
         self.records: dict[str, EngineRecord] = {}
         self.on_added: Callable[[], Awaitable[None]] | None = None  # e.g. the cluster's pause sync
@@ -136,7 +139,7 @@ class EngineDiscovery:
     async def _hold(self, address: str) -> None:
         """Connect to the engine at ``address`` and keep it in the pool while it stays."""
         try:
-            async with EngineClient.connect(address, startup_timeout=CONNECT_TIMEOUT_S) as client:
+            async with EngineClient.connect(address, startup_timeout=CONNECT_TIMEOUT_S, curve=self.curve) as client:
                 self._add(client)
                 try:
                     if self.on_added is not None:

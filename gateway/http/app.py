@@ -29,6 +29,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
+from agentgate.engine.curve import GatewayKeys
 from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.model_path import model_display_name, resolve_model_path
 from agentgate.engine.tokenizer import load_tokenizer
@@ -101,12 +102,16 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
         metrics.watch_shared_state(shared, limiter)
     registry = RequestRegistry(shared)
     supervisor: EngineSupervisor | EngineDiscovery
+    curve = GatewayKeys.load(settings.engine_curve_dir) if settings.engine_curve_dir else None
     if engines:
         supervisor = EngineSupervisor(
-            engines, policy=RestartPolicy.from_settings(settings), startup_timeout=settings.startup_timeout
+            engines,
+            policy=RestartPolicy.from_settings(settings),
+            startup_timeout=settings.startup_timeout,
+            curve=curve,
         )
     else:  # the engines the Redis registry names, found and dropped while the gateway runs
-        supervisor = EngineDiscovery(shared, startup_timeout=settings.startup_timeout)
+        supervisor = EngineDiscovery(shared, startup_timeout=settings.startup_timeout, curve=curve)
     if shared is not None:
         sessions = SessionStore(shared, registry)
         programs = ProgramStore(shared)

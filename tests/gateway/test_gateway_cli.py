@@ -8,7 +8,7 @@ import pytest
 from agentgate.engine import LLM, SamplingParams
 from agentgate.gateway.engines.registry import undialable
 from tests.support.answers import CAPITAL_CHAT, engine_top_two, require_margin
-from tests.support.servers import REPO, clean_environment
+from tests.support.servers import REPO, run_agentgate
 
 
 @pytest.mark.slow
@@ -75,25 +75,7 @@ def test_an_engine_bound_to_every_interface_must_say_what_to_announce(bound):
     """Announced as bound, ``tcp://0.0.0.0:5555`` would have every remote gateway dial itself, and
     two such engines would overwrite one record: the engine refuses to register, naming the flag,
     before it loads anything."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentgate.gateway.cli",
-            "engine",
-            "--address",
-            bound,
-            "--runner",
-            "null",
-            "--redis-url",
-            "redis://127.0.0.1:9/0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env=clean_environment(),
-    )
+    out = run_agentgate("engine", "--address", bound, "--runner", "null", "--redis-url", "redis://127.0.0.1:9/0")
     assert out.returncode == 2, out.stderr[-2000:]
     assert "will not register" in out.stderr and "--advertise-address" in out.stderr, out.stderr
 
