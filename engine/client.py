@@ -33,6 +33,7 @@ import zmq.asyncio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentgate.engine.config import EngineConfig
+from agentgate.engine.curve import GatewayKeys, secure_client, uses_curve
 from agentgate.engine.errors import EngineDeadError, EngineError, InvalidRequestError
 from agentgate.engine.ipc import private_address, remove_socket_file
 from agentgate.engine.protocol import (
@@ -77,9 +78,16 @@ class _Call:
 
 
 class EngineClient:
-    def __init__(self, address: str, process: multiprocessing.process.BaseProcess | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        process: multiprocessing.process.BaseProcess | None = None,
+        curve: GatewayKeys | None = None,
+    ) -> None:
+        """``curve``: this gateway's keys, for an engine whose peers authenticate (``engine.curve``)."""
         self.address = address
         self.process = process
+        self.curve = curve if uses_curve(address) else None
         self.info: EngineInfo | None = None
         self.dead_reason: str | None = None
         self._last_seen = time.monotonic()
@@ -89,6 +97,8 @@ class EngineClient:
         self._socket.setsockopt(zmq.SNDHWM, 0)
         self._socket.setsockopt(zmq.RCVHWM, 0)
         self._socket.setsockopt(zmq.LINGER, 0)
+        if self.curve is not None:
+            secure_client(self._socket, self.curve)
         self._socket.connect(address)
         self._streams: dict[str, MemoryObjectSendStream[EngineCoreOutput | BaseException]] = {}
         self._calls: dict[int, _Call] = {}
@@ -118,9 +128,10 @@ class EngineClient:
         *,
         process: multiprocessing.process.BaseProcess | None = None,
         startup_timeout: float = 600.0,
+        curve: GatewayKeys | None = None,
     ) -> AsyncIterator[EngineClient]:
         """Connect to a running engine at ``address`` and wait until it is ready."""
-        client = cls(address, process)
+        client = cls(address, process, curve)
         try:
             await client._handshake(startup_timeout)
             async with anyio.create_task_group() as tasks:
@@ -151,7 +162,10 @@ class EngineClient:
                 if await self._socket.poll(200):
                     continue  # read its last words first
                 raise EngineDeadError(f"the engine process exited during start-up (exit code {self.process.exitcode})")
-        raise EngineDeadError(f"the engine at {self.address} did not become ready within {timeout:.0f} s")
+        # An engine whose peers authenticate says nothing to a peer with the wrong keys (or none).
+        keys = "with these CurveZMQ keys" if self.curve is not None else "without CurveZMQ keys (--engine-curve-dir)"
+        hint = f", or does not accept this gateway {keys}" if uses_curve(self.address) else ""
+        raise EngineDeadError(f"the engine at {self.address} did not become ready within {timeout:.0f} s{hint}")
 
     @property
     def is_dead(self) -> bool:

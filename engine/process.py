@@ -22,6 +22,7 @@ import zmq
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import COMPILE_POLL_S, EngineCore
+from agentgate.engine.curve import EngineKeys, secure_server, uses_curve
 from agentgate.engine.errors import EngineError
 from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.protocol import (
@@ -77,7 +78,16 @@ class EngineServer:
     drain; those in flight run until they finish or the deadline, when they are aborted (finish
     reason "abort"); then the loop ends."""
 
-    def __init__(self, core: EngineCore | None, address: str, model_name: str, startup_error: str | None = None):
+    def __init__(
+        self,
+        core: EngineCore | None,
+        address: str,
+        model_name: str,
+        startup_error: str | None = None,
+        *,
+        curve: EngineKeys | None = None,
+    ):
+        """``curve``: the keys of an engine whose peers authenticate (``engine.curve``; not on ``ipc://``)."""
         self.core = core
         self.model_name = model_name
         self.startup_error = startup_error
@@ -87,6 +97,7 @@ class EngineServer:
         self.socket.setsockopt(zmq.RCVHWM, 0)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self._authenticator = secure_server(self.socket, curve) if curve is not None and uses_curve(address) else None
         self.socket.bind(address)
         self.address = address
         self.stopping = False
@@ -143,6 +154,8 @@ class EngineServer:
             self._stop_beating.set()
             beats.join()
             self.socket.close(linger=1000)
+            if self._authenticator is not None:
+                self._authenticator.stop()
             self.context.term()
             remove_socket_file(self.address)
             if self.core is not None:
@@ -302,11 +315,13 @@ def run_engine_process(
     *,
     drain_seconds: float = 0.0,
     lifecycle: Lifecycle | None = None,
+    curve: EngineKeys | None = None,
 ) -> None:
     """Entry point of the engine process (spawned, or `agentgate engine`).
     With ``parent_pid``, the engine stops when that process dies. With ``drain_seconds`` > 0, a
     first SIGTERM drains (``EngineServer.drain``) and a second stops at once; ``lifecycle``
-    hears of it (and of the engine being ready, and stopped)."""
+    hears of it (and of the engine being ready, and stopped). ``curve``: the keys its peers must
+    hold (``engine.curve``)."""
     logging.basicConfig(
         level=os.environ.get("AGENTGATE_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s engine %(levelname)s %(message)s",
@@ -319,7 +334,7 @@ def run_engine_process(
     except Exception as exc:  # reported to every front end that says Hello
         error = f"{type(exc).__name__}: {exc}"
         log.error("engine failed to start: %s", error)
-    server = EngineServer(core, address, model_name, error)
+    server = EngineServer(core, address, model_name, error, curve=curve)
 
     def stop(signum: int, frame: Any) -> None:
         server.stopping = True

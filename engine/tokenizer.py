@@ -10,8 +10,10 @@ differ (e.g. no BOS unless the tokenizer's post-processor adds one).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -156,6 +158,13 @@ class Tokenizer:
         self.eos_token_id: int = eos
         markers = {i for i in self.special_token_ids if added[i].content in _END_MARKERS}
         self.eos_token_ids: frozenset[int] = frozenset({eos, *extra_eos_ids, *markers})
+
+    @cached_property
+    def vocab_digest(self) -> str:
+        """A short SHA-256 of the vocabulary (every token's string, in id order) and its EOS ids: two
+        processes agree on it when ids mean the same text in both (a gateway and its engines)."""
+        text = json.dumps([self.encoded_vocab, sorted(self.eos_token_ids)], ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def _special_id(self, key: str) -> int | None:
         token = self.special_tokens_map.get(key)

@@ -34,6 +34,7 @@ says nothing about which key matched or how much of one.
 
 from __future__ import annotations
 
+import copy
 import enum
 import secrets
 from collections.abc import Sequence
@@ -91,14 +92,36 @@ class KeyChecker:
     """The configured keys, and what each route group needs. ``exposed``: the server listens off
     loopback without ``--allow-unauthenticated-ops`` (see the module doc)."""
 
-    def __init__(self, api_keys: Sequence[str] = (), admin_key: str | None = None, *, exposed: bool = False) -> None:
+    def __init__(
+        self,
+        api_keys: Sequence[str] = (),
+        admin_key: str | None = None,
+        *,
+        exposed: bool = False,
+        exposed_when_remote: bool | None = None,
+    ) -> None:
+        """``exposed_when_remote``: whether a caller found off loopback (behind a proxy:
+        ``gateway.http.forwarded``) is guarded as on an exposed server (default: ``exposed``)."""
         self._user = [check_digest(k) for k in api_keys]
         self._admin = check_digest(admin_key) if admin_key is not None else None
         self.exposed = exposed
+        self.when_remote = self
+        if exposed_when_remote is not None and exposed_when_remote != exposed:
+            self.when_remote = copy.copy(self)
+            self.when_remote.exposed = exposed_when_remote
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KeyChecker:
-        return cls(settings.api_keys, settings.admin_key, exposed=ops_exposed(settings))
+        return cls(
+            settings.api_keys,
+            settings.admin_key,
+            exposed=ops_exposed(settings),
+            exposed_when_remote=not settings.allow_unauthenticated_ops,
+        )
+
+    def for_caller(self, remote: bool) -> KeyChecker:
+        """The checks for a caller on this machine, or off it (``gateway.http.forwarded.is_remote``)."""
+        return self.when_remote if remote else self
 
     @property
     def enabled(self) -> bool:

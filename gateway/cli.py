@@ -5,6 +5,7 @@
     agentgate gateway --engine tcp://HOST:5555 [--engine ...] [--redis-url redis://...] ...
     agentgate gateway --redis-url redis://...      (the engines registered in Redis, found while it runs)
     agentgate generate "Write a haiku about GPUs" [--max-tokens 64]
+    agentgate keys DIR      (CurveZMQ keys for --engine-curve-dir)
 
 Process topology:
 
@@ -22,6 +23,9 @@ Process topology:
   (``--engine``, repeatable), with the embedded Redis unless ``--redis-url``; without
   ``--engine``, the engines registered in ``--redis-url`` (``gateway.engines.discovery``).
   Several gateways on several machines share one ``--redis-url``.
+- ``keys``: writes an engine key pair and a gateway key pair for ``--engine-curve-dir``
+  (``engine.curve``): an engine bound off loopback authenticates its gateways with them, and
+  refuses to start without them unless ``--insecure-engine-socket``.
 
 Every flag can also be set as an ``AGENTGATE_*`` environment variable (see
 ``gateway.settings`` and ``gateway.flags``); a flag on the command line wins. Shutdown on
@@ -47,6 +51,7 @@ from agentgate.gateway.flags import add_settings_flags, configure_logging, setti
 from agentgate.gateway.settings import Settings
 
 if TYPE_CHECKING:
+    from agentgate.engine.curve import EngineKeys
     from agentgate.gateway.engines.pool import EngineTarget
 
 log = logging.getLogger("agentgate.gateway")
@@ -71,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertise-address",
         default=None,
         help="with --redis-url: the address gateways dial, announced in the registry (default: "
-        "--address; needed when that binds 0.0.0.0), e.g. tcp://engine-0.engines:5555 "
+        "--address; required when that binds every interface: 0.0.0.0, [::] or *), e.g. tcp://engine-0.engines:5555 "
         "[env AGENTGATE_ADVERTISE_ADDRESS]",
     )
     add_settings_flags(engine, "engine")
@@ -119,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="send the prompt as is, without the chat template",
     )
     generate.set_defaults(func=_generate)
+    keys = commands.add_parser(
+        "keys", help="write CurveZMQ key pairs for engines and gateways into DIR (for --engine-curve-dir)"
+    )
+    keys.add_argument("directory", metavar="DIR", help="created if need be; existing keys are not overwritten")
+    keys.set_defaults(func=_keys)
     # `agentgate ops ...` is the operator CLI in agents/ (an HTTP client); main() hands it its arguments
     commands.add_parser("ops", help="operate a running server: status, pause, resume, abort, sessions", add_help=False)
     return parser
@@ -145,6 +155,10 @@ def _setup(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Setting
             settings.engine_config()  # validated before anything starts
         if args.command in ("serve", "gateway"):
             settings.check_shared_state()
+        if args.command == "gateway" and settings.engine_curve_dir:
+            from agentgate.engine.curve import GatewayKeys
+
+            GatewayKeys.load(settings.engine_curve_dir)  # read again by each gateway process
     except ValueError as exc:  # includes the engine's InvalidRequestError
         parser.error(str(exc))
     configure_logging(settings.log_level)
@@ -213,14 +227,85 @@ def _engine(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     log.info("engine (runner %s, model %s) binding %s", config.runner, config.model or "default", address)
     lifecycle = None
     if settings.redis_url is not None:  # announced in the registry gateways without --engine read
-        from agentgate.gateway.engines.registry import EngineAnnouncer
+        from agentgate.gateway.engines.registry import EngineAnnouncer, undialable
 
         advertised = args.advertise_address or os.environ.get("AGENTGATE_ADVERTISE_ADDRESS") or address
-        lifecycle = EngineAnnouncer(settings.redis_url, settings.redis_prefix, advertised)
+        if why := undialable(advertised):
+            parser.error(
+                f"agentgate engine will not register in redis: {why}; give --advertise-address (or "
+                "AGENTGATE_ADVERTISE_ADDRESS) with the address gateways dial, e.g. tcp://10.1.2.3:5555"
+            )
+        lifecycle = EngineAnnouncer(
+            settings.redis_url, settings.redis_prefix, advertised, lambda: _vocab_digest(config.model)
+        )
+    curve = _engine_socket_keys(settings, address, parser)
     run_engine_process(
-        config, address, model_display_name(config.model), drain_seconds=settings.drain_seconds, lifecycle=lifecycle
+        config,
+        address,
+        model_display_name(config.model),
+        drain_seconds=settings.drain_seconds,
+        lifecycle=lifecycle,
+        curve=curve,
     )
     return 0
+
+
+def _engine_socket_keys(settings: Settings, address: str, parser: argparse.ArgumentParser) -> EngineKeys | None:
+    """The keys the engine's peers must hold (``--engine-curve-dir``). Off loopback there must be
+    some: without them the engine exits 2, naming both flags, unless ``--insecure-engine-socket``."""
+    from agentgate.engine.curve import CurveKeyError, EngineKeys, is_loopback, uses_curve
+
+    if settings.engine_curve_dir:
+        try:
+            keys = EngineKeys.load(settings.engine_curve_dir)
+        except CurveKeyError as exc:
+            parser.error(str(exc))
+        if uses_curve(address):
+            log.info("engine socket %s: CurveZMQ, %d gateway key(s) accepted", address, len(keys.gateways))
+        return keys
+    if is_loopback(address):
+        return None
+    if not settings.insecure_engine_socket:
+        parser.error(
+            f"agentgate engine will not bind {address} off loopback without authentication: whoever reaches "
+            "it could submit, abort and read every request; give --engine-curve-dir DIR (agentgate keys DIR "
+            "makes the keys; docs/deploy.md) or, on a private network only, --insecure-engine-socket"
+        )
+    log.warning(
+        "engine socket %s is off loopback without authentication (--insecure-engine-socket): whoever "
+        "reaches it can submit, abort and read every request",
+        address,
+    )
+    return None
+
+
+def _keys(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from agentgate.engine.curve import CurveKeyError, make_keys
+
+    try:
+        written = make_keys(args.directory)
+    except (CurveKeyError, OSError) as exc:
+        parser.error(str(exc))
+    print("\n".join(str(path) for path in written))
+    print(
+        "engines need engine.key, engine.key_secret and gateway.key; gateways engine.key and "
+        "gateway.key_secret; both take the directory as --engine-curve-dir (docs/deploy.md)"
+    )
+    return 0
+
+
+def _vocab_digest(model: str | None) -> str:
+    """The digest of ``model``'s tokenizer, announced with the engine; "" when it has none (a
+    gateway takes no such engine, and could not serve the model either)."""
+    from agentgate.engine.errors import ModelLoadError
+    from agentgate.engine.model_path import resolve_model_path
+    from agentgate.engine.tokenizer import load_tokenizer
+
+    try:
+        return load_tokenizer(resolve_model_path(model)).vocab_digest
+    except ModelLoadError as exc:
+        log.warning("the model's tokenizer cannot be read (%s): gateways will not route here", exc)
+        return ""
 
 
 def _with_redis(stack: contextlib.ExitStack, settings: Settings) -> Settings:

@@ -32,10 +32,12 @@ Keys (``P`` is ``--redis-prefix``, default ``agentgate``)::
                               wall-clock end); TTL --session-ttl (gateway.programs.last_turns)
     P:request:{rid}           hash: replica, engine, session, key, started, engine_ids (gateway.requests_in_flight)
     P:key:{digest}:requests   set of the key's request ids in flight (gateway.requests_in_flight)
-    P:replica:{replica}       JSON about a live replica, TTL 15 s, refreshed every 5 s
+    P:replica:{replica}       JSON about a live replica, TTL 10 s, refreshed every 2 s: the replica's liveness
     P:pause                   JSON {mode, at, by} while paused
     P:engine:{address}        JSON about a registered engine (address, model, capacity, device, started,
                               state serving/draining), TTL 10 s, refreshed every 2 s (gateway.engines.registry)
+    P:engines                 zset: a registered engine's address -> when its record expires (Redis time);
+                              the registry's index, read once a second by each gateway without a SCAN
     P:rl:{digest}:requests / :tokens   rate-limit buckets (gateway.admission.rate_limits)
     channel P:control         control messages, typed JSON (gateway.cluster)
 """
@@ -67,8 +69,11 @@ log = logging.getLogger("agentgate.redis")
 T = TypeVar("T")
 
 SOCKET_TIMEOUT_S = 1.0
-REPLICA_TTL_S = 15
-HEARTBEAT_S = 5.0
+# A replica is alive while its heartbeat key is: it is rewritten every HEARTBEAT_S and lapses
+# REPLICA_TTL_S after the last write, so a replica that died is known dead within REPLICA_TTL_S, and
+# a live one is taken for dead only when its event loop or Redis stalls its heartbeat that long.
+REPLICA_TTL_S = 10
+HEARTBEAT_S = 2.0
 WRITER_QUEUE = 100_000
 RESUBSCRIBE_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -78,7 +83,8 @@ class RedisUnavailableError(ServiceUnavailableError):
 
 
 def make_replica_id(port: int) -> str:
-    """``host:port:pid:suffix``, unique per gateway process (:meth:`SharedState.replica_alive` reads it)."""
+    """``host:port:pid:suffix``, unique per gateway process (the random suffix: hosts, ports and
+    pids repeat across containers and PID namespaces). For people to read; liveness is the heartbeat's."""
     return f"{socket.gethostname()}:{port}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
@@ -127,6 +133,11 @@ class Keys:
 
     def engine(self, address: str) -> str:
         return f"{self.prefix}:engine:{address}"
+
+    @property
+    def engines(self) -> str:
+        """A sorted set: a registered engine's address -> when its record expires (gateway.engines.registry)."""
+        return f"{self.prefix}:engines"
 
     def response(self, response_id: str) -> str:
         return f"{self.prefix}:response:{response_id}"
@@ -271,22 +282,11 @@ class SharedState:
             await anyio.sleep(HEARTBEAT_S if self.up else 0.5)
 
     async def replica_alive(self, replica_id: str) -> bool:
-        """Whether ``replica_id`` still runs: its heartbeat key is there, unless it ran on this host
-        under a pid that is gone or is now this process's (a restarted container's pid 1), which
-        says it is dead at once rather than after its key's TTL."""
+        """Whether ``replica_id`` still runs: its heartbeat key is there (this replica always is).
+        Nothing else is taken as a sign: gateways in separate PID namespaces (containers with host
+        networking) share a hostname and pid 1, and a pid seen here says nothing of theirs."""
         if replica_id == self.replica_id:
             return True
-        parts = replica_id.rsplit(":", 3)  # host:port:pid:suffix (make_replica_id)
-        if len(parts) == 4 and parts[0] == socket.gethostname() and parts[2].isdigit():
-            pid = int(parts[2])
-            if pid == os.getpid():
-                return False
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                pass
         return bool(await self.guard("a replica's heartbeat", self.client.exists(self.keys.replica(replica_id))))
 
     async def replicas(self) -> list[Replica]:
@@ -294,8 +294,12 @@ class SharedState:
             out = []
             async for key in self.client.scan_iter(match=self.keys.replica("*"), count=500):
                 raw = await self.client.get(key)
-                if raw:
-                    info = msgspec.json.decode(raw, type=ReplicaInfo)
+                try:
+                    info = msgspec.json.decode(raw, type=ReplicaInfo) if raw else None
+                except msgspec.DecodeError:
+                    log.warning("skipping a replica record that does not decode at %s: %.200r", key, raw)
+                    continue
+                if info is not None:
                     out.append(Replica(id=key[len(self.keys.replica("")) :], **msgspec.structs.asdict(info)))
             return out
 

@@ -12,8 +12,9 @@ on the command line wins over the environment.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,20 @@ def _opt(
         commands = ("serve", "engine") if engine else ("serve", "gateway")
     metadata = {"help": help, "flag": flag, "engine": engine, "commands": commands}
     return field(metadata=metadata, repr=not secret, **kw)
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(cidrs: Sequence[str]) -> list[Network]:
+    """``--trusted-proxies`` as networks (ValueError naming a value that is not an address or CIDR)."""
+    networks = []
+    for cidr in cidrs:
+        try:
+            networks.append(ipaddress.ip_network(cidr.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"--trusted-proxies takes addresses or CIDRs (10.0.0.0/8, ::1), got {cidr!r}") from None
+    return networks
 
 
 @dataclass(frozen=True)
@@ -220,6 +235,26 @@ class Settings:
         "(logged at WARNING)",
         default=False,
     )
+    trusted_proxies: tuple[str, ...] = _opt(
+        "addresses or CIDRs of reverse proxies whose Forwarded / X-Forwarded-For headers are honoured "
+        "(repeatable; none: no such header is honoured, and a request that carries one counts as from off "
+        "loopback for the operator routes)",
+        default=(),
+    )
+    engine_curve_dir: str | None = _opt(
+        "directory of CurveZMQ keys (agentgate keys DIR makes them; docs/deploy.md): an engine's key pair "
+        "(engine.key_secret) and the public keys of the gateways it accepts (gateway.key, any *.key), a "
+        "gateway's key pair (gateway.key_secret) and the engines' public key (engine.key); every engine "
+        "socket but ipc:// then authenticates its peers and encrypts",
+        default=None,
+        commands=("gateway", "engine"),
+    )
+    insecure_engine_socket: bool = _opt(
+        "bind the engine off loopback without --engine-curve-dir: anyone who reaches the port can submit, "
+        "abort and read every request (logged at WARNING); a private network only",
+        default=False,
+        commands=("engine",),
+    )
     key_digest_secret: str | None = _opt(
         "secret keying the digests of API keys stored in Redis (HMAC-SHA256); every gateway sharing a Redis "
         "needs the same one (default: one made once per machine in the state directory)",
@@ -298,6 +333,7 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
+        parse_networks(self.trusted_proxies)  # ValueError naming a value that is no address or CIDR
         if self.runner not in RUNNERS:
             raise ValueError(f"runner must be one of {RUNNERS}, got {self.runner!r}")
         for name in ("max_num_seqs", "max_body_bytes", "max_engine_requests_per_request"):

@@ -2,18 +2,21 @@
 (``gateway.engines.registry``), found and dropped while it runs, without a restart.
 
     discovery = EngineDiscovery(shared, startup_timeout=600)
+    discovery.model = GatewayModel(name, tokenizer.vocab_digest)
     pool = await tasks.start(discovery.run)   # once the first registered engine answers
 
 Every :data:`POLL_S` the registry is read. An engine that appears (``serving``) is connected
-(one task holds its client) and added to the pool. One whose record says ``draining``, or whose
-record is gone, takes no new request (``EnginePool.leaving``); its client is closed once its
-streams are done, or at once when it is dead (its host gone: the client's heartbeat watch fails
-its streams within five seconds). A record that comes back makes it routable again; an engine
-that restarts at the same address is connected anew. While Redis is unreachable the engines
-known stay as they are, and for :data:`RENEW_GRACE_S` after it is back a missing record means
-nothing: the engines could not renew their records meanwhile, so those expired (an outage longer
-than the TTL), and dropping them would leave every gateway without engines until they announce
-again.
+(one task holds its client) and added to the pool, if it serves this gateway's model
+(``gateway.engines.identity``): one that does not is never connected, its reason logged once (at
+ERROR) and listed on ``/health`` (:attr:`EngineDiscovery.refused`) while its record stays. One
+whose record says ``draining``, or whose record is gone, takes no new request
+(``EnginePool.leaving``); its client is closed once its streams are done, or at once when it is
+dead (its host gone: the client's heartbeat watch fails its streams within five seconds). A
+record that comes back makes it routable again; an engine that restarts at the same address is
+connected anew. While Redis is unreachable the engines known stay as they are, and for
+:data:`RENEW_GRACE_S` after it is back a missing record means nothing: the engines could not
+renew their records meanwhile, so those expired (an outage longer than the TTL), and dropping
+them would leave every gateway without engines until they announce again.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ import anyio
 import anyio.abc
 
 from agentgate.engine.client import EngineClient
+from agentgate.engine.curve import GatewayKeys
 from agentgate.engine.errors import EngineDeadError
+from agentgate.gateway.engines.identity import GatewayModel, mismatch
 from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.engines.registry import ENGINE_TTL_S, EngineRecord, registered_engines
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
@@ -43,16 +48,21 @@ RENEW_GRACE_S = float(ENGINE_TTL_S)  # after an outage, a record missing this lo
 class EngineDiscovery:
     fatal: str | None = None  # never gives up (read by the server like EngineSupervisor.fatal)
 
-    def __init__(self, shared: SharedState, *, startup_timeout: float) -> None:
+    def __init__(self, shared: SharedState, *, startup_timeout: float, curve: GatewayKeys | None = None) -> None:
+        """``curve``: this gateway's keys for engines whose peers authenticate (``engine.curve``)."""
         self.shared = shared
         self.startup_timeout = startup_timeout
+        self.curve = curve
         self.pool: EnginePool | None = None
         self.records: dict[str, EngineRecord] = {}
         self.on_added: Callable[[], Awaitable[None]] | None = None  # e.g. the cluster's pause sync
+        self.model: GatewayModel | None = None  # what engines must serve (set by the lifespan before run)
+        self.refused: dict[str, str] = {}  # address -> why its engine is not this gateway's
+        self._first: EngineRecord | None = None  # the first engine taken: every later one has its shape
         self._held: set[str] = set()
         self._retry_at: dict[str, float] = {}
         self._trust_missing_from = 0.0  # monotonic; inf while Redis is unreachable
-        self._first = anyio.Event()
+        self._first_joined = anyio.Event()
 
     async def run(self, task_status: anyio.abc.TaskStatus[EnginePool] = anyio.TASK_STATUS_IGNORED) -> None:
         """Watch the registry until cancelled; report the pool once an engine serves in it."""
@@ -60,7 +70,7 @@ class EngineDiscovery:
             tasks.start_soon(self._watch, tasks)
             with anyio.fail_after(self.startup_timeout):
                 try:
-                    await self._first.wait()
+                    await self._first_joined.wait()
                 except TimeoutError:
                     raise EngineDeadError(
                         f"no engine registered in redis at {self.shared.display_url} "
@@ -85,10 +95,27 @@ class EngineDiscovery:
         if self._trust_missing_from == math.inf:  # the first read since an outage
             self._trust_missing_from = now + RENEW_GRACE_S
         self._mark_leaving(trust_missing=now >= self._trust_missing_from)
+        self._take_new(tasks, now)
+
+    def _take_new(self, tasks: anyio.abc.TaskGroup, now: float) -> None:
+        """Connect the engines that appeared and serve this gateway's model; refuse the others,
+        logged once each while their record stays."""
+        if self.model is None:
+            raise RuntimeError("EngineDiscovery.model must be set before the registry is read")
+        refused = {}
         for address, record in self.records.items():
-            if record.state == "serving" and address not in self._held and self._retry_at.get(address, 0) <= now:
+            if address in self._held:
+                continue  # taken already; a record that changes model means a restart, seen by its client
+            why = mismatch(record, self.model, self._first)
+            if why is not None:
+                refused[address] = why
+                if self.refused.get(address) != why:
+                    log.error("engine at %s is not this gateway's and gets no request: %s", address, why)
+            elif record.state == "serving" and self._retry_at.get(address, 0) <= now:
+                self._first = self._first or record
                 self._held.add(address)
                 tasks.start_soon(self._hold, address)
+        self.refused = refused
 
     def _mark_leaving(self, *, trust_missing: bool) -> None:
         if self.pool is None:
@@ -112,7 +139,7 @@ class EngineDiscovery:
     async def _hold(self, address: str) -> None:
         """Connect to the engine at ``address`` and keep it in the pool while it stays."""
         try:
-            async with EngineClient.connect(address, startup_timeout=CONNECT_TIMEOUT_S) as client:
+            async with EngineClient.connect(address, startup_timeout=CONNECT_TIMEOUT_S, curve=self.curve) as client:
                 self._add(client)
                 try:
                     if self.on_added is not None:
@@ -135,4 +162,4 @@ class EngineDiscovery:
         else:
             self.pool.add(client)
         log.info("engine at %s joined the pool (%d serving)", client.address, len(self.pool.engines))
-        self._first.set()
+        self._first_joined.set()

@@ -38,6 +38,7 @@ import anyio
 import anyio.abc
 
 from agentgate.engine.client import EngineClient
+from agentgate.engine.curve import GatewayKeys
 from agentgate.engine.errors import EngineDeadError
 from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.spawn import stop_engine_process
@@ -98,10 +99,19 @@ class RestartBudget:
 
 
 class EngineSupervisor:
-    def __init__(self, targets: Sequence[EngineTarget], *, policy: RestartPolicy, startup_timeout: float) -> None:
+    def __init__(
+        self,
+        targets: Sequence[EngineTarget],
+        *,
+        policy: RestartPolicy,
+        startup_timeout: float,
+        curve: GatewayKeys | None = None,
+    ) -> None:
+        """``curve``: this gateway's keys for engines whose peers authenticate (``engine.curve``)."""
         self.targets = list(targets)
         self.policy = policy
         self.startup_timeout = startup_timeout
+        self.curve = curve
         self.processes = [t.process for t in self.targets]  # the current process of each engine
         self.pool: EnginePool | None = None
         self.fatal: str | None = None  # set when the supervisor gave up: the server exits non-zero
@@ -128,7 +138,9 @@ class EngineSupervisor:
                     await anyio.to_thread.run_sync(stop_engine_process, self.processes[i])
 
     def _connect(self, i: int, timeout: float):
-        return EngineClient.connect(self.targets[i].address, process=self.processes[i], startup_timeout=timeout)
+        return EngineClient.connect(
+            self.targets[i].address, process=self.processes[i], startup_timeout=timeout, curve=self.curve
+        )
 
     async def _until_dead(self, client: EngineClient) -> str:
         while not client.is_dead:

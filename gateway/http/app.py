@@ -29,8 +29,9 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
+from agentgate.engine.curve import GatewayKeys
 from agentgate.engine.ipc import remove_socket_file
-from agentgate.engine.model_path import resolve_model_path
+from agentgate.engine.model_path import model_display_name, resolve_model_path
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.admission.output_budget import OutputBudget
 from agentgate.gateway.admission.rate_limits import RateLimiter, parse_key_limits
@@ -40,16 +41,19 @@ from agentgate.gateway.auth import KeyChecker
 from agentgate.gateway.cluster import Cluster
 from agentgate.gateway.dispatch import Dispatcher
 from agentgate.gateway.engines.discovery import EngineDiscovery
+from agentgate.gateway.engines.identity import GatewayModel
 from agentgate.gateway.engines.pool import EngineTarget
 from agentgate.gateway.engines.supervisor import EngineSupervisor, RestartPolicy
 from agentgate.gateway.exposure import auth_summary, exposure_warnings
 from agentgate.gateway.http.anthropic_errors import AnthropicErrorMiddleware
 from agentgate.gateway.http.errors import EXCEPTION_HANDLERS
+from agentgate.gateway.http.forwarded import ForwardedMiddleware
 from agentgate.gateway.http.middleware import (
     AuthMiddleware,
     BodyLimitMiddleware,
     RequestContextMiddleware,
     RequestIdMiddleware,
+    WebSocketOriginMiddleware,
 )
 from agentgate.gateway.http.routes import anthropic, dashboard, openai, ops, playground, tokenize
 from agentgate.gateway.http.routes import responses as responses_routes
@@ -98,12 +102,16 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
         metrics.watch_shared_state(shared, limiter)
     registry = RequestRegistry(shared)
     supervisor: EngineSupervisor | EngineDiscovery
+    curve = GatewayKeys.load(settings.engine_curve_dir) if settings.engine_curve_dir else None
     if engines:
         supervisor = EngineSupervisor(
-            engines, policy=RestartPolicy.from_settings(settings), startup_timeout=settings.startup_timeout
+            engines,
+            policy=RestartPolicy.from_settings(settings),
+            startup_timeout=settings.startup_timeout,
+            curve=curve,
         )
     else:  # the engines the Redis registry names, found and dropped while the gateway runs
-        supervisor = EngineDiscovery(shared, startup_timeout=settings.startup_timeout)
+        supervisor = EngineDiscovery(shared, startup_timeout=settings.startup_timeout, curve=curve)
     if shared is not None:
         sessions = SessionStore(shared, registry)
         programs = ProgramStore(shared)
@@ -117,9 +125,11 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                     stack.callback(remove_socket_file, target.address)  # runs after the engine stopped
             engine_tasks = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(engine_tasks.cancel_scope.cancel)
-            pool = await engine_tasks.start(supervisor.run)
             model_path = resolve_model_path(settings.model)
             tokenizer = await anyio.to_thread.run_sync(load_tokenizer, model_path)
+            if isinstance(supervisor, EngineDiscovery):  # registered engines must serve this model
+                supervisor.model = GatewayModel(model_display_name(settings.model), tokenizer.vocab_digest)
+            pool = await engine_tasks.start(supervisor.run)
             info = pool.info
             metrics.watch(
                 lambda: pool.stats,
@@ -172,7 +182,12 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
             yield {"gateway": state}
             log.info("agentgate shutting down")
 
-    middleware = [Middleware(RequestIdMiddleware), Middleware(AnthropicErrorMiddleware)]
+    middleware = [
+        Middleware(ForwardedMiddleware, trusted=settings.trusted_proxies),
+        Middleware(WebSocketOriginMiddleware, allowed=settings.allowed_origins),
+        Middleware(RequestIdMiddleware),
+        Middleware(AnthropicErrorMiddleware),
+    ]
     if settings.allowed_origins:
         middleware.append(
             Middleware(
@@ -184,7 +199,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 expose_headers=["X-Request-Id", "Retry-After"],
             )
         )
-    if keys.enabled:
+    if keys.for_caller(remote=True).enabled:  # a caller behind a proxy may be guarded on an open server
         middleware.append(Middleware(AuthMiddleware, keys=keys))
     middleware.append(Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout))
     middleware.append(Middleware(RequestContextMiddleware, keys=keys, limiter=limiter, sessions=sessions))

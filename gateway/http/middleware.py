@@ -2,6 +2,10 @@
 
 - AuthMiddleware: the API keys (:class:`gateway.auth.KeyChecker` says which key each
   route group needs), read from ``Authorization: Bearer`` or ``x-api-key``.
+- WebSocketOriginMiddleware: a WebSocket handshake whose ``Origin`` is not one of
+  ``--allowed-origins`` gets 403 (CORS does not cover WebSockets: without it any page the
+  user opens could drive the server over ``ws://127.0.0.1``); a handshake without ``Origin``
+  (a program, not a browser) passes, as a plain HTTP request does.
 - RequestIdMiddleware: every response carries ``X-Request-Id``: the client's
   (if it sent a usable one) or a fresh one. Routes read it from
   ``request.state.request_id``; it is the base of the engine request ids.
@@ -40,10 +44,12 @@ from agentgate.gateway.errors import (
     BadRequestError,
     GatewayError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     RequestTimeoutError,
     ServiceUnavailableError,
 )
 from agentgate.gateway.http.errors import error_response
+from agentgate.gateway.http.forwarded import is_remote
 from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.sessions import SessionStore
 
@@ -87,9 +93,10 @@ class AuthMiddleware:
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket") and self.keys.enabled:
+        keys = self.keys.for_caller(is_remote(scope))
+        if scope["type"] in ("http", "websocket") and keys.enabled:
             try:
-                self.keys.check(route_access(scope.get("method", "GET"), scope["path"]), bearer_token(scope))
+                keys.check(route_access(scope.get("method", "GET"), scope["path"]), bearer_token(scope))
             except GatewayError as exc:
                 if exc.status_code == 401:
                     exc.headers.setdefault("WWW-Authenticate", "Bearer")
@@ -107,6 +114,27 @@ async def _refuse_websocket(scope: Scope, receive: Receive, send: Send, exc: Gat
         await websocket.send_denial_response(error_response(exc))
     else:
         await websocket.close(code=1008, reason=exc.message[:120])
+
+
+class WebSocketOriginMiddleware:
+    """See the module doc. ``allowed``: ``--allowed-origins`` (``*``: every origin)."""
+
+    def __init__(self, app: ASGIApp, allowed: tuple[str, ...]) -> None:
+        self.app = app
+        self.allowed = frozenset(origin.rstrip("/") for origin in allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            origin = next((value.decode("latin-1") for name, value in scope["headers"] if name == b"origin"), None)
+            if origin is not None and "*" not in self.allowed and origin.rstrip("/") not in self.allowed:
+                refused = PermissionDeniedError(
+                    f"WebSocket connections from origin {origin!r} are not allowed: the server takes those "
+                    "of --allowed-origins only",
+                    code="origin_not_allowed",
+                )
+                await _refuse_websocket(scope, receive, send, refused)
+                return
+        await self.app(scope, receive, send)
 
 
 class RequestIdMiddleware:
@@ -242,4 +270,5 @@ async def request_context(
             "or through `agentgate serve`, which embeds one)",
             code="redis_not_configured",
         )
-    return RequestContext(key, session_id, await sessions.open(session_id, key, keys.is_admin(token)))
+    admin = keys.for_caller(is_remote(scope)).is_admin(token)
+    return RequestContext(key, session_id, await sessions.open(session_id, key, admin))

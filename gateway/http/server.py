@@ -33,6 +33,7 @@ def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[s
         access_log=settings.access_log,
         timeout_graceful_shutdown=5,
         http=guarded_protocol(settings.header_timeout, settings.max_connections),
+        proxy_headers=False,  # forwarded headers are read by gateway.http.forwarded, from --trusted-proxies only
     )
     server = GatewayServer(config, app, settings.drain_seconds)
     # uvicorn re-raises the signal that stopped it once it is done; with the default SIGTERM action that

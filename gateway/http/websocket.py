@@ -21,13 +21,17 @@ its response, with no output, is the one to continue from.
 A bad event, or a turn refused before it starts, is answered with an error
 event in OpenAI's WebSocket envelope, ``{"type": "error", "status": 400,
 "error": {"type", "code", "message", "param"}}``, and the connection stays
-open. The API key is checked at the handshake (``gateway.auth``). A client
-that goes away aborts the turn running.
+open. The API key is checked at the handshake (``gateway.auth``), and so is the ``Origin``
+header (``gateway.http.middleware.WebSocketOriginMiddleware``). A client that goes away aborts
+the turn running.
+
+Events sent while a turn runs wait in the connection's inbox, at most :data:`INBOX_EVENTS` of
+them (each at most ``--max-body-bytes``): one more closes the connection with code 1008
+(policy violation) and a reason that says so, aborting the turn running.
 """
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from typing import Any
@@ -48,6 +52,8 @@ from agentgate.gateway.responses_api.types import WebSocketCreate
 from agentgate.gateway.schemas import decode_body
 
 KEPT = 16  # responses a connection keeps for continuations
+INBOX_EVENTS = 8  # events that may wait behind the running turn
+INBOX_FULL = 1008  # the close code when one more arrives (policy violation)
 _encoder = msgspec.json.Encoder()
 
 
@@ -71,14 +77,20 @@ class Connection:
     async def serve(self) -> None:
         """Read events while turns run (a disconnect cancels the one running); run them in order."""
         await self.websocket.accept()
-        inbox_writer, inbox = anyio.create_memory_object_stream[str](math.inf)
+        inbox_writer, inbox = anyio.create_memory_object_stream[str](INBOX_EVENTS)
         try:
             async with anyio.create_task_group() as tasks:
 
                 async def read() -> None:
                     try:
                         while (message := await self.websocket.receive())["type"] == "websocket.receive":
-                            inbox_writer.send_nowait(message.get("text") or (message.get("bytes") or b"").decode())
+                            text = message.get("text") or (message.get("bytes") or b"").decode()
+                            try:
+                                inbox_writer.send_nowait(text)
+                            except anyio.WouldBlock:
+                                reason = f"more than {INBOX_EVENTS} events wait behind the running turn"
+                                await self.websocket.close(code=INBOX_FULL, reason=reason)
+                                return
                     finally:
                         tasks.cancel_scope.cancel()
 

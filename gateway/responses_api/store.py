@@ -22,7 +22,10 @@ id to the replica running it. A replica that dies mid-response (killed, its
 host lost) would leave it ``in_progress`` for ever; every replica sweeps that
 index at start and every :data:`ORPHAN_SWEEP_S` seconds, and marks the
 responses of replicas that are gone ``failed``, with an error that says so
-(:meth:`ResponseStore.resolve_orphans`).
+(:meth:`ResponseStore.resolve_orphans`). A replica is gone when its heartbeat key has lapsed
+(``gateway.redis_state``: ``REPLICA_TTL_S`` after its last beat), so a response is failed within
+``REPLICA_TTL_S + ORPHAN_SWEEP_S`` (15 s) of its replica's death, and never while it runs. A
+record that does not decode (another version's) is logged once and left alone; the sweep goes on.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ class ResponseStore:
         self._cancel = shared.client.register_script(_CANCEL)
         self._fail_orphan = shared.client.register_script(_FAIL_ORPHAN)
         self._running = shared.keys.running_responses
+        self._undecodable: set[str] = set()  # response ids whose record did not decode (logged once)
 
     def _key(self, response_id: str) -> str:
         return self.shared.keys.response(response_id)
@@ -157,7 +161,13 @@ class ResponseStore:
             if alive[replica]:
                 continue
             record = await shared.guard("a stored response", shared.client.hget(self._key(response_id), "record"))
-            failed_record = _encoder.encode(_failed(_decoder.decode(record), replica)) if record else b""
+            try:
+                failed_record = _encoder.encode(_failed(_decoder.decode(record), replica)) if record else b""
+            except msgspec.DecodeError as exc:
+                if response_id not in self._undecodable:
+                    self._undecodable.add(response_id)
+                    log.warning("left alone: stored response %s does not decode (%s)", response_id, exc)
+                continue
             fail = self._fail_orphan(
                 keys=[self._key(response_id), self._running], args=[failed_record, response_id, replica]
             )
@@ -178,6 +188,8 @@ class ResponseStore:
                 await self.resolve_orphans()
             except RedisUnavailableError:
                 pass  # the next sweep tries again
+            except Exception:  # whatever it is, the gateway keeps serving; the next sweep tries again
+                log.exception("the sweep of orphaned responses failed")
             await anyio.sleep(ORPHAN_SWEEP_S)
 
 

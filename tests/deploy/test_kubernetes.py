@@ -1,7 +1,8 @@
 """deploy/kubernetes renders (``kubectl kustomize``) for both overlays into what a cluster needs:
 probes, limits and a non-root security context on every container; the Service selects the gateway
 pods; the engine addresses the gateways dial are the engine StatefulSet's pods under its headless
-Service; every key comes from the Secret. checkov runs apart: deploy/checkov.sh (docs/deploy.md)."""
+Service; every key comes from the Secret, the engines' and gateways' CurveZMQ keys from theirs.
+checkov runs apart: deploy/checkov.sh (docs/deploy.md)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from typing import Any
 import pytest
 import yaml
 
+from agentgate.engine.curve import EngineKeys, GatewayKeys, make_keys
+
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("cpu", "cuda")
 SECRET = "agentgate-secrets"
+CURVE_SECRET = "agentgate-curve"
 SECRET_SETTINGS = {"AGENTGATE_API_KEY", "AGENTGATE_ADMIN_KEY", "AGENTGATE_KEY_DIGEST_SECRET", "AGENTGATE_REDIS_URL"}
 WORKLOADS = ("Deployment", "StatefulSet")
 
@@ -156,6 +160,30 @@ def test_keys_come_from_the_secret_and_gateways_off_loopback_have_both(rendered)
             for e in c.get("env", []):
                 if re.search(r"KEY|SECRET|PASSWORD|REDIS_URL", e["name"]) and "REDISCLI" not in e["name"]:
                     assert "valueFrom" in e, f"{w['metadata']['name']}: {e['name']} written in the manifest"
+
+
+def test_engines_bound_off_loopback_and_their_gateways_hold_curve_keys_from_the_secret(rendered, tmp_path):
+    """An engine bound to 0.0.0.0 starts only with CurveZMQ keys (engine.curve): each side mounts from
+    the Secret agentgate-curve (made by ``agentgate keys``) the files its side loads, not the other
+    side's secret key."""
+    _, docs = rendered
+    make_keys(tmp_path / "made")
+    for kind, name, load, other_secret in (
+        ("StatefulSet", "agentgate-engine", EngineKeys.load, "gateway.key_secret"),
+        ("Deployment", "agentgate-gateway", GatewayKeys.load, "engine.key_secret"),
+    ):
+        pod = one(docs, kind, name)["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        [mount] = [m for m in container["volumeMounts"] if m["name"] == "curve"]
+        assert mount["readOnly"] and env_of(container)["AGENTGATE_ENGINE_CURVE_DIR"]["value"] == mount["mountPath"]
+        [volume] = [v for v in pod["volumes"] if v["name"] == "curve"]
+        assert volume["secret"]["secretName"] == CURVE_SECRET and volume["secret"]["defaultMode"] == 0o440
+        mounted = tmp_path / name
+        mounted.mkdir()
+        for item in volume["secret"]["items"]:
+            shutil.copy(tmp_path / "made" / item["key"], mounted / item["path"])
+        load(mounted)  # what the pod's process reads at start
+        assert not (mounted / other_secret).exists(), f"{name} holds {other_secret}"
 
 
 def test_budgets_autoscaler_and_drain_times(rendered):

@@ -10,6 +10,7 @@
   ``httpx.ASGITransport``, ``tests.support.inprocess``), with an embedded
   Redis: routes, errors, auth and CORS, which need no live stream.
 - ``smollm_tokenizer``: the default model's tokenizer (its ChatML template has no tool support).
+- ``redis_server``: a real redis-server on 127.0.0.1 for a module's in-process Redis tests.
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
 from agentgate.gateway.settings import Settings
 from tests.support.fixtures import idle_around
 from tests.support.inprocess import InProcessGateway
-from tests.support.servers import ADMIN_KEY, ALLOWED_ORIGIN, USER_KEY, USER_KEY_2, LiveServer, bearer, start_server
+from tests.support.servers import (
+    ADMIN_KEY,
+    ALLOWED_ORIGIN,
+    USER_KEY,
+    USER_KEY_2,
+    LiveServer,
+    RedisServer,
+    bearer,
+    start_server,
+)
 
 # Formatted by hand: each flag beside its value, as on a command line.
 NULL_FLAGS = ("--runner", "null", "--null-step-seconds", "0.004", "--max-num-seqs", "256", "--max-model-len", "1024",
@@ -37,6 +47,13 @@ def smollm_tokenizer() -> Tokenizer:
         return load_tokenizer(default_model_path())
     except ModelLoadError as e:
         pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

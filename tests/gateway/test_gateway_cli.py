@@ -6,8 +6,9 @@ import sys
 import pytest
 
 from agentgate.engine import LLM, SamplingParams
+from agentgate.gateway.engines.registry import undialable
 from tests.support.answers import CAPITAL_CHAT, engine_top_two, require_margin
-from tests.support.servers import REPO
+from tests.support.servers import REPO, run_agentgate
 
 
 @pytest.mark.slow
@@ -67,3 +68,20 @@ def test_help_lists_the_serve_flags():
     ):
         assert flag in out.stdout
     assert "AGENTGATE_API_KEY" in out.stdout
+
+
+@pytest.mark.parametrize("bound", ["tcp://0.0.0.0:5555", "tcp://[::]:5555", "tcp://*:5555"])
+def test_an_engine_bound_to_every_interface_must_say_what_to_announce(bound):
+    """Announced as bound, ``tcp://0.0.0.0:5555`` would have every remote gateway dial itself, and
+    two such engines would overwrite one record: the engine refuses to register, naming the flag,
+    before it loads anything."""
+    out = run_agentgate("engine", "--address", bound, "--runner", "null", "--redis-url", "redis://127.0.0.1:9/0")
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "will not register" in out.stderr and "--advertise-address" in out.stderr, out.stderr
+
+
+def test_only_tcp_addresses_of_every_interface_are_undialable():
+    for address in ("tcp://0.0.0.0:5555", "tcp://[::]:5555", "tcp://*:5555", "tcp://:5555"):
+        assert undialable(address), address
+    for address in ("tcp://10.1.2.3:5555", "tcp://engine-0.engines:5555", "tcp://[fd00::1]:5555", "ipc:///tmp/e"):
+        assert undialable(address) is None, address

@@ -1,4 +1,5 @@
-"""Settings: every CLI flag of `agentgate serve` also reads from an AGENTGATE_* variable."""
+"""Settings: every CLI flag of `agentgate serve` (and of `gateway` and `engine`) also reads from an AGENTGATE_*
+variable."""
 
 import dataclasses
 
@@ -6,7 +7,7 @@ import pytest
 
 from agentgate.gateway.cli import build_parser, settings_from_args
 from agentgate.gateway.setting_values import env_name, flag_name
-from agentgate.gateway.settings import Settings
+from agentgate.gateway.settings import COMMANDS, Settings
 
 
 def _serve_args(argv, monkeypatch, env=None):
@@ -31,24 +32,30 @@ def test_defaults(monkeypatch):
 
 
 def test_every_flag_has_an_environment_variable(monkeypatch):
-    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
-    options = {o for action in serve._actions for o in action.option_strings}
+    """Each setting is a flag of every command it names (most of them serve's too)."""
+    commands = build_parser()._subparsers._group_actions[0].choices
+    options = {name: {o for action in commands[name]._actions for o in action.option_strings} for name in COMMANDS}
     samples = {"tuple": "a,b", "bool": "true", "int": "7", "float": "0.5"}
     for f in dataclasses.fields(Settings):
-        assert "--" + flag_name(f) in options, f"--{flag_name(f)} is not a flag of serve"
+        for command in f.metadata["commands"]:
+            assert "--" + flag_name(f) in options[command], f"--{flag_name(f)} is not a flag of {command}"
         kind = str(f.type).split("[")[0].split(" ")[0]
         valid = {
             "runner": "sync",
             "tool_call_parser": "hermes",
             "on_engine_death": "exit",
             "health_degraded_status": "503",
+            "trusted_proxies": "10.0.0.0/8,::1",
         }
         raw = valid.get(f.name) or samples.get(kind, "x")
         s = _serve_args([], monkeypatch, {env_name(f): raw})
         value = getattr(s, f.name)
-        expected = {"tuple": ("a", "b"), "bool": True, "int": int(raw) if kind == "int" else 0, "float": 0.5}.get(
-            kind, raw
-        )
+        expected = {
+            "tuple": tuple(raw.split(",")),
+            "bool": True,
+            "int": int(raw) if kind == "int" else 0,
+            "float": 0.5,
+        }.get(kind, raw)
         assert value == expected, f"{env_name(f)}={raw!r} gave {f.name}={value!r}"
 
 

@@ -25,7 +25,6 @@ from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.responses_api.types import ResponseObject
 from agentgate.gateway.sessions import SessionStore
-from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.anyio
 
@@ -35,13 +34,6 @@ class FakeEngine:
     """What the registry reads of an engine client: its address."""
 
     address: str
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -213,8 +205,9 @@ async def _saved_by(shared: SharedState, replica: str, response_id: str) -> None
 
 async def test_responses_left_running_by_a_replica_that_is_gone_are_failed(shared):
     """A background response whose gateway died stays ``in_progress`` for ever unless a replica
-    resolves it: the sweep fails those of dead replicas only (no heartbeat, or a pid of this
-    host that is gone or is this process's), and keeps the live ones' and its own."""
+    resolves it: the sweep fails those of replicas without a heartbeat key (whatever their id
+    says of host and pid: a pid of this host that is gone, or this process's), and keeps the
+    live ones' and its own."""
     store = ResponseStore(shared, ttl=60)
     host = socket.gethostname()
     exited = subprocess.Popen([sys.executable, "-c", ""])
@@ -258,3 +251,17 @@ def test_the_embedded_server_runs_on_a_private_socket_and_locks_its_directory(tm
         process = redis.process
     assert process.poll() is not None
     assert (tmp_path / "data" / "appendonly.aof").exists()
+
+
+async def test_a_stored_record_that_does_not_decode_is_skipped_and_the_sweep_goes_on(shared, caplog):
+    store = ResponseStore(shared, ttl=60)
+    await _saved_by(shared, "far-host:8000:13:bbbbbb", "resp_orphan")
+    corrupt = shared.keys.response("resp_corrupt")
+    await shared.client.hset(corrupt, mapping={"status": "in_progress", "record": "{another version", "owner": "o"})
+    await shared.client.hset(shared.keys.running_responses, "resp_corrupt", "far-host:8000:14:cccccc")
+    with caplog.at_level("WARNING", logger="agentgate.responses"):
+        assert await store.resolve_orphans() == ["resp_orphan"]
+        assert await store.resolve_orphans() == []
+    [logged] = [r.getMessage() for r in caplog.records if "resp_corrupt" in r.getMessage()]  # once, two sweeps
+    assert logged.startswith("left alone: stored response resp_corrupt does not decode (JSON is malformed")
+    assert await shared.client.hget(corrupt, "record") == "{another version"

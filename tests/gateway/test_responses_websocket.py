@@ -14,8 +14,9 @@ import pytest
 import websockets
 from websockets.sync.client import connect
 
+from agentgate.gateway.http.websocket import INBOX_EVENTS, INBOX_FULL
 from agentgate.gateway.responses_api import items as it
-from tests.support.servers import USER_KEY, USER_KEY_2, bearer
+from tests.support.servers import ALLOWED_ORIGIN, USER_KEY, USER_KEY_2, bearer
 
 MODEL = "SmolLM2-135M-Instruct"
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
@@ -232,3 +233,34 @@ def test_a_compacted_window_continues_over_the_socket_with_the_http_routes_text(
         over_http = client.responses.create(model=MODEL, **body)
     assert done.type in ("response.completed", "response.incomplete") and done.response.output_text
     assert done.response.output_text == over_http.output_text
+
+
+def test_the_handshake_checks_the_origin_as_a_browser_sends_it(null):
+    """CORS does not cover WebSockets: a page of another origin opened in the user's browser would
+    drive the server. A browser always sends ``Origin``: one not in --allowed-origins gets 403; an
+    allowed one, and a program that sends none, connect."""
+    for origin in ("http://evil.example", "null", f"{ALLOWED_ORIGIN}.evil.example"):
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            connect(ws_url(null), additional_headers=bearer(USER_KEY), origin=origin)
+        response = refused.value.response
+        assert response.status_code == 403, origin
+        error = json.loads(response.body)["error"]
+        assert error["code"] == "origin_not_allowed" and "--allowed-origins" in error["message"]
+    for origin in (ALLOWED_ORIGIN, None):
+        with connect(ws_url(null), additional_headers=bearer(USER_KEY), origin=origin) as socket:
+            events = raw_turn(socket, {"type": "response.create", "input": "Hi", "max_output_tokens": 2})
+            assert events[-1]["type"] == "response.incomplete"
+
+
+def test_a_full_inbox_closes_the_socket_with_a_code_that_says_so(null):
+    """Events that wait behind the running turn are bounded: one past INBOX_EVENTS closes the
+    connection (1008) instead of queueing without end."""
+    long_turn = json.dumps({"type": "response.create", "input": "Hi", "max_output_tokens": 900})
+    with connect(ws_url(null), additional_headers=bearer(USER_KEY)) as socket:
+        for _ in range(INBOX_EVENTS + 3):  # one runs, INBOX_EVENTS wait, the next overflows
+            socket.send(long_turn)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            while True:
+                socket.recv(timeout=30)
+    assert closed.value.rcvd.code == INBOX_FULL == 1008
+    assert f"more than {INBOX_EVENTS} events wait" in closed.value.rcvd.reason

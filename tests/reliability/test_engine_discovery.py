@@ -17,6 +17,7 @@ import redis
 
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for
 from tests.support.servers import RedisServer, free_port, launch_command, stop_all, wait_healthy
+from tests.support.tiny_models import tiny_chat_dir
 
 pytestmark = pytest.mark.slow
 
@@ -211,5 +212,63 @@ def test_session_affinity_is_shared_by_gateways_and_moves_once_when_its_engine_i
         assert [_turn(gateways[i % 2].url, sid, i) for i in range(6, 10)] == [moved] * 4  # moved once, stays
     finally:
         stop_all(*gateways, *engines)
+        db.close()
+        store.stop()
+
+
+def test_a_gateway_refuses_an_engine_of_another_model(tmp_path):
+    """Two engines on one Redis, of different models (the default one, and one with a tokenizer of
+    its own): the gateway serves the default model, takes that engine only, logs the other's
+    refusal once, lists it on /health and never routes there."""
+    store = RedisServer(tmp_path / "redis").start()
+    db = redis.Redis.from_url(store.url, decode_responses=True)
+    ours, theirs = (f"tcp://127.0.0.1:{free_port()}" for _ in range(2))
+    other_model = tmp_path / "tiny-chat"
+    other_model.mkdir()
+    tiny_chat_dir(other_model)
+    engines = [
+        launch_command(tmp_path, "engine-ours", "engine", "--address", ours, "--redis-url", store.url, *ENGINE),
+        launch_command(
+            tmp_path,
+            "engine-theirs",
+            "engine",
+            "--address",
+            theirs,
+            "--model",
+            str(other_model),
+            "--redis-url",
+            store.url,
+            *ENGINE,
+        ),
+    ]
+    port = free_port()
+    gateway = launch_command(tmp_path, "gateway", "gateway", "--port", str(port), "--redis-url", store.url, port=port)
+    try:
+        wait_healthy(gateway, timeout=300)
+        wait_for(lambda: db.get(f"agentgate:engine:{theirs}") is not None, timeout=120, message="the other registered")
+        record = json.loads(db.get(f"agentgate:engine:{theirs}"))
+        assert record["model"] == "tiny-chat" and len(record["vocab_digest"]) == 16
+        wait_for(
+            lambda: any(theirs in reason for reason in _health(gateway.url)["reasons"]),
+            timeout=10,
+            message="the refusal on /health",
+        )
+        health = _health(gateway.url)
+        assert health["status"] == "degraded" and health["engines"] == 1 and health["engines_serving"] == 1
+        [reason] = health["reasons"]
+        assert "refused" in reason and "'tiny-chat'" in reason and "'SmolLM2-135M-Instruct'" in reason, reason
+        for i in range(6):  # least-loaded routing would alternate between two engines: all go to ours
+            r = httpx.post(
+                f"{gateway.url}/v1/chat/completions",
+                json=chat_body(2, stream=False),
+                headers={"X-Request-Id": f"r{i}"},
+                timeout=30,
+            )
+            assert r.status_code == 200, r.text
+        time.sleep(2.5)  # more registry reads: the refusal is not logged again
+        refusals = [line for line in gateway.log().splitlines() if "is not this gateway's" in line]
+        assert len(refusals) == 1 and theirs in refusals[0], refusals
+    finally:
+        stop_all(gateway, *engines)
         db.close()
         store.stop()

@@ -10,7 +10,9 @@ every socket it opens (httpx, redis) lives there and reaches the others only thr
 that keeps the streams' timing and assertions in one process, where a client subprocess would
 have to report them back. Gateways listen beyond loopback, so they run with an API key, an admin
 key (operator routes: ``/v1/requests``) and one ``--key-digest-secret`` (sessions are filed under
-the key's digest, which every gateway must compute alike).
+the key's digest, which every gateway must compute alike). Engines listen beyond loopback too, so
+engines and gateways hold CurveZMQ keys (``agentgate keys``, ``--engine-curve-dir``): every engine
+found through Redis is dialled with them.
 
 The cluster is shared by the module's tests; each leaves it whole (hosts back) as it found it.
 """
@@ -30,6 +32,7 @@ import pytest
 import redis
 
 from agentgate.engine.client import HEARTBEAT_TIMEOUT_S
+from agentgate.engine.curve import make_keys
 from agentgate.gateway.engines.registry import ENGINE_TTL_S
 from agentgate.loadtests.server import launch
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for
@@ -86,12 +89,17 @@ class Hosts:
     def engine_address(self, i: int) -> str:
         return f"tcp://{self.engine_hosts[i].ip}:{ENGINE_PORT}"
 
+    @property
+    def curve_flags(self) -> tuple[str, str]:
+        """The CurveZMQ keys every engine and gateway holds (made by the fixture)."""
+        return "--engine-curve-dir", str(self.log_dir / "curve")
+
     def start_engine(self, i: int) -> HostedServer:
-        args = ["engine", "--address", self.engine_address(i), "--redis-url", self.redis.url, *NULL_ENGINE]
-        return self._start(self.engine_hosts[i], f"engine-{i}", args, port=0)
+        args = ["engine", "--address", self.engine_address(i), "--redis-url", self.redis.url, *self.curve_flags]
+        return self._start(self.engine_hosts[i], f"engine-{i}", [*args, *NULL_ENGINE], port=0)
 
     def start_gateway(self, i: int) -> HostedServer:
-        args = ["gateway", "--redis-url", self.redis.url, *GATEWAY_FLAGS]
+        args = ["gateway", "--redis-url", self.redis.url, *self.curve_flags, *GATEWAY_FLAGS]
         return self._start(self.gateway_hosts[i], f"gateway-{i}", args, port=GATEWAY_PORT)
 
     def _start(self, host: Host, name: str, args: list[str], port: int) -> HostedServer:
@@ -135,6 +143,7 @@ def hosts(tmp_path_factory) -> Iterator[Hosts]:
     launched: list[subprocess.Popen] = []
     try:
         log_dir = tmp_path_factory.mktemp("multi-host")
+        make_keys(log_dir / "curve")
         redis_host, e0, e1, g0, g1, client = (net.host(n) for n in ("redis", "e0", "e1", "g0", "g1", "client"))
         with net.inside(redis_host):
             store = RedisServer(log_dir / "redis", host=redis_host.ip).start()

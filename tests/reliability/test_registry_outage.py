@@ -13,6 +13,7 @@ import pytest
 
 from agentgate.gateway.engines import discovery as discovery_module
 from agentgate.gateway.engines.discovery import EngineDiscovery
+from agentgate.gateway.engines.identity import GatewayModel
 from agentgate.gateway.engines.registry import EngineRecord
 from agentgate.gateway.redis_state import RedisUnavailableError
 
@@ -20,7 +21,7 @@ A, B = "tcp://10.0.0.1:5555", "tcp://10.0.0.2:5555"
 
 
 def _record(address: str) -> EngineRecord:
-    return EngineRecord(address, "m", 1024, 8, "cpu", 0.0)
+    return EngineRecord(address, "m", 1024, 8, "cpu", 0.0, vocab_digest="v")
 
 
 class Registry:
@@ -45,6 +46,7 @@ def registry(monkeypatch) -> Registry:
 def _discovery() -> EngineDiscovery:
     """Discovery holding A and B already (no connection is made: both count as held)."""
     discovery = EngineDiscovery(shared=None, startup_timeout=1)
+    discovery.model = GatewayModel("m", "v")
     discovery.pool = SimpleNamespace(engines=[SimpleNamespace(address=A), SimpleNamespace(address=B)], leaving=set())
     discovery._held = {A, B}
     return discovery

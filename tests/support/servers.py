@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,18 @@ def clean_environment(env: dict[str, str] | None = None) -> dict[str, str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("AGENTGATE_")}
     environment.update(env or {})
     return environment
+
+
+def run_agentgate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``agentgate ARGS`` run to its end from the repository root, in a clean environment; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentgate.gateway.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=clean_environment(),
+    )
 
 
 def cmdline(pid: int) -> str:

@@ -27,3 +27,21 @@ def tiny_llama_dir(directory: Path) -> Path:
     """``directory`` holding `TINY_LLAMA` as its ``config.json``."""
     (directory / "config.json").write_text(json.dumps(TINY_LLAMA))
     return directory
+
+
+def tiny_chat_dir(directory: Path) -> Path:
+    """``directory`` holding a model of its own (another tokenizer: a few words, its own EOS), the
+    `TINY_LLAMA` config beside it: an engine of another model than the default one."""
+    words = ["<unk>", "</s>", *(f"word{i}" for i in range(30))]
+    tokenizer = {
+        "version": "1.0",
+        "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(words)}, "unk_token": "<unk>"},
+    }
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    (directory / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>", "unk_token": "<unk>"}))
+    return tiny_llama_dir(directory)

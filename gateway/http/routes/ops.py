@@ -17,6 +17,7 @@ from starlette.routing import Route
 from agentgate.engine.protocol import PAUSE_MODES
 from agentgate.gateway import package_version
 from agentgate.gateway.app_state import GatewayState
+from agentgate.gateway.engines.discovery import EngineDiscovery
 from agentgate.gateway.errors import BadRequestError, NotFoundError, ServiceUnavailableError, redact_paths
 from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.metrics import CONTENT_TYPE_LATEST
@@ -99,6 +100,8 @@ async def health(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
     wanted = _min_engines(request)
     serving, problems = await gw.pool.health()
+    if isinstance(gw.supervisor, EngineDiscovery):
+        problems += [f"the engine at {address} is refused: {why}" for address, why in gw.supervisor.refused.items()]
     problems = [redact_paths(problem) for problem in problems]  # /health is open: no server paths
     if serving == 0:
         raise ServiceUnavailableError("no engine is serving: " + "; ".join(problems), code="engine_dead")

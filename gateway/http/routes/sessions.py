@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError, ServiceUnavailableError
+from agentgate.gateway.http.forwarded import is_remote
 from agentgate.gateway.http.middleware import bearer_token
 from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.schemas import encode
@@ -50,12 +51,12 @@ def caller(request: Request) -> tuple[str, bool]:
     """(the caller's key digest, whether it is the admin key). An open server treats everyone as admin."""
     gw: GatewayState = request.state.gateway
     token = bearer_token(request.scope)
-    return key_digest(token), gw.keys.is_admin(token)
+    return key_digest(token), gw.keys.for_caller(is_remote(request.scope)).is_admin(token)
 
 
 def _require_admin(request: Request) -> None:
     """403 unless the caller is the admin (off loopback with no admin key: nobody, naming --admin-key)."""
-    request.state.gateway.keys.require_admin(bearer_token(request.scope))
+    request.state.gateway.keys.for_caller(is_remote(request.scope)).require_admin(bearer_token(request.scope))
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
