@@ -5,6 +5,8 @@ from a flag or a variable (``gateway.flags`` builds the command line from them).
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+from collections.abc import Sequence
 from typing import Any
 
 ENV_PREFIX = "AGENTGATE_"
@@ -49,3 +51,17 @@ def parse_value(f: dataclasses.Field, raw: str) -> Any:
         return {"int": int, "float": float, "str": str}[kind](raw)
     except ValueError:
         raise ValueError(f"{flag_name(f)}: expected {kind}, got {raw!r}") from None
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(cidrs: Sequence[str]) -> list[Network]:
+    """``--trusted-proxies`` as networks (ValueError naming a value that is not an address or CIDR)."""
+    networks = []
+    for cidr in cidrs:
+        try:
+            networks.append(ipaddress.ip_network(cidr.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"--trusted-proxies takes addresses or CIDRs (10.0.0.0/8, ::1), got {cidr!r}") from None
+    return networks

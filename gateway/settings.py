@@ -12,13 +12,12 @@ on the command line wins over the environment.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentgate.gateway.setting_values import env_name, parse_value
+from agentgate.gateway.setting_values import env_name, parse_networks, parse_value
 
 if TYPE_CHECKING:
     from agentgate.engine.config import EngineConfig
@@ -44,20 +43,6 @@ def _opt(
         commands = ("serve", "engine") if engine else ("serve", "gateway")
     metadata = {"help": help, "flag": flag, "engine": engine, "commands": commands}
     return field(metadata=metadata, repr=not secret, **kw)
-
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def parse_networks(cidrs: Sequence[str]) -> list[Network]:
-    """``--trusted-proxies`` as networks (ValueError naming a value that is not an address or CIDR)."""
-    networks = []
-    for cidr in cidrs:
-        try:
-            networks.append(ipaddress.ip_network(cidr.strip(), strict=False))
-        except ValueError:
-            raise ValueError(f"--trusted-proxies takes addresses or CIDRs (10.0.0.0/8, ::1), got {cidr!r}") from None
-    return networks
 
 
 @dataclass(frozen=True)

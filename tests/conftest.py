@@ -16,6 +16,12 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under scripts/test.sh's two workers, a worker's own torch work (reference forwards, in-process
+# engines before their thread governor looks) runs on one thread: two workers of two threads each
+# on two cores wait at every parallel op's barrier for a thread that is off its core.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+
 # Servers the tests start keep their state (embedded Redis files) under
 # XDG_STATE_HOME: a throwaway directory, not the user's home.
 os.environ["XDG_STATE_HOME"] = _state_home = tempfile.mkdtemp(prefix="agentgate-tests-")

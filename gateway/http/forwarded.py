@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate.gateway.exposure import is_loopback
-from agentgate.gateway.settings import parse_networks
+from agentgate.gateway.setting_values import parse_networks
 
 _FORWARDED_FOR = re.compile(r'for="?\[?([^\]";,]+)', re.IGNORECASE)
 
