@@ -122,6 +122,7 @@ class EngineCore:
             quantization=runner.quantization,
             weights=runner.weights,
             weight_bytes_per_step=runner.weight_bytes_per_step,
+            max_num_seqs=self.config.max_num_seqs,
         )
 
     # -- requests --------------------------------------------------------------

@@ -13,7 +13,9 @@ One call, one way down, nothing called back up:
    (``context.engine``, its affinity), else, for a turn of an agent program,
    the engine its last turn ran on (``gateway.program_store``: one Redis read,
    which also gives the tag the previous turn's end; nothing when Redis is
-   away), else the least loaded;
+   away), else the least loaded; a bound request yields to the least loaded
+   when its engine has a queue and that one has room (the rule is
+   ``gateway.engines``');
 3. a :class:`Generation` over that engine, whose constructor does nothing
    more. It holds a :class:`~gateway.lease.Lease` that gives all of it back
    when the request ends: the registry entry, the session's turn (the decoded
