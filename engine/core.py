@@ -96,7 +96,7 @@ class EngineCore:
             SchedulerLimits(config.max_num_seqs, config.max_num_batched_tokens, spec.max_model_len),
             kv,
             make_speculator(config),
-            waiting=make_queue(config.scheduling_policy, config.program_max_wait),
+            waiting=make_queue(config.scheduling_policy, config.max_wait),
             retention=KVRetention(kv.pool, retention, config.kv_retention_max_fraction),
         )
         self._in_flight: deque[_InFlight] = deque()

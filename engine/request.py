@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import time
 
+from agentgate.engine.programs import ProgramRecord
 from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
 
@@ -54,7 +55,7 @@ class Request:
         "first_scheduled_time",
         "grammar",
         "program",
-        "program_start",
+        "served",
     )
 
     def __init__(
@@ -89,10 +90,10 @@ class Request:
         self.first_scheduled_time: float | None = None
         # The request's RequestGrammar when its output is constrained.
         self.grammar = None
-        # The agent program it is a turn of, and when that program started (its
-        # first turn's arrival, as this engine saw it; the request's own without one).
+        # The agent program it is a turn of, and that program's account of the service it has had
+        # (engine.programs; set on arrival, engine.retention); without a program, its own.
         self.program = program
-        self.program_start = self.arrival_time
+        self.served = ProgramRecord()
 
     @property
     def num_prompt_tokens(self) -> int:

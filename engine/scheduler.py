@@ -52,13 +52,19 @@ class TokenEvent:
 
 class Scheduler:
     """``waiting``: the queue's order is the scheduling policy (engine.waiting_queue); with it,
-    the program policy preempts the running request whose program started last. ``retention``:
-    pins of programs waiting on tools (engine.retention). By fcfs a pin is released before any
-    running request is preempted, and for a waiting head that is a returning turn or resumes,
-    or when nothing runs; a new program's turn waits for memory instead. By program, memory
-    goes by program age, pinned or running: a request may release only the pins of programs
-    younger than its own, then preempts the youngest running (itself, if it is that one), and
-    a waiting head releases any pin only when nothing runs; pins go youngest program first."""
+    the program policy preempts the running request whose program has been served most.
+    ``retention``: pins of programs waiting on tools (engine.retention). A waiting head may
+    release pins for its memory when it is a returning turn or resumes, when nothing runs, or
+    when it is overdue (it has waited ``--max-wait``: then any pin but its own program's); a new
+    program's turn waits for memory instead. By fcfs, any pin, and a pin is released before any
+    running request is preempted. By program, memory goes by service, pinned or running: a
+    request (overdue apart) may release only the pins of programs served more than its own, then
+    preempts the most served running request (itself, if it is that one); pins go most served
+    program first.
+
+    A program's service (``Request.served``, engine.programs) counts the prompt tokens a turn
+    computes when first admitted (what the prefix cache did not hold) and each token sampled;
+    recomputing after a preemption is not charged to it."""
 
     def __init__(
         self,
@@ -79,8 +85,12 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self.waiting = waiting if waiting is not None else FcfsQueue()
         self.preempt_by_program = type(self.waiting) is not FcfsQueue
-        self.retention.by_age = self.preempt_by_program
-        self.admission = ProgramAdmission(kv.pool.num_blocks, kv.block_size) if self.preempt_by_program else None
+        self.retention.by_service = self.preempt_by_program
+        self.admission = (
+            ProgramAdmission(kv.pool.num_blocks, kv.block_size, clock=lambda: self.waiting.clock())
+            if self.preempt_by_program
+            else None
+        )
         self.running: list[Request] = []
         self.pause_state = PauseState.UNPAUSED
         self.num_preemptions = 0
@@ -196,7 +206,7 @@ class Scheduler:
                 continue
             del draft[max(0, num_tokens - wanted) :]
             while (block_ids := self.kv.allocate(request, num_tokens)) is None:
-                if self.retention.release_one(None, started_after=self._outranks(request)):
+                if self.retention.release_one(None, served_over=self._outranks(request)):
                     continue
                 victim = self._victim()
                 budget += rows.pop(victim.request_id, 0)
@@ -234,6 +244,7 @@ class Scheduler:
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_cached
             if not request.ever_scheduled:
+                request.served.service += request.num_tokens - num_cached
                 request.num_cached_tokens = num_cached
                 request.ever_scheduled = True
                 request.first_scheduled_time = time.monotonic()
@@ -263,16 +274,14 @@ class Scheduler:
     def _allocate_waiting(self, request: Request, budget: int) -> tuple[int, int | None]:
         """Allocate the waiting ``request``'s blocks (prefix hits, then up to ``budget`` tokens):
         its cached token count and tokens to compute, None when memory is short. Pins are
-        released for it (never its own program's) when nothing runs; else, by fcfs, when it
-        returns after tool calls or resumes after a preemption; by program, those of programs
-        that started after its own."""
+        released for it (never its own program's) when nothing runs or it is overdue; else when
+        it returns after tool calls or resumes after a preemption: by fcfs any, by program
+        those of programs served more than its own."""
         program = request.program
-        started_after = self._outranks(request) if self.running else None
+        overdue = self.waiting.overdue(request)
+        served_over = self._outranks(request) if self.running and not overdue else None
         may_release = (
-            not self.running
-            or self.preempt_by_program
-            or request.ever_scheduled
-            or (program is not None and program.after_tool_calls)
+            not self.running or overdue or request.ever_scheduled or (program is not None and program.after_tool_calls)
         )
         while True:
             hits = self.kv.find_cached_prefix(request)
@@ -281,15 +290,15 @@ class Scheduler:
             if self.kv.allocate(request, num_tokens, hits) is not None:
                 return num_cached, num_tokens
             exclude = program.program_id if program is not None else None
-            if not (may_release and self.retention.release_one(exclude, started_after=started_after)):
+            if not (may_release and self.retention.release_one(exclude, served_over=served_over)):
                 return num_cached, None
 
     def _next_waiting(self, active: set[str] | None) -> Request | None:
         """The head of the queue; by program, the first in its order that program admission
         lets start (engine.program_admission) given the ``active`` programs, None when it lets
-        none."""
+        none; an overdue head is never held back, nor passed."""
         head = self.waiting.peek()
-        if active is None or head.program is None or self.admission.admits(head, active):
+        if active is None or head.program is None or self.waiting.overdue(head) or self.admission.admits(head, active):
             return head
         return next((r for r in self.waiting.ordered() if self.admission.admits(r, active)), None)
 
@@ -303,18 +312,18 @@ class Scheduler:
         )
         return active | self.retention.pins.keys()
 
-    def _outranks(self, request: Request) -> float | None:
-        """Whose pins ``request`` may release for memory: by program, only those of programs that
-        started after its own (older programs' pins outrank its needs: the program that started
-        last is preempted instead, itself included); by fcfs, any (None)."""
-        return request.program_start if self.preempt_by_program else None
+    def _outranks(self, request: Request) -> int | None:
+        """Whose pins ``request`` may release for memory: by program, only those of programs served
+        more than its own (the pins of programs served less outrank its needs: the most served
+        running request is preempted instead, itself included); by fcfs, any (None)."""
+        return request.served.service if self.preempt_by_program else None
 
     def _victim(self) -> Request:
         """The running request to preempt: the last admitted (fcfs), or the last admitted of
-        the programs that started last (program policy)."""
+        the programs served most (program policy)."""
         if not self.preempt_by_program:
             return self.running[-1]
-        return max(reversed(self.running), key=lambda r: r.program_start)
+        return max(reversed(self.running), key=lambda r: r.served.service)
 
     def _preempt(self, request: Request) -> None:
         """Free the request's blocks and requeue it first in line; it is
@@ -356,6 +365,7 @@ class Scheduler:
                 self.kv.trim(request)
                 self.speculator.verified(request, num_drafted, len(tokens) - 1)
             confirmed, reason = self._confirm(request, tokens)
+            request.served.service += len(confirmed)
             self.num_sampling_steps += 1
             self.num_sampled_tokens += len(confirmed)
             if reason is not None:
@@ -385,6 +395,7 @@ class Scheduler:
             self.kv.free(request)
         elif not self.retention.on_finished(request, self.kv.detach):
             self.kv.free(request)
+        self.retention.on_left(request)
         if self.speculator is not None:
             self.speculator.finish(request.request_id)
         request.status = RequestStatus.FINISHED

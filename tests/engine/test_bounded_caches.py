@@ -5,6 +5,7 @@ import json
 
 from agentgate.engine.byte_lru import ENTRY_OVERHEAD_BYTES, ByteLRU
 from agentgate.engine.model_path import resolve_model_path
+from agentgate.engine.programs import ProgramTable
 from agentgate.engine.sampling_params import StructuredOutput
 from agentgate.engine.structured_output import GrammarCompiler
 from agentgate.engine.tool_gaps import ToolGaps
@@ -32,6 +33,14 @@ def test_tool_gap_laws_stay_within_their_bounds_whatever_tool_names_clients_writ
     assert gaps._programs.nbytes <= 30_000 and 0 < len(gaps._programs) < 2_000
     assert "tool-1999-" + "n" * (1999 % 300) in gaps._tools  # the latest kept
     assert gaps.count == 2_000  # the global law saw every gap
+
+
+def test_program_records_stay_within_their_bound():
+    table = ProgramTable(max_bytes=50_000)
+    for i in range(5_000):
+        table.touch(f"user:{i:024x}")
+    assert table._records.nbytes <= 50_000 and 0 < len(table) < 5_000
+    assert table.get(f"user:{4999:024x}") is not None and table.get(f"user:{0:024x}") is None
 
 
 def test_the_grammar_compiler_keeps_its_compiled_grammars_and_shortest_replies_within_bounds():

@@ -1,95 +1,188 @@
-"""Program-level scheduling (``--scheduling-policy program``) with the null runner: a
-returning turn goes ahead of newer programs, no request starves past the stated bound,
-and preemption takes the program that started last."""
+"""Program-level scheduling (``--scheduling-policy program``) with the null runner: programs
+go by the service they have had (least first), whatever start or name they pin; no request
+waits past the stated bound under any policy, program admission included; preemption takes
+the program served most."""
 
 import random
 
 import pytest
 
+from agentgate.engine.program_admission import DECAY, HALF_LIFE_S, ProgramAdmission
 from agentgate.engine.protocol import ProgramTag
+from agentgate.engine.request import Request, RequestStatus
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.waiting_queue import DEFAULT_MAX_WAIT_S
-from tests.engine.core.test_retention import check_accounting, history, make_core, run, turn
+from tests.engine.core.test_retention import BLOCK, Clock, check_accounting, history, make_core, run, turn
 
 
-def admission_order(core) -> list[str]:
+def admission_order(core, max_steps=10_000) -> list[str]:
     """Run to the end, one request at a time, returning the order requests were admitted in."""
     order = []
-    while core.has_work:
+    for _ in range(max_steps):
+        if not core.has_work:
+            break
         before = set(r.request_id for r in core.scheduler.running)
         core.step()
         check_accounting(core)
         order += [r.request_id for r in core.scheduler.running if r.request_id not in before]
+    assert not core.has_work
     return order
 
 
-def start_programs(core, rng, programs):
+def start_programs(core, rng, programs, prompt=8, max_tokens=3):
+    """Each program's first turn, run to its end: ``prompt`` tokens and ``max_tokens`` served each
+    (``prompt`` and ``max_tokens`` may map a program to its own)."""
     for name in programs:
-        turn(core, f"{name}-1", history(rng, 8), name)
+        size = prompt[name] if isinstance(prompt, dict) else prompt
+        out = max_tokens[name] if isinstance(max_tokens, dict) else max_tokens
+        turn(core, f"{name}-1", history(rng, size), name, max_tokens=out)
         run(core)
         core.clock.now += 1.0
 
 
-def test_a_returning_turn_goes_ahead_of_programs_that_started_after_it():
+def service(core, program):
+    return core.scheduler.retention.programs.get(program).service
+
+
+def test_a_turn_goes_ahead_of_programs_served_more_whatever_their_start():
+    """Three programs started in the order c, b, a, served 83, 43 and 11 tokens; their next turns
+    arrive in that same order and are admitted least served first."""
     rng = random.Random(1)
     core = make_core(policy="program", max_num_seqs=1)
-    core.scheduler.waiting.clock = core.clock
-    start_programs(core, rng, ["old"])
-    for i in range(3):  # three new programs arrive first, then the old one returns
-        turn(core, f"new{i}-1", history(rng, 8), f"new{i}")
+    start_programs(core, rng, ["c", "b", "a"], prompt={"c": 80, "b": 40, "a": 8})
+    assert [service(core, p) for p in "cba"] == [83, 43, 11]
+    for name in "cba":
+        turn(core, f"{name}-2", history(rng, 8), name, after=True)
         core.clock.now += 0.1
-    turn(core, "old-2", history(rng, 8), "old", after=True)
-    assert admission_order(core) == ["old-2", "new0-1", "new1-1", "new2-1"]
+    assert admission_order(core) == ["a-2", "b-2", "c-2"]
 
 
-def test_fcfs_keeps_arrival_order():
-    rng = random.Random(2)
-    core = make_core(policy="fcfs", max_num_seqs=1)
-    start_programs(core, rng, ["old"])
-    for i in range(3):
-        turn(core, f"new{i}-1", history(rng, 8), f"new{i}")
-    turn(core, "old-2", history(rng, 8), "old", after=True)
-    assert admission_order(core) == ["new0-1", "new1-1", "new2-1", "old-2"]
-
-
-def test_a_new_program_waits_at_most_the_bound_behind_older_programs():
-    rng = random.Random(3)
+def test_a_constant_user_does_not_outrank_fresh_programs_of_another_key():
+    """A program named by a constant ``user`` (one program id for ever) has been served since long
+    before fresh programs arrived; its next turn, sent first, goes after theirs."""
+    rng = random.Random(11)
     core = make_core(policy="program", max_num_seqs=1)
-    core.scheduler.waiting.clock = core.clock
-    start_programs(core, rng, ["a", "b"])
-    turn(core, "late-1", history(rng, 8), "late")
+    start_programs(core, rng, ["user:bob"])
+    for i in range(5):  # bob keeps working, one short turn after another
+        turn(core, f"bob-{i}", history(rng, 8), "user:bob", after=True)
+        run(core)
+        core.clock.now += 0.2
+    turn(core, "bob-next", history(rng, 8), "user:bob", after=True)
+    for i in range(3):
+        core.clock.now += 0.1
+        turn(core, f"fresh{i}-1", history(rng, 8), f"cache:fresh{i}")
+    assert admission_order(core) == ["fresh0-1", "fresh1-1", "fresh2-1", "bob-next"]
+
+
+def test_a_program_served_ten_times_more_than_the_others_goes_behind_them():
+    rng = random.Random(12)
+    core = make_core(num_blocks=256, policy="program", max_num_seqs=1, max_num_batched_tokens=512)
+    start_programs(core, rng, ["heavy", "x", "y"], prompt={"heavy": 300, "x": 27, "y": 27})
+    assert service(core, "heavy") >= 10 * max(service(core, "x"), service(core, "y"))
+    for name in ("heavy", "x", "y"):  # the heavy one's turn arrives first
+        turn(core, f"{name}-2", history(rng, 8), name, after=True)
+        core.clock.now += 0.1
+    assert admission_order(core) == ["x-2", "y-2", "heavy-2"]
+
+
+def test_a_program_away_longer_than_its_retention_starts_again_as_new():
+    """Under a fixed 5 s retention the heavy program, back after 4 s, is still behind the light one;
+    back after 6 s (the light one having come by meanwhile) it starts again served nothing, first."""
+    rng = random.Random(13)
+    core = make_core(num_blocks=256, policy="program", max_num_seqs=1, retention="5", max_num_batched_tokens=512)
+    start_programs(core, rng, ["heavy", "light"], prompt={"heavy": 200, "light": 8})
+    core.clock.now += 2.0  # the heavy program's turn ended 4 s ago
+    turn(core, "heavy-2", history(rng, 8), "heavy")
+    core.clock.now += 0.1
+    turn(core, "light-2", history(rng, 8), "light")
+    assert admission_order(core) == ["light-2", "heavy-2"]
+    core.clock.now += 3.0
+    turn(core, "light-3", history(rng, 8), "light")
+    run(core)
+    core.clock.now += 3.0  # the heavy program's last turn ended 6 s ago, the light one's 3 s ago
+    turn(core, "heavy-4", history(rng, 8), "heavy")
+    core.clock.now += 0.1
+    turn(core, "light-4", history(rng, 8), "light")
+    assert service(core, "heavy") == 0 and service(core, "light") > 0
+    assert admission_order(core) == ["heavy-4", "light-4"]
+
+
+def test_a_turn_waits_at_most_the_bound_behind_programs_served_less():
+    """Two light programs return faster than they are served (two turns a second, one served); a
+    heavy program's turn, ranked behind them, goes ahead once it has waited the bound."""
+    rng = random.Random(3)
+    core = make_core(num_blocks=256, policy="program", max_num_seqs=1, max_num_batched_tokens=512)
+    start_programs(core, rng, ["heavy", "a", "b"], prompt={"heavy": 200, "a": 8, "b": 8})
+    turn(core, "heavy-2", history(rng, 8), "heavy", after=True)
     arrived = core.clock.now
-    # Older programs return faster than they are served: two turns a second, one served.
     for i in range(2, 40):
         for name in ("a", "b"):
             turn(core, f"{name}-{i}", history(rng, 8), name, after=True)
         core.step()
         [head] = core.scheduler.running
-        if head.request_id == "late-1":
+        if head.request_id == "heavy-2":
             break
         while core.scheduler.running:
             core.step()
         core.clock.now += 1.0
     waited = core.clock.now - arrived
-    assert head.request_id == "late-1", "the new program starved"
+    assert head.request_id == "heavy-2", "the heavy program's turn starved"
     assert DEFAULT_MAX_WAIT_S <= waited <= DEFAULT_MAX_WAIT_S + 1.0
     run(core)
     check_accounting(core)
 
 
-def test_preemption_takes_the_program_that_started_last():
+def starved_wait(policy: str, horizon: float = 150.0) -> float | None:
+    """Seconds a new program's 8-token turn waits while an older program, whose conversation takes
+    38 of the 64 blocks (retention may hold 0.8 of them), loops on 1 s tool gaps; None: not
+    admitted within ``horizon``."""
+    rng = random.Random(8)
+    core = make_core(num_blocks=64, fraction=0.8, policy=policy)
+    conversation = history(rng, 150)
+    turn(core, "old-1", conversation, "old")
+    run(core)
+    core.turn_ended("old", "old-1", ["run_tests"])
+    core.clock.now += 0.5
+    turn(core, "new-1", history(rng, 8), "new")
+    arrived = core.clock.now
+    for i in range(2, 10_000):
+        core.clock.now += 0.5  # the tool's second ends
+        turn(core, f"old-{i}", conversation + history(rng, 4), "old", after=True)
+        while f"old-{i}" in core.scheduler.requests:
+            core.step()
+            check_accounting(core)
+            new = core.scheduler.requests.get("new-1")
+            if new is None or new.status is RequestStatus.RUNNING:
+                return core.clock.now - arrived
+        core.turn_ended("old", f"old-{i}", ["run_tests"])
+        core.clock.now += 0.5
+        if core.clock.now - arrived > horizon:
+            return None
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("policy", ["program", "fcfs"])
+def test_a_program_looping_on_tools_keeps_no_new_program_waiting_past_the_bound(policy):
+    """Issue 35: program admission held the new program for as long as the old one looped (over
+    120 s); now the wait bound holds for it too."""
+    waited = starved_wait(policy)
+    print(f"\n{policy}: the new program's turn waited {waited} s (bound {DEFAULT_MAX_WAIT_S} s)")
+    assert waited is not None and waited <= DEFAULT_MAX_WAIT_S + 1.0
+
+
+def test_preemption_takes_the_program_served_most():
+    """Two programs' turns outgrow memory together. The heavy program's turn, admitted first (fcfs
+    would preempt the other, admitted last), is the one preempted: its program was served more."""
     rng = random.Random(4)
     core = make_core(num_blocks=24, policy="program", retention="off", max_num_batched_tokens=256)
-    core.clock.now += 0.0
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
-    # "young" is admitted first but its program is younger than "elder"'s.
-    core.add_request("elder-0", history(rng, 4), SamplingParams(max_tokens=1), arrival_time=core.clock(),
-                     program=ProgramTag("elder"))  # fmt: skip
+    core.add_request("heavy-0", history(rng, 8), SamplingParams(max_tokens=40, ignore_eos=True),
+                     arrival_time=core.clock(), program=ProgramTag("heavy"))  # fmt: skip
     run(core)
-    core.clock.now += 5.0
-    core.add_request("young-1", history(rng, 20), params, arrival_time=core.clock(), program=ProgramTag("young"))
+    core.clock.now += 1.0
+    core.add_request("heavy-1", history(rng, 20), params, arrival_time=core.clock(), program=ProgramTag("heavy"))
     core.step()
-    core.add_request("elder-1", history(rng, 20), params, arrival_time=core.clock(), program=ProgramTag("elder"))
+    core.add_request("light-1", history(rng, 20), params, arrival_time=core.clock(), program=ProgramTag("light"))
     preempted = []
     while core.has_work:
         before = {r.request_id for r in core.scheduler.running}
@@ -98,17 +191,17 @@ def test_preemption_takes_the_program_that_started_last():
         preempted += [r for r in before if core.scheduler.requests.get(r) is not None
                       and core.scheduler.requests[r].status.value == "preempted"]  # fmt: skip
     assert core.scheduler.num_preemptions > 0
-    assert set(preempted) == {"young-1"}
+    assert set(preempted) == {"heavy-1"}
 
 
 @pytest.mark.parametrize("policy", ["program", "fcfs"])
-def test_an_older_programs_pin_outlives_a_younger_programs_pressure_only_by_program(policy):
-    """Two running turns of a young program outgrow memory while an older program's conversation
-    is pinned. By program the young program yields (one of its turns is preempted, the pin stays)
-    and the old program's returning turn hits its whole conversation; by fcfs the pin goes first."""
+def test_a_less_served_programs_pin_outlives_a_more_served_programs_pressure_only_by_program(policy):
+    """Two running turns of a program outgrow memory while another program, served less, has its
+    conversation pinned. By program the busy program yields (one of its turns is preempted, the
+    pin stays) and the pinned program's returning turn hits its whole conversation; by fcfs the
+    pin goes first."""
     rng = random.Random(5)
     core = make_core(num_blocks=24, policy=policy)
-    core.scheduler.waiting.clock = core.clock
     old_prompt = history(rng, 32)
     turn(core, "old-1", old_prompt, "old")
     run(core)
@@ -132,15 +225,17 @@ def test_an_older_programs_pin_outlives_a_younger_programs_pressure_only_by_prog
     assert set(finished) >= {"y-a", "y-b", "old-2"}
 
 
-def test_by_program_the_pin_bound_releases_the_youngest_programs_pins_first():
+@pytest.mark.parametrize("heaviest", ["a", "c"])
+def test_by_program_the_pin_bound_releases_the_most_served_programs_pins_first(heaviest):
+    """Three programs' first turns end in turn; the third pin passes the bound (10 blocks), and the
+    pin of the program served most goes, whether it ended first or last."""
     rng = random.Random(6)
     core = make_core(num_blocks=64, fraction=10 / 64, policy="program")
-    core.scheduler.waiting.clock = core.clock
-    for name in ("a", "b", "c"):  # c's program starts last; its turn ends last
-        turn(core, f"{name}-1", history(rng, 16), name)
+    for name in ("a", "b", "c"):
+        turn(core, f"{name}-1", history(rng, 20 if name == heaviest else 16), name)
         run(core)
         core.clock.now += 1.0
-    assert sorted(core.scheduler.retention.pins) == ["a", "b"]
+    assert sorted(core.scheduler.retention.pins) == sorted({"a", "b", "c"} - {heaviest})
 
 
 @pytest.mark.parametrize("policy", ["program", "fcfs"])
@@ -158,3 +253,19 @@ def test_by_program_new_programs_start_only_while_the_active_ones_fit(policy):
     started = sorted(r.request_id for r in core.scheduler.running)
     assert started == (["a-1", "b-1"] if policy == "program" else ["a-1", "b-1", "c-1", "d-1"])
     assert set(run(core)) == {"a-1", "b-1", "c-1", "d-1"}  # the two held back start once the first end
+
+
+def test_the_expected_program_size_fades_with_time_as_well_as_with_turns():
+    """A 40-block conversation ended: a new program is held beside an active one (2 x 40 > 64
+    blocks); half a life later, no turn having ended since, the size expected is 20 and it starts."""
+    clock = Clock()
+    admission = ProgramAdmission(64, BLOCK, clock=clock)
+    admission.turn_ended(40)
+    new = Request("new-1", list(range(3, 11)), SamplingParams(), seed=0, eos_token_ids=frozenset(),
+                  max_model_len=256, program=ProgramTag("new"))  # fmt: skip
+    assert not admission.admits(new, {"active"})
+    clock.now += HALF_LIFE_S
+    assert admission.largest == pytest.approx(20.0)
+    assert admission.admits(new, {"active"})
+    admission.turn_ended(10)  # a turn end decays it by DECAY too, and keeps the larger
+    assert admission.largest == pytest.approx(20.0 * DECAY)
