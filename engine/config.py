@@ -81,8 +81,9 @@ class EngineConfig:
                   conversation's blocks stay pinned for a TTL learned from tool gaps;
                   "off"; or a fixed TTL in seconds (``engine.retention``).
     kv_retention_max_fraction: the most of the cache pins may hold.
-    scheduling_policy: "program" (default: by the service the request's program
-                  has had, least first; memory by service too, and new programs
+    scheduling_policy: "program" (default: by the rank of the request's
+                  program, the level of service it has had, least first
+                  (``engine.programs``); memory by rank too, and new programs
                   admitted while they fit; ``engine.waiting_queue``,
                   ``engine.program_admission``) or "fcfs" (by request).
     max_wait:     seconds after which a waiting request is overdue, under every

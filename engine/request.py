@@ -56,6 +56,7 @@ class Request:
         "grammar",
         "program",
         "served",
+        "passed_since",
     )
 
     def __init__(
@@ -93,7 +94,10 @@ class Request:
         # The agent program it is a turn of, and that program's account of the service it has had
         # (engine.programs; set on arrival, engine.retention); without a program, its own.
         self.program = program
-        self.served = ProgramRecord()
+        self.served = ProgramRecord(level_since=self.arrival_time)
+        # When a request that arrived after it was first admitted while it waited (the wait
+        # bound counts from there: engine.waiting_queue); None: never passed.
+        self.passed_since: float | None = None
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -12,14 +12,14 @@ Bounds and order. Blocks held by pins never exceed ``max_fraction`` of the cache
 that would pass it releases pins, new one included, in release order until it fits.
 Release order (bound and pressure): pins whose next turn has not arrived before pins
 whose turn waits to be admitted; among them, ``by_service`` (the program scheduling
-policy), the program served most first; else the least likely to return within
+policy), the program ranked last first (``ProgramRecord.rank``); else the least likely to return within
 ``HORIZON_S`` first (``GapLaw.return_soon``); then the oldest turn end. Releasing drops
 only the pin's references: blocks a running request shares are never taken from it.
 
 Programs' accounts (``engine.programs``) live here too: each arriving turn is given its
 program's record, whose service the scheduler counts. A program away longer than its
 retention (the TTL its pin would get: the fixed one, else its gap law's) starts again as
-new: its service goes back to 0.
+new: its service goes back to 0, at level 0 as of its return.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Pin:
     blocks: list[Block]
     ended: float  # monotonic
     expires: float
-    served: ProgramRecord  # its program's account (the program policy ranks by its service)
+    served: ProgramRecord  # its program's account (the program policy ranks by it)
     tools: str | None = None  # set once TurnEnded says what was called
     claimed_by: str | None = None  # the id of its next turn, waiting to be admitted
 
@@ -73,7 +73,7 @@ class KVRetention:
         self.pins: dict[str, Pin] = {}
         self.held_blocks = 0
         self.counts = RetentionStats(max_held_blocks=self.max_held_blocks)
-        self.by_service = False  # release the most served programs' pins first (set by the program policy)
+        self.by_service = False  # release the pins of programs ranked last first (set by the program policy)
 
     # -- a program's turns -----------------------------------------------------------
     def on_arrival(self, request: Request) -> None:
@@ -83,10 +83,10 @@ class KVRetention:
         if tag is None:
             return
         now = self.clock()
-        record = request.served = self.programs.touch(tag.program_id)
+        record = request.served = self.programs.touch(tag.program_id, now)
         if record.in_flight == 0 and record.idle_since is not None:
             if now - record.idle_since > self.retention_seconds(tag.program_id, record.last_tools):
-                record.service = 0
+                record.start_again(now)
         record.in_flight += 1
         record.idle_since = None
         if tag.after_tool_calls:
@@ -148,7 +148,7 @@ class KVRetention:
         if tag is None:
             return False
         now = self.clock()
-        record = self.programs.touch(tag.program_id)
+        record = self.programs.touch(tag.program_id, now)
         record.last_end, record.last_tools = now, None
         if not (self.enabled and tag.tools_offered):
             return False
@@ -192,28 +192,31 @@ class KVRetention:
         for pin in [p for p in self.pins.values() if p.expires <= now and p.claimed_by is None]:
             self._release(pin, "expired")
 
-    def release_order(self, exclude: str | None = None, served_over: int | None = None) -> list[Pin]:
-        """Pins (but ``exclude``'s, and only those of programs served more than ``served_over`` tokens
-        when given) in the order pressure releases them."""
+    def release_order(self, exclude: str | None = None, ranked_after: tuple[int, float] | None = None) -> list[Pin]:
+        """Pins (but ``exclude``'s, and only those of programs ranked after ``ranked_after`` when given)
+        in the order pressure releases them."""
         now = self.clock()
 
-        def key(pin: Pin) -> tuple[bool, float, float]:
+        def key(pin: Pin) -> tuple[bool, tuple[float, float], float]:
             if self.by_service:
-                return (pin.claimed_by is not None, -pin.served.service, pin.ended)
+                level, since = pin.served.rank
+                return (pin.claimed_by is not None, (-level, -since), pin.ended)
             law = self.gaps.law(pin.program_id, pin.tools)
-            return (pin.claimed_by is not None, law.return_soon(now - pin.ended), pin.ended)
+            return (pin.claimed_by is not None, (law.return_soon(now - pin.ended), 0.0), pin.ended)
 
         candidates = (
             p
             for p in self.pins.values()
-            if p.program_id != exclude and (served_over is None or p.served.service > served_over)
+            if p.program_id != exclude and (ranked_after is None or p.served.rank > ranked_after)
         )
         return sorted(candidates, key=key)
 
-    def release_one(self, exclude: str | None, reason: str = "pressure", served_over: int | None = None) -> bool:
-        """Release the first pin in release order (not ``exclude``'s; only a program's served more than
-        ``served_over`` tokens when given); False: none left."""
-        order = self.release_order(exclude, served_over)
+    def release_one(
+        self, exclude: str | None, reason: str = "pressure", ranked_after: tuple[int, float] | None = None
+    ) -> bool:
+        """Release the first pin in release order (not ``exclude``'s; only a program's ranked after
+        ``ranked_after`` when given); False: none left."""
+        order = self.release_order(exclude, ranked_after)
         if not order:
             return False
         self._release(order[0], reason)

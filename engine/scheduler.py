@@ -52,19 +52,19 @@ class TokenEvent:
 
 class Scheduler:
     """``waiting``: the queue's order is the scheduling policy (engine.waiting_queue); with it,
-    the program policy preempts the running request whose program has been served most.
-    ``retention``: pins of programs waiting on tools (engine.retention). A waiting head may
-    release pins for its memory when it is a returning turn or resumes, when nothing runs, or
-    when it is overdue (it has waited ``--max-wait``: then any pin but its own program's); a new
-    program's turn waits for memory instead. By fcfs, any pin, and a pin is released before any
-    running request is preempted. By program, memory goes by service, pinned or running: a
-    request (overdue apart) may release only the pins of programs served more than its own, then
-    preempts the most served running request (itself, if it is that one); pins go most served
-    program first.
+    the program policy preempts the running request whose program ranks last (engine.programs:
+    by the level of service it has had, then by when it entered it). ``retention``: pins of
+    programs waiting on tools (engine.retention). A waiting head may release pins for its memory
+    when it is a returning turn, resumes, or is overdue (it has waited ``--max-wait``), and any
+    pin when nothing runs; a new program's turn waits for memory instead. By fcfs, any pin, and a
+    pin is released before any running request is preempted. By program, memory goes by rank,
+    pinned or running: a request may release only the pins of programs ranked after its own
+    while anything runs, then preempts the running request ranked last (itself, if it is that
+    one); pins go last ranked program first.
 
-    A program's service (``Request.served``, engine.programs) counts the prompt tokens a turn
-    computes when first admitted (what the prefix cache did not hold) and each token sampled;
-    recomputing after a preemption is not charged to it."""
+    A program's service (``Request.served``) counts the prompt tokens a turn computes when first
+    admitted (what the prefix cache did not hold) and each token sampled; recomputing after a
+    preemption is not charged to it."""
 
     def __init__(
         self,
@@ -206,7 +206,7 @@ class Scheduler:
                 continue
             del draft[max(0, num_tokens - wanted) :]
             while (block_ids := self.kv.allocate(request, num_tokens)) is None:
-                if self.retention.release_one(None, served_over=self._outranks(request)):
+                if self.retention.release_one(None, ranked_after=self._outranks(request)):
                     continue
                 victim = self._victim()
                 budget += rows.pop(victim.request_id, 0)
@@ -229,6 +229,7 @@ class Scheduler:
     def _schedule_waiting(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> None:
         # Active programs, once per step; each admission adds its own (engine.program_admission).
         active = self._active_programs() if self.admission is not None and self.waiting else None
+        latest_arrival = None  # of the requests admitted: those waiting that came before are passed
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
             request = self._next_waiting(active)
             if request is None:
@@ -239,12 +240,13 @@ class Scheduler:
             if num_tokens is None:
                 break
             self.waiting.remove(request)
+            latest_arrival = max(latest_arrival or request.arrival_time, request.arrival_time)
             self.kv.record_prefix_lookup(request.num_tokens, num_cached)
             self.retention.on_admitted(request, num_cached)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_cached
             if not request.ever_scheduled:
-                request.served.service += request.num_tokens - num_cached
+                request.served.serve(request.num_tokens - num_cached, self.waiting.clock())
                 request.num_cached_tokens = num_cached
                 request.ever_scheduled = True
                 request.first_scheduled_time = time.monotonic()
@@ -270,18 +272,23 @@ class Scheduler:
             # computing the same prefix again. Only here: a new admission can
             # no longer be preempted within this schedule.
             self.kv.cache_full_blocks(request, num_cached + num_tokens)
+        if latest_arrival is not None and self.waiting:
+            self.waiting.mark_passed(latest_arrival)
 
     def _allocate_waiting(self, request: Request, budget: int) -> tuple[int, int | None]:
         """Allocate the waiting ``request``'s blocks (prefix hits, then up to ``budget`` tokens):
         its cached token count and tokens to compute, None when memory is short. Pins are
-        released for it (never its own program's) when nothing runs or it is overdue; else when
-        it returns after tool calls or resumes after a preemption: by fcfs any, by program
-        those of programs served more than its own."""
+        released for it (never its own program's): any when nothing runs; else when it returns
+        after tool calls, resumes after a preemption or is overdue: by fcfs any, by program those
+        of programs ranked after its own. (An overdue request holds the queue until it fits, so
+        what runs drains, and then any pin is its to release.)"""
         program = request.program
-        overdue = self.waiting.overdue(request)
-        served_over = self._outranks(request) if self.running and not overdue else None
+        ranked_after = self._outranks(request) if self.running else None
         may_release = (
-            not self.running or overdue or request.ever_scheduled or (program is not None and program.after_tool_calls)
+            not self.running
+            or request.ever_scheduled
+            or (program is not None and program.after_tool_calls)
+            or self.waiting.overdue(request)
         )
         while True:
             hits = self.kv.find_cached_prefix(request)
@@ -290,7 +297,7 @@ class Scheduler:
             if self.kv.allocate(request, num_tokens, hits) is not None:
                 return num_cached, num_tokens
             exclude = program.program_id if program is not None else None
-            if not (may_release and self.retention.release_one(exclude, served_over=served_over)):
+            if not (may_release and self.retention.release_one(exclude, ranked_after=ranked_after)):
                 return num_cached, None
 
     def _next_waiting(self, active: set[str] | None) -> Request | None:
@@ -312,18 +319,18 @@ class Scheduler:
         )
         return active | self.retention.pins.keys()
 
-    def _outranks(self, request: Request) -> int | None:
-        """Whose pins ``request`` may release for memory: by program, only those of programs served
-        more than its own (the pins of programs served less outrank its needs: the most served
-        running request is preempted instead, itself included); by fcfs, any (None)."""
-        return request.served.service if self.preempt_by_program else None
+    def _outranks(self, request: Request) -> tuple[int, float] | None:
+        """Whose pins ``request`` may release for memory: by program, only those of programs ranked
+        after its own (the pins of programs ranked before outrank its needs: the running request
+        ranked last is preempted instead, itself included); by fcfs, any (None)."""
+        return request.served.rank if self.preempt_by_program else None
 
     def _victim(self) -> Request:
         """The running request to preempt: the last admitted (fcfs), or the last admitted of
-        the programs served most (program policy)."""
+        the programs ranked last (program policy)."""
         if not self.preempt_by_program:
             return self.running[-1]
-        return max(reversed(self.running), key=lambda r: r.served.service)
+        return max(reversed(self.running), key=lambda r: r.served.rank)
 
     def _preempt(self, request: Request) -> None:
         """Free the request's blocks and requeue it first in line; it is
@@ -346,6 +353,7 @@ class Scheduler:
         ``num_computed_tokens`` and the blocks past it. No token after a
         stop is confirmed."""
         events = []
+        now = self.waiting.clock()
         drafted = {row.request_id: len(row.draft_token_ids) for row in step.scheduled if row.draft_token_ids}
         for row, request_id in enumerate(result.request_ids):
             request = self.requests.get(request_id)
@@ -365,7 +373,7 @@ class Scheduler:
                 self.kv.trim(request)
                 self.speculator.verified(request, num_drafted, len(tokens) - 1)
             confirmed, reason = self._confirm(request, tokens)
-            request.served.service += len(confirmed)
+            request.served.serve(len(confirmed), now)
             self.num_sampling_steps += 1
             self.num_sampled_tokens += len(confirmed)
             if reason is not None:

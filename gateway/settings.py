@@ -137,8 +137,8 @@ class Settings:
     )
     kv_retention_max_fraction: float = _opt("most of the KV cache retention may hold", default=0.5, engine=True)
     scheduling_policy: str = _opt(
-        "program (by the service a program has had, least first: queue, memory and preemption; new "
-        "programs while they fit) or fcfs (by request)",
+        "program (by the service a program has had, least first, in levels: queue, memory and preemption; "
+        "new programs while they fit) or fcfs (by request)",
         default="program",
         engine=True,
     )

@@ -38,7 +38,7 @@ def test_tool_gap_laws_stay_within_their_bounds_whatever_tool_names_clients_writ
 def test_program_records_stay_within_their_bound():
     table = ProgramTable(max_bytes=50_000)
     for i in range(5_000):
-        table.touch(f"user:{i:024x}")
+        table.touch(f"user:{i:024x}", float(i))
     assert table._records.nbytes <= 50_000 and 0 < len(table) < 5_000
     assert table.get(f"user:{4999:024x}") is not None and table.get(f"user:{0:024x}") is None
 

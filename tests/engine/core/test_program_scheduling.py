@@ -8,10 +8,11 @@ import random
 import pytest
 
 from agentgate.engine.program_admission import DECAY, HALF_LIFE_S, ProgramAdmission
+from agentgate.engine.programs import SERVICE_QUANTUM
 from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.request import Request, RequestStatus
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.waiting_queue import DEFAULT_MAX_WAIT_S
+from agentgate.engine.waiting_queue import DEFAULT_MAX_WAIT_S, make_queue
 from tests.engine.core.test_retention import BLOCK, Clock, check_accounting, history, make_core, run, turn
 
 
@@ -29,42 +30,59 @@ def admission_order(core, max_steps=10_000) -> list[str]:
     return order
 
 
-def start_programs(core, rng, programs, prompt=8, max_tokens=3):
+def start_programs(core, rng, programs, prompt=8, max_tokens=3, tools=True):
     """Each program's first turn, run to its end: ``prompt`` tokens and ``max_tokens`` served each
-    (``prompt`` and ``max_tokens`` may map a program to its own)."""
+    (``prompt`` may map a program to its own); ``tools``: offered (its conversation is pinned)."""
     for name in programs:
         size = prompt[name] if isinstance(prompt, dict) else prompt
-        out = max_tokens[name] if isinstance(max_tokens, dict) else max_tokens
-        turn(core, f"{name}-1", history(rng, size), name, max_tokens=out)
+        turn(core, f"{name}-1", history(rng, size), name, max_tokens=max_tokens, tools=tools)
         run(core)
         core.clock.now += 1.0
 
 
-def service(core, program):
-    return core.scheduler.retention.programs.get(program).service
+def record(core, program):
+    return core.scheduler.retention.programs.get(program)
 
 
-def test_a_turn_goes_ahead_of_programs_served_more_whatever_their_start():
-    """Three programs started in the order c, b, a, served 83, 43 and 11 tokens; their next turns
-    arrive in that same order and are admitted least served first."""
+def big_core(**options):
+    """A core whose programs may be served levels of service in one turn (prompts of 2 quanta)."""
+    return make_core(num_blocks=2 * SERVICE_QUANTUM + 256, max_num_batched_tokens=2 * SERVICE_QUANTUM + 64, **options)
+
+
+def test_a_turn_goes_ahead_of_programs_a_level_above_whatever_their_start():
+    """Three programs started in the order c, b, a, served into levels 2, 1 and 0 (a program's rank:
+    its level, then its entry into it); their next turns arrive in that order and go a, b, c."""
     rng = random.Random(1)
-    core = make_core(policy="program", max_num_seqs=1)
-    start_programs(core, rng, ["c", "b", "a"], prompt={"c": 80, "b": 40, "a": 8})
-    assert [service(core, p) for p in "cba"] == [83, 43, 11]
+    core = big_core(policy="program", max_num_seqs=1)
+    sizes = {"c": 2 * SERVICE_QUANTUM - 3, "b": SERVICE_QUANTUM, "a": 8}  # 3 tokens sampled each
+    start_programs(core, rng, ["c", "b", "a"], prompt=sizes, tools=False)
+    assert [record(core, p).level for p in "cba"] == [2, 1, 0]
     for name in "cba":
         turn(core, f"{name}-2", history(rng, 8), name, after=True)
         core.clock.now += 0.1
     assert admission_order(core) == ["a-2", "b-2", "c-2"]
 
 
-def test_a_constant_user_does_not_outrank_fresh_programs_of_another_key():
-    """A program named by a constant ``user`` (one program id for ever) has been served since long
-    before fresh programs arrived; its next turn, sent first, goes after theirs."""
-    rng = random.Random(11)
+def test_within_a_level_the_program_that_entered_it_first_goes_first():
+    """Programs served alike keep their order: each returning turn goes ahead of programs that
+    started after its own, whatever the order the turns arrive in (old, new0, new1)."""
+    rng = random.Random(14)
     core = make_core(policy="program", max_num_seqs=1)
-    start_programs(core, rng, ["user:bob"])
-    for i in range(5):  # bob keeps working, one short turn after another
-        turn(core, f"bob-{i}", history(rng, 8), "user:bob", after=True)
+    start_programs(core, rng, ["old", "new0", "new1"])
+    for name in ("new1", "new0", "old"):
+        turn(core, f"{name}-2", history(rng, 8), name, after=True)
+        core.clock.now += 0.1
+    assert admission_order(core) == ["old-2", "new0-2", "new1-2"]
+
+
+def test_a_constant_user_does_not_outrank_fresh_programs_of_another_key():
+    """A program named by a constant ``user`` (one program id for ever) started long before the fresh
+    programs and has been served a level's worth since; its next turn, sent first, goes after theirs."""
+    rng = random.Random(11)
+    core = big_core(policy="program", max_num_seqs=1)
+    start_programs(core, rng, ["user:bob"], prompt=SERVICE_QUANTUM // 2, tools=False)
+    for i in range(2):  # bob keeps working
+        turn(core, f"bob-{i}", history(rng, SERVICE_QUANTUM // 4), "user:bob", after=True)
         run(core)
         core.clock.now += 0.2
     turn(core, "bob-next", history(rng, 8), "user:bob", after=True)
@@ -76,9 +94,10 @@ def test_a_constant_user_does_not_outrank_fresh_programs_of_another_key():
 
 def test_a_program_served_ten_times_more_than_the_others_goes_behind_them():
     rng = random.Random(12)
-    core = make_core(num_blocks=256, policy="program", max_num_seqs=1, max_num_batched_tokens=512)
-    start_programs(core, rng, ["heavy", "x", "y"], prompt={"heavy": 300, "x": 27, "y": 27})
-    assert service(core, "heavy") >= 10 * max(service(core, "x"), service(core, "y"))
+    core = big_core(policy="program", max_num_seqs=1)
+    sizes = {"heavy": SERVICE_QUANTUM + 100, "x": SERVICE_QUANTUM // 10, "y": SERVICE_QUANTUM // 10}
+    start_programs(core, rng, ["heavy", "x", "y"], prompt=sizes, tools=False)
+    assert record(core, "heavy").service >= 10 * max(record(core, "x").service, record(core, "y").service)
     for name in ("heavy", "x", "y"):  # the heavy one's turn arrives first
         turn(core, f"{name}-2", history(rng, 8), name, after=True)
         core.clock.now += 0.1
@@ -86,33 +105,35 @@ def test_a_program_served_ten_times_more_than_the_others_goes_behind_them():
 
 
 def test_a_program_away_longer_than_its_retention_starts_again_as_new():
-    """Under a fixed 5 s retention the heavy program, back after 4 s, is still behind the light one;
-    back after 6 s (the light one having come by meanwhile) it starts again served nothing, first."""
+    """Under a fixed 5 s retention, "heavy" (level 2) back after 4 s is still behind "busy" (level 1);
+    back after 6 s (busy having come by meanwhile) it starts again at level 0, ahead of it."""
     rng = random.Random(13)
-    core = make_core(num_blocks=256, policy="program", max_num_seqs=1, retention="5", max_num_batched_tokens=512)
-    start_programs(core, rng, ["heavy", "light"], prompt={"heavy": 200, "light": 8})
+    core = big_core(policy="program", max_num_seqs=1, retention="5")
+    sizes = {"heavy": 2 * SERVICE_QUANTUM - 3, "busy": SERVICE_QUANTUM}
+    start_programs(core, rng, ["heavy", "busy"], prompt=sizes, tools=False)
     core.clock.now += 2.0  # the heavy program's turn ended 4 s ago
+    turn(core, "busy-2", history(rng, 8), "busy")
+    core.clock.now += 0.1
     turn(core, "heavy-2", history(rng, 8), "heavy")
-    core.clock.now += 0.1
-    turn(core, "light-2", history(rng, 8), "light")
-    assert admission_order(core) == ["light-2", "heavy-2"]
+    assert admission_order(core) == ["busy-2", "heavy-2"]
     core.clock.now += 3.0
-    turn(core, "light-3", history(rng, 8), "light")
+    turn(core, "busy-3", history(rng, 8), "busy")
     run(core)
-    core.clock.now += 3.0  # the heavy program's last turn ended 6 s ago, the light one's 3 s ago
-    turn(core, "heavy-4", history(rng, 8), "heavy")
+    core.clock.now += 3.0  # the heavy program's last turn ended 6 s ago, busy's 3 s ago
+    turn(core, "busy-4", history(rng, 8), "busy")
     core.clock.now += 0.1
-    turn(core, "light-4", history(rng, 8), "light")
-    assert service(core, "heavy") == 0 and service(core, "light") > 0
-    assert admission_order(core) == ["heavy-4", "light-4"]
+    turn(core, "heavy-4", history(rng, 8), "heavy")
+    assert (record(core, "heavy").service, record(core, "heavy").level) == (0, 0)
+    assert record(core, "busy").level == 1
+    assert admission_order(core) == ["heavy-4", "busy-4"]
 
 
-def test_a_turn_waits_at_most_the_bound_behind_programs_served_less():
+def test_a_turn_waits_at_most_the_bound_behind_programs_ranked_before_it():
     """Two light programs return faster than they are served (two turns a second, one served); a
-    heavy program's turn, ranked behind them, goes ahead once it has waited the bound."""
+    heavy program's turn, a level behind them, goes ahead once it has waited the bound."""
     rng = random.Random(3)
-    core = make_core(num_blocks=256, policy="program", max_num_seqs=1, max_num_batched_tokens=512)
-    start_programs(core, rng, ["heavy", "a", "b"], prompt={"heavy": 200, "a": 8, "b": 8})
+    core = big_core(policy="program", max_num_seqs=1)
+    start_programs(core, rng, ["heavy", "a", "b"], prompt={"heavy": SERVICE_QUANTUM, "a": 8, "b": 8}, tools=False)
     turn(core, "heavy-2", history(rng, 8), "heavy", after=True)
     arrived = core.clock.now
     for i in range(2, 40):
@@ -170,15 +191,15 @@ def test_a_program_looping_on_tools_keeps_no_new_program_waiting_past_the_bound(
     assert waited is not None and waited <= DEFAULT_MAX_WAIT_S + 1.0
 
 
-def test_preemption_takes_the_program_served_most():
+def test_preemption_takes_the_program_ranked_last():
     """Two programs' turns outgrow memory together. The heavy program's turn, admitted first (fcfs
-    would preempt the other, admitted last), is the one preempted: its program was served more."""
+    would preempt the other, admitted last), is the one preempted: its program was served a level
+    more."""
     rng = random.Random(4)
     core = make_core(num_blocks=24, policy="program", retention="off", max_num_batched_tokens=256)
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
-    core.add_request("heavy-0", history(rng, 8), SamplingParams(max_tokens=40, ignore_eos=True),
-                     arrival_time=core.clock(), program=ProgramTag("heavy"))  # fmt: skip
-    run(core)
+    # The heavy program was served a level's worth before (its turns then are not the point here).
+    core.scheduler.retention.programs.touch("heavy", core.clock()).serve(SERVICE_QUANTUM, core.clock())
     core.clock.now += 1.0
     core.add_request("heavy-1", history(rng, 20), params, arrival_time=core.clock(), program=ProgramTag("heavy"))
     core.step()
@@ -225,17 +246,20 @@ def test_a_less_served_programs_pin_outlives_a_more_served_programs_pressure_onl
     assert set(finished) >= {"y-a", "y-b", "old-2"}
 
 
-@pytest.mark.parametrize("heaviest", ["a", "c"])
-def test_by_program_the_pin_bound_releases_the_most_served_programs_pins_first(heaviest):
-    """Three programs' first turns end in turn; the third pin passes the bound (10 blocks), and the
-    pin of the program served most goes, whether it ended first or last."""
+@pytest.mark.parametrize("heaviest", ["a", "c", None])
+def test_by_program_the_pin_bound_releases_the_pins_of_programs_ranked_last_first(heaviest):
+    """Three programs' first turns end in turn; the third pin passes the bound (10 blocks), and the pin
+    of the program ranked last goes: the one served a level more, whether it ended first or last; among
+    programs served alike, the one that started last."""
     rng = random.Random(6)
     core = make_core(num_blocks=64, fraction=10 / 64, policy="program")
+    if heaviest is not None:
+        core.scheduler.retention.programs.touch(heaviest, core.clock()).serve(SERVICE_QUANTUM, core.clock())
     for name in ("a", "b", "c"):
-        turn(core, f"{name}-1", history(rng, 20 if name == heaviest else 16), name)
+        turn(core, f"{name}-1", history(rng, 16), name)
         run(core)
         core.clock.now += 1.0
-    assert sorted(core.scheduler.retention.pins) == sorted({"a", "b", "c"} - {heaviest})
+    assert sorted(core.scheduler.retention.pins) == sorted({"a", "b", "c"} - {heaviest or "c"})
 
 
 @pytest.mark.parametrize("policy", ["program", "fcfs"])
@@ -269,3 +293,23 @@ def test_the_expected_program_size_fades_with_time_as_well_as_with_turns():
     assert admission.admits(new, {"active"})
     admission.turn_ended(10)  # a turn end decays it by DECAY too, and keeps the larger
     assert admission.largest == pytest.approx(20.0 * DECAY)
+
+
+@pytest.mark.parametrize("policy", ["program", "fcfs"])
+def test_the_wait_bound_counts_from_the_first_time_a_later_request_passes(policy):
+    """A turn that waits while nothing that came after it is admitted keeps its place in the order
+    (a slow queue is not turned into arrival order); once a later one passes it, it is overdue
+    ``max_wait`` seconds on."""
+    clock = Clock()
+    queue = make_queue(policy, max_wait=DEFAULT_MAX_WAIT_S)
+    queue.clock = clock
+    early, late = (Request(rid, [5, 6, 7], SamplingParams(), seed=0, eos_token_ids=frozenset(), max_model_len=64,
+                           arrival_time=clock.now + i) for i, rid in enumerate(("early", "late")))  # fmt: skip
+    queue.push(early)
+    clock.now += 100.0
+    assert not queue.overdue(early)
+    queue.mark_passed(late.arrival_time)
+    clock.now += DEFAULT_MAX_WAIT_S - 0.1
+    assert not queue.overdue(early)
+    clock.now += 0.1
+    assert queue.overdue(early)
