@@ -173,12 +173,13 @@ class Scheduler:
         for request_id, num_tokens in rows.items():
             request = self.requests[request_id]
             draft = drafts.get(request_id, ())
+            decode = num_tokens == 1 + len(draft) and request.num_computed_tokens >= request.num_prompt_tokens
             request.num_computed_tokens += num_tokens
             samples = request.num_computed_tokens - len(draft) >= request.num_tokens
             if samples:
                 request.num_output_placeholders += 1
             constrained = samples and request.grammar is not None
-            out.scheduled.append(ScheduledRequest(request_id, num_tokens, samples, constrained, draft))
+            out.scheduled.append(ScheduledRequest(request_id, num_tokens, samples, constrained, draft, decode))
             out.epochs[request_id] = request.epoch
             self.kv.cache_full_blocks(request)
         if out.scheduled:
