@@ -104,9 +104,12 @@ class _Base:
     def _error(self, response: httpx.Response, body: bytes, attempts: int):
         headers = {k.lower(): v for k, v in response.headers.items()}
         return status_error(
-            response.status_code, error_body(body), headers=headers, request_id=headers.get("x-request-id"),
+            response.status_code,
+            error_body(body),
+            headers=headers,
+            request_id=headers.get("x-request-id"),
             attempts=attempts,
-        )  # fmt: skip
+        )
 
 
 class AsyncTransport(_Base):

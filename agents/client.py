@@ -135,8 +135,9 @@ class ClientApi:
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        return Req("POST", "/v1/chat/completions", body, headers=self._headers(request_id, extra_headers),
-                   timeout=timeout)  # fmt: skip
+        return Req(
+            "POST", "/v1/chat/completions", body, headers=self._headers(request_id, extra_headers), timeout=timeout
+        )
 
     def _completion_req(
         self,

@@ -144,6 +144,12 @@ def status_error(
     if cls is None:
         cls = InternalServerError if status_code >= 500 else APIStatusError
     return cls(
-        status_code, message, type=kind, param=param, code=code, headers=headers, request_id=request_id,
+        status_code,
+        message,
+        type=kind,
+        param=param,
+        code=code,
+        headers=headers,
+        request_id=request_id,
         attempts=attempts,
-    )  # fmt: skip
+    )

@@ -54,9 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser = add_command  # type: ignore[method-assign]
 
     pause = commands.add_parser("pause", help="pause every engine")
-    pause.add_argument("--mode", choices=PAUSE_MODES, default="abort",
-                       help="abort: end requests in flight; wait: let them finish first; keep: freeze them "
-                            "(default abort)")  # fmt: skip
+    pause.add_argument(
+        "--mode",
+        choices=PAUSE_MODES,
+        default="abort",
+        help="abort: end requests in flight; wait: let them finish first; keep: freeze them (default abort)",
+    )
     commands.add_parser("resume", help="resume every engine")
     status = commands.add_parser("status", help="paused?, running/waiting, KV usage, engines, latency")
     status.add_argument("--watch", type=float, default=None, metavar="SECONDS", help="refresh every SECONDS")
@@ -89,8 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Admin(args.url, admin_key=admin_key, timeout=args.timeout, max_retries=0) as admin:
             return COMMANDS[args.command](admin, args, console)
     except APIStatusError as exc:
-        errors.print(f"[red]error:[/red] {exc.message} [dim](HTTP {exc.status_code}"
-                     f"{', ' + str(exc.code) if exc.code else ''})[/dim]")  # fmt: skip
+        errors.print(
+            f"[red]error:[/red] {exc.message} [dim](HTTP {exc.status_code}"
+            f"{', ' + str(exc.code) if exc.code else ''})[/dim]"
+        )
         if exc.status_code in (401, 403) and not admin_key:
             errors.print("[dim]pass the admin key with --admin-key or AGENTGATE_ADMIN_KEY[/dim]")
         if exc.status_code in (404, 405) and args.command == "sessions" and exc.code in (404, 405, None):
@@ -148,9 +153,12 @@ def status_table(status: Status) -> Table:
     if status.redis is not None:
         style = {"up": "green", "down": "red"}.get(status.redis, "dim")
         table.add_row("redis", f"[{style}]{status.redis}[/{style}]")
-    table.add_row("requests", f"{status.running:.0f} running, {status.waiting:.0f} waiting in the engines; "
-                              f"{status.gateway_in_flight:.0f} in flight at the gateway "
-                              f"({status.gateway_waiting:.0f} before their first token)")  # fmt: skip
+    table.add_row(
+        "requests",
+        f"{status.running:.0f} running, {status.waiting:.0f} waiting in the engines; "
+        f"{status.gateway_in_flight:.0f} in flight at the gateway "
+        f"({status.gateway_waiting:.0f} before their first token)",
+    )
     table.add_row("KV cache", f"{status.kv_usage:.1%} in use")
     hit = "-" if status.prefix_hit_rate is None else f"{status.prefix_hit_rate:.1%} of prompt tokens"
     table.add_row("prefix cache hits", hit)

@@ -95,8 +95,12 @@ def json_schema(hint: Any) -> dict[str, Any]:
     if origin is tuple or hint is tuple:
         if not args or (len(args) == 2 and args[1] is Ellipsis):
             return {"type": "array", "items": json_schema(args[0])} if args else {"type": "array"}
-        return {"type": "array", "prefixItems": [json_schema(a) for a in args], "minItems": len(args),
-                "maxItems": len(args)}  # fmt: skip
+        return {
+            "type": "array",
+            "prefixItems": [json_schema(a) for a in args],
+            "minItems": len(args),
+            "maxItems": len(args),
+        }
     if origin in (dict, Mapping) or hint in (dict, Mapping):
         schema = {"type": "object"}
         if len(args) == 2:

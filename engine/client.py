@@ -7,6 +7,11 @@ waiter with EngineDeadError at once. Use it as an async context manager:
     async with EngineClient.spawn(config) as engine:
         async with aclosing(engine.generate(rid, ids, params)) as outputs:
             async for out in outputs: ...
+
+:meth:`EngineClient.add` submits a request and returns its
+:class:`RequestStream` at once (the gateway submits before its route returns,
+and reads the stream later, as vLLM's ``AsyncLLM.add_request`` returns a
+collector); :meth:`EngineClient.generate` is that stream read to its end.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -54,6 +59,7 @@ from agentgate.engine.protocol import (
     encode,
 )
 from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.spawn import start_engine_process, stop_engine_process
 
 WATCH_INTERVAL_S = 0.05
 # An engine we cannot watch as a process is dead after this long without a
@@ -152,6 +158,25 @@ class EngineClient:
         return self.dead_reason is not None
 
     # -- requests ---------------------------------------------------------------
+    def add(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        eos_token_ids: frozenset[int] | list[int] = frozenset(),
+        program: ProgramTag | None = None,
+    ) -> RequestStream:
+        """Submit a request (its ``AddRequest`` is sent now, without waiting: ZMQ queues it)
+        and return the stream of its outputs. ``program``: the agent program it is a turn of."""
+        self._check_alive()
+        if request_id in self._streams:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
+        send, receive = anyio.create_memory_object_stream[EngineCoreOutput | BaseException](math.inf)
+        self._streams[request_id] = send
+        add = AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), time.monotonic(), program)
+        self._socket.send(encode(add))
+        return RequestStream(self, request_id, send, receive)
+
     async def generate(
         self,
         request_id: str,
@@ -161,39 +186,10 @@ class EngineClient:
         program: ProgramTag | None = None,
     ) -> AsyncIterator[EngineCoreOutput]:
         """Submit a request and yield its outputs until one carries a finish
-        reason. Leaving early (break, cancel, aclose) aborts it in the engine.
-        ``program``: the agent program it is a turn of."""
-        self._check_alive()
-        if request_id in self._streams:
-            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
-        send, receive = anyio.create_memory_object_stream[EngineCoreOutput | BaseException](math.inf)
-        self._streams[request_id] = send
-        finished = False
-        try:
-            add = AddRequest(
-                request_id, list(prompt_token_ids), params, sorted(eos_token_ids), time.monotonic(), program
-            )
-            await self._send(add)
-            held: EngineCoreOutput | BaseException | None = None
-            while True:
-                item = held if held is not None else await receive.receive()
-                if isinstance(item, BaseException):
-                    raise item
-                if item.finish_reason == "error" and item.error:
-                    finished = True
-                    raise InvalidRequestError(item.error) if item.invalid else EngineError(item.error)
-                item, held = _merge_queued(item, receive)
-                finished = item.finish_reason is not None
-                yield item
-                if finished:
-                    return
-        finally:
-            self._streams.pop(request_id, None)
-            send.close()
-            receive.close()
-            if not finished and not self.is_dead:
-                with anyio.CancelScope(shield=True):
-                    await self._send(AbortRequests([request_id]))
+        reason. Leaving early (break, cancel, aclose) aborts it in the engine."""
+        async with aclosing(self.add(request_id, prompt_token_ids, params, eos_token_ids, program)) as outputs:
+            async for out in outputs:
+                yield out
 
     def turn_ended(self, program_id: str, request_id: str, tool_names: list[str]) -> None:
         """Tell the engine what a program's finished turn called (none: drop what it keeps for
@@ -298,6 +294,67 @@ class EngineClient:
             pending.done.set()
 
 
+class RequestStream:
+    """One engine request's outputs, an async iterator that ends after the output carrying a
+    finish reason (an engine error is raised: InvalidRequestError for what the request asked,
+    EngineError otherwise; EngineDeadError when the engine died). :meth:`aclose` ends it: a
+    request not finished yet is aborted in the engine (shielded from cancellation)."""
+
+    __slots__ = ("request_id", "_client", "_send", "_receive", "_held", "_finished", "_closed")
+
+    def __init__(
+        self,
+        client: EngineClient,
+        request_id: str,
+        send: MemoryObjectSendStream[EngineCoreOutput | BaseException],
+        receive: MemoryObjectReceiveStream[EngineCoreOutput | BaseException],
+    ) -> None:
+        self.request_id = request_id
+        self._client = client
+        self._send = send
+        self._receive = receive
+        self._held: EngineCoreOutput | BaseException | None = None  # taken from the queue, not returned yet
+        self._finished = False
+        self._closed = False
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> EngineCoreOutput:
+        """The next output; a consumer that fell behind gets what queued up merged into one."""
+        if self._finished or self._closed:
+            raise StopAsyncIteration
+        try:
+            item, self._held = self._held if self._held is not None else await self._receive.receive(), None
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+        if isinstance(item, BaseException):
+            await self.aclose()
+            raise item
+        if item.finish_reason == "error" and item.error:
+            self._finished = True
+            await self.aclose()
+            raise InvalidRequestError(item.error) if item.invalid else EngineError(item.error)
+        item, self._held = _merge_queued(item, self._receive)
+        if item.finish_reason is not None:
+            self._finished = True
+            await self.aclose()
+        return item
+
+    async def aclose(self) -> None:
+        """Stop reading: the request is forgotten here and, unless it finished, aborted in the engine."""
+        if self._closed:
+            return
+        self._closed = True
+        client = self._client
+        client._streams.pop(self.request_id, None)
+        self._send.close()
+        self._receive.close()
+        if not self._finished and not client.is_dead:
+            with anyio.CancelScope(shield=True):
+                await client._send(AbortRequests([self.request_id]))
+
+
 def _merge_queued(
     item: EngineCoreOutput, receive: MemoryObjectReceiveStream[EngineCoreOutput | BaseException]
 ) -> tuple[EngineCoreOutput, EngineCoreOutput | BaseException | None]:
@@ -324,30 +381,3 @@ def _merge_queued(
             queue_time=item.queue_time if item.queue_time is not None else more.queue_time,
         )
     return item, None
-
-
-def start_engine_process(
-    config: EngineConfig, address: str, model_name: str | None = None
-) -> multiprocessing.process.BaseProcess:
-    """Spawn an engine process serving ``config`` at ``address`` (it binds)."""
-    from agentgate.engine.model_path import model_display_name
-    from agentgate.engine.process import run_engine_process
-
-    process = multiprocessing.get_context("spawn").Process(
-        target=run_engine_process,
-        args=(config, address, model_name or model_display_name(config.model), os.getpid()),
-        name="agentgate-engine",
-        daemon=True,
-    )
-    process.start()
-    return process
-
-
-def stop_engine_process(process: multiprocessing.process.BaseProcess, timeout: float = 10.0) -> None:
-    """SIGTERM, wait, then SIGKILL if it will not go."""
-    if process.is_alive():
-        process.terminate()
-        process.join(timeout)
-    if process.is_alive():
-        process.kill()
-        process.join(5)

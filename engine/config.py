@@ -83,9 +83,9 @@ class EngineConfig:
     kv_retention_max_fraction: the most of the cache pins may hold.
     scheduling_policy: "program" (default: by the rank of the request's
                   program, the level of service it has had, least first
-                  (``engine.programs``); memory by rank too, and new programs
+                  (``engine.programs.table``); memory by rank too, and new programs
                   admitted while they fit; ``engine.waiting_queue``,
-                  ``engine.program_admission``) or "fcfs" (by request).
+                  ``engine.programs.admission``) or "fcfs" (by request).
     max_wait:     seconds after which a waiting request is overdue, under every
                   policy: it goes first, program admission does not hold it, and
                   nothing after it is admitted before it (``engine.waiting_queue``).

@@ -34,6 +34,11 @@ from agentgate.engine.speculative import make_proposer
 from agentgate.engine.speculative.speculator import CPU_AUTO_MAX_BATCH, CPU_STEP_DRAFTS, CUDA_STEP_DRAFTS, Speculator
 from agentgate.engine.waiting_queue import make_queue
 
+# While requests wait only for their grammars: how long a loop sleeps between looks at the compiles.
+# Stepping at once would spin, and a spinning thread holds the GIL the grammar thread needs (measured:
+# the first budgeted grammar of a server took ~20 s beside the spin instead of ~0.5 s).
+COMPILE_POLL_S = 0.002
+
 
 @dataclass
 class _InFlight:
@@ -267,6 +272,12 @@ class EngineCore:
     @property
     def has_work(self) -> bool:
         return bool(self._in_flight) or bool(self._compiling) or self.scheduler.has_schedulable_work
+
+    @property
+    def only_compiling(self) -> bool:
+        """Work waits on grammar compiles alone: a step now would do nothing, so the caller may
+        sleep a little instead of spinning (a spinning loop holds the GIL the compiling thread needs)."""
+        return bool(self._compiling) and not self._in_flight and not self.scheduler.has_schedulable_work
 
     def step(self) -> list[EngineCoreOutput]:
         """Launch the next step if the pipeline has room, then resolve the

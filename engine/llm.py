@@ -11,13 +11,14 @@ It runs the engine core in this process (no engine process, no sockets).
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentgate.engine.config import EngineConfig
-from agentgate.engine.core import EngineCore
+from agentgate.engine.core import COMPILE_POLL_S, EngineCore
 from agentgate.engine.errors import EngineError, InvalidRequestError
 from agentgate.engine.model_path import resolve_model_path
 from agentgate.engine.output_processor import OutputProcessor
@@ -102,6 +103,8 @@ class LLM:
     def _run(self, outputs: dict[str, RequestOutput], processors: dict[str, OutputProcessor]) -> None:
         remaining = len(outputs)
         while remaining:
+            if self.core.only_compiling:
+                time.sleep(COMPILE_POLL_S)  # let the grammar thread run
             for out in self.core.step():
                 if out.error is not None:
                     raise InvalidRequestError(out.error, "structured") if out.invalid else EngineError(out.error)

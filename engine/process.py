@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 import traceback
 from collections import defaultdict
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 import zmq
 
 from agentgate.engine.config import EngineConfig
-from agentgate.engine.core import EngineCore
+from agentgate.engine.core import COMPILE_POLL_S, EngineCore
 from agentgate.engine.errors import EngineError
 from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.protocol import (
@@ -49,7 +50,7 @@ log = logging.getLogger("agentgate.engine")
 
 DRAINING = "the engine is draining (shutting down): send the request to another engine"
 # A registered engine's drain first serves new requests this long: the gateways read the registry
-# every second (gateway.discovery.POLL_S), so one may route here until it has read "draining".
+# every second (gateway.engines.discovery.POLL_S), so one may route here until it has read "draining".
 DRAIN_NOTICE_S = 2.0
 IDLE_POLL_MS = 100
 HEARTBEAT_INTERVAL_S = 0.5
@@ -59,7 +60,7 @@ _PR_SET_PDEATHSIG = 1
 
 class Lifecycle(Protocol):
     """Who hears of the engine's life (``agentgate engine`` announces it in Redis:
-    ``gateway.engine_registry``): ready to serve, draining, stopped."""
+    ``gateway.engines.registry``): ready to serve, draining, stopped."""
 
     def ready(self, info: EngineInfo, max_num_seqs: int) -> None: ...
 
@@ -92,7 +93,11 @@ class EngineServer:
         self._owners: dict[str, bytes] = {}
         self._pending_wait: list[tuple[bytes, int]] = []
         self._front_ends: set[bytes] = set()
-        self._next_heartbeat = 0.0
+        # The socket is used by this loop and by the heartbeat thread, one at a time: a step can
+        # outlast the front ends' heartbeat timeout (a long prefill on a busy CPU), and an engine busy
+        # stepping is alive, not dead.
+        self._socket_lock = threading.Lock()
+        self._stop_beating = threading.Event()
         self.drain_deadline: float | None = None  # time.monotonic() by which a drain aborts what is left
         self.drain_refuses_at: float | None = None  # time.monotonic() from which a drain refuses new requests
 
@@ -104,8 +109,12 @@ class EngineServer:
             now = time.monotonic()
             self.drain_deadline = now + seconds
             self.drain_refuses_at = now + min(notice, seconds)
-            log.info("draining: new requests refused in %.1f s; %d in flight get %.0f s", min(notice, seconds),
-                     len(self._owners), seconds)  # fmt: skip
+            log.info(
+                "draining: new requests refused in %.1f s; %d in flight get %.0f s",
+                min(notice, seconds),
+                len(self._owners),
+                seconds,
+            )
 
     def _drained(self) -> bool:
         """During a drain: whether the loop may end (nothing in flight after the notice, or the deadline passed)."""
@@ -118,32 +127,43 @@ class EngineServer:
         return True
 
     def serve_forever(self) -> None:
+        beats = threading.Thread(target=self._beat, name="engine-heartbeat", daemon=True)
+        beats.start()
         try:
             while not self.stopping:
                 if self.drain_deadline is not None and (self.core is None or self._drained()):
                     break
-                busy = self.core is not None and self.core.has_work
-                self._drain_inbox(0 if busy else IDLE_POLL_MS)
+                self._drain_inbox(self._poll_ms())
                 if self.core is None:
                     continue
                 if self.core.has_work:
                     self._send_outputs(self._safe_step())
                 self._answer_pause_waiters()
-                self._heartbeat()
         finally:
+            self._stop_beating.set()
+            beats.join()
             self.socket.close(linger=1000)
             self.context.term()
             remove_socket_file(self.address)
             if self.core is not None:
                 self.core.shutdown()
 
+    def _poll_ms(self) -> int:
+        """How long the loop may wait for messages before its next step."""
+        core = self.core
+        if core is None or not core.has_work:
+            return IDLE_POLL_MS
+        return round(COMPILE_POLL_S * 1000) if core.only_compiling else 0
+
     # -- inbox -------------------------------------------------------------
     def _drain_inbox(self, timeout_ms: int) -> None:
-        if not self.socket.poll(timeout_ms):
-            return
+        with self._socket_lock:  # the heartbeat thread waits out the poll: at most IDLE_POLL_MS
+            if not self.socket.poll(timeout_ms):
+                return
         while True:
             try:
-                identity, payload = self.socket.recv_multipart(zmq.NOBLOCK)
+                with self._socket_lock:
+                    identity, payload = self.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             try:
@@ -222,14 +242,13 @@ class EngineServer:
                 self._send(identity, CallResult(call_id, True))
             self._pending_wait.clear()
 
-    def _heartbeat(self) -> None:
-        now = time.monotonic()
-        if now < self._next_heartbeat or not self._front_ends:
-            return
-        self._next_heartbeat = now + HEARTBEAT_INTERVAL_S
+    def _beat(self) -> None:
+        """The heartbeat thread: every front end hears from the engine every HEARTBEAT_INTERVAL_S,
+        busy or idle, however long a step takes, until the loop ends."""
         beat = Heartbeat()
-        for identity in self._front_ends:
-            self._send(identity, beat)
+        while not self._stop_beating.wait(HEARTBEAT_INTERVAL_S):
+            for identity in tuple(self._front_ends):  # one C-level copy: the loop may add one meanwhile
+                self._send(identity, beat)
 
     # -- outbox ------------------------------------------------------------
     def _safe_step(self) -> list[EngineCoreOutput]:
@@ -256,7 +275,8 @@ class EngineServer:
 
     def _send(self, identity: bytes, message: Any) -> None:
         try:
-            self.socket.send_multipart([identity, encode(message)], zmq.NOBLOCK)
+            with self._socket_lock:
+                self.socket.send_multipart([identity, encode(message)], zmq.NOBLOCK)
         except zmq.ZMQError:
             log.warning("could not reach front end %r", identity)
 

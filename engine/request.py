@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import time
 
-from agentgate.engine.programs import ProgramRecord
+from agentgate.engine.programs.table import ProgramRecord
 from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
 

@@ -16,7 +16,7 @@ policy), the program ranked last first (``ProgramRecord.rank``); else the least 
 ``HORIZON_S`` first (``GapLaw.return_soon``); then the oldest turn end. Releasing drops
 only the pin's references: blocks a running request shares are never taken from it.
 
-Programs' accounts (``engine.programs``) live here too: each arriving turn is given its
+Programs' accounts (``engine.programs.table``) live here too: each arriving turn is given its
 program's record, whose service the scheduler counts. A program away longer than its
 retention (the TTL its pin would get: the fixed one, else its gap law's) starts again as
 new: its service goes back to 0, at level 0 as of its return.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from agentgate.engine.block_pool import Block, BlockPool
 from agentgate.engine.config import parse_retention
-from agentgate.engine.programs import ProgramRecord, ProgramTable
+from agentgate.engine.programs.table import ProgramRecord, ProgramTable
 from agentgate.engine.protocol import RetentionStats
 from agentgate.engine.request import Request
 from agentgate.engine.tool_gaps import ToolGaps, tool_key

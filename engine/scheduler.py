@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from agentgate.engine.kv_cache_manager import KVCacheManager
-from agentgate.engine.program_admission import ProgramAdmission
+from agentgate.engine.programs.admission import ProgramAdmission
 from agentgate.engine.protocol import SchedulerStats
 from agentgate.engine.request import FinishReason, Request, RequestStatus
 from agentgate.engine.retention import KVRetention
@@ -228,7 +228,7 @@ class Scheduler:
         return budget
 
     def _schedule_waiting(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> None:
-        # Active programs, once per step; each admission adds its own (engine.program_admission).
+        # Active programs, once per step; each admission adds its own (engine.programs.admission).
         active = self._active_programs() if self.admission is not None and self.waiting else None
         latest_arrival = None  # of the requests admitted: those waiting that came before are passed
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
@@ -303,7 +303,7 @@ class Scheduler:
 
     def _next_waiting(self, active: set[str] | None) -> Request | None:
         """The head of the queue; by program, the first in its order that program admission
-        lets start (engine.program_admission) given the ``active`` programs, None when it lets
+        lets start (engine.programs.admission) given the ``active`` programs, None when it lets
         none; an overdue head is never held back, nor passed."""
         head = self.waiting.peek()
         if active is None or head.program is None or self.waiting.overdue(head) or self.admission.admits(head, active):

@@ -34,7 +34,7 @@ class ScheduledRequest:
     ``decode``: the row computes one token past the prompt (and its drafts);
     any other row (a prompt's, a recomputation's) is a prompt row, whose
     numbers must not depend on how much of it the prefix cache held
-    (`engine.models.row_choice`)."""
+    (`engine.layers.row_choice`)."""
 
     request_id: str
     num_tokens: int

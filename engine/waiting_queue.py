@@ -3,7 +3,7 @@ every policy keeps.
 
 fcfs: first come, first served by request; a preempted request goes back first.
 
-program: by the rank of the request's program (``engine.programs``: the level of the service it
+program: by the rank of the request's program (``engine.programs.table``: the level of the service it
 has had, least first, as Autellix's PLAS orders programs, then who entered that level first), so
 a program's turn goes ahead of every program served a level more, and of those of its level that
 came after it; nothing a client chooses (an early start, a constant ``user``) buys more than its

@@ -1,5 +1,6 @@
 """API keys: ``Authorization: Bearer <key>`` (or ``x-api-key``, as Anthropic's clients send
-it), checked as SHA-256 digests (``gateway.key_digests``).
+it), checked as SHA-256 digests (``gateway.key_digests``); the middleware that reads them
+from each request is :class:`gateway.http.middleware.AuthMiddleware`.
 
 Route groups:
 
@@ -15,7 +16,7 @@ Route groups:
 Off loopback (:mod:`gateway.exposure`: bound to ``0.0.0.0``, a LAN address...,
 without ``--allow-unauthenticated-ops``) a server with no key does not leave
 the operator routes open: the admin group, the dashboard page and the admin
-session routes (``gateway.routes.sessions``) refuse everyone with 403 naming
+session routes (``gateway.http.routes.sessions``) refuse everyone with 403 naming
 ``--admin-key``. On loopback they stay open, as before.
 
 ``/metrics`` is open on loopback and under ``--allow-unauthenticated-ops``
@@ -38,10 +39,7 @@ import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from starlette.types import ASGIApp, Receive, Scope, Send
-from starlette.websockets import WebSocket
-
-from agentgate.gateway.errors import AuthenticationError, GatewayError, PermissionDeniedError, error_response
+from agentgate.gateway.errors import AuthenticationError, PermissionDeniedError
 from agentgate.gateway.exposure import ops_exposed
 from agentgate.gateway.key_digests import check_digest
 
@@ -130,8 +128,9 @@ class KeyChecker:
     def _no_admin_key(self) -> str:
         """Why the operator routes refuse everyone: no admin key is configured."""
         if self.exposed and not self._user:  # with API keys, --allow-unauthenticated-ops would not open them
-            return CLOSED_OFF_LOOPBACK.format(what="operator routes", s="", key="the admin key",
-                                              flags="--admin-key KEY")  # fmt: skip
+            return CLOSED_OFF_LOOPBACK.format(
+                what="operator routes", s="", key="the admin key", flags="--admin-key KEY"
+            )
         return "operator routes need the admin key, and none is configured (start the server with --admin-key)"
 
     def check(self, access: Access, presented: str | None) -> None:
@@ -149,10 +148,11 @@ class KeyChecker:
                 return
             if not self._user and self._admin is None:
                 raise PermissionDeniedError(
-                    CLOSED_OFF_LOOPBACK.format(what="/metrics", s="s", key="a key",
-                                               flags="--admin-key KEY or --api-key KEY"),
+                    CLOSED_OFF_LOOPBACK.format(
+                        what="/metrics", s="s", key="a key", flags="--admin-key KEY or --api-key KEY"
+                    ),
                     code="key_required",
-                )  # fmt: skip
+                )
         role = self.role(presented)
         if access is Access.ADMIN:
             if self._admin is None:
@@ -166,48 +166,3 @@ class KeyChecker:
         if presented is None:
             raise AuthenticationError("missing API key: send it as 'Authorization: Bearer <key>'")
         raise AuthenticationError("invalid API key")
-
-
-def bearer_token(scope: Scope) -> str | None:
-    """The presented key: ``Authorization: Bearer <key>``, or Anthropic's ``x-api-key: <key>``."""
-    api_key = None
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else None
-        if name == b"x-api-key":
-            api_key = value.decode("latin-1").strip()
-    return api_key
-
-
-class AuthMiddleware:
-    """Pure ASGI: no wrapping of the stream, so streamed responses pay nothing. A WebSocket
-    (the Responses API's WebSocket mode) is checked at its handshake, as a GET of its path: a
-    refused one gets the same HTTP error response (or, where the server cannot send one, is
-    closed with 1008, policy violation)."""
-
-    def __init__(self, app: ASGIApp, keys: KeyChecker) -> None:
-        self.app = app
-        self.keys = keys
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket") and self.keys.enabled:
-            try:
-                self.keys.check(route_access(scope.get("method", "GET"), scope["path"]), bearer_token(scope))
-            except GatewayError as exc:
-                if exc.status_code == 401:
-                    exc.headers.setdefault("WWW-Authenticate", "Bearer")
-                if scope["type"] == "websocket":
-                    await _refuse_websocket(scope, receive, send, exc)
-                else:
-                    await error_response(exc)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-async def _refuse_websocket(scope: Scope, receive: Receive, send: Send, exc: GatewayError) -> None:
-    websocket = WebSocket(scope, receive, send)
-    if "websocket.http.response" in scope.get("extensions", {}):
-        await websocket.send_denial_response(error_response(exc))
-    else:
-        await websocket.close(code=1008, reason=exc.message[:120])

@@ -11,16 +11,16 @@ Process topology:
 - ``serve`` (one machine): Redis (embedded ``redis-server`` on a private unix
   socket, unless ``--redis-url``), N engine processes on private IPC
   addresses, and the gateway. With ``--gateway-workers 1`` (default) the
-  gateway runs in this process (``gateway.server``) and owns the engines (it
+  gateway runs in this process (``gateway.http.server``) and owns the engines (it
   watches them and stops them on shutdown). With M > 1 this process is a
   supervisor of M gateway processes sharing the port (``gateway.gateway_workers``);
   it stops them, then the engines, then Redis.
 - ``engine``: one engine process in the foreground, bound to ``--address``; with
-  ``--redis-url`` it announces itself in Redis (``gateway.engine_registry``), and SIGTERM
+  ``--redis-url`` it announces itself in Redis (``gateway.engines.registry``), and SIGTERM
   drains it for ``--drain-seconds`` (its entry says draining), then it exits 0.
 - ``gateway``: a gateway (or M workers) in front of engines started elsewhere
   (``--engine``, repeatable), with the embedded Redis unless ``--redis-url``; without
-  ``--engine``, the engines registered in ``--redis-url`` (``gateway.discovery``).
+  ``--engine``, the engines registered in ``--redis-url`` (``gateway.engines.discovery``).
   Several gateways on several machines share one ``--redis-url``.
 
 Every flag can also be set as an ``AGENTGATE_*`` environment variable (see
@@ -47,7 +47,7 @@ from agentgate.gateway.flags import add_settings_flags, configure_logging, setti
 from agentgate.gateway.settings import Settings
 
 if TYPE_CHECKING:
-    from agentgate.gateway.engines import EngineTarget
+    from agentgate.gateway.engines.pool import EngineTarget
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -64,12 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     engine = commands.add_parser("engine", help="run one engine process, bound to --address, in the foreground")
-    engine.add_argument("--address", default=None,
-                        help="the address to bind: tcp://HOST:PORT or ipc:///PATH [env AGENTGATE_ADDRESS]")  # fmt: skip
-    engine.add_argument("--advertise-address", default=None,
-                        help="with --redis-url: the address gateways dial, announced in the registry (default: "
-                        "--address; needed when that binds 0.0.0.0), e.g. tcp://engine-0.engines:5555 "
-                        "[env AGENTGATE_ADVERTISE_ADDRESS]")  # fmt: skip
+    engine.add_argument(
+        "--address", default=None, help="the address to bind: tcp://HOST:PORT or ipc:///PATH [env AGENTGATE_ADDRESS]"
+    )
+    engine.add_argument(
+        "--advertise-address",
+        default=None,
+        help="with --redis-url: the address gateways dial, announced in the registry (default: "
+        "--address; needed when that binds 0.0.0.0), e.g. tcp://engine-0.engines:5555 "
+        "[env AGENTGATE_ADVERTISE_ADDRESS]",
+    )
     add_settings_flags(engine, "engine")
     engine.set_defaults(func=_engine)
 
@@ -77,9 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
         "gateway",
         help="run the gateway in front of engines started elsewhere (--engine)",
     )
-    gateway.add_argument("--engine", dest="engine_addresses", action="append", default=None, metavar="ADDRESS",
-                         help="an engine to serve, tcp://HOST:PORT or ipc:///PATH (repeatable) "
-                         "[env AGENTGATE_ENGINE, comma-separated]")  # fmt: skip
+    gateway.add_argument(
+        "--engine",
+        dest="engine_addresses",
+        action="append",
+        default=None,
+        metavar="ADDRESS",
+        help="an engine to serve, tcp://HOST:PORT or ipc:///PATH (repeatable) [env AGENTGATE_ENGINE, comma-separated]",
+    )
     add_settings_flags(gateway, "gateway")
     gateway.set_defaults(func=_gateway)
 
@@ -111,8 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     generate.set_defaults(func=_generate)
     # `agentgate ops ...` is the operator CLI in agents/ (an HTTP client); main() hands it its arguments
-    commands.add_parser("ops", help="operate a running server: status, pause, resume, abort, sessions",
-                        add_help=False)  # fmt: skip
+    commands.add_parser("ops", help="operate a running server: status, pause, resume, abort, sessions", add_help=False)
     return parser
 
 
@@ -148,23 +156,29 @@ def _setup(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Setting
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     settings = _setup(args, parser)
     engine_config = settings.engine_config()
-    from agentgate.engine.client import start_engine_process, stop_engine_process
     from agentgate.engine.ipc import private_address, remove_socket_file
-    from agentgate.gateway.engine_supervisor import spawner
-    from agentgate.gateway.engines import EngineTarget
+    from agentgate.engine.spawn import start_engine_process, stop_engine_process
+    from agentgate.gateway.engines.pool import EngineTarget
+    from agentgate.gateway.engines.supervisor import spawner
 
     with contextlib.ExitStack() as stack:
         settings = _with_redis(stack, settings)
         targets = []
         for i in range(settings.engines):
             address = private_address()
-            log.info("starting engine %d/%d (runner %s, model %s) on %s", i + 1, settings.engines,
-                     engine_config.runner, engine_config.model or "default", address)  # fmt: skip
+            log.info(
+                "starting engine %d/%d (runner %s, model %s) on %s",
+                i + 1,
+                settings.engines,
+                engine_config.runner,
+                engine_config.model or "default",
+                address,
+            )
             process = start_engine_process(engine_config, address)
             stack.callback(remove_socket_file, address)  # runs after the engine stopped
             stack.callback(stop_engine_process, process)
             # Restarted by the gateway (one process), or by the supervisor of --gateway-workers, whose
-            # workers re-attach (gateway.engine_supervisor).
+            # workers re-attach (gateway.engines.supervisor).
             targets.append(EngineTarget(address, process, owned=True, start=spawner(engine_config, address)))
         return _run_gateways(settings, targets)
 
@@ -174,11 +188,13 @@ def _gateway(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     given = args.engine_addresses or [os.environ.get("AGENTGATE_ENGINE", "")]
     addresses = [part.strip() for item in given for part in item.split(",") if part.strip()]
     if not addresses and settings.redis_url is None:
-        parser.error("agentgate gateway needs --engine ADDRESS (or AGENTGATE_ENGINE), or --redis-url to find the "
-                     "engines registered there")  # fmt: skip
+        parser.error(
+            "agentgate gateway needs --engine ADDRESS (or AGENTGATE_ENGINE), or --redis-url to find the "
+            "engines registered there"
+        )
     if not addresses:
         log.info("no --engine: serving the engines registered in redis (agentgate engine --redis-url)")
-    from agentgate.gateway.engines import EngineTarget
+    from agentgate.gateway.engines.pool import EngineTarget
 
     with contextlib.ExitStack() as stack:
         settings = _with_redis(stack, settings)
@@ -197,12 +213,13 @@ def _engine(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     log.info("engine (runner %s, model %s) binding %s", config.runner, config.model or "default", address)
     lifecycle = None
     if settings.redis_url is not None:  # announced in the registry gateways without --engine read
-        from agentgate.gateway.engine_registry import EngineAnnouncer
+        from agentgate.gateway.engines.registry import EngineAnnouncer
 
         advertised = args.advertise_address or os.environ.get("AGENTGATE_ADVERTISE_ADDRESS") or address
         lifecycle = EngineAnnouncer(settings.redis_url, settings.redis_prefix, advertised)
-    run_engine_process(config, address, model_display_name(config.model), drain_seconds=settings.drain_seconds,
-                       lifecycle=lifecycle)  # fmt: skip
+    run_engine_process(
+        config, address, model_display_name(config.model), drain_seconds=settings.drain_seconds, lifecycle=lifecycle
+    )
     return 0
 
 
@@ -223,7 +240,7 @@ def _with_redis(stack: contextlib.ExitStack, settings: Settings) -> Settings:
 def _run_gateways(settings: Settings, targets: list[EngineTarget]) -> int:
     """The gateway in this process, or ``--gateway-workers`` of them under a supervisor."""
     if settings.gateway_workers == 1:
-        from agentgate.gateway.server import run_gateway
+        from agentgate.gateway.http.server import run_gateway
 
         return run_gateway(settings, targets)
     from agentgate.gateway.gateway_workers import supervise

@@ -43,9 +43,9 @@ import msgspec
 
 from agentgate.engine.errors import EngineDeadError, EngineError
 from agentgate.engine.protocol import PauseMode
-from agentgate.gateway.engines import EnginePool
+from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
-from agentgate.gateway.registry import Entry, RequestRegistry
+from agentgate.gateway.requests_in_flight import Entry, RequestRegistry
 
 log = logging.getLogger("agentgate.cluster")
 
@@ -91,8 +91,9 @@ class PausedState(msgspec.Struct):
     by: str  # the replica that paused it
 
 
-UNREACHABLE = ("redis is unreachable: this replica acted on its own engines and requests; the other replicas "
-               "were not told")  # fmt: skip
+UNREACHABLE = (
+    "redis is unreachable: this replica acted on its own engines and requests; the other replicas were not told"
+)
 
 
 class Cluster:
@@ -116,8 +117,9 @@ class Cluster:
         if self.shared is not None:
             state = msgspec.json.encode(PausedState(mode, time.time(), self._origin))
             message = PauseAll(origin=self._origin, mode=mode, engines=self.pool.addresses)
-            told = await self._write_and_publish("pausing every replica",
-                                                 lambda p: p.set(self.shared.keys.pause, state), message)  # fmt: skip
+            told = await self._write_and_publish(
+                "pausing every replica", lambda p: p.set(self.shared.keys.pause, state), message
+            )
         self.mode = mode
         await self.pool.pause(mode)
         return told
@@ -126,14 +128,16 @@ class Cluster:
         told = None
         if self.shared is not None:
             message = ResumeAll(origin=self._origin, engines=self.pool.addresses)
-            told = await self._write_and_publish("resuming every replica",
-                                                 lambda p: p.delete(self.shared.keys.pause), message)  # fmt: skip
+            told = await self._write_and_publish(
+                "resuming every replica", lambda p: p.delete(self.shared.keys.pause), message
+            )
         self.mode = None
         await self.pool.resume()
         return told
 
-    async def _write_and_publish(self, what: str, write: Callable[[Any], object], message: ControlMessage
-                                 ) -> str | None:  # fmt: skip
+    async def _write_and_publish(
+        self, what: str, write: Callable[[Any], object], message: ControlMessage
+    ) -> str | None:
         """``write(pipeline)`` and publish ``message`` in one transaction; UNREACHABLE if Redis is."""
         shared = self.shared
 
@@ -183,8 +187,12 @@ class Cluster:
             try:
                 if await engine.is_paused():
                     continue
-                log.info("the cluster is paused (mode %s since %s): pausing the engine at %s",
-                         state.mode, state.at, engine.address)  # fmt: skip
+                log.info(
+                    "the cluster is paused (mode %s since %s): pausing the engine at %s",
+                    state.mode,
+                    state.at,
+                    engine.address,
+                )
                 await self._call_soon(engine.pause, mode)
             except EngineError as exc:
                 log.warning("could not pause the engine at %s: %s", engine.address, exc)
@@ -227,17 +235,21 @@ class Cluster:
             if remaining:
                 elsewhere = await registry.held(remaining)
                 if elsewhere:
-                    await shared.publish(msgspec.json.encode(AbortIds(origin=self._origin, ids=sorted(elsewhere))),
-                                         "aborting on other replicas")  # fmt: skip
+                    await shared.publish(
+                        msgspec.json.encode(AbortIds(origin=self._origin, ids=sorted(elsewhere))),
+                        "aborting on other replicas",
+                    )
                     found |= set(elsewhere)
             if session_id is not None:
                 found |= set(await registry.requests_of(shared.keys.session_requests(session_id)))
-                await shared.publish(msgspec.json.encode(AbortSession(origin=self._origin, session=session_id)),
-                                     "aborting a session")  # fmt: skip
+                await shared.publish(
+                    msgspec.json.encode(AbortSession(origin=self._origin, session=session_id)), "aborting a session"
+                )
             if key is not None:
                 found |= set(await registry.requests_of(shared.keys.key_requests(key)))
-                await shared.publish(msgspec.json.encode(AbortKey(origin=self._origin, key=key)),
-                                     "aborting a key's requests")  # fmt: skip
+                await shared.publish(
+                    msgspec.json.encode(AbortKey(origin=self._origin, key=key)), "aborting a key's requests"
+                )
         except RedisUnavailableError:
             log.warning("aborting: %s", UNREACHABLE)
             return sorted(found), UNREACHABLE
@@ -246,8 +258,9 @@ class Cluster:
     async def abort_all(self) -> str | None:
         told = None
         if self.shared is not None:
-            told = await self._publish(AbortAll(origin=self._origin, engines=self.pool.addresses),
-                                       "aborting on every replica")  # fmt: skip
+            told = await self._publish(
+                AbortAll(origin=self._origin, engines=self.pool.addresses), "aborting on every replica"
+            )
         await self.pool.abort_all()
         return told
 
@@ -299,8 +312,11 @@ class Cluster:
             self._tasks = tasks
             try:
                 if self.shared is not None:
-                    await tasks.start(lambda task_status: self.shared.run(
-                        task_status, on_message=self.on_message, on_connect=self.sync_pause))  # fmt: skip
+                    await tasks.start(
+                        lambda task_status: self.shared.run(
+                            task_status, on_message=self.on_message, on_connect=self.sync_pause
+                        )
+                    )
                 task_status.started()
                 await anyio.sleep_forever()
             finally:

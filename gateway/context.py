@@ -1,11 +1,11 @@
 """Who is asking, for which session: one generation request's context.
 
-:class:`~gateway.middleware.RequestContextMiddleware` builds it (the API
+:class:`~gateway.http.middleware.RequestContextMiddleware` builds it (the API
 key's digest, rate limits checked, the ``X-Session-Id`` session opened) and
-leaves it in the ASGI scope; the route reads it with :func:`context_of` and
-hands it to :func:`~gateway.dispatch.dispatch`, which routes on its session
-engine (affinity) and files the request under its key and session. The
-key's digest is made in :mod:`gateway.key_digests`.
+leaves it in the ASGI scope; the route reads it with
+:func:`~gateway.http.middleware.context_of` and hands it down to dispatch,
+which routes on its session engine (affinity) and files the request under its
+key and session. The key's digest is made in :mod:`gateway.key_digests`.
 
 A leaf: it imports nothing of the gateway.
 """
@@ -13,8 +13,6 @@ A leaf: it imports nothing of the gateway.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from starlette.types import Scope
 
 ANONYMOUS = "anonymous"  # the key digest of a request without an API key (gateway.key_digests)
 
@@ -28,8 +26,3 @@ class RequestContext:
 
 
 NO_CONTEXT = RequestContext()
-
-
-def context_of(scope: Scope) -> RequestContext:
-    """The request's context, as the middleware left it (none: an anonymous request without a session)."""
-    return scope.get("state", {}).get("context", NO_CONTEXT)

@@ -31,7 +31,7 @@ import msgspec
 from prometheus_client import Counter, Histogram
 
 from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.registry import Entry
+from agentgate.gateway.requests_in_flight import Entry
 from agentgate.gateway.retention_metrics import retention_totals
 from agentgate.gateway.sessions import owner_label
 
@@ -140,10 +140,20 @@ async def dashboard_stats(gw: GatewayState) -> DashboardStats:
             continue
         engines.append(
             EngineLoad(
-                engine.address, not engine.is_dead, s.num_running, s.num_waiting, s.kv_usage,
-                s.prefix_queries_tokens, s.prefix_hits_tokens, s.num_preemptions, s.paused, tokens, ttft, itl,
+                engine.address,
+                not engine.is_dead,
+                s.num_running,
+                s.num_waiting,
+                s.kv_usage,
+                s.prefix_queries_tokens,
+                s.prefix_hits_tokens,
+                s.num_preemptions,
+                s.paused,
+                tokens,
+                ttft,
+                itl,
             )
-        )  # fmt: skip
+        )
     requests.sort(key=lambda r: -r.age)
     return DashboardStats(
         time=time.time(),

@@ -145,6 +145,7 @@ class EmbeddedRedis:
     def _spawn(self) -> None:
         """Start redis-server on the socket path (it replaces a stale socket file) and wait for PONG."""
         log_path = self.data_dir / "redis.log"
+        # Formatted by hand: each flag beside its value, as on a command line.
         command = [
             redis_server_binary(),
             "--port", "0",
@@ -159,19 +160,24 @@ class EmbeddedRedis:
             "--loglevel", "warning",
         ]  # fmt: skip
         process = self.process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - the main thread, or the watch thread that lives as long
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 error = (process.stderr.read() or b"").decode(errors="replace") if process.stderr else ""
                 tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
-                raise EmbeddedRedisError(f"redis-server exited during start-up ({process.returncode}): "
-                                         f"{error.strip() or tail.strip()}")  # fmt: skip
+                raise EmbeddedRedisError(
+                    f"redis-server exited during start-up ({process.returncode}): {error.strip() or tail.strip()}"
+                )
             if ping(self.socket_path, 0.5):
-                log.info("embedded redis-server (pid %d) on %s, data in %s", process.pid, self.socket_path,
-                         self.data_dir)  # fmt: skip
+                log.info(
+                    "embedded redis-server (pid %d) on %s, data in %s", process.pid, self.socket_path, self.data_dir
+                )
                 return
             time.sleep(0.02)
         raise EmbeddedRedisError(f"redis-server did not answer within {START_TIMEOUT_S:.0f} s")
@@ -187,8 +193,9 @@ class EmbeddedRedis:
                 continue
             if self._stopping.is_set():
                 return
-            log.error("embedded redis-server (pid %d) died (exit code %s); restarting it", process.pid,
-                      process.returncode)  # fmt: skip
+            log.error(
+                "embedded redis-server (pid %d) died (exit code %s); restarting it", process.pid, process.returncode
+            )
             if process.stderr is not None:
                 process.stderr.close()
             self._stopping.wait(RESTART_BACKOFF_S[min(failures, len(RESTART_BACKOFF_S) - 1)])

@@ -1,22 +1,20 @@
-"""The gateway's exception tree and the one place exceptions become HTTP.
+"""The gateway's exception tree: plain exceptions, each with the status and the OpenAI
+error fields it stands for, and what any exception becomes as an error body.
 
 Every error body is OpenAI's: ``{"error": {"message", "type", "param",
 "code"}}``. Engine errors map here too: InvalidRequestError -> 400 (with its
-``param``), EngineDeadError -> 503, any other EngineError -> 500.
+``param``), EngineDeadError -> 503, any other EngineError -> 500. Nothing here
+knows HTTP: ``gateway.http.errors`` turns these into responses, in one place
+(as Starlette keeps its exceptions apart from the middleware that answers them).
 """
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 from collections.abc import Mapping
 
 import msgspec
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Match
 
 from agentgate.engine.errors import EngineDeadError, EngineError, InvalidRequestError
 
@@ -104,12 +102,15 @@ class ServiceUnavailableError(GatewayError):
     code = "engine_unavailable"
 
 
+class RequestTimeoutError(GatewayError):
+    """A client too slow to be served: its headers or its body stalled (``gateway.http.slow_clients``)."""
+
+    status_code = 408
+    error_type = "invalid_request_error"
+    code = "request_timeout"
+
+
 _encoder = msgspec.json.Encoder()
-
-_HTTP_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error",
-               429: "rate_limit_error"}  # fmt: skip
-
 
 # A source location inside a library's message ("/src/cpp/grammar.cc:123: ", "[12:00:01] "): the
 # client gets what was wrong with its request, not where in our dependencies it was found.
@@ -147,18 +148,14 @@ def error_parts(exc: BaseException, request_id: str | None = None) -> tuple[int,
         return 400, ErrorInfo(scrub(str(exc)), "invalid_request_error", exc.param, None), {}
     if isinstance(exc, EngineDeadError):
         return 503, ErrorInfo(redact_paths(str(exc)), "service_unavailable", None, "engine_dead"), {}
-    if isinstance(exc, HTTPException):
-        status = exc.status_code
-        return (
-            status,
-            ErrorInfo(exc.detail, _HTTP_TYPES.get(status, "api_error"), None, status),
-            dict(exc.headers or {}),
-        )
     where = f" (request id {request_id})" if request_id else ""
     if isinstance(exc, EngineError):
         log.error("engine error%s: %s", where, exc)
-        return 500, ErrorInfo(f"the engine failed this request{where}", "internal_server_error", None,
-                              "engine_error"), {}  # fmt: skip
+        return (
+            500,
+            ErrorInfo(f"the engine failed this request{where}", "internal_server_error", None, "engine_error"),
+            {},
+        )
     log.error("unhandled error%s", where, exc_info=exc)
     return 500, ErrorInfo(f"internal server error{where}", "internal_server_error", None, None), {}
 
@@ -166,42 +163,3 @@ def error_parts(exc: BaseException, request_id: str | None = None) -> tuple[int,
 def error_json(exc: BaseException, request_id: str | None = None) -> bytes:
     """The OpenAI error body of ``exc`` (for SSE streams, which cannot change status)."""
     return _encoder.encode(ErrorBody(error_parts(exc, request_id)[1]))
-
-
-def error_response(exc: BaseException, request_id: str | None = None) -> Response:
-    status, info, headers = error_parts(exc, request_id)
-    return Response(_encoder.encode(ErrorBody(info)), status, headers=headers, media_type="application/json")
-
-
-async def handle_exception(request: Request, exc: Exception) -> Response:
-    """Starlette exception handler for every exception type the gateway maps; the router's
-    own 404 and 405 name the method and path, and what this server serves instead."""
-    if type(exc) is HTTPException and exc.status_code in (404, 405):
-        exc = _route_error(request, exc)
-    return error_response(exc, request.scope.get("state", {}).get("request_id"))
-
-
-def _route_error(request: Request, exc: HTTPException) -> GatewayError:
-    method, path = request.method, request.url.path
-    served: dict[str, set[str]] = {}
-    takes: set[str] = set()  # the methods of every route whose path matches this one
-    for route in request.app.routes:
-        if getattr(route, "methods", None):
-            served.setdefault(route.path, set()).update(route.methods - {"HEAD"})
-            if route.matches(request.scope)[0] is not Match.NONE:
-                takes |= route.methods - {"HEAD"}
-    if exc.status_code == 405:
-        allowed = " or ".join(sorted(takes))
-        error = GatewayError(f"{method} {path} is not supported; {path} takes {allowed}", code="method_not_allowed")
-        error.status_code, error.error_type, error.headers = 405, "invalid_request_error", dict(exc.headers or {})
-        return error
-    nearest = difflib.get_close_matches(path, list(served), n=1, cutoff=0.5)
-    hint = f"; did you mean {'/'.join(sorted(served[nearest[0]]))} {nearest[0]}?" if nearest else ""
-    return NotFoundError(f"no route {method} {path} on this server{hint}", code="unknown_route")
-
-
-EXCEPTION_HANDLERS = {
-    GatewayError: handle_exception,
-    EngineError: handle_exception,
-    HTTPException: handle_exception,
-}

@@ -92,6 +92,8 @@ def exposure_warnings(settings: Settings) -> list[str]:
                 f"network only, or start with --admin-key"
             )
         else:
-            warnings.append(f"/metrics is open (--allow-unauthenticated-ops): {who} can read the load, latencies "
-                            f"and engine addresses it reports")  # fmt: skip
+            warnings.append(
+                f"/metrics is open (--allow-unauthenticated-ops): {who} can read the load, latencies "
+                f"and engine addresses it reports"
+            )
     return warnings

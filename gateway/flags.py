@@ -10,7 +10,8 @@ import dataclasses
 import logging
 from typing import Any
 
-from agentgate.gateway.settings import Settings, env_name, field_kind, flag_name, optional, parse_value
+from agentgate.gateway.setting_values import env_name, field_kind, flag_name, optional, parse_value
+from agentgate.gateway.settings import Settings
 
 
 def add_settings_flags(parser: argparse.ArgumentParser, command: str) -> None:

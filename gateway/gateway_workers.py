@@ -5,7 +5,7 @@ one Redis, so they act as one (sessions, pause, aborts, rate limits). The
 supervisor stops them (SIGTERM: they drain), then the caller stops the
 engines and Redis; a worker whose supervisor dies stops itself. An engine
 that dies is restarted here at its address (``EngineRestarts``, with the
-restart policy, in ``gateway.engine_supervisor``); the workers re-attach to it.
+restart policy, in ``gateway.engines.supervisor``); the workers re-attach to it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import socket
 import sys
 import threading
 
-from agentgate.gateway.engine_supervisor import EngineRestarts, RestartPolicy
-from agentgate.gateway.engines import EngineTarget, WatchedPid
+from agentgate.gateway.engines.pool import EngineTarget, WatchedPid
+from agentgate.gateway.engines.supervisor import EngineRestarts, RestartPolicy
 from agentgate.gateway.flags import configure_logging
 from agentgate.gateway.redis_state import redact_url
 from agentgate.gateway.settings import Settings
@@ -48,7 +48,7 @@ def gateway_worker(
     index: int,
 ) -> None:
     """One gateway process of ``--gateway-workers`` (spawned by the supervisor)."""
-    from agentgate.gateway.server import run_gateway
+    from agentgate.gateway.http.server import run_gateway
 
     configure_logging(settings.log_level)
 
@@ -84,8 +84,9 @@ def supervise(settings: Settings, targets: list[EngineTarget]) -> int:
     code = 0
     try:
         for i in range(settings.gateway_workers):
-            worker = context.Process(target=gateway_worker, args=(settings, engines, os.getpid(), i),
-                                     name=f"agentgate-gateway-{i}")  # fmt: skip
+            worker = context.Process(
+                target=gateway_worker, args=(settings, engines, os.getpid(), i), name=f"agentgate-gateway-{i}"
+            )
             worker.start()
             workers.append(worker)
         log.info(

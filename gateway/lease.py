@@ -13,17 +13,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentgate.gateway.admission.rate_limits import RateLimiter
 from agentgate.gateway.context import RequestContext
-from agentgate.gateway.program_store import ProgramStore
-from agentgate.gateway.ratelimit import RateLimiter
-from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.programs.last_turns import ProgramStore
+from agentgate.gateway.programs.turn_tokens import TurnStart
+from agentgate.gateway.requests_in_flight import RequestRegistry
+from agentgate.gateway.schemas import AssistantMessage
 from agentgate.gateway.sessions import SessionStore
-from agentgate.gateway.turn_tokens import TurnStart
 
 
 class Lease:
-    __slots__ = ("request_id", "context", "conversation", "engine", "program_id", "_registry", "_sessions",
-                 "_programs", "_limiter", "_turn")  # fmt: skip
+    __slots__ = (
+        "request_id",
+        "context",
+        "conversation",
+        "engine",
+        "program_id",
+        "_registry",
+        "_sessions",
+        "_programs",
+        "_limiter",
+        "_turn",
+    )
 
     def __init__(
         self,
@@ -43,7 +54,7 @@ class Lease:
         self.context = context
         self.conversation = conversation  # what a session records with the reply
         self.engine = engine  # the address of the engine it runs on
-        self.program_id = program_id  # the agent program it is a turn of (gateway.programs)
+        self.program_id = program_id  # the agent program it is a turn of (gateway.programs.tags)
         self._registry = registry
         self._sessions = sessions if context.session_id is not None else None
         self._programs = programs if program_id is not None else None
@@ -57,14 +68,14 @@ class Lease:
 
     @property
     def keeps_turn(self) -> bool:
-        """Whether the reply and its tokens are kept for the program's next turn (gateway.turn_tokens)."""
+        """Whether the reply and its tokens are kept for the program's next turn (gateway.programs.turn_tokens)."""
         return self._turn is not None
 
     def release(
         self,
         prompt_tokens: int,
         completion_tokens: int,
-        reply: dict[str, Any] | None,
+        reply: AssistantMessage | None,
         output_ids: Sequence[int] = (),
     ) -> None:
         """The request ended: ``reply`` is its first choice as an assistant message (None:
@@ -74,8 +85,9 @@ class Lease:
         # The session's turn is queued first: a client that reads its session right after the
         # reply waits for one background write, not two.
         if self._sessions is not None:
-            self._sessions.record_turn(self.context.session_id, self.request_id, (prompt_tokens, completion_tokens),
-                                       self.conversation, reply)  # fmt: skip
+            self._sessions.record_turn(
+                self.context.session_id, self.request_id, (prompt_tokens, completion_tokens), self.conversation, reply
+            )
         if self._programs is not None:
             self._programs.turn_ended(self.program_id, self.engine)
         self._registry.unregister(self.request_id)

@@ -19,11 +19,12 @@ from agentgate.engine.protocol import SchedulerStats
 from agentgate.gateway.retention_metrics import retention_metrics
 
 if TYPE_CHECKING:
-    from agentgate.gateway.ratelimit import RateLimiter
+    from agentgate.gateway.admission.rate_limits import RateLimiter
     from agentgate.gateway.redis_state import SharedState
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
+# Formatted by hand: a table of numbers, not one bound per line.
 _LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
     1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
@@ -90,15 +91,17 @@ def _speculation_metrics(known: list[SchedulerStats]) -> Iterator[Metric]:
         "agentgate_spec_accepted_tokens", "Drafted tokens the target model accepted.", value=accepted
     )
     yield GaugeMetricFamily(
-        "agentgate_spec_acceptance_ratio", "Accepted over drafted tokens (0 before any draft).",
+        "agentgate_spec_acceptance_ratio",
+        "Accepted over drafted tokens (0 before any draft).",
         value=accepted / drafted if drafted else 0.0,
-    )  # fmt: skip
+    )
     yield CounterMetricFamily("agentgate_decode_request_steps", "Request-steps that sampled tokens.", value=steps)
     yield CounterMetricFamily("agentgate_decode_step_tokens", "Tokens those request-steps confirmed.", value=tokens)
     yield GaugeMetricFamily(
-        "agentgate_tokens_per_step", "Mean tokens confirmed per request-step (above 1 with accepted drafts).",
+        "agentgate_tokens_per_step",
+        "Mean tokens confirmed per request-step (above 1 with accepted drafts).",
         value=tokens / steps if steps else 0.0,
-    )  # fmt: skip
+    )
 
 
 class _SharedStateCollector(Collector):
@@ -109,14 +112,20 @@ class _SharedStateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         shared, limiter = self._shared, self._limiter
-        yield GaugeMetricFamily("agentgate_redis_up", "Whether Redis (shared state) is reachable.",
-                                value=float(shared.up and shared.subscribed))  # fmt: skip
+        yield GaugeMetricFamily(
+            "agentgate_redis_up",
+            "Whether Redis (shared state) is reachable.",
+            value=float(shared.up and shared.subscribed),
+        )
         yield CounterMetricFamily("agentgate_redis_errors", "Redis calls that failed.", value=shared.errors)
-        yield CounterMetricFamily("agentgate_redis_dropped_writes",
-                                  "Background Redis writes dropped (Redis unreachable).",
-                                  value=shared.dropped_writes)  # fmt: skip
-        yield CounterMetricFamily("agentgate_rate_limited", "Requests refused by a rate limit.",
-                                  value=limiter.refused if limiter else 0)  # fmt: skip
+        yield CounterMetricFamily(
+            "agentgate_redis_dropped_writes",
+            "Background Redis writes dropped (Redis unreachable).",
+            value=shared.dropped_writes,
+        )
+        yield CounterMetricFamily(
+            "agentgate_rate_limited", "Requests refused by a rate limit.", value=limiter.refused if limiter else 0
+        )
 
 
 class Metrics:

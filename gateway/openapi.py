@@ -48,17 +48,30 @@ def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 _MODE = _query("mode", {"type": "string", "enum": ["abort", "wait", "keep"], "default": "abort"})
-_PAGE = (_query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
-         _query("offset", {"type": "integer", "minimum": 0, "maximum": 10**9, "default": 0}))  # fmt: skip
+_PAGE = (
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+    _query("offset", {"type": "integer", "minimum": 0, "maximum": 10**9, "default": 0}),
+)
 _ID = {"type": "string", "pattern": "^[!-~]{1,128}$"}
-_REQUEST_ID = {"name": "X-Request-Id", "in": "header", "required": False, "schema": _ID,
-               "description": "the request's id (else one is made); echoed in the response"}  # fmt: skip
-_SESSION_ID = {"name": "X-Session-Id", "in": "header", "required": False, "schema": _ID,
-               "description": "the session the request belongs to (created on first use)"}  # fmt: skip
+_REQUEST_ID = {
+    "name": "X-Request-Id",
+    "in": "header",
+    "required": False,
+    "schema": _ID,
+    "description": "the request's id (else one is made); echoed in the response",
+}
+_SESSION_ID = {
+    "name": "X-Session-Id",
+    "in": "header",
+    "required": False,
+    "schema": _ID,
+    "description": "the session the request belongs to (created on first use)",
+}
 _GENERATION = (_SESSION_ID,)
 _GEN_ERRORS = (404, 409, 413, 429, 503)
 _RESPONSE_ID = _path("response_id")
 
+# Formatted by hand: a table of routes, one per entry.
 OPERATIONS = (
     Operation("post", "/v1/chat/completions", "Create a chat completion (SSE when stream is true)", "openai",
               request=s.ChatCompletionRequest, response=s.ChatCompletion, streams=s.ChatCompletionChunk,
@@ -151,10 +164,12 @@ def _operation(op: Operation) -> dict[str, Any]:
         content = {op.media: {"schema": {"type": "string"}}}
     if op.streams is not None:
         content["text/event-stream"] = {
-            "schema": {"type": "string", "description": f"`data: <{op.streams.__name__} JSON>` events, then "
-                                                        "`data: [DONE]`"},
+            "schema": {
+                "type": "string",
+                "description": f"`data: <{op.streams.__name__} JSON>` events, then `data: [DONE]`",
+            },
             "x-sse-event": _ref(op.streams),
-        }  # fmt: skip
+        }
     request_id = {"X-Request-Id": {"schema": {"type": "string"}, "description": "the request's id"}}
     responses: dict[str, Any] = {"200": {"description": "OK", "headers": request_id, "content": content}}
     codes = {400, 408, *op.errors}
@@ -187,15 +202,23 @@ def build_document(version: str = "0.1.0") -> dict[str, Any]:
         paths.setdefault(op.path, {})[op.method] = _operation(op)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "agentgate", "version": version,
-                 "description": "OpenAI-compatible gateway for agent traffic"},
+        "info": {
+            "title": "agentgate",
+            "version": version,
+            "description": "OpenAI-compatible gateway for agent traffic",
+        },
         "paths": paths,
         "components": {
             "schemas": components,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
-                                           "description": "an API key (--api-key), or the admin key for admin routes"}},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "an API key (--api-key), or the admin key for admin routes",
+                }
+            },
         },
-    }  # fmt: skip
+    }
 
 
 @functools.cache

@@ -16,8 +16,9 @@ from typing import Any
 
 from agentgate.engine.sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutput
 from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway.admission.bounds import check_depth
 from agentgate.gateway.errors import BadRequestError, GatewayError
-from agentgate.gateway.limits import check_depth
+from agentgate.gateway.programs.turn_tokens import TurnTokens
 from agentgate.gateway.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
 from agentgate.gateway.schemas import MAX_N, ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 from agentgate.gateway.tools import (
@@ -28,7 +29,6 @@ from agentgate.gateway.tools import (
     validate_tools,
 )
 from agentgate.gateway.tools.constraints import DEFAULT_MAX_FORCED_CALLS, parse_response_format, structured_output
-from agentgate.gateway.turn_tokens import TurnTokens
 
 
 def chat_prompt(tokenizer: Tokenizer, request: ChatCompletionRequest) -> list[int]:
@@ -49,11 +49,13 @@ def program_prompt(
 ) -> list[int]:
     """The token ids of ``text``, the prompt of ``request``, a turn of ``program_id``: its last
     turn's own tokens first when ``turns`` kept one that this conversation carries
-    (:mod:`gateway.turn_tokens`), else ``text`` tokenized."""
+    (:mod:`gateway.programs.turn_tokens`), else ``text`` tokenized."""
+    returning = None
     if turns is not None and program_id is not None:
-        ids = turns.prompt_ids(
-            program_id, text, request.messages, lambda k: _render_request(tokenizer, request, k + 1, False)
-        )
+        returning = turns.returning(program_id, text, request.messages)
+    if returning is not None:
+        through = _render_request(tokenizer, request, returning.last + 1, False)
+        ids = turns.prompt_ids(returning, text, through)
         if ids is not None:
             return ids
     return tokenizer.encode(text, add_special_tokens=False)
@@ -76,7 +78,7 @@ RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "tool_choice", "add_g
 
 
 def check_request_json(request: ChatCompletionRequest) -> None:
-    """400 for free-form JSON nested too deep (``gateway.limits``) and for ``chat_template_kwargs``
+    """400 for free-form JSON nested too deep (``gateway.admission.bounds``) and for ``chat_template_kwargs``
     that set what the request's own fields set."""
     for param in ("tools", "tool_choice", "response_format", "chat_template_kwargs"):
         check_depth(getattr(request, param), param)
@@ -156,9 +158,13 @@ def tool_plan(
     if parallel and choice.mode == "required":
         max_calls = max_forced_calls
     structured = structured_output(
-        tools, choice, response_format, parser=parser.name if parser else "hermes", parallel=parallel,
+        tools,
+        choice,
+        response_format,
+        parser=parser.name if parser else "hermes",
+        parallel=parallel,
         max_calls=max_calls,
-    )  # fmt: skip
+    )
     if structured is None:
         param = None
     elif structured.structural_tag is not None:
@@ -192,8 +198,10 @@ def message_dict(message: ChatMessage, index: int) -> dict[str, Any]:
             texts.append(part.text)
         content = "".join(texts)
     if message.role == "tool" and not message.tool_call_id:
-        raise BadRequestError("a message with role `tool` needs `tool_call_id`: the id of the call it answers",
-                              param=f"messages[{index}].tool_call_id")  # fmt: skip
+        raise BadRequestError(
+            "a message with role `tool` needs `tool_call_id`: the id of the call it answers",
+            param=f"messages[{index}].tool_call_id",
+        )
     out: dict[str, Any] = {"role": message.role, "content": "" if content is None else content}
     for key in ("name", "tool_calls", "tool_call_id", "reasoning_content"):
         value = getattr(message, key)
@@ -226,33 +234,6 @@ def completion_prompts(tokenizer: Tokenizer, request: CompletionRequest, vocab_s
             raise BadRequestError(f"prompt token ids must be in [0, {vocab_size})", param="prompt")
         prompts.append(ids)
     return prompts
-
-
-def check_context(
-    num_prompt_tokens: int,
-    max_tokens: int | None,
-    max_model_len: int,
-    prompt_field: str,
-    *,
-    budget_param: str = "max_tokens",
-) -> None:
-    """400 when the prompt, or the prompt plus max_tokens, does not fit in the context
-    (``budget_param``: the request's name for max_tokens)."""
-    if num_prompt_tokens >= max_model_len:
-        raise BadRequestError(
-            f"This model's maximum context length is {max_model_len} tokens. However, your prompt has "
-            f"{num_prompt_tokens} tokens, which leaves no room to generate.",
-            param=prompt_field,
-            code="context_length_exceeded",
-        )
-    if max_tokens is not None and num_prompt_tokens + max_tokens > max_model_len:
-        raise BadRequestError(
-            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in the prompt, {max_tokens} for the "
-            f"completion). Please reduce the prompt or {budget_param}.",
-            param=budget_param,
-            code="context_length_exceeded",
-        )
 
 
 def check_n(n: int) -> None:

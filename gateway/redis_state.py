@@ -2,8 +2,8 @@
 layout, a background writer, the replica heartbeat and the control channel
 (pub/sub) every replica listens on. What is kept there has one home per
 noun: sessions in ``gateway.sessions``, agent programs' last turns in
-``gateway.program_store``, the request registry in ``gateway.registry``,
-rate limits in ``gateway.ratelimit``, the pause state and control messages
+``gateway.programs.last_turns``, the request registry in ``gateway.requests_in_flight``,
+rate limits in ``gateway.admission.rate_limits``, the pause state and control messages
 in ``gateway.cluster``.
 
 One code path: ``redis.asyncio`` against whatever ``--redis-url`` names, the
@@ -29,20 +29,19 @@ Keys (``P`` is ``--redis-prefix``, default ``agentgate``)::
     P:session:{id}:requests   set of request ids in flight (same TTL)
     P:sessions                zset: session id -> last activity (listing; pruned lazily)
     P:program:{id}            hash: engine, ended (an agent program's last turn: the engine it ran on, its
-                              wall-clock end); TTL --session-ttl (gateway.program_store)
-    P:request:{rid}           hash: replica, engine, session, key, started, engine_ids (gateway.registry)
-    P:key:{digest}:requests   set of the key's request ids in flight (gateway.registry)
+                              wall-clock end); TTL --session-ttl (gateway.programs.last_turns)
+    P:request:{rid}           hash: replica, engine, session, key, started, engine_ids (gateway.requests_in_flight)
+    P:key:{digest}:requests   set of the key's request ids in flight (gateway.requests_in_flight)
     P:replica:{replica}       JSON about a live replica, TTL 15 s, refreshed every 5 s
     P:pause                   JSON {mode, at, by} while paused
     P:engine:{address}        JSON about a registered engine (address, model, capacity, device, started,
-                              state serving/draining), TTL 10 s, refreshed every 2 s (gateway.engine_registry)
-    P:rl:{digest}:requests / :tokens   rate-limit buckets (gateway.ratelimit)
+                              state serving/draining), TTL 10 s, refreshed every 2 s (gateway.engines.registry)
+    P:rl:{digest}:requests / :tokens   rate-limit buckets (gateway.admission.rate_limits)
     channel P:control         control messages, typed JSON (gateway.cluster)
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -53,6 +52,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
+import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -80,6 +80,21 @@ class RedisUnavailableError(ServiceUnavailableError):
 def make_replica_id(port: int) -> str:
     """``host:port:pid:suffix``, unique per gateway process (:meth:`SharedState.replica_alive` reads it)."""
     return f"{socket.gethostname()}:{port}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class ReplicaInfo(msgspec.Struct, kw_only=True):
+    """What a live replica says of itself in ``P:replica:{id}`` (its heartbeat rewrites it)."""
+
+    host: str = ""
+    port: int = 0
+    engines: list[str] = msgspec.field(default_factory=list)  # the engines' addresses it serves
+    seen: float = 0.0  # time.time() of its last heartbeat
+
+
+class Replica(ReplicaInfo, kw_only=True):
+    """A live replica as the operator routes list it."""
+
+    id: str
 
 
 class Keys:
@@ -163,7 +178,7 @@ class SharedState:
         self._pending_writes = 0
         self._down_logged = False
         self._writes, self._write_queue = anyio.create_memory_object_stream[Callable[[], Awaitable[Any]]](WRITER_QUEUE)
-        self.replica_info: dict[str, Any] = {}
+        self.replica_info = ReplicaInfo()
 
     @property
     def display_url(self) -> str:
@@ -192,8 +207,12 @@ class SharedState:
             self.up = False
             if not self._down_logged:
                 self._down_logged = True
-                log.warning("redis at %s is unreachable (%s); session, rate-limit and cross-replica routes answer "
-                            "503 until it is back", self.display_url, exc)  # fmt: skip
+                log.warning(
+                    "redis at %s is unreachable (%s); session, rate-limit and cross-replica routes answer "
+                    "503 until it is back",
+                    self.display_url,
+                    exc,
+                )
         else:
             log.warning("redis error: %s", exc)
 
@@ -241,7 +260,7 @@ class SharedState:
     async def _heartbeat(self) -> None:
         key = self.keys.replica(self.replica_id)
         while True:
-            info = json.dumps({**self.replica_info, "seen": time.time()})
+            info = msgspec.json.encode(msgspec.structs.replace(self.replica_info, seen=time.time()))
             try:
                 await self.guard(
                     "the replica heartbeat",
@@ -270,13 +289,14 @@ class SharedState:
                 pass
         return bool(await self.guard("a replica's heartbeat", self.client.exists(self.keys.replica(replica_id))))
 
-    async def replicas(self) -> list[dict[str, Any]]:
-        async def read() -> list[dict[str, Any]]:
+    async def replicas(self) -> list[Replica]:
+        async def read() -> list[Replica]:
             out = []
             async for key in self.client.scan_iter(match=self.keys.replica("*"), count=500):
                 raw = await self.client.get(key)
                 if raw:
-                    out.append({"id": key[len(self.keys.replica("")) :], **json.loads(raw)})
+                    info = msgspec.json.decode(raw, type=ReplicaInfo)
+                    out.append(Replica(id=key[len(self.keys.replica("")) :], **msgspec.structs.asdict(info)))
             return out
 
         return await self.guard("listing replicas", read())

@@ -175,6 +175,9 @@ class CompletionLogprobs(Struct):
 
 
 class AssistantMessage(Struct, omit_defaults=True):
+    """An assistant's message: a chat completion's, and a reply as a session records it whatever
+    the API (``gateway.replies.recorded_reply``), what a program's next turn recognises."""
+
     role: str
     content: str | None
     tool_calls: list[dict[str, Any]] | None = None

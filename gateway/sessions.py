@@ -18,7 +18,7 @@ activity. It expires ``--session-ttl`` seconds after its last activity.
   The messages are the ones the route decoded, then the reply.
 - ``GET /v1/sessions/{id}`` (owner or admin), ``DELETE /v1/sessions/{id}``
   (aborts its requests in flight on every replica, then removes it),
-  ``GET /v1/sessions`` (admin): ``gateway.routes.sessions``.
+  ``GET /v1/sessions`` (admin): ``gateway.http.routes.sessions``.
 
 With no API key configured the server is open and anyone may use any session.
 """
@@ -35,7 +35,8 @@ import msgspec
 from agentgate.gateway.context import ANONYMOUS
 from agentgate.gateway.errors import NotFoundError
 from agentgate.gateway.redis_state import SharedState
-from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.requests_in_flight import RequestRegistry
+from agentgate.gateway.schemas import AssistantMessage
 
 # KEYS: session hash, sessions index. ARGV: session id, owner digest, now, ttl, '1' when the caller is admin
 _OPEN = """
@@ -194,8 +195,14 @@ class SessionStore:
         args = [request_id, engine, self.ttl]
         self.shared.enqueue(lambda: self._bind(keys=keys, args=args))
 
-    def record_turn(self, session_id: str, request_id: str, usage: tuple[int, int], messages: Sequence[Any],
-                    reply: dict[str, Any] | None) -> None:  # fmt: skip
+    def record_turn(
+        self,
+        session_id: str,
+        request_id: str,
+        usage: tuple[int, int],
+        messages: Sequence[Any],
+        reply: AssistantMessage | None,
+    ) -> None:
         """A request of the session ended: count its turn and tokens, and keep ``messages``
         (what the client sent) then ``reply`` (the first choice as an assistant message, its
         tool calls parsed; None: the engine produced nothing) as the session's messages. In
@@ -203,9 +210,7 @@ class SessionStore:
         keys = [self.keys.session(session_id), self.keys.session_requests(session_id), self.keys.sessions]
 
         async def write() -> Any:
-            conversation = msgspec.to_builtins(list(messages))
-            if reply is not None:
-                conversation.append(reply)
+            conversation = msgspec.to_builtins([*messages, reply] if reply is not None else list(messages))
             text = json.dumps(conversation, ensure_ascii=False)
             args = [request_id, session_id, usage[0], usage[1], f"{time.time():.3f}", self.ttl, text]
             return await self._turn(keys=keys, args=args)

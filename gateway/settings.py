@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentgate.gateway.setting_values import env_name, parse_value
+
 if TYPE_CHECKING:
     from agentgate.engine.config import EngineConfig
 
-ENV_PREFIX = "AGENTGATE_"
 RUNNERS = ("overlap", "sync", "null")
 COMMANDS = ("serve", "gateway", "engine")
 RATE_LIMIT_REDIS_DOWN = ("allow", "reject")
@@ -284,8 +285,9 @@ class Settings:
         "(a temporary one with --port 0)",
         default=None,
     )
-    redis_prefix: str = _opt("prefix of every Redis key and channel of agentgate", default="agentgate",
-                             commands=COMMANDS)  # fmt: skip
+    redis_prefix: str = _opt(
+        "prefix of every Redis key and channel of agentgate", default="agentgate", commands=COMMANDS
+    )
     session_ttl: float = _opt("seconds a session lives after its last activity", default=3600.0)
     response_ttl: float = _opt("seconds a stored /v1/responses response (and its chain) is kept", default=30 * 86400.0)
     rate_limit_rpm: int = _opt("requests per minute per API key (0: unlimited)", default=0)
@@ -342,7 +344,7 @@ class Settings:
         if self.rate_limit_redis_down not in RATE_LIMIT_REDIS_DOWN:
             raise ValueError(f"rate_limit_redis_down must be one of {RATE_LIMIT_REDIS_DOWN}")
         if self.key_rate_limits:
-            from agentgate.gateway.ratelimit import parse_key_limits
+            from agentgate.gateway.admission.rate_limits import parse_key_limits
 
             parse_key_limits(self.key_rate_limits)
 
@@ -368,44 +370,3 @@ class Settings:
                 values[f.name] = parse_value(f, raw)
         values.update(overrides)
         return cls(**values)
-
-
-def flag_name(f: dataclasses.Field) -> str:
-    return f.metadata.get("flag") or f.name.replace("_", "-")
-
-
-def env_name(f: dataclasses.Field) -> str:
-    return ENV_PREFIX + flag_name(f).replace("-", "_").upper()
-
-
-def field_kind(f: dataclasses.Field) -> str:
-    """'tuple', 'bool', 'int', 'float' or 'str' (the annotation, read as a string)."""
-    annotation = str(f.type)
-    for kind in ("tuple", "bool", "int", "float"):
-        if annotation.startswith(kind):
-            return kind
-    return "str"
-
-
-def optional(f: dataclasses.Field) -> bool:
-    return "None" in str(f.type)
-
-
-def parse_value(f: dataclasses.Field, raw: str) -> Any:
-    """One setting from its text (an environment variable or a flag)."""
-    kind = field_kind(f)
-    if kind == "tuple":
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
-    if optional(f) and raw.strip().lower() in ("", "none"):
-        return None
-    if kind == "bool":
-        value = raw.strip().lower()
-        if value in ("1", "true", "yes", "on"):
-            return True
-        if value in ("0", "false", "no", "off", ""):
-            return False
-        raise ValueError(f"{env_name(f)}: expected a boolean, got {raw!r}")
-    try:
-        return {"int": int, "float": float, "str": str}[kind](raw)
-    except ValueError:
-        raise ValueError(f"{flag_name(f)}: expected {kind}, got {raw!r}") from None

@@ -64,13 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     target = p.add_argument_group("target")
     target.add_argument("--url", default=None, help="a running server (default: start one, see --serve)")
-    target.add_argument("--serve", action="store_true", help="start `agentgate serve` for the run (the default "
-                        "without --url)")  # fmt: skip
+    target.add_argument(
+        "--serve", action="store_true", help="start `agentgate serve` for the run (the default without --url)"
+    )
     target.add_argument("--server-args", default="", help='flags for `agentgate serve`, e.g. "--runner sync"')
     target.add_argument("--server-pid", type=int, default=None, help="with --url: the server's pid, for CPU figures")
     target.add_argument("--api-key", default=os.environ.get("AGENTGATE_API_KEY"))
-    target.add_argument("--admin-key", default=os.environ.get("AGENTGATE_ADMIN_KEY"),
-                        help="for --pause-at and --abort-via server")  # fmt: skip
+    target.add_argument(
+        "--admin-key", default=os.environ.get("AGENTGATE_ADMIN_KEY"), help="for --pause-at and --abort-via server"
+    )
     load = p.add_argument_group("load")
     load.add_argument("--agents", type=int, default=16, help="closed loop: concurrent agents")
     load.add_argument("--turns", type=int, default=4, help="requests per conversation")
@@ -81,8 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--seed", type=int, default=0)
     load.add_argument("--reply-tokens", type=int, default=32)
     load.add_argument("--calls", type=_range, default=(1, 4), metavar="MIN,MAX", help="tool calls per turn")
-    load.add_argument("--tool-latency", type=_range, default=(0.05, 0.4), metavar="LOW,HIGH",
-                      help="seconds each simulated tool call takes (uniform)")  # fmt: skip
+    load.add_argument(
+        "--tool-latency",
+        type=_range,
+        default=(0.05, 0.4),
+        metavar="LOW,HIGH",
+        help="seconds each simulated tool call takes (uniform)",
+    )
     load.add_argument(
         "--complete-conversations",
         action="store_true",
@@ -158,11 +165,14 @@ class ProgressView:
         bad = len(records) - ok
         tokens = self._tokens  # of finished requests
         p50 = percentile(self._ttfts[-200:], 50)
-        info = (f"{ok} ok, {bad} not ok | {len(state.in_flight)} in flight | "
-                f"{tokens / max(now, 1e-9):.1f} tok/s | TTFT p50 {p50 or 0:.2f}s"
-                + (" | draining" if state.draining else ""))  # fmt: skip
-        self.progress.update(self.task, completed=min(now, self.duration), info=info,
-                             description="drain" if state.draining else "load")  # fmt: skip
+        info = (
+            f"{ok} ok, {bad} not ok | {len(state.in_flight)} in flight | "
+            f"{tokens / max(now, 1e-9):.1f} tok/s | TTFT p50 {p50 or 0:.2f}s"
+            + (" | draining" if state.draining else "")
+        )
+        self.progress.update(
+            self.task, completed=min(now, self.duration), info=info, description="drain" if state.draining else "load"
+        )
         self.progress.refresh()
 
 

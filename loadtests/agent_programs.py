@@ -50,16 +50,36 @@ VARIANTS = {
     "auto/program": [],
 }
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "search_docs", "description": "Search the runbooks for a query.",
-        "parameters": {"type": "object", "properties": {"query": {"type": "string", "maxLength": 40}},
-                       "required": ["query"], "additionalProperties": False}}},
-    {"type": "function", "function": {
-        "name": "get_metric", "description": "Read a service metric.",
-        "parameters": {"type": "object", "properties": {"service": {"type": "string", "maxLength": 24},
-                                                        "metric": {"enum": ["latency", "errors", "load"]}},
-                       "required": ["service", "metric"], "additionalProperties": False}}},
-]  # fmt: skip
+    {
+        "type": "function",
+        "function": {
+            "name": "search_docs",
+            "description": "Search the runbooks for a query.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "maxLength": 40}},
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_metric",
+            "description": "Read a service metric.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "service": {"type": "string", "maxLength": 24},
+                    "metric": {"enum": ["latency", "errors", "load"]},
+                },
+                "required": ["service", "metric"],
+                "additionalProperties": False,
+            },
+        },
+    },
+]
 SERVICES = ["billing", "search", "checkout", "auth", "media", "ledger", "mailer", "gateway", "catalog", "reports"]
 CALL_TOKENS = 48
 ANSWER_TOKENS = 24

@@ -99,14 +99,19 @@ def main() -> None:
         out = []
         for i in range(args.batch):
             on = mode == "constrained" or (mode == "half" and i % 2 == 0)
-            out.append(SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=True,
-                                      structured=constrained if on else None))  # fmt: skip
+            out.append(
+                SamplingParams(
+                    temperature=0.0, max_tokens=args.output_len, ignore_eos=True, structured=constrained if on else None
+                )
+            )
         return out
 
     cores = {runner: make_core(args.model, runner, dtype, args.batch) for runner in RUNNERS}
     device = cores["overlap"].runner.device
-    print(f"model={args.model} device={device} dtype={cores['overlap'].runner.dtype} batch={args.batch} "
-          f"output={args.output_len} grammar={args.grammar} prompt~{len(prompts[0])} tokens")  # fmt: skip
+    print(
+        f"model={args.model} device={device} dtype={cores['overlap'].runner.dtype} batch={args.batch} "
+        f"output={args.output_len} grammar={args.grammar} prompt~{len(prompts[0])} tokens"
+    )
     for runner, core in cores.items():  # warm up: kernels, allocator, graphs, the grammar compiled and cached
         for mode in MODES:
             run(core, prompts[:2], params(mode)[:2], eos, f"warm-{mode}")
@@ -123,8 +128,10 @@ def main() -> None:
         print(f"{runner:8s} {line}")
     for runner in RUNNERS:
         base = best[runner, "unconstrained"]
-        print(f"{runner:8s} constrained/unconstrained {best[runner, 'constrained'] / base:.3f}   "
-              f"half/unconstrained {best[runner, 'half'] / base:.3f}")  # fmt: skip
+        print(
+            f"{runner:8s} constrained/unconstrained {best[runner, 'constrained'] / base:.3f}   "
+            f"half/unconstrained {best[runner, 'half'] / base:.3f}"
+        )
     for mode in MODES:
         print(f"overlap/sync {mode:13s} {best['overlap', mode] / best['sync', mode]:.3f}")
 

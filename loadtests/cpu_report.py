@@ -11,7 +11,7 @@ int4 stops paying. This prints, in order:
    GGUF stores it, dense bfloat16 through packed oneDNN, dense float32), at 1
    and 16 rows (from oneDNN's and MKL's own verbose lines);
 3. the ``--deterministic`` mode the load-time check chooses for each, with its
-   cost (`engine.models.batch_invariant`);
+   cost (`engine.layers.batch_invariant`);
 4. the int4 / dense crossover: one decoder layer's projections at 1-256 rows
    per form, and from how many rows dense bfloat16 is faster than int4.
 
@@ -36,11 +36,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from agentgate.engine.models import load_model
-from agentgate.engine.models.batch_invariant import MAX_CHECKED_ROWS, choose_mode
-from agentgate.engine.models.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.layers.batch_invariant import MAX_CHECKED_ROWS, choose_mode
+from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.layers.row_choice import fastest_seconds
+from agentgate.engine.loaders import load_model
 from agentgate.engine.models.llama import CausalLM
-from agentgate.engine.models.row_choice import fastest_seconds
 
 # (label, load_model options) of each weight form the engine can serve on a CPU.
 FORMS: tuple[tuple[str, dict[str, str]], ...] = (
@@ -74,8 +74,10 @@ def captured_stdout() -> Iterator[list[str]]:
 def blas_verbose(call: Callable[[], object]) -> list[str]:
     """oneDNN's and MKL's verbose lines for one call."""
     with captured_stdout() as lines:
-        with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON), \
-                torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON):  # fmt: skip
+        with (
+            torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON),
+            torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON),
+        ):
             call()
     return lines
 
@@ -145,8 +147,13 @@ class Form:
     def linears(self) -> dict[str, nn.Module]:
         """One linear of each kind (layer 0's projections, the LM head), by name."""
         attn, mlp = self.model.layers[0].self_attn, self.model.layers[0].mlp
-        return {"qkv": attn.qkv_proj, "o": attn.o_proj, "gate_up": mlp.gate_up_proj, "down": mlp.down_proj,
-                "lm_head": self.model.head_linear()}  # fmt: skip
+        return {
+            "qkv": attn.qkv_proj,
+            "o": attn.o_proj,
+            "gate_up": mlp.gate_up_proj,
+            "down": mlp.down_proj,
+            "lm_head": self.model.head_linear(),
+        }
 
 
 def load_forms(model: str | None, load_format: str) -> list[Form]:

@@ -59,8 +59,10 @@ def bare_app(num_chunks: int):
         return b"data: " + msgspec.json.encode(chunk) + b"\r\n\r\n"
 
     role = event({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None})
-    words = [event({"index": 0, "delta": {"content": f" word{i}"}, "logprobs": None, "finish_reason": None})
-             for i in range(num_chunks - 1)]  # fmt: skip
+    words = [
+        event({"index": 0, "delta": {"content": f" word{i}"}, "logprobs": None, "finish_reason": None})
+        for i in range(num_chunks - 1)
+    ]
     last = event({"index": 0, "delta": {"content": " end"}, "logprobs": None, "finish_reason": "length"})
 
     async def chat(request: Request) -> EventSourceResponse:
@@ -136,8 +138,14 @@ async def drive(name: str, url: str, streams: int, num_chunks: int, server_pid: 
     import anyio
     import httpx
 
-    body = {"model": None, "messages": MESSAGES, "max_tokens": num_chunks, "stream": True, "ignore_eos": True,
-            "temperature": 0}  # fmt: skip
+    body = {
+        "model": None,
+        "messages": MESSAGES,
+        "max_tokens": num_chunks,
+        "stream": True,
+        "ignore_eos": True,
+        "temperature": 0,
+    }
     ttfc: list[float] = []
     counts: list[int] = []
     failures = 0
@@ -214,9 +222,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=256)
     parser.add_argument("--chunks", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="measure each server this many times, alternating, and report the median ratio "
-                             "(use 3-5 on a shared machine)")  # fmt: skip
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure each server this many times, alternating, and report the median ratio "
+        "(use 3-5 on a shared machine)",
+    )
     parser.add_argument("--bare-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server:
@@ -228,23 +240,36 @@ def main() -> int:
     gateway_port, bare_port = free_port(), free_port()
     servers = []
     try:
+        # Formatted by hand: each flag beside its value, as on a command line.
         servers.append(start(
             [sys.executable, "-m", "agentgate.gateway.cli", "serve", "--runner", "null", "--port", str(gateway_port),
              "--max-num-seqs", str(max(args.streams, 64)), "--max-model-len", "2048", "--max-waiting", "0",
              "--log-level", "warning"],
             gateway_port, f"GET http://127.0.0.1:{gateway_port}/health",
         ))  # fmt: skip
-        servers.append(start(
-            [sys.executable, "-m", "agentgate.loadtests.gateway_bench", "--bare-server", str(bare_port), "--chunks",
-             str(args.chunks)],
-            bare_port, f"POST http://127.0.0.1:{bare_port}/v1/chat/completions",
-        ))  # fmt: skip
+        servers.append(
+            start(
+                [
+                    sys.executable,
+                    "-m",
+                    "agentgate.loadtests.gateway_bench",
+                    "--bare-server",
+                    str(bare_port),
+                    "--chunks",
+                    str(args.chunks),
+                ],
+                bare_port,
+                f"POST http://127.0.0.1:{bare_port}/v1/chat/completions",
+            )
+        )
         urls = {
             "gateway": f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
             "bare": f"http://127.0.0.1:{bare_port}/v1/chat/completions",
         }
-        print(f"{args.streams} concurrent streams x {args.chunks} chunks, httpx client, {os.cpu_count()} CPUs "
-              "(client, gateway, engine and bare app share them)")  # fmt: skip
+        print(
+            f"{args.streams} concurrent streams x {args.chunks} chunks, httpx client, {os.cpu_count()} CPUs "
+            "(client, gateway, engine and bare app share them)"
+        )
         ratios = []
         for round_ in range(args.rounds):
             order = ["gateway", "bare"] if round_ % 2 == 0 else ["bare", "gateway"]

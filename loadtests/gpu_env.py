@@ -23,7 +23,7 @@ ENGINE_MODULES = (
     "agentgate.engine.core",
     "agentgate.engine.runner.overlap",
     "agentgate.engine.runner.sync",
-    "agentgate.engine.models",
+    "agentgate.engine.loaders",
 )
 WHEELS_HINT = "download their wheels into .whl/ (see loadtests/gpu_check.sh) and carry .whl"
 

@@ -109,7 +109,7 @@ def make_core(model: str):
     from agentgate.engine.attention.triton import TritonAttentionBackend
     from agentgate.engine.config import EngineConfig
     from agentgate.engine.core import EngineCore
-    from agentgate.engine.models import LoadedModel, load_model
+    from agentgate.engine.loaders import LoadedModel, load_model
     from agentgate.engine.models.llama import build_model
     from agentgate.engine.runner.overlap import OverlapRunner
 

@@ -79,8 +79,12 @@ def latency_table(report: dict[str, Any]) -> Table:
     table.add_column("metric", style="bold")
     for column in ("p50", "p90", "p99", "mean", "max"):
         table.add_column(column, justify="right")
-    for name, key, unit in (("TTFT", "ttft", "s"), ("ITL", "itl", "ms"), ("TPOT", "tpot", "ms"),
-                            ("end-to-end", "e2e", "s")):  # fmt: skip
+    for name, key, unit in (
+        ("TTFT", "ttft", "s"),
+        ("ITL", "itl", "ms"),
+        ("TPOT", "tpot", "ms"),
+        ("end-to-end", "e2e", "s"),
+    ):
         d = lat[key]
         table.add_row(name, *(_fmt(d[q], unit) for q in ("p50", "p90", "p99", "mean", "max")))
     return table
@@ -92,37 +96,51 @@ def figures_table(report: dict[str, Any]) -> Table:
     table = Table(title="throughput, goodput, requests, CPU", title_justify="left", show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("output tokens/s", f"{tp['output_tokens_per_s']:.1f}  ({tp['output_tokens']} tokens in "
-                                     f"{s['window_s']:.1f} s)")  # fmt: skip
+    table.add_row(
+        "output tokens/s", f"{tp['output_tokens_per_s']:.1f}  ({tp['output_tokens']} tokens in {s['window_s']:.1f} s)"
+    )
     table.add_row("prompt tokens/s", f"{tp['prompt_tokens_per_s']:.1f}")
     table.add_row("requests/s", f"{tp['requests_per_s']:.2f}  ({report['run']['conversations']} conversations)")
     slo = gp["slo"]
     frac = "-" if gp["fraction"] is None else f"{gp['fraction']:.0%} of requests"
-    table.add_row(f"goodput (TTFT <= {slo['ttft_s']:g} s, TPOT <= {slo['tpot_s'] * 1000:.0f} ms)",
-                  f"{gp['requests_per_s']:.2f} req/s, {gp['output_tokens_per_s']:.1f} tok/s, {frac}")  # fmt: skip
+    table.add_row(
+        f"goodput (TTFT <= {slo['ttft_s']:g} s, TPOT <= {slo['tpot_s'] * 1000:.0f} ms)",
+        f"{gp['requests_per_s']:.2f} req/s, {gp['output_tokens_per_s']:.1f} tok/s, {frac}",
+    )
     prompt = tokens["prompt"]
     by_turn = ", ".join(f"turn {int(t) + 1}: {m:.0f}" for t, m in tokens["prompt_mean_by_turn"].items())
     if prompt["count"]:
-        table.add_row("prompt tokens", f"min..max {tokens['prompt_min']}..{prompt['max']:.0f}, "
-                                       f"mean {prompt['mean']:.0f} ({by_turn})")  # fmt: skip
+        table.add_row(
+            "prompt tokens",
+            f"min..max {tokens['prompt_min']}..{prompt['max']:.0f}, mean {prompt['mean']:.0f} ({by_turn})",
+        )
         completion = tokens["completion"]
         table.add_row("reply tokens", f"p50 {completion['p50']:.0f}, max {completion['max']:.0f}")
     by_turn_ttft = s["latency_s"].get("ttft_p50_by_turn") or {}
     if by_turn_ttft:
-        table.add_row("TTFT p50 by turn", ", ".join(f"turn {int(t) + 1}: {v:.2f} s" for t, v in by_turn_ttft.items()
-                                                    if v is not None))  # fmt: skip
-    table.add_row("requests", f"{req['ok']} ok, {req['aborted']} aborted, {req['errors']} errors, "
-                              f"{req['truncated']} cut short; {req['retries']} retried after 429/503")  # fmt: skip
+        table.add_row(
+            "TTFT p50 by turn",
+            ", ".join(f"turn {int(t) + 1}: {v:.2f} s" for t, v in by_turn_ttft.items() if v is not None),
+        )
+    table.add_row(
+        "requests",
+        f"{req['ok']} ok, {req['aborted']} aborted, {req['errors']} errors, "
+        f"{req['truncated']} cut short; {req['retries']} retried after 429/503",
+    )
     server = report.get("server_view") or {}
     if server:
         hit = server.get("prefix_cache_hit_rate")
         table.add_row("prefix-cache hit rate", "-" if hit is None else f"{hit:.1%} of prompt tokens (/metrics)")
         rate, per_step = server.get("spec_acceptance_rate"), server.get("tokens_per_step")
-        table.add_row("speculation (/metrics)", f"acceptance {'-' if rate is None else f'{rate:.1%}'} of "
-                      f"{server.get('spec_draft_tokens') or 0:.0f} drafted, "
-                      f"{'-' if per_step is None else f'{per_step:.2f}'} tokens per request-step")  # fmt: skip
-        table.add_row("server TTFT (/metrics)", f"p50 {_fmt(server.get('ttft_p50_s'))}, "
-                                                f"p99 {_fmt(server.get('ttft_p99_s'))}")  # fmt: skip
+        table.add_row(
+            "speculation (/metrics)",
+            f"acceptance {'-' if rate is None else f'{rate:.1%}'} of "
+            f"{server.get('spec_draft_tokens') or 0:.0f} drafted, "
+            f"{'-' if per_step is None else f'{per_step:.2f}'} tokens per request-step",
+        )
+        table.add_row(
+            "server TTFT (/metrics)", f"p50 {_fmt(server.get('ttft_p50_s'))}, p99 {_fmt(server.get('ttft_p99_s'))}"
+        )
     cpu = report.get("cpu") or {}
     if cpu:
         parts = [f"client {cpu['client_cores']:.2f}"]
@@ -185,8 +203,10 @@ def plot(
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)
     cfg = report["config"]
-    fig.suptitle(f"latency CDFs: {cfg['agents']} agents ({cfg['mode']} loop), {cfg['turns']} turns, "
-                 f"{cfg['reply_tokens']}-token replies, {len(ok)} requests")  # fmt: skip
+    fig.suptitle(
+        f"latency CDFs: {cfg['agents']} agents ({cfg['mode']} loop), {cfg['turns']} turns, "
+        f"{cfg['reply_tokens']}-token replies, {len(ok)} requests"
+    )
     fig.tight_layout()
     path = out / "latency_cdf.png"
     fig.savefig(path, dpi=110)
@@ -207,12 +227,19 @@ def plot(
     if samples:
         twin = ax.twinx()
         ts = [s["t"] for s in samples]
-        twin.plot(ts, [s.get("agentgate_requests_running", 0) for s in samples], color="tab:green",
-                  label="running (engine)")  # fmt: skip
-        twin.plot(ts, [s.get("agentgate_requests_waiting", 0) for s in samples], color="tab:orange",
-                  label="waiting (engine)")  # fmt: skip
-        twin.plot(ts, [100 * s.get("agentgate_kv_cache_usage_ratio", 0) for s in samples], color="tab:purple",
-                  linestyle="--", label="KV usage %")  # fmt: skip
+        twin.plot(
+            ts, [s.get("agentgate_requests_running", 0) for s in samples], color="tab:green", label="running (engine)"
+        )
+        twin.plot(
+            ts, [s.get("agentgate_requests_waiting", 0) for s in samples], color="tab:orange", label="waiting (engine)"
+        )
+        twin.plot(
+            ts,
+            [100 * s.get("agentgate_kv_cache_usage_ratio", 0) for s in samples],
+            color="tab:purple",
+            linestyle="--",
+            label="KV usage %",
+        )
         twin.set_ylabel("requests / KV %")
         lines = ax.get_legend_handles_labels()
         more = twin.get_legend_handles_labels()
@@ -224,8 +251,9 @@ def plot(
         if color:
             ax.axvline(event["t"], color=color, linewidth=0.8, alpha=0.6)
     ax.axvline(cfg["duration"], color="grey", linestyle="--", linewidth=0.8)
-    ax.set_title("throughput over time (grey dashed: end of arrivals; red/green: pause/resume; black: abort storm)",
-                 fontsize=9)  # fmt: skip
+    ax.set_title(
+        "throughput over time (grey dashed: end of arrivals; red/green: pause/resume; black: abort storm)", fontsize=9
+    )
     fig.tight_layout()
     path = out / "throughput.png"
     fig.savefig(path, dpi=110)

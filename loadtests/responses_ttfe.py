@@ -56,10 +56,19 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--serve-args", default="--runner sync --dtype float32", help="flags of agentgate serve")
     args = parser.parse_args()
-    chat = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": args.max_tokens, "temperature": 0,
-            "stream": True}  # fmt: skip
-    responses = {"input": PROMPT, "max_output_tokens": args.max_tokens, "temperature": 0, "stream": True,
-                 "store": False}  # fmt: skip
+    chat = {
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": args.max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
+    responses = {
+        "input": PROMPT,
+        "max_output_tokens": args.max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "store": False,
+    }
     ways = {
         "chat": ("/v1/chat/completions", chat, re.compile(r'"content":"[^"]')),
         "responses": ("/v1/responses", responses, re.compile(r'"type":"response\.output_text\.delta"')),
@@ -82,8 +91,10 @@ def main() -> None:
     for name, pairs in times.items():
         medians[name] = (statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs))
         print(f"{name:10s} first event {medians[name][0] * 1e3:8.2f} ms   first text {medians[name][1] * 1e3:8.2f} ms")
-    print(f"responses/chat  first event {medians['responses'][0] / medians['chat'][0]:.3f}   "
-          f"first text {medians['responses'][1] / medians['chat'][1]:.3f}")  # fmt: skip
+    print(
+        f"responses/chat  first event {medians['responses'][0] / medians['chat'][0]:.3f}   "
+        f"first text {medians['responses'][1] / medians['chat'][1]:.3f}"
+    )
 
 
 if __name__ == "__main__":

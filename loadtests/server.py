@@ -131,8 +131,14 @@ class Server:
         self.process.wait(10)
 
 
-def launch(args: Sequence[str], log_path: Path, *, port: int = 0, env: Mapping[str, str] | None = None,
-           cls: type[Server] = Server) -> Server:  # fmt: skip
+def launch(
+    args: Sequence[str],
+    log_path: Path,
+    *,
+    port: int = 0,
+    env: Mapping[str, str] | None = None,
+    cls: type[Server] = Server,
+) -> Server:
     """``python -m agentgate.gateway.cli ARGS`` in the background, its output appended to
     ``log_path`` (not waited for: see :func:`wait_healthy`); ``env``: its whole environment."""
     command = [sys.executable, "-m", "agentgate.gateway.cli", *args]
@@ -150,8 +156,10 @@ def wait_healthy(*servers: Server, timeout: float = 600.0) -> None:
     for server in servers:
         while True:
             if server.process.poll() is not None:
-                raise RuntimeError(f"{server.log_path.name}: the server exited with {server.process.returncode}:\n"
-                                   + server.log()[-3000:])  # fmt: skip
+                raise RuntimeError(
+                    f"{server.log_path.name}: the server exited with {server.process.returncode}:\n"
+                    + server.log()[-3000:]
+                )
             try:
                 if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
                     break
@@ -165,8 +173,15 @@ def wait_healthy(*servers: Server, timeout: float = 600.0) -> None:
             time.sleep(0.2)
 
 
-def start_server(args: Sequence[str], log_dir: Path, timeout: float = 600.0, *, env: Mapping[str, str] | None = None,
-                 log_name: str | None = None, cls: type[Server] = Server) -> Server:  # fmt: skip
+def start_server(
+    args: Sequence[str],
+    log_dir: Path,
+    timeout: float = 600.0,
+    *,
+    env: Mapping[str, str] | None = None,
+    log_name: str | None = None,
+    cls: type[Server] = Server,
+) -> Server:
     """``agentgate serve ARGS`` on a free port of 127.0.0.1, once its /health answers 200; its
     output goes to ``log_dir / log_name`` (default ``server-<port>.log``)."""
     port = free_port()

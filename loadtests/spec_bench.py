@@ -62,8 +62,10 @@ def main() -> None:
     log_dir = Path(tempfile.mkdtemp(prefix="spec-bench-"))
     common = shlex.split(args.server_args)
     variants = {"off": "off", "on": args.on}
-    servers = {name: start_server([*common, "--speculative", mode], log_dir, log_name=f"{name}.log")
-               for name, mode in variants.items()}  # fmt: skip
+    servers = {
+        name: start_server([*common, "--speculative", mode], log_dir, log_name=f"{name}.log")
+        for name, mode in variants.items()
+    }
     try:
         for agents in (int(a) for a in args.agents.split(",")):
             one_window(servers["off"].url, agents, 3.0, seed=10_000, turns=args.turns)  # warm both alike

@@ -39,14 +39,22 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
 from agentgate.engine import LLM, SamplingParams
-from agentgate.engine.models.row_choice import RowChosenLinear
+from agentgate.engine.layers.row_choice import RowChosenLinear
 from agentgate.engine.runner import overlap, sync
 
 # Operators that are matrix products: the weight-only CPU kernels, dense GEMMs, oneDNN's packed linears.
-MATMULS = frozenset({
-    "aten::_weight_int4pack_mm_for_cpu", "aten::_weight_int8pack_mm", "aten::mm", "aten::addmm", "aten::bmm",
-    "aten::matmul", "aten::linear", "mkldnn::_linear_pointwise",
-})  # fmt: skip
+MATMULS = frozenset(
+    {
+        "aten::_weight_int4pack_mm_for_cpu",
+        "aten::_weight_int8pack_mm",
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::matmul",
+        "aten::linear",
+        "mkldnn::_linear_pointwise",
+    }
+)
 PROMPT = "Write a long story about a lighthouse keeper and the ships she guides home at night."
 
 
@@ -135,7 +143,7 @@ def profiler_range(original: Callable[..., Any], bucket: str) -> Callable[..., A
 def targets(model: torch.nn.Module) -> list[tuple[Any, str, str]]:
     """What `measure` times: every linear (any module with in/out features, the LM head included), attention's
     two calls, the sampler (as each runner calls it), and each decoder layer."""
-    # A linear choosing its form by rows (engine.models.row_choice) is timed once, not again inside.
+    # A linear choosing its form by rows (engine.layers.row_choice) is timed once, not again inside.
     inner = {id(form) for m in model.modules() if isinstance(m, RowChosenLinear) for form in (m.quantized, m.dense)}
     linears = [
         m for m in model.modules() if hasattr(m, "in_features") and hasattr(m, "out_features") and id(m) not in inner
@@ -228,8 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, action="append", help="batch sizes (repeatable; default 1 and 16)")
     parser.add_argument("--steps", type=int, default=24, help="decode steps profiled per batch size")
     args = parser.parse_args(argv)
-    llm = LLM(args.model, load_format=args.load_format, dtype=args.dtype, quantization=args.quantization,
-              runner=args.runner)  # fmt: skip
+    llm = LLM(
+        args.model, load_format=args.load_format, dtype=args.dtype, quantization=args.quantization, runner=args.runner
+    )
     print(f"step profile: {llm.core.runner.weights} | runner {args.runner}", flush=True)
     for batch in args.batch or [1, 16]:
         print("\n".join(measure(llm, batch, args.steps).lines()), flush=True)

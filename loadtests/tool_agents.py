@@ -87,11 +87,21 @@ class ToolConversation:
 
     def request_options(self) -> dict[str, Any]:
         if self.last_turn:
-            return {"tools": openai_tools(), "tool_choice": "none", "temperature": 0.0,
-                    "max_tokens": self.config.reply_tokens, "min_tokens": self.config.reply_tokens,
-                    "ignore_eos": True}  # fmt: skip
-        return {"tools": openai_tools(), "tool_choice": "required", "parallel_tool_calls": False,
-                "temperature": 0.0, "max_tokens": CALL_TOKENS}  # fmt: skip
+            return {
+                "tools": openai_tools(),
+                "tool_choice": "none",
+                "temperature": 0.0,
+                "max_tokens": self.config.reply_tokens,
+                "min_tokens": self.config.reply_tokens,
+                "ignore_eos": True,
+            }
+        return {
+            "tools": openai_tools(),
+            "tool_choice": "required",
+            "parallel_tool_calls": False,
+            "temperature": 0.0,
+            "max_tokens": CALL_TOKENS,
+        }
 
     def tool_latency(self, num_calls: int) -> float:
         """Seconds the turn's calls take (run in parallel: the slowest counts)."""

@@ -32,6 +32,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+# Formatted by hand: wire examples, one tool schema per entry.
 TOOLS: list[dict[str, Any]] = [
     {"name": "search_docs", "description": "Search the documentation index and return matching page titles.",
      "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
@@ -65,15 +66,32 @@ POSTAMBLE = (
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
 )
 
-SUBJECTS = ["the billing service", "the login page", "the nightly export", "the search index", "the mobile app",
-            "the payments queue", "the staging cluster", "the onboarding flow", "the data warehouse",
-            "the email digest"]  # fmt: skip
-VERBS = ["is slow since yesterday", "returns errors for some users", "needs a capacity review",
-         "missed its deadline", "has a new owner", "must be migrated next week"]  # fmt: skip
+SUBJECTS = [
+    "the billing service",
+    "the login page",
+    "the nightly export",
+    "the search index",
+    "the mobile app",
+    "the payments queue",
+    "the staging cluster",
+    "the onboarding flow",
+    "the data warehouse",
+    "the email digest",
+]
+VERBS = [
+    "is slow since yesterday",
+    "returns errors for some users",
+    "needs a capacity review",
+    "missed its deadline",
+    "has a new owner",
+    "must be migrated next week",
+]
 PEOPLE = ["alice", "bob", "chen", "dana", "emeka", "fatima", "goran", "hana"]
 CITIES = ["Paris", "Lagos", "Lima", "Osaka", "Oslo", "Pune", "Quito", "Tunis"]
-WORDS = ("latency error budget owner region cache queue report page shard replica index job deploy metric alert "
-         "window quota user trace log table row column day week").split()  # fmt: skip
+WORDS = (
+    "latency error budget owner region cache queue report page shard replica index job deploy metric alert "
+    "window quota user trace log table row column day week"
+).split()
 TASK_WORDS = 24  # random words in each conversation's task
 
 
@@ -189,8 +207,9 @@ class Conversation:
         for i in range(k):
             name = self.rng.choice(TOOLS)["name"]
             arguments, result = _arguments(self.rng, name), _result(self.rng)
-            calls.append(ToolCallSim(f"call_{self.number}_{self.turn}_{i}", name, arguments, result,
-                                     self.rng.uniform(low, high)))  # fmt: skip
+            calls.append(
+                ToolCallSim(f"call_{self.number}_{self.turn}_{i}", name, arguments, result, self.rng.uniform(low, high))
+            )
         return calls
 
     def add_reply(self, text: str, calls: list[ToolCallSim]) -> None:

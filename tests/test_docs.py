@@ -1,7 +1,9 @@
-"""The docs stay true to the tree: every file and folder they name exists."""
+"""The docs stay true to the tree: every file and folder they name exists, and the walk of one
+request in docs/request-walk.md is the one a trace of it sees."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -33,3 +35,13 @@ def test_the_request_walk_names_each_file_it_walks_through_in_order():
     assert [int(n) for n, _ in table] == list(range(1, len(table) + 1)) and len(table) <= 20
     for _, path in table:
         assert (ROOT / path).is_file(), path
+
+
+def test_the_request_walk_embeds_the_walk_a_trace_of_the_request_sees():
+    """The doc's tables are the trace's (``AGENTGATE_WRITE_WALK=1`` writes them again)."""
+    from tests.support.request_walk import DOC, embedded, tables, traced, write
+
+    written = tables(*traced())
+    if os.environ.get("AGENTGATE_WRITE_WALK") == "1":
+        write(written)
+    assert embedded(DOC.read_text()) == written, "docs/request-walk.md differs from the trace: see its first section"

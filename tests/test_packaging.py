@@ -55,16 +55,25 @@ def test_the_wheel_installs_only_agentgate_and_imports_beside_the_agents_sdk(tmp
         names = set(archive.namelist())
         tops = {name.split("/")[0] for name in names}
     static = "agentgate/gateway/static/"
-    for page_file in ("index.html", "dashboard.html", "js/main.js", "js/dashboard/main.js", "vendor/marked/LICENSE",
-                      "vendor/dompurify/purify.es.js", "vendor/uplot/uPlot.esm.js"):  # fmt: skip
+    for page_file in (
+        "index.html",
+        "dashboard.html",
+        "js/main.js",
+        "js/dashboard/main.js",
+        "vendor/marked/LICENSE",
+        "vendor/dompurify/purify.es.js",
+        "vendor/uplot/uPlot.esm.js",
+    ):
         assert static + page_file in names, f"the wheel lacks {page_file}: the web pages would break once installed"
     assert tops == {"agentgate", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
 
     target = tmp_path / "site"
     installed = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert installed.returncode == 0, installed.stderr
     assert not (target / "agents").exists()
 
@@ -77,9 +86,13 @@ def test_the_wheel_installs_only_agentgate_and_imports_beside_the_agents_sdk(tmp
         "print(agents.__file__)\nprint(agentgate.agents.__file__)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [sys.executable, "-P", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
         env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     sdk_file, ours_file = done.stdout.split()
     assert "site-packages" in sdk_file and str(target) not in sdk_file

@@ -79,8 +79,14 @@ def test_serve_then_the_curl_answers_what_the_readme_says(tmp_path):
     curl, after = block("curl ")
     assert not _port_in_use(8000), "SET-UP: something already listens on 127.0.0.1:8000, where the README serves"
     log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen(["bash", "-c", serve], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                              env=clean_environment(), start_new_session=True)  # fmt: skip
+    server = subprocess.Popen(
+        ["bash", "-c", serve],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=clean_environment(),
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 420  # the set-up it runs first, then the model's load
         while not _ready():
@@ -115,8 +121,9 @@ def _ready() -> bool:
 def test_the_offline_python_example_prints_what_the_readme_says(tmp_path):
     code, after = block("from agentgate.engine import LLM")
     # As a user runs it: a fresh interpreter of the installed package, outside the repository.
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env=clean_environment())  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=clean_environment()
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == promised(after, "prints") + "\n"
 

@@ -24,7 +24,7 @@ def write_kv(
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x`` [tokens, heads, head_dim] by ``cos``/``sin`` [tokens,
-    head_dim / 2] (rows of `engine.models.rope.rope_tables` gathered at the
+    head_dim / 2] (rows of `engine.layers.rope.rope_tables` gathered at the
     tokens' positions), neox layout: element ``i`` pairs with ``i +
     head_dim / 2``. Computed in float32, returned in ``x``'s dtype."""
     return _rotate(x, *_rope_factors(cos, sin))
@@ -288,7 +288,12 @@ def _decode_attention(
     k = k_cache.index_select(0, plan.own).view(num_seqs, -1, width)
     v = v_cache.index_select(0, plan.own).view(num_seqs, -1, width)
     q = _block_diagonal(query, num_kv_heads, plan.spread)  # [seqs, width, heads]
-    scores = torch.bmm(k, q).transpose(1, 2)  # [seqs, heads, own tokens]
+    if k.dtype == torch.float32:
+        # MKL's float32 bmm with 9-odd columns is slow: as a transposed product, 2x faster (measured
+        # 50 rows x 352 tokens: 19 ms -> 9 ms a layer); for bfloat16 the other form wins (2.3 ms).
+        scores = torch.bmm(q.transpose(1, 2), k.transpose(1, 2))  # [seqs, heads, own tokens]
+    else:
+        scores = torch.bmm(k, q).transpose(1, 2)
     if plan.prefix is not None:
         k_prefix = k_cache.index_select(0, plan.prefix).view(-1, width)
         every_row = q.transpose(0, 1).reshape(width, num_seqs * num_heads)

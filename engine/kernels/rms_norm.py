@@ -1,6 +1,6 @@
 """Triton kernel: RMSNorm of each row, with the residual add before it fused
 in. One launch replaces the reference's add and eight norm ops
-(`engine.models.norm.rms_norm`, the same contract and the same roundings).
+(`engine.layers.norm.rms_norm`, the same contract and the same roundings).
 """
 
 from __future__ import annotations

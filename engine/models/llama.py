@@ -19,13 +19,13 @@ from torch import Tensor, nn
 
 from agentgate.engine.attention.base import AttentionBackend, AttentionMetadata
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.models.batch_invariant import make_rows_invariant
+from agentgate.engine.layers.batch_invariant import make_rows_invariant
+from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack, pack_linears
+from agentgate.engine.layers.norm import RMSNorm
+from agentgate.engine.layers.quant_linear import make_quant_linear
+from agentgate.engine.layers.quantized import QuantizedWeight, as_dense, cat_rows
+from agentgate.engine.layers.rope import rope_tables
 from agentgate.engine.models.config import ModelConfig
-from agentgate.engine.models.cpu_linear import PackedLinear, can_pack, pack_linears
-from agentgate.engine.models.norm import RMSNorm
-from agentgate.engine.models.quant_linear import make_quant_linear
-from agentgate.engine.models.quantized import QuantizedWeight, as_dense, cat_rows
-from agentgate.engine.models.rope import rope_tables
 
 
 def _norm(dim: int, config: ModelConfig, attention: AttentionBackend) -> RMSNorm:
@@ -161,7 +161,7 @@ class CausalLM(nn.Module):
 
     def pack_for_cpu(self) -> bool:
         """Run every projection and the LM head through weights packed for
-        oneDNN (`engine.models.cpu_linear`); a tied LM head gets its own
+        oneDNN (`engine.layers.cpu_linear`); a tied LM head gets its own
         packed copy of the embeddings. False, and nothing changed, where
         that does not apply (not bf16, no native bf16 in oneDNN)."""
         if not can_pack(self.embed_tokens.weight.dtype):
@@ -177,7 +177,7 @@ class CausalLM(nn.Module):
         query token at a time over exactly its context
         (`BatchInvariantTorchBackend`); linears, the tied LM head included,
         are made row-invariant where their kernel is not
-        (`engine.models.batch_invariant`), checked for batches up to
+        (`engine.layers.batch_invariant`), checked for batches up to
         ``max_rows`` rows. Returns the linears per mode; raises
         `NoInvariantMode` when this CPU offers none for some linear."""
         from agentgate.engine.attention.torch import BatchInvariantTorchBackend

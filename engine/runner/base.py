@@ -11,14 +11,14 @@ import torch
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.models.batch_invariant import NoInvariantMode
-from agentgate.engine.models.quantization import describe
-from agentgate.engine.models.row_choice import choose_by_rows, release_quantized_weights
+from agentgate.engine.layers.batch_invariant import NoInvariantMode
+from agentgate.engine.layers.row_choice import choose_by_rows, release_quantized_weights
+from agentgate.engine.loaders.quantization import describe
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 if TYPE_CHECKING:
-    from agentgate.engine.models import LoadedModel
+    from agentgate.engine.loaders import LoadedModel
 
 CPU_KV_CACHE_BYTES = 1 << 30
 CPU_MAX_MODEL_LEN = 8192
@@ -52,7 +52,7 @@ class ModelRunner(ABC):
     at most ``max_steps_in_flight`` launched steps not yet waited for."""
 
     max_steps_in_flight: int = 1
-    # What the model's weights are held as (see engine.models.quantization).
+    # What the model's weights are held as (see engine.loaders.quantization).
     quantization: str = "none"
     weights: str = ""
     weight_bytes_per_step: int = 0
@@ -87,7 +87,7 @@ class TorchModelRunner(ModelRunner):
     """A runner with a real model and a real paged KV cache."""
 
     def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None) -> None:
-        from agentgate.engine.models import load_model
+        from agentgate.engine.loaders import load_model
 
         self.config = config
         self.device = config.resolved_device()

@@ -79,9 +79,9 @@ class NullRunner(ModelRunner):
                 targets = []
                 for i in range(len(drafts) + 1):
                     history = state.token_ids + drafts[:i]
-                    targets.append(null_next_token(
-                        history[-1], len(history), new.seed, new.params.greedy, self.vocab_size
-                    ))  # fmt: skip
+                    targets.append(
+                        null_next_token(history[-1], len(history), new.seed, new.params.greedy, self.vocab_size)
+                    )
                 emitted = emitted_tokens(drafts, targets)
                 state.token_ids.extend(emitted)
                 state.num_computed -= len(drafts) + 1 - len(emitted)

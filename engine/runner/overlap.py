@@ -196,8 +196,9 @@ class OverlapRunner(TorchModelRunner):
         """Sample a deferred step; the bitmask (pinned on CUDA) is copied
         without blocking."""
         mask = bitmask.to(self.device, non_blocking=True)
-        handle.result = self._sample(handle.logits, handle.batch, handle.lives, handle.request_ids, mask,
-                                     handle.drafts, handle.verifies)  # fmt: skip
+        handle.result = self._sample(
+            handle.logits, handle.batch, handle.lives, handle.request_ids, mask, handle.drafts, handle.verifies
+        )
 
     def _sample(
         self,
@@ -253,8 +254,9 @@ class OverlapRunner(TorchModelRunner):
         flags = SamplingFlags.of([live.new.params for live in lives])
         if drafts is None:
             return self.slots.sampling_batch(step.idx_mapping, step.sample_rows, flags)
-        return self.slots.sampling_batch(step.idx_mapping, step.sample_rows, flags, drafts.offsets,
-                                         (drafts.count_rows, drafts.count_tokens))  # fmt: skip
+        return self.slots.sampling_batch(
+            step.idx_mapping, step.sample_rows, flags, drafts.offsets, (drafts.count_rows, drafts.count_tokens)
+        )
 
     def wait(self, handle: _StepHandle | _Deferred) -> ModelRunnerOutput:
         """The one synchronization: the output event of this step."""

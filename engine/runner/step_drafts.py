@@ -93,8 +93,16 @@ class DraftPlan:
         values.extend(drafts)
 
     def arrays(self) -> list[list[int]]:
-        return [self.offsets, self.compared, self.row_drafts, self.first_rows, self.logits_indices,
-                self.count_rows, self.count_tokens, *self.token_writes]  # fmt: skip
+        return [
+            self.offsets,
+            self.compared,
+            self.row_drafts,
+            self.first_rows,
+            self.logits_indices,
+            self.count_rows,
+            self.count_tokens,
+            *self.token_writes,
+        ]
 
     @staticmethod
     def staged(views: list[Tensor]) -> tuple[StepDrafts, tuple[Tensor, Tensor, Tensor]]:

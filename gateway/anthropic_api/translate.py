@@ -1,4 +1,4 @@
-"""Anthropic messages <-> the chat core's messages.
+"""Anthropic messages -> the chat core's messages.
 
 In: ``system``, messages of content blocks (``text``, ``tool_use`` in the
 assistant's turns, ``tool_result`` in the user's), ``tools`` with
@@ -6,8 +6,7 @@ assistant's turns, ``tool_result`` in the user's), ``tools`` with
 ``disable_parallel_tool_use``) and ``stop_sequences`` become a
 :class:`~gateway.schemas.ChatCompletionRequest`: ``any`` is OpenAI's
 ``required`` and ``tool`` a named function, enforced by the same grammar.
-Out: a parsed reply becomes content blocks (``text``, ``tool_use`` with its
-``input`` object) and the finish reason Anthropic's ``stop_reason``.
+(What goes out, content blocks and stop reasons, is :mod:`gateway.formats.anthropic`'s.)
 """
 
 from __future__ import annotations
@@ -16,12 +15,10 @@ import json
 from typing import Any
 
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.responses_api.items import chat_request, new_id, text_of
 from agentgate.gateway.schemas import ChatCompletionRequest
-from agentgate.gateway.tools import ParsedOutput, ToolCall
+from agentgate.gateway.translation import chat_request, new_id, text_of
 
 TEXT_BLOCKS = frozenset({"text"})
-STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
 
 
 def _text(content: Any, param: str) -> str:
@@ -47,8 +44,13 @@ def _turn(message: dict[str, Any], param: str) -> list[dict[str, Any]]:
             texts.append(_text([block], where))
         elif kind == "tool_use" and role == "assistant":
             arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
-            calls.append({"id": block.get("id") or new_id("toolu"), "type": "function",
-                          "function": {"name": block.get("name"), "arguments": arguments}})  # fmt: skip
+            calls.append(
+                {
+                    "id": block.get("id") or new_id("toolu"),
+                    "type": "function",
+                    "function": {"name": block.get("name"), "arguments": arguments},
+                }
+            )
         elif kind == "tool_result" and role == "user":
             result = block.get("content", "")
             text = _text(result, f"{where}.content") if result is not None else ""
@@ -58,8 +60,9 @@ def _turn(message: dict[str, Any], param: str) -> list[dict[str, Any]]:
         elif kind in ("thinking", "redacted_thinking"):
             continue  # nothing this model can read back
         else:
-            raise BadRequestError(f"content blocks of type {kind!r} are not supported in a {role} message",
-                                  param=f"{where}.type")  # fmt: skip
+            raise BadRequestError(
+                f"content blocks of type {kind!r} are not supported in a {role} message", param=f"{where}.type"
+            )
     if texts or calls or not out:
         turn: dict[str, Any] = {"role": role, "content": "".join(texts)}
         if calls:
@@ -107,24 +110,11 @@ def chat_messages(system: Any, messages: list[dict[str, Any]]) -> list[dict[str,
 def to_chat(body: Any, **sampling: Any) -> ChatCompletionRequest:
     """A messages (or count_tokens) request on the chat core."""
     tool_choice, parallel = _tool_choice(body.tool_choice)
-    return chat_request(chat_messages(body.system, body.messages), model=body.model, tools=_tools(body.tools),
-                        tool_choice=tool_choice, parallel_tool_calls=parallel, **sampling)  # fmt: skip
-
-
-def tool_use_block(call: ToolCall) -> dict[str, Any]:
-    try:
-        arguments = json.loads(call.arguments) if call.arguments else {}
-    except ValueError:
-        arguments = {}  # a call whose arguments the model broke (never under tool_choice any/tool)
-    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
-
-
-def content_blocks(parsed: ParsedOutput) -> list[dict[str, Any]]:
-    blocks = [{"type": "text", "text": parsed.content}] if parsed.content else []
-    return blocks + [tool_use_block(call) for call in parsed.tool_calls]
-
-
-def stop_reason(finish_reason: str | None, matched_stop: str | None) -> str | None:
-    if finish_reason == "stop" and matched_stop is not None:
-        return "stop_sequence"
-    return STOP_REASONS.get(finish_reason or "", finish_reason)
+    return chat_request(
+        chat_messages(body.system, body.messages),
+        model=body.model,
+        tools=_tools(body.tools),
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
+        **sampling,
+    )

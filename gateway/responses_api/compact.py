@@ -19,13 +19,15 @@ import time
 from typing import Any
 
 from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.chat import start_chat
+from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore
 from agentgate.gateway.responses_api.turn import need_store
 from agentgate.gateway.responses_api.types import CompactedResponse, CompactRequest, InputTokensDetails, ResponseUsage
+from agentgate.gateway.translation import chat_request, new_id
 
 SUMMARY_TOKENS = 512  # the summary's budget (the server's --max-tokens-cap still applies)
 INSTRUCTION = (
@@ -44,34 +46,47 @@ async def conversation(store: ResponseStore | None, body: CompactRequest, owner:
         history = previous.messages
     messages = history + it.input_messages(body.input)[0]
     if not messages:
-        raise BadRequestError("there is nothing to compact: `input` and `previous_response_id` are both empty",
-                              param="input")  # fmt: skip
+        raise BadRequestError(
+            "there is nothing to compact: `input` and `previous_response_id` are both empty", param="input"
+        )
     it.check_call_outputs(messages)
     return messages
 
 
-async def compact(
-    gw: GatewayState, body: CompactRequest, *, request_id: str, arrival: float, context: RequestContext, receive
-) -> CompactedResponse | None:
-    """Summarize the conversation on the chat core and answer its compacted window; ``receive``:
-    the client's, whose disconnect aborts the summary (None: it left). An engine error is raised."""
-    messages = await conversation(gw.responses, body, context.key)
+async def start_compaction(
+    gw: GatewayState,
+    body: CompactRequest,
+    messages: list[dict[str, Any]],
+    *,
+    request_id: str,
+    arrival: float,
+    context: RequestContext,
+) -> ChatRun:
+    """Start the summary of ``messages`` (:func:`conversation`) on the chat core."""
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    chat = it.chat_request(system + messages + [{"role": "user", "content": INSTRUCTION}], model=body.model,
-                           max_tokens=SUMMARY_TOKENS, prompt_cache_key=body.prompt_cache_key)  # fmt: skip
-    run = await start_chat(gw, chat, request_id=request_id, arrival=arrival, context=context)
+    chat = chat_request(
+        system + messages + [{"role": "user", "content": INSTRUCTION}],
+        model=body.model,
+        max_tokens=SUMMARY_TOKENS,
+        prompt_cache_key=body.prompt_cache_key,
+    )
+    return await start_chat(
+        gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=request_id, arrival=arrival, context=context
+    )
+
+
+def compacted(run: ChatRun, messages: list[dict[str, Any]]) -> CompactedResponse:
+    """The compacted window of ``messages`` once the summary (``run``, collected) is written."""
     gen = run.generation
-    if not await gen.collect_or_raise(receive):
-        return None
     choice = gen.choices[0]
-    parsed, _ = run.reader().whole(choice.text, choice.finish_reason)
+    parsed, _ = ReplyReader(run.plan).whole(choice.text, choice.finish_reason)
     users = [it.user_message_item(m["content"]) for m in messages if m["role"] == "user"]
     usage = gen.usage
     return CompactedResponse(
-        id=it.new_id("resp"),
+        id=new_id("resp"),
         created_at=int(time.time()),
         output=[*users, it.compaction_item((parsed.content or "").strip())],
         usage=ResponseUsage(
             usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, InputTokensDetails(usage.cached_tokens)
-        ),  # fmt: skip
+        ),
     )

@@ -19,47 +19,24 @@ from __future__ import annotations
 
 import base64
 import binascii
-import secrets
 from typing import Any
 
 import msgspec
 
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.schemas import ChatCompletionRequest, ChatMessage
 from agentgate.gateway.tools import ParsedOutput, ToolCall
+from agentgate.gateway.translation import new_id, text_of
 
-TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})  # the parts text_of reads in an input
 SKIPPED_ITEMS = frozenset({"reasoning"})  # nothing this model can read back
 SUMMARY_PREFIX = "Summary of the conversation so far:\n"
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(24)}"
-
-
-def text_of(content: Any, param: str, kinds: frozenset[str] = TEXT_PARTS) -> str:
-    """A message's content: a string, or its text parts (of ``kinds``) joined; 400 naming the
-    part otherwise (this model reads text only)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise BadRequestError("content must be a string or a list of content parts", param=param)
-    texts = []
-    for i, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        text = part.get("text", part.get("refusal")) if kind in kinds else None
-        if not isinstance(text, str):
-            raise BadRequestError(f"content of type {kind!r} is not supported (this model reads text only)",
-                                  param=f"{param}[{i}]")  # fmt: skip
-        texts.append(text)
-    return "".join(texts)
 
 
 def _message(item: dict[str, Any], param: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
         raise BadRequestError(f"role must be user, assistant, system or developer, got {role!r}", param=f"{param}.role")
-    content = text_of(item.get("content"), f"{param}.content")
+    content = text_of(item.get("content"), f"{param}.content", TEXT_PARTS)
     return {"role": "system" if role == "developer" else role, "content": content}
 
 
@@ -94,15 +71,17 @@ def input_messages(input: str | list[dict[str, Any]] | None) -> tuple[list[dict[
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "function_call_output":
             output = item.get("output")
-            text = output if isinstance(output, str) else text_of(output, f"{param}.output")
+            text = output if isinstance(output, str) else text_of(output, f"{param}.output", TEXT_PARTS)
             messages.append({"role": "tool", "tool_call_id": _required(item, "call_id", param), "content": text})
         elif kind == "compaction":
             summary = compaction_summary(item.get("encrypted_content"), f"{param}.encrypted_content")
             messages.append({"role": "assistant", "content": SUMMARY_PREFIX + summary})
         elif kind not in SKIPPED_ITEMS:
-            raise BadRequestError(f"input items of type {kind!r} are not supported; this server takes message, "
-                                  "function_call, function_call_output and compaction items",
-                                  param=f"{param}.type")  # fmt: skip
+            raise BadRequestError(
+                f"input items of type {kind!r} are not supported; this server takes message, "
+                "function_call, function_call_output and compaction items",
+                param=f"{param}.type",
+            )
         items.append({"id": item.get("id") or new_id("msg" if kind == "message" else "fc"), **item, "type": kind})
     return messages, items
 
@@ -114,8 +93,9 @@ def check_call_outputs(messages: list[dict[str, Any]]) -> None:
     for message in messages:
         calls.update(call["id"] for call in message.get("tool_calls") or ())
         if message["role"] == "tool" and message["tool_call_id"] not in calls:
-            raise BadRequestError(f"No tool call found for function call output with call_id "
-                                  f"{message['tool_call_id']}.", param="input")  # fmt: skip
+            raise BadRequestError(
+                f"No tool call found for function call output with call_id {message['tool_call_id']}.", param="input"
+            )
 
 
 def compaction_item(summary: str) -> dict[str, Any]:
@@ -131,14 +111,20 @@ def compaction_summary(content: Any, param: str) -> str:
     except (TypeError, ValueError, KeyError, binascii.Error, msgspec.DecodeError):
         summary = None
     if not isinstance(summary, str):
-        raise BadRequestError("not a compaction this server made: pass the output of /v1/responses/compact as it "
-                              "came", param=param)  # fmt: skip
+        raise BadRequestError(
+            "not a compaction this server made: pass the output of /v1/responses/compact as it came", param=param
+        )
     return summary
 
 
 def user_message_item(text: str) -> dict[str, Any]:
-    return {"id": new_id("msg"), "type": "message", "role": "user", "status": "completed",
-            "content": [{"type": "input_text", "text": text}]}  # fmt: skip
+    return {
+        "id": new_id("msg"),
+        "type": "message",
+        "role": "user",
+        "status": "completed",
+        "content": [{"type": "input_text", "text": text}],
+    }
 
 
 def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -147,11 +133,20 @@ def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     out = []
     for i, tool in enumerate(tools or ()):
         if tool.get("type") != "function":
-            raise BadRequestError(f"tools of type {tool.get('type')!r} are not supported; this server runs "
-                                  "function tools", param=f"tools[{i}].type")  # fmt: skip
+            raise BadRequestError(
+                f"tools of type {tool.get('type')!r} are not supported; this server runs function tools",
+                param=f"tools[{i}].type",
+            )
         strict = tool.get("strict")
-        out.append({"type": "function", "name": tool.get("name"), "description": tool.get("description"),
-                    "parameters": tool.get("parameters"), "strict": True if strict is None else strict})  # fmt: skip
+        out.append(
+            {
+                "type": "function",
+                "name": tool.get("name"),
+                "description": tool.get("description"),
+                "parameters": tool.get("parameters"),
+                "strict": True if strict is None else strict,
+            }
+        )
     return out
 
 
@@ -177,22 +172,25 @@ def response_format(text_format: dict[str, Any] | None) -> dict[str, Any] | None
     return {"type": "json_schema", "json_schema": spec}
 
 
-def chat_request(messages: list[dict[str, Any]], **fields: Any) -> ChatCompletionRequest:
-    try:
-        decoded = msgspec.convert(messages, list[ChatMessage])
-    except msgspec.ValidationError as exc:  # a stored chain is ours; this is the client's input
-        raise BadRequestError(f"invalid input: {exc}", param="input") from None
-    return ChatCompletionRequest(messages=decoded, **fields)
-
-
 def message_item(text: str, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
-    return {"id": item_id or new_id("msg"), "type": "message", "role": "assistant", "status": status,
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}  # fmt: skip
+    return {
+        "id": item_id or new_id("msg"),
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
 
 
 def function_call_item(call: ToolCall, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
-    return {"id": item_id or new_id("fc"), "type": "function_call", "status": status, "call_id": call.id,
-            "name": call.name, "arguments": call.arguments}  # fmt: skip
+    return {
+        "id": item_id or new_id("fc"),
+        "type": "function_call",
+        "status": status,
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
 
 
 def output_items(parsed: ParsedOutput, status: str = "completed") -> list[dict[str, Any]]:
@@ -207,8 +205,13 @@ def assistant_message(output: list[dict[str, Any]]) -> dict[str, Any]:
         if item["type"] == "message":
             texts.append("".join(part["text"] for part in item["content"]))
         elif item["type"] == "function_call":
-            calls.append({"id": item["call_id"], "type": "function",
-                          "function": {"name": item["name"], "arguments": item["arguments"]}})  # fmt: skip
+            calls.append(
+                {
+                    "id": item["call_id"],
+                    "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]},
+                }
+            )
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
     if calls:
         message["tool_calls"] = calls

@@ -112,16 +112,25 @@ class ResponseStore:
         )
         if record is None or stored_owner != owner:
             if param == "previous_response_id":
-                raise BadRequestError(f"Previous response with id '{response_id}' not found.", param=param,
-                                      code="previous_response_not_found")  # fmt: skip
+                raise BadRequestError(
+                    f"Previous response with id '{response_id}' not found.",
+                    param=param,
+                    code="previous_response_not_found",
+                )
             raise NotFoundError(f"No response found with id '{response_id}'.", param=param or "response_id")
         return _decoder.decode(record)
 
     async def save(self, stored: StoredResponse) -> bool:
         """Write ``stored`` (False: it was cancelled meanwhile, and stays so)."""
         response_id = stored.response.id
-        args = [stored.response.status, _encoder.encode(stored), stored.owner, self.ttl, response_id,
-                self.shared.replica_id]  # fmt: skip
+        args = [
+            stored.response.status,
+            _encoder.encode(stored),
+            stored.owner,
+            self.ttl,
+            response_id,
+            self.shared.replica_id,
+        ]
         save = self._save(keys=[self._key(response_id), self._running], args=args)
         written = await self.shared.guard("storing a response", save)
         return bool(written)
@@ -149,13 +158,17 @@ class ResponseStore:
                 continue
             record = await shared.guard("a stored response", shared.client.hget(self._key(response_id), "record"))
             failed_record = _encoder.encode(_failed(_decoder.decode(record), replica)) if record else b""
-            fail = self._fail_orphan(keys=[self._key(response_id), self._running],
-                                     args=[failed_record, response_id, replica])  # fmt: skip
+            fail = self._fail_orphan(
+                keys=[self._key(response_id), self._running], args=[failed_record, response_id, replica]
+            )
             if await shared.guard("failing an orphaned response", fail):
                 failed.append(response_id)
         if failed:
-            log.warning("%d stored response(s) left running by replicas that are gone are now failed: %s",
-                        len(failed), ", ".join(failed))  # fmt: skip
+            log.warning(
+                "%d stored response(s) left running by replicas that are gone are now failed: %s",
+                len(failed),
+                ", ".join(failed),
+            )
         return failed
 
     async def sweep_orphans(self) -> None:

@@ -8,11 +8,15 @@ for the next turn.
     turn.finish(parsed, finish_reason)      # status, output items, usage
     await turn.save()
 
+Streamed, its events come from :class:`~gateway.formats.responses.ResponseEvents`;
+:meth:`Turn.closing_events` finishes and stores the response between the last
+item's events and the final one, and :class:`TurnStream` frames them as SSE.
+
 The chain's engine (where the previous response ran) is the turn's affinity,
 so its prefix, already in that engine's cache, is not computed again.
 
 Both transports start their turns here: ``POST /v1/responses`` and the
-WebSocket mode (:mod:`gateway.responses_api.websocket`), which also hands in
+WebSocket mode (:mod:`gateway.http.websocket`), which also hands in
 the responses its connection keeps (``store: false`` ones live nowhere else)
 and may ask for a warm-up (``generate: false``): the prompt is computed into
 the engine's cache, and the response has no output.
@@ -29,7 +33,11 @@ from typing import Any
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
-from agentgate.gateway.errors import BadRequestError, ServiceUnavailableError, error_parts
+from agentgate.gateway.errors import BadRequestError, GatewayError, ServiceUnavailableError, error_parts
+from agentgate.gateway.events import ChoiceEvent
+from agentgate.gateway.formats.framing import named_event
+from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEvents, sse_error_fields
+from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.responses_api.types import (
@@ -41,14 +49,18 @@ from agentgate.gateway.responses_api.types import (
     ResponseUsage,
     TextConfig,
 )
+from agentgate.gateway.schemas import AssistantMessage, Usage
 from agentgate.gateway.tools import ParsedOutput
+from agentgate.gateway.translation import chat_request, new_id
 
 
 def need_store(store: ResponseStore | None, what: str) -> ResponseStore:
     if store is None:
-        raise ServiceUnavailableError(f"{what} needs Redis, and this gateway runs without it (start it with "
-                                      "--redis-url, or through `agentgate serve`, which embeds one)",
-                                      code="redis_not_configured")  # fmt: skip
+        raise ServiceUnavailableError(
+            f"{what} needs Redis, and this gateway runs without it (start it with "
+            "--redis-url, or through `agentgate serve`, which embeds one)",
+            code="redis_not_configured",
+        )
     return store
 
 
@@ -89,20 +101,73 @@ class Turn:
         item_status = "completed" if response.status == "completed" else "incomplete"
         response.output = output if output is not None else it.output_items(parsed, item_status)
         usage = gen.usage
-        response.usage = ResponseUsage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens,
-                                       InputTokensDetails(usage.cached_tokens))  # fmt: skip
+        response.usage = ResponseUsage(
+            usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, InputTokensDetails(usage.cached_tokens)
+        )
         response.completed_at = int(time.time()) if response.status == "completed" else None
         return response
 
     def stored(self) -> StoredResponse:
         messages = self.history + [it.assistant_message(self.response.output)] if self.response.output else self.history
-        return StoredResponse(owner=self.owner, response=self.response, input_items=self.input_items,
-                              messages=messages, engine=self.run.generation.engine.address,
-                              request_id=self.request_id, program=self.program)  # fmt: skip
+        return StoredResponse(
+            owner=self.owner,
+            response=self.response,
+            input_items=self.input_items,
+            messages=messages,
+            engine=self.run.generation.engine.address,
+            request_id=self.request_id,
+            program=self.program,
+        )
 
     async def save(self) -> bool:
         """Store the response as it stands (False: not stored, or cancelled meanwhile)."""
         return self.store is not None and await self.store.save(self.stored())
+
+    def reply(self, text: str) -> AssistantMessage:
+        """The reply of ``text`` as the turn's session records it."""
+        return recorded_reply(self.run.plan, text)
+
+    def events(self, error_fields: ErrorFields = sse_error_fields) -> ResponseEvents:
+        """The turn's stream of events (``error_fields``: the transport's error event)."""
+        return ResponseEvents(self.response, self.run.plan, error_fields)
+
+    async def closing_events(self, events: ResponseEvents) -> list[Event]:
+        """The last item's closing events, then (the response finished and stored) the final event."""
+        out = events.ending()
+        self.finish(events.parsed, events.finish_reason, output=events.output)
+        try:
+            await self.save()
+        except GatewayError as exc:  # the store failed at the end (Redis down): the client hears why, then failed
+            return out + events.error(exc)
+        return out + events.final()
+
+
+class TurnStream:
+    """A turn's events as SSE (``event: <type>`` + ``data: <json>``): a
+    :class:`~gateway.formats.StreamFormat`."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.events = turn.events()
+
+    @staticmethod
+    def _sse(events: list[Event]) -> bytes:
+        return b"".join(named_event(event["type"], event) for event in events)
+
+    def opening(self) -> bytes:
+        return self._sse(self.events.opening())
+
+    def chunk(self, index: int, event: ChoiceEvent) -> bytes | None:
+        return self._sse(self.events.chunk(event)) or None
+
+    async def closing(self, usage: Usage) -> bytes:
+        return self._sse(await self.turn.closing_events(self.events))
+
+    def error(self, exc: BaseException) -> bytes:
+        return self._sse(self.events.error(exc))
+
+    def reply(self, text: str) -> AssistantMessage:
+        return self.turn.reply(text)
 
 
 async def start_turn(
@@ -119,7 +184,7 @@ async def start_turn(
     """Validate ``body``, read its chain (from ``recent`` first: a WebSocket connection's
     responses), and start its generation on the chat core; ``warmup``: see the module doc."""
     history: list[dict[str, Any]] = []
-    response_id = it.new_id("resp")
+    response_id = new_id("resp")
     chain = response_id  # the agent program: the chain's first response
     if body.previous_response_id is not None:
         previous = (recent or {}).get(body.previous_response_id) or await need_store(
@@ -139,7 +204,7 @@ async def start_turn(
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     text = body.text or TextConfig()
     tools = it.function_tools(body.tools)
-    chat = it.chat_request(
+    chat = chat_request(
         system + history + messages,
         model=body.model,
         tools=it.chat_tools(tools),
@@ -154,16 +219,36 @@ async def start_turn(
     )
     context = dataclasses.replace(context, program=chain)
     run = await start_chat(
-        gw, chat, request_id=request_id, arrival=arrival, context=context, budget_param="max_output_tokens"
+        gw.model,
+        gw.dispatcher,
+        chat,
+        turns=gw.turn_tokens,
+        request_id=request_id,
+        arrival=arrival,
+        context=context,
+        budget_param="max_output_tokens",
     )
     params = run.generation.choices[0].params
     response = ResponseObject(
-        id=response_id, created_at=int(time.time()), status="in_progress", model=body.model or gw.model.name,
-        background=body.background, instructions=body.instructions, max_output_tokens=body.max_output_tokens,
-        metadata=body.metadata or {}, parallel_tool_calls=body.parallel_tool_calls is not False,
-        previous_response_id=body.previous_response_id, store=body.store and store is not None,
-        temperature=params.temperature, text=text, tool_choice=body.tool_choice or "auto", tools=tools,
-        top_p=params.top_p, truncation=body.truncation or "disabled", user=body.user,
-    )  # fmt: skip
-    return Turn(response, run, store if response.store else None, context.key, history + messages, input_items,
-                chain, warmup)  # fmt: skip
+        id=response_id,
+        created_at=int(time.time()),
+        status="in_progress",
+        model=body.model or gw.model.name,
+        background=body.background,
+        instructions=body.instructions,
+        max_output_tokens=body.max_output_tokens,
+        metadata=body.metadata or {},
+        parallel_tool_calls=body.parallel_tool_calls is not False,
+        previous_response_id=body.previous_response_id,
+        store=body.store and store is not None,
+        temperature=params.temperature,
+        text=text,
+        tool_choice=body.tool_choice or "auto",
+        tools=tools,
+        top_p=params.top_p,
+        truncation=body.truncation or "disabled",
+        user=body.user,
+    )
+    return Turn(
+        response, run, store if response.store else None, context.key, history + messages, input_items, chain, warmup
+    )

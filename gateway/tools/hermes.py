@@ -36,8 +36,13 @@ class HermesToolParser(StreamingToolParser):
         super().__init__(id_factory=id_factory)
         self._state = _H.TEXT
         self._close_tag_allowed = False
-        self._steps = {_H.TEXT: self._text_step, _H.OPEN: self._open_step, _H.JSON: self._json_state,
-                       _H.RAW: self._raw_step, _H.AFTER: self._after_step}  # fmt: skip
+        self._steps = {
+            _H.TEXT: self._text_step,
+            _H.OPEN: self._open_step,
+            _H.JSON: self._json_state,
+            _H.RAW: self._raw_step,
+            _H.AFTER: self._after_step,
+        }
 
     def _advance(self, final: bool) -> None:
         while self._steps[self._state](final):

@@ -52,8 +52,21 @@ class ObjectScanner:
     arguments value begins.
     """
 
-    __slots__ = ("start", "pos", "stack", "mode", "token_start", "is_key", "escape", "literal", "key", "name",
-                 "value_starts", "end", "error_at")  # fmt: skip
+    __slots__ = (
+        "start",
+        "pos",
+        "stack",
+        "mode",
+        "token_start",
+        "is_key",
+        "escape",
+        "literal",
+        "key",
+        "name",
+        "value_starts",
+        "end",
+        "error_at",
+    )
 
     def __init__(self, start: int) -> None:
         self.start = start

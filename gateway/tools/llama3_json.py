@@ -38,9 +38,15 @@ class Llama3JsonToolParser(StreamingToolParser):
     def __init__(self, *, id_factory: Callable[[], str] | None = None) -> None:
         super().__init__(id_factory=id_factory)
         self._state = _L.START
-        self._steps = {_L.START: self._start_step, _L.TAG: self._tag_step, _L.JSON: self._json_state,
-                       _L.RAW: self._raw_step, _L.AFTER: self._after_step, _L.SEP: self._sep_step,
-                       _L.CONTENT: self._content_step}  # fmt: skip
+        self._steps = {
+            _L.START: self._start_step,
+            _L.TAG: self._tag_step,
+            _L.JSON: self._json_state,
+            _L.RAW: self._raw_step,
+            _L.AFTER: self._after_step,
+            _L.SEP: self._sep_step,
+            _L.CONTENT: self._content_step,
+        }
 
     def _advance(self, final: bool) -> None:
         while self._steps[self._state](final):

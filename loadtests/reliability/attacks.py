@@ -43,8 +43,15 @@ async def fanout(url: str) -> dict:
         async with anyio.create_task_group() as tasks:
 
             async def big() -> None:
-                r = await client.post(f"{url}{CHAT}", json={"messages": [{"role": "user", "content": "hi"}],
-                                                           "n": 128, "max_tokens": 64, "ignore_eos": True})  # fmt: skip
+                r = await client.post(
+                    f"{url}{CHAT}",
+                    json={
+                        "messages": [{"role": "user", "content": "hi"}],
+                        "n": 128,
+                        "max_tokens": 64,
+                        "ignore_eos": True,
+                    },
+                )
                 accepted.append(r.status_code)
 
             tasks.start_soon(big)
@@ -55,10 +62,13 @@ async def fanout(url: str) -> dict:
                     f"{url}{CHAT}", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
                 )
                 beside.append(time.monotonic() - t)
-    return {"2000 prompts": f"{wide.status_code} {wide.json()['error']['code']} in {wide_s * 1000:.0f} ms",
-            "200 prompts x n=128": f"{deep.status_code} {deep.json()['error']['code']}",
-            "n=128 chat": accepted, "small request alone, median s": round(median(small_alone), 3),
-            "small request beside n=128, median s": round(median(beside), 3)}  # fmt: skip
+    return {
+        "2000 prompts": f"{wide.status_code} {wide.json()['error']['code']} in {wide_s * 1000:.0f} ms",
+        "200 prompts x n=128": f"{deep.status_code} {deep.json()['error']['code']}",
+        "n=128 chat": accepted,
+        "small request alone, median s": round(median(small_alone), 3),
+        "small request beside n=128, median s": round(median(beside), 3),
+    }
 
 
 async def bodies(url: str, seconds: float) -> dict:
@@ -90,17 +100,25 @@ async def bodies(url: str, seconds: float) -> dict:
             tasks.start_soon(probe, prober)
             await anyio.sleep(seconds)
             stop.set()
-    return {"bodies answered": dict(sorted(statuses.items())), "health probes": len(probes),
-            "health p50 ms": round(percentile(probes, 0.5), 1), "health p99 ms": round(percentile(probes, 0.99), 1),
-            "health max ms": round(max(probes), 1)}  # fmt: skip
+    return {
+        "bodies answered": dict(sorted(statuses.items())),
+        "health probes": len(probes),
+        "health p50 ms": round(percentile(probes, 0.5), 1),
+        "health p99 ms": round(percentile(probes, 0.99), 1),
+        "health max ms": round(max(probes), 1),
+    }
 
 
 def _gauges(url: str) -> dict[str, float]:
     from agentgate.agents import prometheus
 
     m = prometheus.parse(httpx.get(f"{url}/metrics", timeout=10).text)
-    names = ("agentgate_requests_running", "agentgate_requests_waiting", "agentgate_kv_cache_usage_ratio",
-             "agentgate_gateway_requests_in_flight")  # fmt: skip
+    names = (
+        "agentgate_requests_running",
+        "agentgate_requests_waiting",
+        "agentgate_kv_cache_usage_ratio",
+        "agentgate_gateway_requests_in_flight",
+    )
     return {n: m.get(n, float("nan")) for n in names}
 
 
@@ -124,13 +142,21 @@ async def storm(url: str, pid: int, streams: int) -> dict:
     settled = None
     while time.monotonic() - started < 60:
         now = _gauges(url)
-        if now["agentgate_requests_running"] == 0 and now["agentgate_gateway_requests_in_flight"] == 0 \
-                and now["agentgate_kv_cache_usage_ratio"] == 0:  # fmt: skip
+        if (
+            now["agentgate_requests_running"] == 0
+            and now["agentgate_gateway_requests_in_flight"] == 0
+            and now["agentgate_kv_cache_usage_ratio"] == 0
+        ):
             settled = time.monotonic() - started
             break
         await anyio.sleep(0.05)
-    return {"streams": streams, "baseline": baseline, "after": _gauges(url), "back to baseline after s": settled,
-            "gateway rss MB before/after": (round(rss_before, 1), round(rss_mb(pid), 1))}  # fmt: skip
+    return {
+        "streams": streams,
+        "baseline": baseline,
+        "after": _gauges(url),
+        "back to baseline after s": settled,
+        "gateway rss MB before/after": (round(rss_before, 1), round(rss_mb(pid), 1)),
+    }
 
 
 async def run(args: argparse.Namespace) -> None:

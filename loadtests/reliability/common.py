@@ -15,6 +15,7 @@ import httpx
 
 from agentgate.loadtests.server import Server, children, start_server
 
+# Formatted by hand: each flag beside its value, as on a command line.
 NULL_ENGINE = ("--runner", "null", "--null-step-seconds", "0.01", "--max-num-seqs", "256", "--max-model-len", "1024",
                "--num-kv-blocks", "8192")  # fmt: skip
 HANG_S = 60.0  # a request without an answer this long is hung
@@ -69,9 +70,11 @@ class Outcomes:
     broken_tails: list[str] = field(default_factory=list)  # the ends of the first broken streams, to read
 
     def summary(self) -> str:
-        text = (f"{self.completed} completed, {self.broken} streams ended by an error event, {self.errored} refused "
-                f"with an error status, {self.hung} hung; "
-                f"statuses {dict(sorted(self.statuses.items()))}")  # fmt: skip
+        text = (
+            f"{self.completed} completed, {self.broken} streams ended by an error event, {self.errored} refused "
+            f"with an error status, {self.hung} hung; "
+            f"statuses {dict(sorted(self.statuses.items()))}"
+        )
         return text + "".join(f"\n    broken stream's end: {tail!r}" for tail in self.broken_tails)
 
 
@@ -105,8 +108,12 @@ async def one_stream(client: httpx.AsyncClient, url: str, body: dict, out: Outco
 
 async def traffic(url: str, out: Outcomes, stop: anyio.Event, *, clients: int = 8, max_tokens: int = 64) -> None:
     """``clients`` loops of streaming chat requests until ``stop`` is set."""
-    body = {"messages": [{"role": "user", "content": "Tell me about the sea."}], "max_tokens": max_tokens,
-            "stream": True, "ignore_eos": True}  # fmt: skip
+    body = {
+        "messages": [{"role": "user", "content": "Tell me about the sea."}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+    }
 
     async def loop(client: httpx.AsyncClient) -> None:
         while not stop.is_set():

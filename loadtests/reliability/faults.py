@@ -27,7 +27,7 @@ from agentgate.loadtests.reliability.common import (
     serve,
     traffic,
     wait_status,
-)  # fmt: skip
+)
 
 
 async def kill_engine(url: str, server, times: int, settle: float) -> dict:
@@ -41,17 +41,23 @@ async def kill_engine(url: str, server, times: int, settle: float) -> dict:
         back = await wait_status(url, 200, 60)
         downs.append(seen_down)
         backs.append(None if back is None else time.monotonic() - killed)
-    return {"kills": times, "back_s": [round(b, 2) if b is not None else None for b in backs],
-            "back_s_median": round(median([b for b in backs if b is not None]), 2),
-            "back_s_max": max((b for b in backs if b is not None), default=None),
-            "never_back": sum(b is None for b in backs)}  # fmt: skip
+    return {
+        "kills": times,
+        "back_s": [round(b, 2) if b is not None else None for b in backs],
+        "back_s_median": round(median([b for b in backs if b is not None]), 2),
+        "back_s_max": max((b for b in backs if b is not None), default=None),
+        "never_back": sum(b is None for b in backs),
+    }
 
 
 async def kill_redis(url: str, server, times: int, settle: float) -> dict:
     backs = []
     async with httpx.AsyncClient(timeout=10) as client:
-        r = await client.post(f"{url}/v1/chat/completions", headers={"X-Session-Id": "kept"},
-                              json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})  # fmt: skip
+        r = await client.post(
+            f"{url}/v1/chat/completions",
+            headers={"X-Session-Id": "kept"},
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        )
         assert r.status_code == 200, r.text
         await anyio.sleep(1.5)  # appendfsync everysec
         for _ in range(times):
@@ -67,9 +73,13 @@ async def kill_redis(url: str, server, times: int, settle: float) -> dict:
                 await anyio.sleep(0.05)
             backs.append(back)
         kept = (await client.get(f"{url}/v1/sessions/kept")).json().get("turns")
-    return {"kills": times, "sessions_back_s": [round(b, 2) if b is not None else None for b in backs],
-            "sessions_back_s_max": max((b for b in backs if b is not None), default=None),
-            "never_back": sum(b is None for b in backs), "session_turns_after": kept}  # fmt: skip
+    return {
+        "kills": times,
+        "sessions_back_s": [round(b, 2) if b is not None else None for b in backs],
+        "sessions_back_s_max": max((b for b in backs if b is not None), default=None),
+        "never_back": sum(b is None for b in backs),
+        "session_turns_after": kept,
+    }
 
 
 async def run(args: argparse.Namespace) -> None:

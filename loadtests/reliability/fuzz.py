@@ -20,6 +20,7 @@ from agentgate.loadtests.reliability.common import report, serve
 USER_KEY, ADMIN_KEY = "fuzz-user", "fuzz-admin"
 # Operator routes answer 403 to the user key: the fuzzer cannot pause or abort its own server.
 FLAGS = ("--api-key", USER_KEY, "--admin-key", ADMIN_KEY)
+# Formatted by hand: each flag beside its value, as on a command line.
 FAST_NULL = ("--runner", "null", "--null-step-seconds", "0.0005", "--max-num-seqs", "256", "--max-model-len", "1024",
              "--num-kv-blocks", "16384")  # fmt: skip
 
@@ -28,6 +29,7 @@ def fuzz(url: str, mode: str, examples: int, phases: str, max_time: float | None
     """Run schemathesis once: its exit status, the cases it generated and those that got a 5xx (its
     JSON report's test-case summary; not_a_server_error is the only check)."""
     report_path = Path(tempfile.mkdtemp(prefix="agentgate-fuzz-")) / "report.json"
+    # Formatted by hand: each flag beside its value, as on a command line.
     command = [str(Path(sys.executable).parent / "schemathesis"), "run", f"{url}/openapi.json", "--url", url,
                "--checks", "not_a_server_error", "--mode", mode, "--max-examples", str(examples),
                "--phases", phases, "--header", f"Authorization: Bearer {USER_KEY}", "--workers", "1",
@@ -41,8 +43,12 @@ def fuzz(url: str, mode: str, examples: int, phases: str, max_time: float | None
     command += ["--exclude-path", "/health"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     summary = _find(json.loads(report_path.read_text()), "with_failures") if report_path.exists() else None
-    return {"exit": done.returncode, "cases": summary["generated"] if summary else None,
-            "5xx": summary["with_failures"] if summary else None, "output": done.stdout[-3000:]}  # fmt: skip
+    return {
+        "exit": done.returncode,
+        "cases": summary["generated"] if summary else None,
+        "5xx": summary["with_failures"] if summary else None,
+        "output": done.stdout[-3000:],
+    }
 
 
 def _find(value, key: str) -> dict | None:

@@ -47,14 +47,17 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         await anyio.to_thread.run_sync(server.stop)
     kept = [i for i, (t, _) in enumerate(gateway) if t >= args.warmup]
-    report(f"soak {args.minutes} min ({args.runner} runner, {args.clients} clients)", {
-        "requests": out.summary(),
-        "gateway MB first/last": (round(gateway[kept[0]][1], 1), round(gateway[-1][1], 1)),
-        "engine MB first/last": (round(engine_mb[kept[0]][1], 1), round(engine_mb[-1][1], 1)),
-        "gateway slope MB/h": round(slope_mb_per_hour([gateway[i] for i in kept]), 2),
-        "engine slope MB/h": round(slope_mb_per_hour([engine_mb[i] for i in kept]), 2),
-        "samples": len(kept),
-    })  # fmt: skip
+    report(
+        f"soak {args.minutes} min ({args.runner} runner, {args.clients} clients)",
+        {
+            "requests": out.summary(),
+            "gateway MB first/last": (round(gateway[kept[0]][1], 1), round(gateway[-1][1], 1)),
+            "engine MB first/last": (round(engine_mb[kept[0]][1], 1), round(engine_mb[-1][1], 1)),
+            "gateway slope MB/h": round(slope_mb_per_hour([gateway[i] for i in kept]), 2),
+            "engine slope MB/h": round(slope_mb_per_hour([engine_mb[i] for i in kept]), 2),
+            "samples": len(kept),
+        },
+    )
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from tests.support.servers import ADMIN_KEY, USER_KEY, LiveServer, start_server
 
 @pytest.fixture(scope="session")
 def null_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    # Formatted by hand: each flag beside its value, as on a command line.
     server = start_server(
         tmp_path_factory.mktemp("agents-null-server"),
         "--runner", "null", "--null-step-seconds", "0.01", "--max-num-seqs", "64", "--max-model-len", "1024",

@@ -54,16 +54,32 @@ def _client(script: ScriptedServer) -> AsyncClient:
 @pytest.mark.parametrize("stream", [False, True])
 async def test_parallel_calls_run_concurrently_and_results_go_back_in_order(stream):
     running.update(now=0, max=0)
-    script = ScriptedServer([
-        reply("Computing.", [("c1", "slow_add", {"a": 2, "b": 3}), ("c2", "slow_multiply", {"a": 4, "b": 5}),
-                             ("c3", "slow_add", {"a": 1, "b": 1}), ("c4", "explode", {}), ("c5", "nope", {}),
-                             ("c6", "hang", {})]),
-        reply("2+3=5 and 4*5=20."),
-    ])  # fmt: skip
+    script = ScriptedServer(
+        [
+            reply(
+                "Computing.",
+                [
+                    ("c1", "slow_add", {"a": 2, "b": 3}),
+                    ("c2", "slow_multiply", {"a": 4, "b": 5}),
+                    ("c3", "slow_add", {"a": 1, "b": 1}),
+                    ("c4", "explode", {}),
+                    ("c5", "nope", {}),
+                    ("c6", "hang", {}),
+                ],
+            ),
+            reply("2+3=5 and 4*5=20."),
+        ]
+    )
     events = []
     async with _client(script) as client:
-        agent = Agent(client, [slow_add, slow_multiply, explode, hang], system="sys", tool_choice=["required"],
-                      stream=stream, on_event=events.append if stream else None)  # fmt: skip
+        agent = Agent(
+            client,
+            [slow_add, slow_multiply, explode, hang],
+            system="sys",
+            tool_choice=["required"],
+            stream=stream,
+            on_event=events.append if stream else None,
+        )
         start = time.monotonic()
         result = await agent.run("What are 2+3 and 4*5?")
         elapsed = time.monotonic() - start
@@ -77,7 +93,13 @@ async def test_parallel_calls_run_concurrently_and_results_go_back_in_order(stre
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant"] + ["tool"] * 6
     assistant = second["messages"][2]
     assert assistant["content"] == "Computing." and [c["id"] for c in assistant["tool_calls"]] == [
-        "c1", "c2", "c3", "c4", "c5", "c6"]  # fmt: skip
+        "c1",
+        "c2",
+        "c3",
+        "c4",
+        "c5",
+        "c6",
+    ]
     tools = second["messages"][3:]
     assert [m["tool_call_id"] for m in tools] == ["c1", "c2", "c3", "c4", "c5", "c6"]
     assert [m["content"] for m in tools[:3]] == ["5", "20", "2"]

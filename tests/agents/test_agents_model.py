@@ -38,8 +38,13 @@ def get_time(city: str) -> str:
 
 
 async def _tool_calls_supported(client: AsyncClient) -> bool:
-    probe = await client.chat([{"role": "user", "content": "Weather in Paris?"}], tools=[get_weather],
-                              tool_choice="required", max_tokens=48, temperature=0)  # fmt: skip
+    probe = await client.chat(
+        [{"role": "user", "content": "Weather in Paris?"}],
+        tools=[get_weather],
+        tool_choice="required",
+        max_tokens=48,
+        temperature=0,
+    )
     return bool(probe.tool_calls)
 
 
@@ -71,10 +76,16 @@ async def test_agent_runs_a_two_tool_task_with_enforced_tool_choice(model_server
             missing = [t for t in ("get_weather", "get_time") if t not in called]
             return missing[0] if missing else "none"  # then the other tool by name, then a plain answer
 
-        agent = Agent(client, [get_weather, get_time], tool_choice=choice, max_turns=4, max_tokens=40,
-                      parallel_tool_calls=False,  # one call a turn: the grammar ends after it
-                      system="You answer questions about cities using the tools.",
-                      on_tool_result=lambda r: called.append(r.call.name))  # fmt: skip
+        agent = Agent(
+            client,
+            [get_weather, get_time],
+            tool_choice=choice,
+            max_turns=4,
+            max_tokens=40,
+            parallel_tool_calls=False,  # one call a turn: the grammar ends after it
+            system="You answer questions about cities using the tools.",
+            on_tool_result=lambda r: called.append(r.call.name),
+        )
         result = await agent.run("What is the weather and the local time in Paris?")
     assert set(result.tools_called) == {"get_weather", "get_time"}, result.messages
     for outcome in result.tool_results:

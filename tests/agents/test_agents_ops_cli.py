@@ -125,8 +125,9 @@ def test_the_agentgate_console_script_dispatches_ops(null):
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["healthy"] is True
-    helped = subprocess.run([sys.executable, "-m", "agentgate.gateway.cli", "--help"], capture_output=True, text=True,
-                            cwd=REPO, timeout=60)  # fmt: skip
+    helped = subprocess.run(
+        [sys.executable, "-m", "agentgate.gateway.cli", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert "ops" in helped.stdout
 
 

@@ -164,8 +164,10 @@ async def test_a_stream_is_retried_until_it_starts():
 @pytest.mark.anyio
 async def test_client_errors_are_not_retried_and_carry_openai_fields():
     def bad(body):
-        return httpx.Response(400, json={"error": {"message": "bad n", "type": "invalid_request_error",
-                                                   "param": "n", "code": "invalid_type"}})  # fmt: skip
+        return httpx.Response(
+            400,
+            json={"error": {"message": "bad n", "type": "invalid_request_error", "param": "n", "code": "invalid_type"}},
+        )
 
     script = ScriptedServer([bad, reply(None, status=401)])
     async with AsyncClient("http://test", http_client=httpx.AsyncClient(transport=script.transport())) as client:
@@ -182,8 +184,14 @@ async def test_headers_body_and_session_handle():
     script = ScriptedServer([reply("a"), reply("b")])
     http = httpx.AsyncClient(transport=script.transport())
     async with AsyncClient("http://test/v1", api_key="k1", model="m1", http_client=http) as client:
-        await client.chat([{"role": "user", "content": "x"}], max_tokens=5, request_id="rid-1", tool_choice="add",
-                          tools=[{"type": "function", "function": {"name": "add"}}], seed=3)  # fmt: skip
+        await client.chat(
+            [{"role": "user", "content": "x"}],
+            max_tokens=5,
+            request_id="rid-1",
+            tool_choice="add",
+            tools=[{"type": "function", "function": {"name": "add"}}],
+            seed=3,
+        )
         session = client.session("conv-9")
         async with session.chat_stream([{"role": "user", "content": "y"}]) as stream:
             await stream.final()
@@ -231,8 +239,9 @@ def _closed_port() -> int:
 
 
 def test_the_sync_twin_does_the_same():
-    script = ScriptedServer([reply(None, status=429, headers={"Retry-After": "0"}), reply("hi", CALLS[:1]),
-                             reply("plain")])  # fmt: skip
+    script = ScriptedServer(
+        [reply(None, status=429, headers={"Retry-After": "0"}), reply("hi", CALLS[:1]), reply("plain")]
+    )
     with Client("http://test", http_client=httpx.Client(transport=script.transport())) as client:
         with client.chat_stream([{"role": "user", "content": "x"}]) as stream:
             events = list(stream)
@@ -248,12 +257,26 @@ def test_the_sync_twin_does_the_same():
 @pytest.mark.anyio
 async def test_completions_stream_and_result():
     def answer(body):
-        chunks = [{"id": "cmpl-1", "object": "text_completion", "model": "m",
-                   "choices": [{"index": 0, "text": t, "finish_reason": None}]} for t in ("Par", "is")]  # fmt: skip
-        chunks.append({"id": "cmpl-1", "object": "text_completion", "model": "m",
-                       "choices": [{"index": 0, "text": "", "finish_reason": "length"}]})  # fmt: skip
-        chunks.append({"id": "cmpl-1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2,
-                                                                 "total_tokens": 5}})  # fmt: skip
+        chunks = [
+            {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "model": "m",
+                "choices": [{"index": 0, "text": t, "finish_reason": None}],
+            }
+            for t in ("Par", "is")
+        ]
+        chunks.append(
+            {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "model": "m",
+                "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+            }
+        )
+        chunks.append(
+            {"id": "cmpl-1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+        )
         return httpx.Response(200, content=sse_body(chunks))
 
     script = ScriptedServer([answer])

@@ -46,10 +46,16 @@ def test_schemas_of_type_hints():
     assert json_schema(int | str) == {"anyOf": [{"type": "integer"}, {"type": "string"}]}
     assert json_schema(Annotated[int, "how many"]) == {"type": "integer", "description": "how many"}
     assert json_schema(tuple[int, str])["prefixItems"] == [{"type": "integer"}, {"type": "string"}]
-    assert json_schema(Point) == {"type": "object", "required": ["x", "y"],
-                                  "properties": {"x": {"type": "number"}, "y": {"type": "number"}}}  # fmt: skip
-    assert json_schema(Box) == {"type": "object", "required": ["width"], "properties": {
-        "width": {"type": "integer"}, "label": {"type": "string", "default": "box"}}}  # fmt: skip
+    assert json_schema(Point) == {
+        "type": "object",
+        "required": ["x", "y"],
+        "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+    }
+    assert json_schema(Box) == {
+        "type": "object",
+        "required": ["width"],
+        "properties": {"width": {"type": "integer"}, "label": {"type": "string", "default": "box"}},
+    }
     assert json_schema(Any) == {}
 
 
@@ -66,8 +72,10 @@ def test_google_numpy_and_sphinx_docstrings():
     Returns:
         hits
     """
-    assert parse_docstring(google) == ("Search the index.", {"query": "what to look for, across lines.",
-                                                             "limit": "at most this many."})  # fmt: skip
+    assert parse_docstring(google) == (
+        "Search the index.",
+        {"query": "what to look for, across lines.", "limit": "at most this many."},
+    )
     numpy = """Add.
 
     Parameters
@@ -94,8 +102,9 @@ def test_google_numpy_and_sphinx_docstrings():
 
 
 @tool(timeout=5)
-def search(query: str, limit: int = 3, color: Color = Color.RED, where: Point | None = None,
-           tags: list[str] | None = None) -> list[str]:  # fmt: skip
+def search(
+    query: str, limit: int = 3, color: Color = Color.RED, where: Point | None = None, tags: list[str] | None = None
+) -> list[str]:
     """Search the index.
 
     Args:

@@ -25,8 +25,9 @@ WORKLOADS = ("Deployment", "StatefulSet")
 def render(overlay: str) -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl (with kustomize) is needed to render deploy/kubernetes"
-    out = subprocess.run([kubectl, "kustomize", str(KUBE / "overlays" / overlay)], check=True,
-                         capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+    out = subprocess.run(
+        [kubectl, "kustomize", str(KUBE / "overlays" / overlay)], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 

@@ -5,7 +5,7 @@ import json
 
 from agentgate.engine.byte_lru import ENTRY_OVERHEAD_BYTES, ByteLRU
 from agentgate.engine.model_path import resolve_model_path
-from agentgate.engine.programs import ProgramTable
+from agentgate.engine.programs.table import ProgramTable
 from agentgate.engine.sampling_params import StructuredOutput
 from agentgate.engine.structured_output import GrammarCompiler
 from agentgate.engine.tool_gaps import ToolGaps
@@ -48,8 +48,11 @@ def test_the_grammar_compiler_keeps_its_compiled_grammars_and_shortest_replies_w
     try:
         specs = []
         for i in range(8):
-            schema = {"type": "object", "properties": {f"k{i}": {"type": "string", "maxLength": 8}},
-                      "required": [f"k{i}"]}  # fmt: skip
+            schema = {
+                "type": "object",
+                "properties": {f"k{i}": {"type": "string", "maxLength": 8}},
+                "required": [f"k{i}"],
+            }
             specs.append(StructuredOutput(json_schema=json.dumps(schema), max_tokens=50))
             compiler.submit(specs[-1]).result()
         assert compiler._cache.nbytes <= 200_000 and 0 < len(compiler._cache) < 8

@@ -2,13 +2,17 @@
 
 import json
 import re
+from concurrent.futures import Future
 
 import jsonschema
 import pytest
 
 from agentgate.engine import LLM, SamplingParams
+from agentgate.engine.core import COMPILE_POLL_S
 from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.ipc import private_address
 from agentgate.engine.model_path import resolve_model_path
+from agentgate.engine.process import IDLE_POLL_MS, EngineServer
 from agentgate.engine.sampling_params import StructuredOutput
 from agentgate.engine.structured_output import GrammarCompiler, RequestGrammar
 
@@ -102,3 +106,27 @@ def test_invalid_constraints_are_clear_errors(llm):
         llm.generate(["x"], SamplingParams(structured=StructuredOutput(json_schema='{"type": "no-such-type"}')))
     [ok] = llm.generate(["x"], SamplingParams(max_tokens=2))
     assert len(ok.token_ids) == 2
+
+
+def test_an_engine_waiting_only_for_grammars_sleeps_instead_of_spinning(llm, monkeypatch):
+    """While its requests wait for their grammars and nothing else runs, the engine loop waits on its
+    inbox between looks (a spinning loop holds the GIL the grammar thread needs: the first budgeted
+    grammar of a server took ~20 s beside the spin); once a grammar is in, it steps at once again."""
+    core = llm.core
+    pending: Future = Future()
+    monkeypatch.setattr(core._grammar_compiler(), "submit", lambda spec: pending)
+    server = EngineServer(core, private_address(), "test")
+    try:
+        assert server._poll_ms() == IDLE_POLL_MS and not core.only_compiling
+        structured = StructuredOutput(json_object=True)
+        core.add_request("waits", llm.tokenizer.encode("hi"), SamplingParams(max_tokens=2, structured=structured))
+        assert core.has_work and core.only_compiling
+        assert server._poll_ms() == round(COMPILE_POLL_S * 1000) > 0
+        pending.set_result(GrammarCompiler(resolve_model_path(None), core.vocab_size).submit(structured).result())
+        core.step()  # admits the request
+        assert not core.only_compiling and server._poll_ms() == 0
+        while core.has_work:
+            core.step()
+    finally:
+        server.socket.close(linger=0)
+        server.context.term()

@@ -26,6 +26,7 @@ from tests.support.fixtures import idle_around
 from tests.support.inprocess import InProcessGateway
 from tests.support.servers import ADMIN_KEY, ALLOWED_ORIGIN, USER_KEY, USER_KEY_2, LiveServer, bearer, start_server
 
+# Formatted by hand: each flag beside its value, as on a command line.
 NULL_FLAGS = ("--runner", "null", "--null-step-seconds", "0.004", "--max-num-seqs", "256", "--max-model-len", "1024",
               "--num-kv-blocks", "16384", "--max-body-bytes", "65536", "--allowed-origins", ALLOWED_ORIGIN)  # fmt: skip
 
@@ -41,9 +42,10 @@ def smollm_tokenizer() -> Tokenizer:
 @pytest.fixture(scope="session")
 def null_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     server = start_server(
-        tmp_path_factory.mktemp("null-server"), *NULL_FLAGS,
+        tmp_path_factory.mktemp("null-server"),
+        *NULL_FLAGS,
         env={"AGENTGATE_API_KEY": f"{USER_KEY},{USER_KEY_2}", "AGENTGATE_ADMIN_KEY": ADMIN_KEY},
-    )  # fmt: skip
+    )
     server.headers = bearer(USER_KEY)
     server.admin_headers = bearer(ADMIN_KEY)
     yield server
@@ -60,7 +62,8 @@ def null(null_server: LiveServer) -> Iterator[LiveServer]:
 @pytest.fixture(scope="session")
 def gateway() -> Iterator[InProcessGateway]:
     """The null server's configuration, in this process (see the module docstring)."""
-    settings = Settings(api_keys=(USER_KEY, USER_KEY_2), admin_key=ADMIN_KEY, allowed_origins=(ALLOWED_ORIGIN,),
-                        max_body_bytes=65536)  # fmt: skip
+    settings = Settings(
+        api_keys=(USER_KEY, USER_KEY_2), admin_key=ADMIN_KEY, allowed_origins=(ALLOWED_ORIGIN,), max_body_bytes=65536
+    )
     with InProcessGateway(settings, redis=True) as gw:
         yield gw

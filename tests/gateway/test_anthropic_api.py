@@ -60,8 +60,14 @@ def test_stop_sequences_end_the_reply_and_are_named(client):
 
 
 def test_tool_round_trip_with_tool_choice_any(client):
-    reply = client.messages.create(model=MODEL, max_tokens=160, messages=ASK, tools=[WEATHER],
-                                   tool_choice={"type": "any"}, extra_body={"temperature": 0.7})  # fmt: skip
+    reply = client.messages.create(
+        model=MODEL,
+        max_tokens=160,
+        messages=ASK,
+        tools=[WEATHER],
+        tool_choice={"type": "any"},
+        extra_body={"temperature": 0.7},
+    )
     assert reply.stop_reason == "tool_use"
     uses = [b for b in reply.content if b.type == "tool_use"]
     assert uses and all(u.name == "get_weather" and isinstance(u.input["city"], str) for u in uses)
@@ -71,12 +77,18 @@ def test_tool_round_trip_with_tool_choice_any(client):
 
 def _round_trip(client, ask: list[dict], reply) -> None:
     """The tool results of ``reply``'s calls sent back: the model answers, on a longer prompt."""
-    results = [{"type": "tool_result", "tool_use_id": b.id, "content": "Sunny, 22 C"}
-               for b in reply.content if b.type == "tool_use"]  # fmt: skip
+    results = [
+        {"type": "tool_result", "tool_use_id": b.id, "content": "Sunny, 22 C"}
+        for b in reply.content
+        if b.type == "tool_use"
+    ]
     follow = client.messages.create(
-        model=MODEL, max_tokens=24, tools=[WEATHER], extra_body={"temperature": 0},
+        model=MODEL,
+        max_tokens=24,
+        tools=[WEATHER],
+        extra_body={"temperature": 0},
         messages=[*ask, {"role": "assistant", "content": reply.content}, {"role": "user", "content": results}],
-    )  # fmt: skip
+    )
     assert follow.usage.input_tokens > reply.usage.input_tokens and follow.content
 
 
@@ -107,13 +119,20 @@ def test_a_budget_below_one_whole_call_is_refused(client):
 
 
 def test_tool_choice_tool_and_none_streaming(client):
-    with client.messages.stream(model=MODEL, max_tokens=64, messages=ASK, tools=[WEATHER],
-                                tool_choice={"type": "tool", "name": "get_weather"}) as stream:  # fmt: skip
+    with client.messages.stream(
+        model=MODEL, max_tokens=64, messages=ASK, tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"}
+    ) as stream:
         final = stream.get_final_message()
     [use] = final.content
     assert use.type == "tool_use" and isinstance(use.input["city"], str) and final.stop_reason == "tool_use"
-    reply = client.messages.create(model=MODEL, max_tokens=16, messages=ASK, tools=[WEATHER],
-                                   tool_choice={"type": "none"}, extra_body={"temperature": 0})  # fmt: skip
+    reply = client.messages.create(
+        model=MODEL,
+        max_tokens=16,
+        messages=ASK,
+        tools=[WEATHER],
+        tool_choice={"type": "none"},
+        extra_body={"temperature": 0},
+    )
     assert all(b.type == "text" for b in reply.content) and reply.stop_reason != "tool_use"
 
 
@@ -128,8 +147,9 @@ def test_x_api_key_beside_bearer_and_anthropic_errors(gateway):
     r = gateway.client.post("/v1/messages", json={**body, "max_tokens": "many"}, headers={"x-api-key": USER_KEY})
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     assert "max_tokens" in r.json()["error"]["message"]
-    r = gateway.client.post("/v1/messages", json={**body, "max_tokens": 4, "model": "claude-x"},
-                            headers={"x-api-key": USER_KEY})  # fmt: skip
+    r = gateway.client.post(
+        "/v1/messages", json={**body, "max_tokens": 4, "model": "claude-x"}, headers={"x-api-key": USER_KEY}
+    )
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     bad = {**body, "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}
     r = gateway.client.post("/v1/messages", json=bad, headers={"x-api-key": USER_KEY})

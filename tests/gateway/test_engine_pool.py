@@ -1,4 +1,4 @@
-"""EnginePool as engines come and go (gateway.discovery): added ones take work, leaving ones
+"""EnginePool as engines come and go (gateway.engines.discovery): added ones take work, leaving ones
 (draining, or gone from the registry) take none, not even their own sessions', and an empty pool
 says so instead of failing on a division."""
 
@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from agentgate.engine.errors import EngineDeadError
-from agentgate.gateway.engines import EnginePool
+from agentgate.gateway.engines.pool import EnginePool
 
 
 @dataclass(frozen=True)

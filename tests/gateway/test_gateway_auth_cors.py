@@ -122,5 +122,10 @@ def test_only_an_admin_key_leaves_user_routes_open_and_no_keys_leaves_all_open()
 def test_roles():
     keys = KeyChecker(["u1", "u2"], "a")
     assert [keys.role(k) for k in ("u1", "u2", "a", "x", None, "")] == [
-        Role.USER, Role.USER, Role.ADMIN, Role.NONE, Role.NONE, Role.NONE
-    ]  # fmt: skip
+        Role.USER,
+        Role.USER,
+        Role.ADMIN,
+        Role.NONE,
+        Role.NONE,
+        Role.NONE,
+    ]

@@ -1,11 +1,18 @@
-"""The gateway is a client of the engine: importing it loads no torch and no engine core."""
+"""The gateway is a client of the engine: importing it loads no torch and no engine core. Inside,
+it reads top down: no import cycle, HTTP only at its edge (gateway/http/), formats below
+everything that drives them."""
 
+import ast
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support.imports import find_cycle, package_imports
 
-FORBIDDEN = ["torch"] + [f"agentgate.engine.{m}" for m in ("core", "scheduler", "runner", "models", "llm")]
+FORBIDDEN = ["torch"] + [
+    f"agentgate.engine.{m}" for m in ("core", "scheduler", "runner", "models", "layers", "loaders", "llm")
+]
 
 
 def _loaded_after(statement: str) -> list[str]:
@@ -15,7 +22,7 @@ def _loaded_after(statement: str) -> list[str]:
 
 
 def test_importing_the_app_loads_no_torch_and_no_engine_core():
-    assert _loaded_after("import agentgate.gateway.app") == []
+    assert _loaded_after("import agentgate.gateway.http.app") == []
 
 
 def test_importing_the_cli_loads_no_torch():
@@ -32,9 +39,67 @@ def _gateway_imports() -> dict[str, set[str]]:
 
 def test_no_import_cycle_inside_the_gateway_not_even_for_type_checking():
     graph = _gateway_imports()
-    assert len(graph) > 30 and "agentgate.gateway.dispatch" in graph["agentgate.gateway.routes.openai"]
+    assert len(graph) > 30 and "agentgate.gateway.dispatch" in graph["agentgate.gateway.http.routes.openai"]
     assert find_cycle(graph) is None, "import cycle: " + " -> ".join(find_cycle(graph) or [])
 
 
 def test_the_request_context_is_a_leaf():
     assert _gateway_imports()["agentgate.gateway.context"] == set()
+
+
+GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
+HTTP_LIBRARIES = ("starlette", "sse_starlette", "uvicorn")
+# ASGI messages and scopes: their types ("http.disconnect", "websocket.receive", ...), a scope read.
+ASGI = re.compile(r"""["'](?:http|websocket|lifespan)\.[a-z_.]+["']|\bscope\s*(?:\[|\.get\()|\bASGIApp\b""")
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    """Every module ``tree`` imports, at the top, in a function or under TYPE_CHECKING."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_only_the_http_edge_knows_starlette_and_reads_asgi_messages():
+    outside = [p for p in GATEWAY.rglob("*.py") if "http" not in p.relative_to(GATEWAY).parts[:1]]
+    assert len(outside) > 40
+    leaks = []
+    for path in outside:
+        text = path.read_text()
+        for name in _imported(ast.parse(text)):
+            if name.split(".")[0] in HTTP_LIBRARIES:
+                leaks.append(f"{path.relative_to(GATEWAY)} imports {name}")
+        leaks += [f"{path.relative_to(GATEWAY)} reads ASGI: {m.group(0)}" for m in ASGI.finditer(text)]
+    assert leaks == []
+
+
+def test_the_check_sees_starlette_in_the_edge():
+    text = (GATEWAY / "http" / "sse.py").read_text()
+    assert "starlette.types" in _imported(ast.parse(text)) and ASGI.search(
+        (GATEWAY / "http" / "middleware.py").read_text()
+    )
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for module in graph[todo.pop()] - seen:
+            seen.add(module)
+            todo.append(module)
+    return seen
+
+
+def test_no_format_reaches_the_stream_the_chat_core_or_the_generation():
+    """Formats write bytes from plain values and never call up: none imports, even through
+    others, the HTTP edge, the chat core, dispatch or the generation."""
+    graph = _gateway_imports()
+    above = {f"agentgate.gateway.{m}" for m in ("chat", "dispatch", "generation", "choice", "lease")}
+    formats = [m for m in graph if m.startswith("agentgate.gateway.formats")]
+    assert len(formats) >= 4
+    for module in formats:
+        reached = _reaches(graph, module)
+        assert not reached & above and not any(m.startswith("agentgate.gateway.http") for m in reached), module

@@ -14,10 +14,24 @@ from tests.support.servers import REPO
 def test_generate_prints_the_completion():
     [prompt] = CAPITAL_CHAT
     out = subprocess.run(
-        [sys.executable, "-m", "agentgate.gateway.cli", "generate", prompt["content"], "--runner", "sync",
-         "--max-tokens", "8", "--dtype", "float32"],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "agentgate.gateway.cli",
+            "generate",
+            prompt["content"],
+            "--runner",
+            "sync",
+            "--max-tokens",
+            "8",
+            "--dtype",
+            "float32",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     # What the offline engine answers with the same settings, in this process.
     [reference] = LLM(runner="sync", dtype="float32").chat(
@@ -35,8 +49,21 @@ def test_help_lists_the_serve_flags():
         cwd=REPO,
         check=True,
     )
-    for flag in ("--model", "--served-model-name", "--host", "--port", "--api-key", "--admin-key", "--allowed-origins",
-                 "--allowed-methods", "--allowed-headers", "--allow-credentials", "--runner", "--max-num-seqs",
-                 "--max-model-len", "--max-waiting"):  # fmt: skip
+    for flag in (
+        "--model",
+        "--served-model-name",
+        "--host",
+        "--port",
+        "--api-key",
+        "--admin-key",
+        "--allowed-origins",
+        "--allowed-methods",
+        "--allowed-headers",
+        "--allow-credentials",
+        "--runner",
+        "--max-num-seqs",
+        "--max-model-len",
+        "--max-waiting",
+    ):
         assert flag in out.stdout
     assert "AGENTGATE_API_KEY" in out.stdout

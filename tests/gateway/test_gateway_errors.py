@@ -17,6 +17,7 @@ def _nested(depth: int) -> str:
     return '{"type": "object", "default": ' + '{"a": [' * (depth // 2) + "]}" * (depth // 2) + "}"
 
 
+# Formatted by hand: a table of cases, one per entry.
 CASES = [
     # (name, path, raw body or json, status, param, code)
     ("malformed JSON", CHAT, b'{"messages": [', 400, None, "invalid_json"),
@@ -117,8 +118,13 @@ def test_unknown_fields_are_ignored(gateway):
 
 def test_tools_tool_choice_and_response_format_are_accepted(gateway):
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
-    body = {**chat_body(2, stream=False), "tools": tools, "tool_choice": "auto", "parallel_tool_calls": True,
-            "response_format": {"type": "text"}}  # fmt: skip
+    body = {
+        **chat_body(2, stream=False),
+        "tools": tools,
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "response_format": {"type": "text"},
+    }
     r = gateway.client.post(CHAT, json=body, headers=gateway.headers)
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
     # A constraint needs a grammar, which the null runner (no tokenizer) cannot compile: a 400 that says so.
@@ -141,8 +147,9 @@ def test_tools_reach_the_chat_template_unless_tool_choice_is_none():
     text = tokenizer.decode(chat_prompt(tokenizer, request), skip_special_tokens=False)
     assert '<tools>\n{"type": "function", "function": {"name": "f"}}\n</tools>' in text
     assert text.endswith("<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n")
-    request = decode_body(msgspec_json({"messages": [{"role": "user"}], "tools": tools, "tool_choice": "none"}),
-                          ChatCompletionRequest)  # fmt: skip
+    request = decode_body(
+        msgspec_json({"messages": [{"role": "user"}], "tools": tools, "tool_choice": "none"}), ChatCompletionRequest
+    )
     text = tokenizer.decode(chat_prompt(tokenizer, request), skip_special_tokens=False)
     assert "<tools>" not in text and text.endswith("<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n")
 

@@ -169,15 +169,18 @@ def test_start_up_warns_of_open_inference_and_unauthenticated_ops(allowed):
     inference, ops = warnings
     assert "inference is open" in inference and "port 8000 on any address" in inference and "--api-key" in inference
     assert "--allow-unauthenticated-ops" in ops and "/pause" in ops and "private network" in ops
-    assert any("auth: open /v1, operator routes open (--allow-unauthenticated-ops)" in line
-               for line in records.lines(logging.INFO))  # fmt: skip
+    assert any(
+        "auth: open /v1, operator routes open (--allow-unauthenticated-ops)" in line
+        for line in records.lines(logging.INFO)
+    )
 
 
 def test_start_up_says_the_operator_routes_are_closed(exposed, keyed):
     warnings = exposed[1].lines(logging.WARNING)
     assert len(warnings) == 1 and "inference is open" in warnings[0]
-    assert any("operator routes, dashboard and /metrics closed off loopback" in line
-               for line in exposed[1].lines(logging.INFO))  # fmt: skip
+    assert any(
+        "operator routes, dashboard and /metrics closed off loopback" in line for line in exposed[1].lines(logging.INFO)
+    )
     assert not keyed[1].lines(logging.WARNING)  # an API key and an admin key: nothing open to warn of
 
 
@@ -199,6 +202,7 @@ def test_warnings_name_who_can_reach_what():
     assert "/metrics is open" in metrics
 
 
+# Formatted by hand: a table of cases, several to a line.
 @pytest.mark.parametrize(
     ("host", "loopback"),
     [("127.0.0.1", True), ("127.3.2.1", True), ("::1", True), ("[::1]", True), ("localhost", True),
@@ -221,8 +225,9 @@ def test_models_version_and_errors_carry_no_server_path(exposed):
     [listed] = models.json()["data"]
     assert listed["root"] == card.json()["root"] == model_path.name
     missing = gw.client.get("/v1/models/nope")
-    chat = gw.client.post("/v1/chat/completions",
-                          json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+    chat = gw.client.post(
+        "/v1/chat/completions", json={"model": "nope", "messages": [{"role": "user", "content": "x"}]}
+    )
     assert missing.status_code == chat.status_code == 404
     for r in (models, card, missing, chat, gw.client.get("/version"), gw.client.get("/health")):
         assert str(model_path.parent) not in r.text, r.text
@@ -234,6 +239,10 @@ def test_engine_errors_reach_clients_without_server_paths():
     assert status == 503 and info.message == "the engine failed to start: model path x.gguf does not exist"
     gone = "engine 0 at ipc:///tmp/agentgate-engine-1f.sock is down since 2025-01-01T00:00:00Z (3.0 s): died"
     assert redact_paths(gone) == gone.replace("ipc:///tmp/", "ipc://")
-    for kept in ("the engine at tcp://10.1.2.3:5555 did not answer", "see http://host:80/a/b", "models/x.gguf",
-                 "'#/properties/a/items' is invalid"):  # fmt: skip
+    for kept in (
+        "the engine at tcp://10.1.2.3:5555 did not answer",
+        "see http://host:80/a/b",
+        "models/x.gguf",
+        "'#/properties/a/items' is invalid",
+    ):
         assert redact_paths(kept) == kept

@@ -11,22 +11,18 @@ from agentgate.engine.model_path import default_model_path
 from agentgate.engine.protocol import EngineCoreOutput, TokenLogprobs
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import load_tokenizer
-from agentgate.gateway.admission import Admission
-from agentgate.gateway.app_state import GatewayState, ServedModel
-from agentgate.gateway.auth import KeyChecker
-from agentgate.gateway.chat import ChatRun
-from agentgate.gateway.cluster import Cluster
-from agentgate.gateway.completion_formats import ChatFormat
+from agentgate.gateway.admission.waiting import Admission
 from agentgate.gateway.context import RequestContext
-from agentgate.gateway.dispatch import Job, dispatch
-from agentgate.gateway.engines import EnginePool
+from agentgate.gateway.dispatch import Dispatcher, Job, dispatch
+from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.errors import BadRequestError, ConflictError, QueueFullError
+from agentgate.gateway.formats.openai import ChatFormat
 from agentgate.gateway.generation import Generation
+from agentgate.gateway.http.sse import _chunks
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.prompts import NO_TOOLS
-from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.settings import Settings
-from agentgate.gateway.streaming import _chunks
 
 pytestmark = pytest.mark.anyio
 
@@ -55,6 +51,9 @@ class StubEngine:
     def owns(self, request_id: str) -> bool:
         return request_id in self.open
 
+    def add(self, request_id, prompt_ids, params, eos, program=None):
+        return self.generate(request_id, prompt_ids, params, eos)
+
     async def generate(self, request_id, prompt_ids, params, eos):
         self.open.add(request_id)
         finished = False
@@ -69,28 +68,28 @@ class StubEngine:
 
 def _generation(tokenizer, engine, params, metrics=None, admission=None, request_id="r", n=1):
     admission = admission or Admission(0)
-    return Generation(
-        request_id=request_id, engine=engine, tokenizer=tokenizer, metrics=metrics or Metrics(),
-        ticket=admission.enter(), arrival=0.0, prompts=[[1, 2, 3]], params=params, n=n,
-    )  # fmt: skip
+    job = Job(request_id, 0.0, [[1, 2, 3]], params, n)
+    gen = Generation(job, engine, tokenizer, metrics or Metrics(), admission.enter())
+    gen.submit()
+    return gen
 
 
-def _gateway(tokenizer, engine, admission) -> GatewayState:
+def _gateway(tokenizer, engine, admission) -> Dispatcher:
     """The services dispatch uses, around one stub engine and no Redis."""
-    pool, registry = EnginePool([engine]), RequestRegistry()
-    model = ServedModel(("m",), "", tokenizer, 2048, tokenizer.vocab_size)
-    return GatewayState(settings=Settings(), model=model, pool=pool, registry=registry, admission=admission,
-                        metrics=Metrics(), cluster=Cluster(pool, registry, None), keys=KeyChecker())  # fmt: skip
+    max_engine_requests = Settings().max_engine_requests_per_request
+    return Dispatcher(EnginePool([engine]), RequestRegistry(), admission, Metrics(), tokenizer, max_engine_requests)
 
 
 async def test_a_merged_output_streams_one_chunk_per_token_and_a_stop_string_aborts(tokenizer):
     ids = tokenizer.encode(" one two three four five", add_special_tokens=False)
     assert len(ids) == 5
     lps = [TokenLogprobs(-0.5, [], []) for _ in ids]
-    engine = StubEngine([
-        EngineCoreOutput("r", ids[:1], logprobs=lps[:1], queue_time=0.25),
-        EngineCoreOutput("r", ids[1:], logprobs=lps[1:]),  # four tokens queued up, merged by the client
-    ])  # fmt: skip
+    engine = StubEngine(
+        [
+            EngineCoreOutput("r", ids[:1], logprobs=lps[:1], queue_time=0.25),
+            EngineCoreOutput("r", ids[1:], logprobs=lps[1:]),  # four tokens queued up, merged by the client
+        ]
+    )
     metrics = Metrics()
     gen = _generation(tokenizer, engine, SamplingParams(max_tokens=10, stop=["four"], logprobs=0), metrics)
     choice = gen.choices[0]
@@ -101,7 +100,7 @@ async def test_a_merged_output_streams_one_chunk_per_token_and_a_stop_string_abo
     assert batches[-1][-1].finish_reason == "stop" and choice.finish_reason == "stop"
     assert all(len(e.token_ids) == 1 and len(e.logprobs) == 1 for b in batches for e in b)
     assert engine.left_early, "the engine request was not aborted after the stop string"
-    fmt = ChatFormat(ChatRun(gen, NO_TOOLS), "m", include_usage=False)
+    fmt = ChatFormat(NO_TOOLS, gen.request_id, gen.created, "m", tokenizer, num_choices=1, include_usage=False)
     data = _chunks(fmt, choice, batches[1])
     assert data.count(b"data: ") == 3 and data.endswith(b"\r\n\r\n")
     gen.close()
@@ -149,8 +148,7 @@ async def test_admission_counts_engine_requests_and_caps_them_per_request(tokeni
     a request of more than --max-engine-requests-per-request is a 400 before anything is admitted."""
     admission = Admission(8)
     outputs = [EngineCoreOutput(f"fan-{i}", [5], "length") for i in range(6)]
-    gw = dataclasses.replace(_gateway(tokenizer, StubEngine(outputs), admission),
-                             settings=Settings(max_engine_requests_per_request=6))  # fmt: skip
+    gw = dataclasses.replace(_gateway(tokenizer, StubEngine(outputs), admission), max_engine_requests=6)
     gen = await dispatch(gw, Job("fan", 0.0, [[1], [2], [3]], SamplingParams(), n=2), RequestContext())
     assert len(gen.choices) == 6 and admission.waiting == 6
     with pytest.raises(QueueFullError):  # 6 + 3 > 8

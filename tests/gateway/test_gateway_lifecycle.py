@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def fragile(tmp_path_factory):
+    # Formatted by hand: each flag beside its value, as on a command line.
     server = start_server(
         tmp_path_factory.mktemp("fragile"),
         "--runner", "null", "--null-step-seconds", "0.004", "--max-waiting", "2", "--max-model-len", "1024",
@@ -91,7 +92,7 @@ async def test_shutdown_signal_drains_streams_and_stops_the_engine(tmp_path, sig
             "1024",
             "--drain-seconds",
             "0.6",
-        )  # fmt: skip
+        )
     )
     try:
         [engine] = server.engine_pids()

@@ -111,9 +111,11 @@ async def test_non_streaming_disconnect_aborts_the_request(null):
 async def test_streamed_json_is_well_formed_and_lines_end_with_crlf(null):
     async with _client() as client:
         recorder = await StreamRecorder().run(
-            client, f"{null.url}/v1/completions",
-            {"prompt": "Hi", "max_tokens": 5, "stream": True, "ignore_eos": True}, null.headers,
-        )  # fmt: skip
+            client,
+            f"{null.url}/v1/completions",
+            {"prompt": "Hi", "max_tokens": 5, "stream": True, "ignore_eos": True},
+            null.headers,
+        )
     assert recorder.raw.startswith("data: {") and recorder.raw.endswith("data: [DONE]\r\n\r\n")
     payloads = recorder.payloads()
     chunks = [json.loads(p) for p in payloads[:-1]]

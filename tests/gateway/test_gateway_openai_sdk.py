@@ -59,9 +59,13 @@ def test_chat_non_streaming(client, model, model_server):
 def test_chat_streaming_matches_non_streaming_with_usage(client, model):
     reference = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=10, temperature=0)
     stream = client.chat.completions.create(
-        model=model, messages=MESSAGES, max_tokens=10, temperature=0, stream=True,
+        model=model,
+        messages=MESSAGES,
+        max_tokens=10,
+        temperature=0,
+        stream=True,
         stream_options={"include_usage": True},
-    )  # fmt: skip
+    )
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -102,10 +106,17 @@ def test_chat_logprobs(client, model):
 
 def test_seed_reproducibility(client, model):
     def sample(seed: int) -> str:
-        return client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=8,
-            temperature=1.0, seed=seed,
-        ).choices[0].message.content  # fmt: skip
+        return (
+            client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": "Tell me a story."}],
+                max_tokens=8,
+                temperature=1.0,
+                seed=seed,
+            )
+            .choices[0]
+            .message.content
+        )
 
     # Warm the prefix cache first: on CPU the engine's seeded samples can differ between a prompt
     # computed in full and one read from the prefix cache (float rounding; reported to the engine).
@@ -116,31 +127,46 @@ def test_seed_reproducibility(client, model):
     assert len(others | {first}) > 1, "different seeds never changed the text: seeds are ignored"
     # n > 1: each choice has its own seed stream (seed + index, as in vLLM): they differ, and each
     # is what a request seeded with its stream's seed samples
-    three = [c.message.content for c in client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=8, temperature=1.0,
-        seed=1233, n=3).choices]  # fmt: skip
+    three = [
+        c.message.content
+        for c in client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Tell me a story."}],
+            max_tokens=8,
+            temperature=1.0,
+            seed=1233,
+            n=3,
+        ).choices
+    ]
     assert three[1] == first and len(set(three)) > 1
 
 
 def test_completions_non_streaming_echo_and_logprobs(client, model):
-    completion = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4,
-                                           temperature=0, logprobs=2)  # fmt: skip
+    completion = client.completions.create(
+        model=model, prompt="The capital of France is", max_tokens=4, temperature=0, logprobs=2
+    )
     [choice] = completion.choices
     assert completion.object == "text_completion" and choice.text
     lp = choice.logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == completion.usage.completion_tokens
     assert all(len(top) <= 2 for top in lp.top_logprobs) and lp.text_offset[0] == 0
     assert "".join(lp.tokens) == choice.text or choice.finish_reason == "stop"
-    echoed = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4, temperature=0,
-                                       echo=True)  # fmt: skip
+    echoed = client.completions.create(
+        model=model, prompt="The capital of France is", max_tokens=4, temperature=0, echo=True
+    )
     assert echoed.choices[0].text == "The capital of France is" + choice.text
 
 
 def test_completions_streaming_n2_with_usage(client, model):
     stream = client.completions.create(
-        model=model, prompt="Once upon a time", max_tokens=6, temperature=0.7, n=2, stream=True,
+        model=model,
+        prompt="Once upon a time",
+        max_tokens=6,
+        temperature=0.7,
+        n=2,
+        stream=True,
         stream_options={"include_usage": True},
-    )  # fmt: skip
+    )
     chunks = list(stream)
     texts = {0: "", 1: ""}
     finished = set()
@@ -190,9 +216,13 @@ async def test_closing_a_stream_early_aborts_the_request(model_server, model):
     url = model_server.url
     async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as client:
         stream = await client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "Write a very long essay about the sea."}],
-            max_tokens=1000, temperature=0, stream=True, extra_body={"ignore_eos": True},
-        )  # fmt: skip
+            model=model,
+            messages=[{"role": "user", "content": "Write a very long essay about the sea."}],
+            max_tokens=1000,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
         received = 0
         async for _ in stream:
             received += 1
@@ -240,8 +270,9 @@ def test_the_readmes_first_example_answers_sensibly(model_server):
     """The README's first curl, as a newcomer runs it (no sampling fields): the server's
     sampling defaults (for this GGUF: temperature 0.2, top_p 0.9) make the answer sensible."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    body = json.loads(re.search(r"curl -s http://127\.0\.0\.1:8000/v1/chat/completions .*?-d '(\{.*?\})'", readme,
-                                re.S).group(1))  # fmt: skip
+    body = json.loads(
+        re.search(r"curl -s http://127\.0\.0\.1:8000/v1/chat/completions .*?-d '(\{.*?\})'", readme, re.S).group(1)
+    )
     assert not {"temperature", "top_p", "seed"} & set(body)
     reply = httpx.post(f"{model_server.url}/v1/chat/completions", json=body, timeout=300).json()
     assert "Paris" in reply["choices"][0]["message"]["content"]

@@ -52,8 +52,9 @@ async def test_pause_keep_freezes_streams_under_load_and_resume_completes_them(n
     late = StreamRecorder()
     async with _client() as client, anyio.create_task_group() as tasks:
         for recorder in running:
-            tasks.start_soon(recorder.run, client, url, chat_body(200, stream_options={"include_usage": True}),
-                             null.headers)  # fmt: skip
+            tasks.start_soon(
+                recorder.run, client, url, chat_body(200, stream_options={"include_usage": True}), null.headers
+            )
         await _wait_events(running, 5)
         r = await client.post(f"{null.url}/pause", params={"mode": "keep"}, headers=null.admin_headers)
         assert r.status_code == 200 and r.json() == {"is_paused": True, "mode": "keep"}
@@ -137,8 +138,9 @@ async def test_abort_by_request_id_through_both_routes(null):
         tasks.start_soon(c.run, client, url, chat_body(900, n=2), {**null.headers, "X-Request-Id": "op-abort-c"})
         tasks.start_soon(other.run, client, url, chat_body(60), null.headers)
         await _wait_events([a, b, c, other], 3)
-        r = await client.post(f"{null.url}/abort_requests", json={"request_ids": ["op-abort-a", "nope"]},
-                              headers=null.admin_headers)  # fmt: skip
+        r = await client.post(
+            f"{null.url}/abort_requests", json={"request_ids": ["op-abort-a", "nope"]}, headers=null.admin_headers
+        )
         assert r.status_code == 200 and r.json() == {"aborted": ["op-abort-a"], "all": False}
         r = await client.delete(f"{null.url}/v1/requests/op-abort-b", headers=null.admin_headers)
         assert r.status_code == 200 and r.json()["aborted"] == ["op-abort-b"]

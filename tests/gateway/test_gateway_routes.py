@@ -6,7 +6,7 @@ import re
 
 from starlette.routing import Mount
 
-from agentgate.gateway.app import EngineTarget, create_app
+from agentgate.gateway.http.app import EngineTarget, create_app
 from agentgate.gateway.schemas import REQUEST_TYPES
 from agentgate.gateway.settings import Settings
 from tests.support.http import chat_body, metrics
@@ -66,16 +66,21 @@ def test_metrics_names_and_counts_follow_requests(gateway):
     before = metrics(gateway.client)
     for name in METRIC_NAMES:
         assert name in before, f"{name} missing from /metrics"
-    r = gateway.client.post("/v1/completions", json={"prompt": [1, 2, 3, 4, 5], "max_tokens": 7, "ignore_eos": True,
-                                                        "n": 2}, headers=gateway.headers)  # fmt: skip
+    r = gateway.client.post(
+        "/v1/completions",
+        json={"prompt": [1, 2, 3, 4, 5], "max_tokens": 7, "ignore_eos": True, "n": 2},
+        headers=gateway.headers,
+    )
     assert r.status_code == 200
     after = metrics(gateway.client)
     assert after["agentgate_prompt_tokens_total"] - before["agentgate_prompt_tokens_total"] == 5
     assert after["agentgate_generation_tokens_total"] - before["agentgate_generation_tokens_total"] == 14
-    for name, delta in [("agentgate_time_to_first_token_seconds_count", 2),
-                        ("agentgate_request_queue_time_seconds_count", 2),
-                        ("agentgate_inter_token_latency_seconds_count", 12),
-                        ("agentgate_prefix_cache_queries_tokens_total", 10)]:  # fmt: skip
+    for name, delta in [
+        ("agentgate_time_to_first_token_seconds_count", 2),
+        ("agentgate_request_queue_time_seconds_count", 2),
+        ("agentgate_inter_token_latency_seconds_count", 12),
+        ("agentgate_prefix_cache_queries_tokens_total", 10),
+    ]:
         assert after[name] - before[name] == delta, name
     length = 'agentgate_requests_total{finish_reason="length"}'
     assert after[length] - before[length] == 2

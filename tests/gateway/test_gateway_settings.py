@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 
 from agentgate.gateway.cli import build_parser, settings_from_args
-from agentgate.gateway.settings import Settings, env_name, flag_name
+from agentgate.gateway.setting_values import env_name, flag_name
+from agentgate.gateway.settings import Settings
 
 
 def _serve_args(argv, monkeypatch, env=None):

@@ -23,14 +23,17 @@ def sweep(client: httpx.Client, url: str) -> None:
     for i in range(4):
         lines = (f"Line {i}-{j}: the value of item {j * 7 + i} is {j * 13}." for j in range(30))
         text = f"Document {i}. " + " ".join(lines)
-        r = client.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": text}],
-                                                            "max_tokens": 1, "temperature": 0})  # fmt: skip
+        r = client.post(
+            f"{url}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": text}], "max_tokens": 1, "temperature": 0},
+        )
         assert r.status_code == 200, r.text
 
 
 @pytest.mark.parametrize("retention", ["60", "off"])
 def test_a_program_returning_after_a_tool_call_hits_its_pinned_conversation(tmp_path, retention):
     # 96 blocks of 16 tokens: the conversation takes ~42, each sweep prompt ~35, four of them all.
+    # Formatted by hand: each flag beside its value, as on a command line.
     server = launch_serve(tmp_path, "model", "--runner", "sync", "--dtype", "float32", "--engines", "1",
                           "--num-kv-blocks", "96", "--max-model-len", "1536", "--kv-retention", retention,
                           "--redis-dir", str(tmp_path / "redis"))  # fmt: skip
@@ -54,10 +57,11 @@ def test_a_program_returning_after_a_tool_call_hits_its_pinned_conversation(tmp_
             history_tokens = first.json()["usage"]["prompt_tokens"]
             sweep(client, url)
             call = reply["message"]["tool_calls"][0]
-            messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
-                         {"role": "tool", "tool_call_id": call["id"], "content": "Lima."}]  # fmt: skip
-            back = client.post(f"{url}/v1/chat/completions",
-                               json={"messages": messages, **body, "tool_choice": "auto"})  # fmt: skip
+            messages += [
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call["id"], "content": "Lima."},
+            ]
+            back = client.post(f"{url}/v1/chat/completions", json={"messages": messages, **body, "tool_choice": "auto"})
             assert back.status_code == 200, back.text
             cached = back.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
             metrics = client.get(f"{url}/metrics").text

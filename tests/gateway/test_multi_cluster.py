@@ -39,6 +39,7 @@ ADMIN = bearer(ADMIN_KEY)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    # Formatted by hand: each flag beside its value, as on a command line.
     flags = [part for key in KEYS for part in ("--api-key", key)] + [
         "--admin-key", ADMIN_KEY, "--key-rate-limit", f"{RPM_KEY}:6:0", "--key-rate-limit", f"{TPM_KEY}:0:60",
         "--session-ttl", "120",
@@ -93,8 +94,7 @@ async def test_an_abort_sent_to_b_stops_a_stream_on_a_within_an_engine_step(clus
 
         # by session and by API key, through /abort_requests on B
         by_session, by_key = StreamRecorder(), StreamRecorder()
-        tasks.start_soon(by_session.run, client, url, chat_body(900),
-                         {**USER, "X-Session-Id": "abort-me"})  # fmt: skip
+        tasks.start_soon(by_session.run, client, url, chat_body(900), {**USER, "X-Session-Id": "abort-me"})
         tasks.start_soon(by_key.run, client, url, chat_body(900), USER_2)
         await _until(lambda: by_session.events >= 3 and by_key.events >= 3)
         r = await client.post(
@@ -126,8 +126,7 @@ async def test_pause_keep_through_a_freezes_both_engines_and_resume_through_b_co
     async with _client() as client, anyio.create_task_group() as tasks:
         for i, recorder in enumerate(streams):
             gateway = cluster.a if i % 2 else cluster.b
-            tasks.start_soon(recorder.run, client, f"{gateway.url}/v1/chat/completions",
-                             chat_body(150), USER)  # fmt: skip
+            tasks.start_soon(recorder.run, client, f"{gateway.url}/v1/chat/completions", chat_body(150), USER)
         await _until(lambda: all(r.events >= 3 for r in streams))
         listing = (await client.get(f"{cluster.b.url}/v1/requests", headers=ADMIN)).json()["data"]
         assert {e["engine"] for e in listing} == set(cluster.addresses), "the streams should use both engines"
@@ -170,8 +169,9 @@ async def test_rate_limits_hold_across_both_gateways(cluster):
         status = (await client.get(f"{cluster.a.url}/v1/rate_limits", headers=key)).json()
         assert status["requests"] == {"limit_per_minute": 6, "remaining": 0}
         # another key is not affected
-        assert (await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(2, stream=False),
-                                  headers=USER)).status_code == 200  # fmt: skip
+        assert (
+            await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(2, stream=False), headers=USER)
+        ).status_code == 200
 
         # tokens: a request of ~50 tokens through A leaves 60 - 50; the next one through B spends the rest;
         # a third one, through A, is refused until the bucket refills
@@ -207,8 +207,9 @@ async def test_sessions_are_shared_owned_and_bound_to_one_engine(cluster):
             gateway = (cluster.a, cluster.b)[turn % 2]
             messages.append({"role": "user", "content": f"turn {turn}"})
             if turn % 3 == 2:  # streamed turns record their reply too
-                recorder = await StreamRecorder().run(client, f"{gateway.url}/v1/chat/completions",
-                                                      chat_body(3, messages=messages), headers)  # fmt: skip
+                recorder = await StreamRecorder().run(
+                    client, f"{gateway.url}/v1/chat/completions", chat_body(3, messages=messages), headers
+                )
                 reply = "".join(check_chat_stream(recorder.payloads())["texts"].values())
             else:
                 r = await client.post(
@@ -232,14 +233,20 @@ async def test_sessions_are_shared_owned_and_bound_to_one_engine(cluster):
         r = await client.get(f"{cluster.a.url}/v1/sessions/{sid}", headers=USER_2)
         assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found"
         assert (await client.get(f"{cluster.a.url}/v1/sessions/{sid}", headers=ADMIN)).status_code == 200
-        r = await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(4, stream=False),
-                              headers={**USER_2, "X-Session-Id": sid})  # fmt: skip
+        r = await client.post(
+            f"{cluster.a.url}/v1/chat/completions",
+            json=chat_body(4, stream=False),
+            headers={**USER_2, "X-Session-Id": sid},
+        )
         assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found"  # as a missing one
         assert (await client.get(f"{cluster.a.url}/v1/sessions", headers=USER)).status_code == 403
         listed = (await client.get(f"{cluster.a.url}/v1/sessions", headers=ADMIN)).json()["data"]
         assert sid in [s["id"] for s in listed] and "messages" not in listed[0]
-        r = await client.post(f"{cluster.a.url}/v1/chat/completions", json=chat_body(4, stream=False),
-                              headers={**USER, "X-Session-Id": "has space"})  # fmt: skip
+        r = await client.post(
+            f"{cluster.a.url}/v1/chat/completions",
+            json=chat_body(4, stream=False),
+            headers={**USER, "X-Session-Id": "has space"},
+        )
         assert r.status_code == 400 and r.json()["error"]["param"] == "X-Session-Id"
 
 
@@ -251,8 +258,11 @@ def test_a_program_keeps_its_engine_through_either_gateway(cluster):
     for turn in range(4):
         gateway = (cluster.a, cluster.b)[turn % 2]
         before = first_tokens_by_engine(gateway.url)
-        r = httpx.post(f"{gateway.url}/v1/chat/completions", headers=USER,
-                       json=chat_body(3, stream=False, prompt_cache_key="agent-7"))  # fmt: skip
+        r = httpx.post(
+            f"{gateway.url}/v1/chat/completions",
+            headers=USER,
+            json=chat_body(3, stream=False, prompt_cache_key="agent-7"),
+        )
         assert r.status_code == 200, r.text
         after = first_tokens_by_engine(gateway.url)
         engines += [engine for engine, count in after.items() if count > before.get(engine, 0)]
@@ -263,8 +273,9 @@ async def test_deleting_a_session_aborts_its_stream_on_the_other_gateway(cluster
     sid = "to-delete"
     recorder = StreamRecorder()
     async with _client() as client, anyio.create_task_group() as tasks:
-        tasks.start_soon(recorder.run, client, f"{cluster.a.url}/v1/chat/completions",
-                         chat_body(900), {**USER, "X-Session-Id": sid})  # fmt: skip
+        tasks.start_soon(
+            recorder.run, client, f"{cluster.a.url}/v1/chat/completions", chat_body(900), {**USER, "X-Session-Id": sid}
+        )
         await _until(lambda: recorder.events >= 3)
         assert (await client.delete(f"{cluster.b.url}/v1/sessions/{sid}", headers=USER_2)).status_code == 404
         r = await client.delete(f"{cluster.b.url}/v1/sessions/{sid}", headers=USER)
@@ -284,14 +295,16 @@ def test_responses_chain_across_both_gateways_a_restart_and_a_cancel_from_the_ot
         return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
 
     first = client(cluster.a).responses.create(model=MODEL, input="Hello there", max_output_tokens=4)
-    second = client(cluster.b).responses.create(model=MODEL, input="Again", previous_response_id=first.id,
-                                                max_output_tokens=4)  # fmt: skip
+    second = client(cluster.b).responses.create(
+        model=MODEL, input="Again", previous_response_id=first.id, max_output_tokens=4
+    )
     assert (
         second.usage.input_tokens > first.usage.total_tokens and second.usage.input_tokens_details.cached_tokens >= 16
     )
     cluster.restart_a()
-    third = client(cluster.a).responses.create(model=MODEL, input="Once more", previous_response_id=second.id,
-                                               max_output_tokens=4)  # fmt: skip
+    third = client(cluster.a).responses.create(
+        model=MODEL, input="Once more", previous_response_id=second.id, max_output_tokens=4
+    )
     assert third.usage.input_tokens > second.usage.total_tokens
     assert third.usage.input_tokens_details.cached_tokens >= second.usage.input_tokens_details.cached_tokens
     other = client(cluster.b, USER_KEY_2)
@@ -303,8 +316,11 @@ def test_responses_chain_across_both_gateways_a_restart_and_a_cancel_from_the_ot
     long = client(cluster.b).responses.create(model=MODEL, input="Go on", max_output_tokens=900, background=True)
     wait_for(lambda: client(cluster.a).responses.retrieve(long.id).status == "in_progress", timeout=10)
     assert client(cluster.a).responses.cancel(long.id).status == "cancelled"
-    wait_for(lambda: all(engine_idle(g.url) for g in (cluster.a, cluster.b)), timeout=5,
-             message="the cancelled generation to stop on its engine")  # fmt: skip
+    wait_for(
+        lambda: all(engine_idle(g.url) for g in (cluster.a, cluster.b)),
+        timeout=5,
+        message="the cancelled generation to stop on its engine",
+    )
     assert client(cluster.b).responses.retrieve(long.id).status == "cancelled"
 
 
@@ -319,15 +335,24 @@ def test_a_background_response_whose_gateway_crashed_is_failed_when_it_restarts(
     wait_for(lambda: client(cluster.b).responses.retrieve(orphan.id).status == "in_progress", timeout=10)
     elsewhere = client(cluster.b).responses.create(model=MODEL, input="Go", max_output_tokens=300, background=True)
     cluster.restart_a(kill=True)  # returns once A serves again
-    wait_for(lambda: client(cluster.a).responses.retrieve(orphan.id).status == "failed", timeout=3,
-             message="the crashed gateway's response to be resolved at its restart")  # fmt: skip
+    wait_for(
+        lambda: client(cluster.a).responses.retrieve(orphan.id).status == "failed",
+        timeout=3,
+        message="the crashed gateway's response to be resolved at its restart",
+    )
     failed = client(cluster.b).responses.retrieve(orphan.id)
     assert failed.error.code == "server_error" and "stopped before it finished" in failed.error.message
     assert client(cluster.a).responses.retrieve(elsewhere.id).status in ("queued", "in_progress", "incomplete")
-    wait_for(lambda: client(cluster.a).responses.retrieve(elsewhere.id).status == "incomplete", timeout=15,
-             message="the live gateway's response to run to its max_output_tokens")  # fmt: skip
-    wait_for(lambda: all(engine_idle(g.url) for g in (cluster.a, cluster.b)), timeout=10,
-             message="the crashed gateway's generation to end on its engine")  # fmt: skip
+    wait_for(
+        lambda: client(cluster.a).responses.retrieve(elsewhere.id).status == "incomplete",
+        timeout=15,
+        message="the live gateway's response to run to its max_output_tokens",
+    )
+    wait_for(
+        lambda: all(engine_idle(g.url) for g in (cluster.a, cluster.b)),
+        timeout=10,
+        message="the crashed gateway's generation to end on its engine",
+    )
 
 
 def test_sessions_survive_a_gateway_restart(cluster):
@@ -367,6 +392,7 @@ async def test_a_gateway_started_while_paused_starts_paused(cluster, tmp_path):
     is paused before it serves, and a resume through another gateway reaches it."""
     async with _client() as client:
         assert (await client.post(f"{cluster.a.url}/pause", params={"mode": "keep"}, headers=ADMIN)).status_code == 200
+        # Formatted by hand: each flag beside its value, as on a command line.
         joiner = launch_serve(tmp_path, "joiner", "--runner", "null", "--null-step-seconds", "0.01", "--max-model-len",
                               "1024", "--redis-url", cluster.redis.url, "--admin-key", ADMIN_KEY)  # fmt: skip
         try:
@@ -375,8 +401,7 @@ async def test_a_gateway_started_while_paused_starts_paused(cluster, tmp_path):
             assert r.json()["is_paused"] is True
             late = StreamRecorder()
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(late.run, client, f"{joiner.url}/v1/chat/completions", chat_body(8),
-                                 {})  # fmt: skip
+                tasks.start_soon(late.run, client, f"{joiner.url}/v1/chat/completions", chat_body(8), {})
                 await anyio.sleep(0.5)
                 assert late.events <= 1, "the new replica's engine ran while the cluster was paused"
                 assert (await client.post(f"{cluster.b.url}/resume", headers=ADMIN)).status_code == 200
@@ -403,8 +428,7 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
         async with anyio.create_task_group() as tasks:
             for i, recorder in enumerate(streams):
                 url = (url_a, url_b)[i % 2]
-                tasks.start_soon(recorder.run, client, f"{url}/v1/chat/completions",
-                                 chat_body(120), USER)  # fmt: skip
+                tasks.start_soon(recorder.run, client, f"{url}/v1/chat/completions", chat_body(120), USER)
             await _until(lambda: all(r.events >= 3 for r in streams))
             cluster.redis.kill()
 
@@ -430,8 +454,11 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
                     f"{url}/v1/chat/completions", json=chat_body(4, stream=False), headers=bearer(RPM_KEY)
                 )
                 assert r.status_code == 200  # --rate-limit-redis-down allow (the default)
-                r = await client.post(f"{url}/v1/chat/completions", headers=USER,
-                                      json=chat_body(4, stream=False, prompt_cache_key="during-outage"))  # fmt: skip
+                r = await client.post(
+                    f"{url}/v1/chat/completions",
+                    headers=USER,
+                    json=chat_body(4, stream=False, prompt_cache_key="during-outage"),
+                )
                 assert r.status_code == 200, r.text  # a program without a session: served without its record
                 health = (await client.get(f"{url}/health")).json()
                 assert health["status"] == "degraded" and health["redis"] == "down"
@@ -451,8 +478,13 @@ async def test_redis_killed_mid_load_then_restarted(cluster):
                 await anyio.sleep(0.05)
         recorder = StreamRecorder()
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(recorder.run, client, f"{url_a}/v1/chat/completions", chat_body(900),
-                             {**USER, "X-Request-Id": "after-outage"})  # fmt: skip
+            tasks.start_soon(
+                recorder.run,
+                client,
+                f"{url_a}/v1/chat/completions",
+                chat_body(900),
+                {**USER, "X-Request-Id": "after-outage"},
+            )
             await _until(lambda: recorder.events >= 3)
             assert (await client.delete(f"{url_b}/v1/requests/after-outage", headers=ADMIN)).status_code == 200
             await _until(lambda: recorder.raw.endswith("data: [DONE]\r\n\r\n"), timeout=2)

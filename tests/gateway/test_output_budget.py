@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentgate.gateway.app import startup_line
+from agentgate.gateway.admission.output_budget import DEFAULT_MAX_TOKENS, OutputBudget
 from agentgate.gateway.cli import build_parser, settings_from_args
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.output_budget import DEFAULT_MAX_TOKENS, OutputBudget
+from agentgate.gateway.http.app import startup_line
 from agentgate.gateway.settings import Settings
 from tests.support.inprocess import InProcessGateway
 
@@ -44,8 +44,9 @@ def test_over_the_cap_is_a_400_naming_the_parameter(gw, stream):
     _error(post("/v1/completions", json={"prompt": "Hi", "max_tokens": CAP + 1, "stream": stream}), "max_tokens")
     r = post("/v1/responses", json={"input": "Hi", "max_output_tokens": CAP + 1, "store": False, "stream": stream})
     assert "`max_output_tokens` is 41" in _error(r, "max_output_tokens")
-    r = post("/v1/messages", json={"messages": HI, "max_tokens": CAP + 1, "model": "SmolLM2-135M-Instruct",
-                                   "stream": stream})  # fmt: skip
+    r = post(
+        "/v1/messages", json={"messages": HI, "max_tokens": CAP + 1, "model": "SmolLM2-135M-Instruct", "stream": stream}
+    )
     assert r.status_code == 400 and r.json()["type"] == "error", r.text  # Anthropic's shape
     assert r.json()["error"]["type"] == "invalid_request_error" and "`max_tokens` is 41" in r.json()["error"]["message"]
 

@@ -1,7 +1,7 @@
 """An agent program across two gateways and two real-model engines on one Redis: a program
 named by ``prompt_cache_key`` (no session) whose turn through gateway A ended in a tool call
 comes back with the tool's result through gateway B, which sends it to the engine holding
-its pinned conversation (``gateway.program_store``): the whole history is a prefix hit. A
+its pinned conversation (``gateway.programs.last_turns``): the whole history is a prefix hit. A
 fresh program with the same messages gets B's least-loaded engine (B lists the engines the
 other way round from A, so that is the other one) and computes them again."""
 
@@ -27,15 +27,17 @@ BODY = {"tools": TOOLS, "parallel_tool_calls": False, "max_tokens": 96, "tempera
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    yield from run_cluster(tmp_path_factory.mktemp("programs"), ["--admin-key", ADMIN_KEY], MODEL_ENGINE,
-                           b_reversed=True)  # fmt: skip
+    yield from run_cluster(
+        tmp_path_factory.mktemp("programs"), ["--admin-key", ADMIN_KEY], MODEL_ENGINE, b_reversed=True
+    )
 
 
 def turn(client: httpx.Client, gateway, messages: list[dict], program: str, **extra) -> tuple[dict, str]:
     """A chat turn of ``program`` through ``gateway``: the response and the engine that ran it."""
     before = first_tokens_by_engine(gateway.url)
-    r = client.post(f"{gateway.url}/v1/chat/completions",
-                    json={"messages": messages, **BODY, "prompt_cache_key": program, **extra})  # fmt: skip
+    r = client.post(
+        f"{gateway.url}/v1/chat/completions", json={"messages": messages, **BODY, "prompt_cache_key": program, **extra}
+    )
     assert r.status_code == 200, r.text
     after = first_tokens_by_engine(gateway.url)
     [engine] = [address for address, count in after.items() if count > before.get(address, 0)]
@@ -50,8 +52,10 @@ def test_a_program_returning_through_another_gateway_hits_its_pinned_conversatio
         assert reply["finish_reason"] == "tool_calls", reply
         history = first["usage"]["prompt_tokens"]
         call = reply["message"]["tool_calls"][0]
-        messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": call["id"], "content": "Lima."}]  # fmt: skip
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "Lima."},
+        ]
         back, back_engine = turn(client, cluster.b, messages, "agent-7", max_tokens=8)
         fresh, fresh_engine = turn(client, cluster.b, messages, "agent-8", max_tokens=8)
         stats = client.get(f"{cluster.b.url}/dashboard/stats", headers=bearer(ADMIN_KEY)).json()

@@ -1,4 +1,4 @@
-"""Agent programs' last turns in Redis (``gateway.program_store``), on a real redis-server:
+"""Agent programs' last turns in Redis (``gateway.programs.last_turns``), on a real redis-server:
 written when a turn ends, read when the next one is dispatched, which sends it to that
 engine (a session keeps its own; an engine gone: the least loaded, and the record moves)
 and tells it when the previous turn ended; with Redis away, no affinity, no previous end,
@@ -19,12 +19,12 @@ from agentgate.engine.model_path import default_model_path
 from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import load_tokenizer
-from agentgate.gateway.admission import Admission
+from agentgate.gateway.admission.waiting import Admission
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Job, dispatch
-from agentgate.gateway.engines import EnginePool
-from agentgate.gateway.program_store import UNKNOWN, ProgramStore
+from agentgate.gateway.engines.pool import EnginePool
+from agentgate.gateway.programs.last_turns import UNKNOWN, ProgramStore
 from agentgate.gateway.redis_state import SharedState
 from tests.gateway.test_gateway_generation import StubEngine, _gateway
 from tests.support.servers import RedisServer, free_port

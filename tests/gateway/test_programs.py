@@ -1,8 +1,8 @@
 """Program identity as the gateway gives it to the engine: session, Responses chain,
 prompt_cache_key, user, in that order; per API key; after tool calls or not."""
 
-from agentgate.gateway import programs
 from agentgate.gateway.context import RequestContext
+from agentgate.gateway.programs import tags as programs
 
 SEARCH = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
 CALL = {"role": "assistant", "content": None, "tool_calls": [SEARCH]}
@@ -33,8 +33,9 @@ def test_a_turn_after_tool_calls_carries_their_names():
     assert programs.reply_tools(CALL) == ["search"]
     back = programs.program_tag(context, [user, CALL, result], tools_offered=True)
     assert back.after_tool_calls and back.tool_names == ["search"] and back.previous_turn_end == 0.0
-    again = programs.program_tag(context, [user, CALL, result, {"role": "user", "content": "thanks"}],
-                                 tools_offered=False)  # fmt: skip
+    again = programs.program_tag(
+        context, [user, CALL, result, {"role": "user", "content": "thanks"}], tools_offered=False
+    )
     assert not again.after_tool_calls and not again.tools_offered
     assert programs.reply_tools({"role": "assistant", "content": "ok"}) == [] and programs.reply_tools(None) == []
     assert programs.program_tag(RequestContext(), [user], tools_offered=True) is None

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 import anyio
 import pytest
 
+from agentgate.gateway.admission.rate_limits import RateLimitedError, RateLimiter, parse_key_limits
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
 from agentgate.gateway.errors import NotFoundError
 from agentgate.gateway.key_digests import key_digest, use_digest_secret
-from agentgate.gateway.ratelimit import RateLimitedError, RateLimiter, parse_key_limits
 from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
-from agentgate.gateway.registry import RequestRegistry
+from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.responses_api.types import ResponseObject
 from agentgate.gateway.sessions import SessionStore
@@ -140,8 +140,11 @@ async def test_a_turn_is_recorded_and_listed(shared):
     store.record_turn("t", "q1", (7, 3), [{"role": "user", "content": "hi"}], None)
     await shared.flush()
     session = await store.get("t", "owner", admin=False)
-    assert session["turns"] == 1 and session["usage"] == {"prompt_tokens": 7, "completion_tokens": 3,
-                                                         "total_tokens": 10}  # fmt: skip
+    assert session["turns"] == 1 and session["usage"] == {
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+        "total_tokens": 10,
+    }
     assert session["messages"] == [{"role": "user", "content": "hi"}] and session["requests_in_flight"] == []
     assert 0 < session["expires_at"] - time.time() <= 61
     assert [s["id"] for s in await store.list()] == ["t"]

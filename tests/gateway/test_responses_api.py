@@ -22,10 +22,14 @@ WEATHER = {
     "type": "function",
     "name": "get_weather",
     "description": "Get the current weather in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
-                   "additionalProperties": False},
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
     "strict": True,
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +42,9 @@ def test_create_retrieve_list_input_items_delete(client, model_server):
     [question] = CAPITAL_CHAT
     reference = reference_chat(model_server.url, CAPITAL_CHAT, max_tokens=24)  # the same server's chat answer
     assert reference["finish_reason"] == "stop", "SET-UP: the reference answer does not end within 24 tokens"
-    r = client.responses.create(model=MODEL, input=question["content"], max_output_tokens=24,
-                                temperature=0, metadata={"run": "1"})  # fmt: skip
+    r = client.responses.create(
+        model=MODEL, input=question["content"], max_output_tokens=24, temperature=0, metadata={"run": "1"}
+    )
     assert r.status == "completed" and r.object == "response" and r.id.startswith("resp_")
     assert r.output_text == reference["message"]["content"]
     assert r.usage.input_tokens > 0 and 0 < r.usage.output_tokens <= 24
@@ -59,10 +64,18 @@ def test_streaming_sends_the_documented_events_in_order(client):
     stream = client.responses.create(model=MODEL, input="Say hello.", max_output_tokens=16, temperature=0, stream=True)
     events = list(stream)
     kinds = [e.type for e in events]
-    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
-                         "response.content_part.added"]  # fmt: skip
-    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
-                          kinds[-1]]  # fmt: skip
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        kinds[-1],
+    ]
     assert kinds[-1] in ("response.completed", "response.incomplete")
     assert [e.sequence_number for e in events] == list(range(len(events)))
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
@@ -74,10 +87,17 @@ def test_streaming_sends_the_documented_events_in_order(client):
 
 
 def test_previous_response_id_chains_and_hits_the_prefix_cache(client):
-    first = client.responses.create(model=MODEL, input="My name is Ada. Remember it.", instructions="Be brief.",
-                                    max_output_tokens=12, temperature=0)  # fmt: skip
-    second = client.responses.create(model=MODEL, input="What is my name?", previous_response_id=first.id,
-                                     instructions="Be brief.", max_output_tokens=12, temperature=0)  # fmt: skip
+    first = client.responses.create(
+        model=MODEL, input="My name is Ada. Remember it.", instructions="Be brief.", max_output_tokens=12, temperature=0
+    )
+    second = client.responses.create(
+        model=MODEL,
+        input="What is my name?",
+        previous_response_id=first.id,
+        instructions="Be brief.",
+        max_output_tokens=12,
+        temperature=0,
+    )
     assert second.previous_response_id == first.id
     # the second prompt holds the whole first turn: its input, its reply, then the new input
     assert second.usage.input_tokens > first.usage.total_tokens
@@ -87,24 +107,40 @@ def test_previous_response_id_chains_and_hits_the_prefix_cache(client):
 
 
 def test_forced_tool_call_then_its_output_sent_back(client):
-    r = client.responses.create(model=MODEL, input="What is the weather in Paris?", tools=[WEATHER],
-                                tool_choice="required", max_output_tokens=160, temperature=0.7)  # fmt: skip
+    r = client.responses.create(
+        model=MODEL,
+        input="What is the weather in Paris?",
+        tools=[WEATHER],
+        tool_choice="required",
+        max_output_tokens=160,
+        temperature=0.7,
+    )
     calls = [item for item in r.output if item.type == "function_call"]
     assert calls and r.status == "completed" and not r.output_text
     for call in calls:
         assert call.name == "get_weather" and isinstance(json.loads(call.arguments)["city"], str)
     follow = client.responses.create(
-        model=MODEL, previous_response_id=r.id, tools=[WEATHER], max_output_tokens=24, temperature=0,
+        model=MODEL,
+        previous_response_id=r.id,
+        tools=[WEATHER],
+        max_output_tokens=24,
+        temperature=0,
         input=[{"type": "function_call_output", "call_id": c.call_id, "output": "Sunny, 22 C"} for c in calls],
-    )  # fmt: skip
+    )
     # The second prompt holds the first turn: its input and each of its calls (at least 20 tokens each:
     # "<tool_call>", the name, the arguments). Not every token generated: a forced reply holds a
     # repeated call once (issue 28), so the repeats the model wrote are not part of the turn.
     assert follow.status in ("completed", "incomplete") and follow.usage.input_tokens > (
         r.usage.input_tokens + 20 * len(calls)
     )
-    stream = client.responses.create(model=MODEL, input="What is the weather in Paris?", tools=[WEATHER],
-                                     tool_choice="required", max_output_tokens=160, stream=True)  # fmt: skip
+    stream = client.responses.create(
+        model=MODEL,
+        input="What is the weather in Paris?",
+        tools=[WEATHER],
+        tool_choice="required",
+        max_output_tokens=160,
+        stream=True,
+    )
     events = list(stream)
     args = [e for e in events if e.type == "response.function_call_arguments.done"]
     assert args and all("city" in json.loads(e.arguments) for e in args)
@@ -118,12 +154,16 @@ def test_background_poll_and_cancel(client, model_server):
         lambda: client.responses.retrieve(done.id).status in ("completed", "incomplete"),
         timeout=120,
         message="the background response to finish",
-    )  # fmt: skip  (incomplete: it used its 8 tokens)
+    )  # incomplete: it used its 8 tokens
     assert 0 < client.responses.retrieve(done.id).usage.output_tokens <= 8
-    long = client.responses.create(model=MODEL, input="Count from 1 to 1000, one number per line.",
-                                   max_output_tokens=1500, background=True)  # fmt: skip
-    wait_for(lambda: client.responses.retrieve(long.id).status == "in_progress", timeout=30,
-             message="the background response to start")  # fmt: skip
+    long = client.responses.create(
+        model=MODEL, input="Count from 1 to 1000, one number per line.", max_output_tokens=1500, background=True
+    )
+    wait_for(
+        lambda: client.responses.retrieve(long.id).status == "in_progress",
+        timeout=30,
+        message="the background response to start",
+    )
     cancelled = client.responses.cancel(long.id)
     assert cancelled.status == "cancelled"
     wait_for(lambda: engine_idle(model_server.url), timeout=20, message="the cancelled generation to stop")

@@ -67,15 +67,19 @@ def test_a_socket_turn_sends_the_sse_streams_events_and_is_stored(client, null):
 def test_continuations_on_the_socket_and_store_false_kept_by_that_connection_only(client):
     with client.responses.connect() as connection:
         [*_, first] = turn(connection, input="The code word is cobalt.", store=False, max_output_tokens=4)
-        [*_, second] = turn(connection, input="What is it?", store=False, previous_response_id=first.response.id,
-                            max_output_tokens=4)  # fmt: skip
+        [*_, second] = turn(
+            connection, input="What is it?", store=False, previous_response_id=first.response.id, max_output_tokens=4
+        )
         assert second.response.previous_response_id == first.response.id
         # the second prompt holds the first turn (input and reply), then the new input
         assert second.response.usage.input_tokens > first.response.usage.total_tokens
     with client.responses.connect() as connection:  # a new connection keeps nothing
         [error] = turn(connection, input="And now?", store=False, previous_response_id=first.response.id)
-        assert (error.status, error.error.code, error.error.param) == (400, "previous_response_not_found",
-                                                                      "previous_response_id")  # fmt: skip
+        assert (error.status, error.error.code, error.error.param) == (
+            400,
+            "previous_response_not_found",
+            "previous_response_id",
+        )
         [*_, fresh] = turn(connection, input="Start again.", store=False, max_output_tokens=4)  # still open
         assert fresh.type == "response.incomplete"
     with pytest.raises(openai.BadRequestError) as caught:  # never stored: HTTP does not know it either
@@ -85,13 +89,21 @@ def test_continuations_on_the_socket_and_store_false_kept_by_that_connection_onl
 
 def test_generate_false_warms_up_a_response_to_continue_from(client):
     with client.responses.connect() as connection:
-        connection.send({"type": "response.create", "model": MODEL, "store": False, "generate": False,
-                         "input": "Prepare to answer with exactly: warmed"})  # fmt: skip
+        connection.send(
+            {
+                "type": "response.create",
+                "model": MODEL,
+                "store": False,
+                "generate": False,
+                "input": "Prepare to answer with exactly: warmed",
+            }
+        )
         warm = next(e for e in connection if e.type in TERMINAL)
         assert warm.type == "response.completed" and warm.response.output == []
         assert warm.response.usage.input_tokens > 0  # its prompt was computed
-        [*_, done] = turn(connection, input="Go.", store=False, previous_response_id=warm.response.id,
-                          max_output_tokens=4)  # fmt: skip
+        [*_, done] = turn(
+            connection, input="Go.", store=False, previous_response_id=warm.response.id, max_output_tokens=4
+        )
         assert done.response.usage.input_tokens > warm.response.usage.input_tokens
         assert done.response.usage.input_tokens_details.cached_tokens > 0  # the warm-up's prefix, from the cache
 
@@ -113,15 +125,20 @@ def test_bad_events_get_openai_error_events_and_the_connection_stays(null):
             ({"type": "response.cancel"}, "type", "unsupported_event_type"),
             ({"type": "response.create", "input": "Hi", "background": True}, "background", "invalid_request_error"),
             ({"type": "response.create", "input": 5}, "input", "invalid_type"),
-            ({"type": "response.create", "input": [{"type": "compaction", "encrypted_content": "forged"}]},
-             "input[0].encrypted_content", "invalid_request_error"),
-        ]:  # fmt: skip
+            (
+                {"type": "response.create", "input": [{"type": "compaction", "encrypted_content": "forged"}]},
+                "input[0].encrypted_content",
+                "invalid_request_error",
+            ),
+        ]:
             socket.send(sent if isinstance(sent, str) else json.dumps(sent))
             error = json.loads(socket.recv(timeout=30))
             assert error["type"] == "error" and error["status"] == 400, error
             assert (error["error"]["type"], error["error"]["param"], error["error"]["code"]) == (
-                "invalid_request_error", param, code
-            )  # fmt: skip
+                "invalid_request_error",
+                param,
+                code,
+            )
         events = raw_turn(socket, {"type": "response.create", "input": "Hi", "max_output_tokens": 3})
         assert events[-1]["type"] == "response.incomplete"
 
@@ -142,24 +159,32 @@ def test_the_socket_needs_an_api_key(null):
 def test_compact_answers_the_user_messages_then_a_compaction_item_the_next_turn_reads(client):
     stored = client.responses.create(model=MODEL, input="We launch on Tuesday.", max_output_tokens=4)
     compacted = client.responses.compact(
-        model=MODEL, previous_response_id=stored.id, prompt_cache_key="compact-test",
+        model=MODEL,
+        previous_response_id=stored.id,
+        prompt_cache_key="compact-test",
         input=[{"role": "assistant", "content": "Noted."}, {"role": "user", "content": "Tell support first."}],
-    )  # fmt: skip
+    )
     assert compacted.object == "response.compaction" and compacted.id.startswith("resp_")
     *users, compaction = compacted.output
-    assert [(u.role, u.content[0].text) for u in users] == [("user", "We launch on Tuesday."),
-                                                           ("user", "Tell support first.")]  # fmt: skip
+    assert [(u.role, u.content[0].text) for u in users] == [
+        ("user", "We launch on Tuesday."),
+        ("user", "Tell support first."),
+    ]
     assert compaction.type == "compaction" and compaction.id.startswith("cmp_")
     summary = it.compaction_summary(compaction.encrypted_content, "encrypted_content")
     assert compacted.usage.output_tokens > 0 and summary  # the model wrote it
     # the window, as it came, starts a new chain: the compaction is read back as the summary
     window = [item.model_dump(exclude_none=True) for item in compacted.output]
-    follow = client.responses.create(model=MODEL, input=[*window, {"role": "user", "content": "Go on."}],
-                                     max_output_tokens=4)  # fmt: skip
+    follow = client.responses.create(
+        model=MODEL, input=[*window, {"role": "user", "content": "Go on."}], max_output_tokens=4
+    )
     assert follow.status == "incomplete" and follow.previous_response_id is None
     assert [i.type for i in client.responses.input_items.list(follow.id, order="asc").data] == [
-        "message", "message", "compaction", "message"
-    ]  # fmt: skip
+        "message",
+        "message",
+        "compaction",
+        "message",
+    ]
     assert it.input_messages(window)[0][-1] == {"role": "assistant", "content": it.SUMMARY_PREFIX + summary}
 
 
@@ -172,8 +197,12 @@ def test_compact_refuses_what_it_cannot_compact(null):
     ]:
         r = httpx.post(url, json=body, headers=null.headers, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
-    theirs = httpx.post(f"{null.url}/v1/responses", json={"model": MODEL, "input": "Hi", "max_output_tokens": 2},
-                        headers=bearer(USER_KEY_2), timeout=30).json()  # fmt: skip
+    theirs = httpx.post(
+        f"{null.url}/v1/responses",
+        json={"model": MODEL, "input": "Hi", "max_output_tokens": 2},
+        headers=bearer(USER_KEY_2),
+        timeout=30,
+    ).json()
     r = httpx.post(url, json={"model": MODEL, "previous_response_id": theirs["id"]}, headers=null.headers, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["code"] == "previous_response_not_found"
     assert httpx.post(url, json={"model": MODEL, "input": "Hi"}, timeout=30).status_code == 401
@@ -183,14 +212,21 @@ def test_a_compacted_window_continues_over_the_socket_with_the_http_routes_text(
     """The default model: it writes the summary, and a turn on the socket says, greedily, exactly what
     the same request says over HTTP."""
     with openai.OpenAI(base_url=f"{model_server.url}/v1", api_key="unused", max_retries=0) as client:
-        compacted = client.responses.compact(model=MODEL, input=[
-            {"role": "user", "content": "Remember the code word: slate."},
-            {"role": "assistant", "content": "OK."},
-        ])  # fmt: skip
+        compacted = client.responses.compact(
+            model=MODEL,
+            input=[
+                {"role": "user", "content": "Remember the code word: slate."},
+                {"role": "assistant", "content": "OK."},
+            ],
+        )
         assert compacted.output[-1].type == "compaction" and compacted.usage.output_tokens > 0
         window = [item.model_dump(exclude_none=True) for item in compacted.output]
-        body = {"input": [*window, {"role": "user", "content": "What is the code word?"}], "store": False,
-                "max_output_tokens": 16, "temperature": 0}  # fmt: skip
+        body = {
+            "input": [*window, {"role": "user", "content": "What is the code word?"}],
+            "store": False,
+            "max_output_tokens": 16,
+            "temperature": 0,
+        }
         with client.responses.connect() as connection:
             [*_, done] = turn(connection, **body)
         over_http = client.responses.create(model=MODEL, **body)

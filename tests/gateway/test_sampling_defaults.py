@@ -14,8 +14,9 @@ NO_FLAGS = {"temperature": None, "top_p": None, "top_k": None, "min_p": None, "r
 
 def test_generation_config_beside_the_weights_then_flags(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
-    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.95, "top_k": 20,
-                                                                 "eos_token_id": 2}))  # fmt: skip
+    (tmp_path / "generation_config.json").write_text(
+        json.dumps({"temperature": 0.6, "top_p": 0.95, "top_k": 20, "eos_token_id": 2})
+    )
     defaults = sampling_defaults(tmp_path, NO_FLAGS)
     assert (defaults.temperature, defaults.top_p, defaults.top_k, defaults.min_p) == (0.6, 0.95, 20, 0.0)
     assert "generation_config.json" in defaults.describe()

@@ -14,8 +14,9 @@ def test_a_session_records_each_turn_with_the_decoded_messages_and_the_reply(gat
         {"role": "assistant", "content": None, "tool_calls": [call], "refusal": None},  # refusal: not ours
         {"role": "tool", "tool_call_id": "c1", "content": "found"},
     ]
-    plain = gateway.client.post("/v1/chat/completions", json=chat_body(3, stream=False, messages=messages),
-                                headers=headers)  # fmt: skip
+    plain = gateway.client.post(
+        "/v1/chat/completions", json=chat_body(3, stream=False, messages=messages), headers=headers
+    )
     assert plain.status_code == 200
     streamed = gateway.client.post("/v1/chat/completions", json=chat_body(2, messages=messages[:1]), headers=headers)
     assert streamed.status_code == 200 and streamed.text.endswith("data: [DONE]\r\n\r\n")

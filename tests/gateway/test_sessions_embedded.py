@@ -32,8 +32,19 @@ def _session(url: str, sid: str) -> httpx.Response:
 def test_serve_with_engines_and_gateway_workers_acts_as_one_and_expires_sessions(
     tmp_path,
 ):
-    server = launch_serve(tmp_path, "workers", *NULL, "--engines", "2", "--gateway-workers", "2",
-                          "--session-ttl", "2", "--redis-dir", str(tmp_path / "redis"))  # fmt: skip
+    server = launch_serve(
+        tmp_path,
+        "workers",
+        *NULL,
+        "--engines",
+        "2",
+        "--gateway-workers",
+        "2",
+        "--session-ttl",
+        "2",
+        "--redis-dir",
+        str(tmp_path / "redis"),
+    )
     try:
         wait_healthy(server)
         replicas: set[str] = set()
@@ -96,8 +107,14 @@ def test_the_embedded_redis_keeps_sessions_over_a_restart(tmp_path):
     server = launch_serve(tmp_path, "first", *NULL, "--redis-dir", str(data))
     try:
         wait_healthy(server)
-        assert httpx.post(f"{server.url}/v1/chat/completions", json=chat_body(4, stream=False, messages="hi"),
-                          headers={"X-Session-Id": "kept"}).status_code == 200  # fmt: skip
+        assert (
+            httpx.post(
+                f"{server.url}/v1/chat/completions",
+                json=chat_body(4, stream=False, messages="hi"),
+                headers={"X-Session-Id": "kept"},
+            ).status_code
+            == 200
+        )
         wait_for(lambda: _session(server.url, "kept").json()["turns"] == 1, timeout=2)
         before = _session(server.url, "kept").json()
         redis_pids = [p for p in server.all_descendants() if "redis-server" in _cmdline(p)]

@@ -56,8 +56,11 @@ def test_a_ten_turn_session_stays_on_one_engine_and_hits_the_prefix_cache(tmp_pa
                         "content": f"Step {turn}: which tool lists a directory?",
                     }
                 )
-                r = client.post(f"{url}/v1/chat/completions", headers=headers,
-                                json={"messages": messages, "max_tokens": 4, "temperature": 0})  # fmt: skip
+                r = client.post(
+                    f"{url}/v1/chat/completions",
+                    headers=headers,
+                    json={"messages": messages, "max_tokens": 4, "temperature": 0},
+                )
                 assert r.status_code == 200, r.text
                 messages.append(
                     {

@@ -13,8 +13,8 @@ import pytest
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.model_path import default_model_path
 from agentgate.engine.sampling_params import StructuredOutput
-from agentgate.gateway.chat import ReplyReader
 from agentgate.gateway.prompts import ToolPlan, tool_plan
+from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.schemas import ChatCompletionRequest, decode_body
 from agentgate.gateway.tools import (
     HermesToolParser,
@@ -95,8 +95,9 @@ def test_required_parallel_calls(compiler):
 
 
 def test_required_parallel_calls_are_bounded_by_max_calls(compiler):
-    spec = structured_output(validate_tools([WEATHER, TIME]), ToolChoice("required"), None, parser="hermes",
-                             parallel=True, max_calls=3)  # fmt: skip
+    spec = structured_output(
+        validate_tools([WEATHER, TIME]), ToolChoice("required"), None, parser="hermes", parallel=True, max_calls=3
+    )
     three = "\n".join([CALL, TIME_CALL, CALL])
     assert accepts(compiler, spec, CALL) and accepts(compiler, spec, three)
     assert not accepts(compiler, spec, three + "\n" + TIME_CALL)  # a fourth call cannot start
@@ -109,8 +110,11 @@ def test_a_call_cut_by_max_tokens_is_dropped_streamed_or_not():
     plan = ToolPlan(HermesToolParser, 4)
     text = CALL + "\n" + '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'
     parsed, finish = ReplyReader(plan).whole(text, "length")
-    assert finish == "length" and parsed.content is None and [c.arguments for c in parsed.tool_calls] == [
-        '{"city": "Paris", "unit": "celsius"}']  # fmt: skip
+    assert (
+        finish == "length"
+        and parsed.content is None
+        and [c.arguments for c in parsed.tool_calls] == ['{"city": "Paris", "unit": "celsius"}']
+    )
     for size in (1, 3, 7):
         reader = ReplyReader(plan)
         pieces = [reader.read(text[i : i + size], None) for i in range(0, len(text), size)]
@@ -191,8 +195,15 @@ def test_auto_with_a_strict_tool_checks_the_calls_it_makes(compiler):
 
 
 def test_auto_with_response_format_answers_or_calls(compiler):
-    rf = parse_response_format({"type": "json_schema", "json_schema": {"name": "a", "schema": {
-        "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}})  # fmt: skip
+    rf = parse_response_format(
+        {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "a",
+                "schema": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+            },
+        }
+    )
     spec = enforce([WEATHER], ToolChoice("auto"), rf)
     assert accepts(compiler, spec, '{"answer": "sunny"}')
     assert accepts(compiler, spec, CALL)
@@ -410,8 +421,9 @@ def test_parallel_calls_never_start_one_they_cannot_close(compiler, seed):
 
     tool = random_tool(seed)
     tokenizer = load_tokenizer(default_model_path())
-    spec = structured_output(validate_tools([tool]), ToolChoice("required"), None, parser="hermes", parallel=True,
-                             max_calls=4)  # fmt: skip
+    spec = structured_output(
+        validate_tools([tool]), ToolChoice("required"), None, parser="hermes", parallel=True, max_calls=4
+    )
     for budget in (64, 100):
         grammar = RequestGrammar(compiler.submit(msgspec.structs.replace(spec, max_tokens=budget)).result())
         tokens, ended = _decode(compiler, grammar, random.Random(seed), prefer="\n")

@@ -58,9 +58,27 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     # object that ends within max_tokens, the same sampled call whether
     # batched with the streaming or the non-streaming requests), which the
     # default int4 path's slightly different numerics change.
+    # Formatted by hand: each flag beside its value, as on a command line.
     server = start_server(
         tmp_path_factory.mktemp("tools-server"),
         "--runner", "overlap", "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "64",
+        "--quantization", "none",
+    )  # fmt: skip
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def batched_server(tmp_path_factory: pytest.TempPathFactory):
+    """The same dense weights in the dtype this CPU computes fastest (``--dtype auto``: bfloat16 where it
+    has native bf16 dot products, else float32, as ``server``), room for 100 requests at once, for the
+    tests whose assertions hold reply by reply. bfloat16 rounds a reply differently with what else its
+    batch holds (a prefill after a prefix hit, attention over a prefix the batch shares), so the tests
+    that compare two requests' replies run on ``server``."""
+    # Formatted by hand: each flag beside its value, as on a command line.
+    server = start_server(
+        tmp_path_factory.mktemp("batched-tools-server"),
+        "--runner", "overlap", "--dtype", "auto", "--max-model-len", "2048", "--max-num-seqs", "128",
         "--quantization", "none",
     )  # fmt: skip
     yield server
@@ -122,17 +140,26 @@ async def _all(server: LiveServer, bodies: list[dict]) -> list[tuple[int, dict |
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # about a minute on two idle cores; far more on a loaded machine
 @pytest.mark.parametrize("parallel", [False, True], ids=["one-call", "parallel-calls"])
-async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(server, parallel):
+async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(request, parallel):
     """Every returned call parses and validates, nothing of the markup reaches content. With
     parallel calls the grammar bounds them (--max-forced-tool-calls, 4) and a call that
-    max_tokens cuts is dropped (finish_reason "length"), never returned half-written."""
+    max_tokens cuts is dropped (finish_reason "length"), never returned half-written. One call:
+    the streamed call is the very call the same seeded request returns whole, a comparison
+    across two batches (``server``); parallel calls compare nothing across requests."""
+    server = request.getfixturevalue("batched_server" if parallel else "server")
     tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
 
     def body(seed: int, stream: bool) -> dict:
         return {
-            "messages": [SYSTEM, ASK], "tools": [tools[seed]], "tool_choice": "required",
-            "parallel_tool_calls": parallel, "max_tokens": 160, "temperature": 0.7, "seed": seed, "stream": stream,
-        }  # fmt: skip
+            "messages": [SYSTEM, ASK],
+            "tools": [tools[seed]],
+            "tool_choice": "required",
+            "parallel_tool_calls": parallel,
+            "max_tokens": 160,
+            "temperature": 0.7,
+            "seed": seed,
+            "stream": stream,
+        }
 
     started = time.monotonic()
     plain = await _all(server, [body(seed, False) for seed in range(NUM_SCHEMAS)])
@@ -173,9 +200,15 @@ async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(ser
 
 def _forced(tool: dict, seed: int, *, parallel: bool, temperature: float, max_tokens: int, stream: bool) -> dict:
     return {
-        "messages": [SYSTEM, ASK], "tools": [tool], "tool_choice": "required", "parallel_tool_calls": parallel,
-        "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "stream": stream,
-    }  # fmt: skip
+        "messages": [SYSTEM, ASK],
+        "tools": [tool],
+        "tool_choice": "required",
+        "parallel_tool_calls": parallel,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "seed": seed,
+        "stream": stream,
+    }
 
 
 # Issue 28's whole matrix (parallel on/off x temperature 0, 0.7, 1.0 x max_tokens 64, 200: 1,200 replies,
@@ -191,15 +224,18 @@ BUDGET_MATRIX = (
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize(("parallel", "temperature", "max_tokens"), BUDGET_MATRIX)
-async def test_forced_calls_fit_the_budget_on_50_random_schemas(server, parallel, temperature, max_tokens):
+async def test_forced_calls_fit_the_budget_on_50_random_schemas(batched_server, parallel, temperature, max_tokens):
     """Issue 28: under tool_choice required every reply, streamed or not, holds at least one whole
     call that validates against its schema, no markup in content, and ends on finish_reason
     "tool_calls", never "length": the grammar knows the tokens left and closes the call in time.
     With parallel calls, no call is repeated. The count is printed, not just the pass."""
     tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
-    bodies = [_forced(tools[seed], seed, parallel=parallel, temperature=temperature, max_tokens=max_tokens,
-                      stream=stream) for stream in (False, True) for seed in range(NUM_SCHEMAS)]  # fmt: skip
-    results = await _all(server, bodies)
+    bodies = [
+        _forced(tools[seed], seed, parallel=parallel, temperature=temperature, max_tokens=max_tokens, stream=stream)
+        for stream in (False, True)
+        for seed in range(NUM_SCHEMAS)
+    ]
+    results = await _all(batched_server, bodies)
     good, calls_made = 0, 0
     for body, (status, out) in zip(bodies, results):
         seed, tool = body["seed"], body["tools"][0]["function"]
@@ -273,8 +309,14 @@ def test_openai_sdk_parses_named_tool_calls(server):
 def _named_call_streamed_and_not(server: LiveServer) -> None:
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=600)
     forced = {"type": "function", "function": {"name": "web_search"}}
-    args = {"model": "SmolLM2-135M-Instruct", "messages": PARIS, "tools": [WEATHER, SEARCH], "tool_choice": forced,
-                "max_tokens": 60, "temperature": 0}  # fmt: skip
+    args = {
+        "model": "SmolLM2-135M-Instruct",
+        "messages": PARIS,
+        "tools": [WEATHER, SEARCH],
+        "tool_choice": forced,
+        "max_tokens": 60,
+        "temperature": 0,
+    }
     completion = client.chat.completions.create(**args)
     [choice] = completion.choices
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
@@ -307,9 +349,15 @@ def test_two_turn_tool_loop(server):
     messages = list(PARIS)
     session = {"X-Session-Id": "tool-loop"}
     first = client.chat.completions.create(
-        model="SmolLM2-135M-Instruct", messages=messages, tools=[WEATHER], tool_choice="required",
-        parallel_tool_calls=False, max_tokens=60, temperature=0, extra_headers=session,
-    )  # fmt: skip
+        model="SmolLM2-135M-Instruct",
+        messages=messages,
+        tools=[WEATHER],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=60,
+        temperature=0,
+        extra_headers=session,
+    )
     [call] = first.choices[0].message.tool_calls
     assert call.function.name == "get_weather"
 
@@ -378,12 +426,15 @@ async def test_response_format_json_schema_is_enforced(server):
     response_format = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
     common = {"messages": PERSON_PROMPT, "max_tokens": 120, "temperature": 0}
     cat = [{"role": "user", "content": "Give me a JSON object about a cat."}]
-    (_, constrained), (_, free), (_, streamed), (_, obj) = await _all(server, [
-        {**common, "response_format": response_format},
-        {**common, "max_tokens": 60},
-        {**common, "response_format": response_format, "stream": True},
-        {"messages": cat, "response_format": {"type": "json_object"}, "max_tokens": 100, "temperature": 0},
-    ])  # fmt: skip
+    (_, constrained), (_, free), (_, streamed), (_, obj) = await _all(
+        server,
+        [
+            {**common, "response_format": response_format},
+            {**common, "max_tokens": 60},
+            {**common, "response_format": response_format, "stream": True},
+            {"messages": cat, "response_format": {"type": "json_object"}, "max_tokens": 100, "temperature": 0},
+        ],
+    )
     constrained, free, obj = (body["choices"][0] for body in (constrained, free, obj))
     print(f"\nwith response_format: {constrained['message']['content']!r}\nwithout: {free['message']['content']!r}")
     assert constrained["finish_reason"] == "stop"
@@ -439,8 +490,13 @@ def test_invalid_tools_are_400s_naming_the_problem(server, fields, param, needle
 def test_a_schema_the_grammar_compiler_rejects_is_a_400(server, stream):
     """Valid JSON Schema that cannot be enforced (an empty range) fails in the engine's grammar
     compiler; streaming or not, the client gets a 400 on tools, not a broken stream."""
-    impossible = {"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 1}}}}}  # fmt: skip
+    impossible = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 1}}},
+        },
+    }
     r = chat(server, messages=PARIS, tools=[impossible], tool_choice="required", max_tokens=5, stream=stream)
     assert r.status_code == 400, r.text
     error = r.json()["error"]
@@ -464,8 +520,14 @@ def _langchain_any(server: LiveServer) -> None:
         """Get the current weather in a city."""
         return f"sunny in {city}"
 
-    llm = ChatOpenAI(model="SmolLM2-135M-Instruct", base_url=f"{server.url}/v1", api_key="unused", max_tokens=160,
-                     temperature=0.7, max_retries=0)  # fmt: skip
+    llm = ChatOpenAI(
+        model="SmolLM2-135M-Instruct",
+        base_url=f"{server.url}/v1",
+        api_key="unused",
+        max_tokens=160,
+        temperature=0.7,
+        max_retries=0,
+    )
     bound = llm.bind_tools([get_weather], tool_choice="any")
     reply = bound.invoke("What is the weather in Paris?")
     assert reply.tool_calls and not reply.invalid_tool_calls and not reply.content
@@ -487,9 +549,18 @@ def test_a_budget_below_one_whole_call_is_a_400_naming_max_tokens_and_the_minimu
     minimum = int(error["message"].rsplit("at least ", 1)[1].rstrip("."))
     error = chat(server, max_completion_tokens=minimum - 1, **fields).json()["error"]
     assert error["param"] == "max_completion_tokens" and f"at least {minimum}" in error["message"], error
-    r = httpx.post(f"{server.url}/v1/responses", json={"input": "Weather in Paris?", "tools": [
-        {"type": "function", **WEATHER["function"]}], "tool_choice": "required", "max_output_tokens": 5,
-        "store": False, "stream": stream}, timeout=600)  # fmt: skip
+    r = httpx.post(
+        f"{server.url}/v1/responses",
+        json={
+            "input": "Weather in Paris?",
+            "tools": [{"type": "function", **WEATHER["function"]}],
+            "tool_choice": "required",
+            "max_output_tokens": 5,
+            "store": False,
+            "stream": stream,
+        },
+        timeout=600,
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_output_tokens", r.text
     if not stream:
         done = chat(server, max_tokens=minimum, **fields).json()
@@ -503,6 +574,7 @@ def test_a_budget_below_one_whole_call_is_a_400_naming_max_tokens_and_the_minimu
 def speculative_server(tmp_path_factory: pytest.TempPathFactory):
     """Speculative decoding on (drafts from the request's and recent outputs, grammar jump-forward,
     the budget's closing): several tokens arrive per step, so tool-call deltas carry several."""
+    # Formatted by hand: each flag beside its value, as on a command line.
     server = start_server(
         tmp_path_factory.mktemp("speculative-server"),
         "--runner", "sync", "--speculative", "suffix", "--dtype", "float32", "--max-model-len", "2048",
@@ -520,8 +592,11 @@ async def test_speculative_multi_token_deltas_accumulate_to_the_whole_calls(spec
     very calls the same requests return whole (seeded: the same tokens), every one whole and
     valid, finish_reason tool_calls; the openai SDK and langchain-openai read them the same."""
     tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
-    bodies = [_forced(tools[seed], seed, parallel=True, temperature=0.7, max_tokens=64, stream=stream)
-              for stream in (False, True) for seed in range(NUM_SCHEMAS)]  # fmt: skip
+    bodies = [
+        _forced(tools[seed], seed, parallel=True, temperature=0.7, max_tokens=64, stream=stream)
+        for stream in (False, True)
+        for seed in range(NUM_SCHEMAS)
+    ]
     results = await _all(speculative_server, bodies)
     same = 0
     for seed in range(NUM_SCHEMAS):
@@ -536,8 +611,11 @@ async def test_speculative_multi_token_deltas_accumulate_to_the_whole_calls(spec
             jsonschema.validate(json.loads(arguments), tools[seed]["function"]["parameters"])
         same += 1
     metrics = httpx.get(f"{speculative_server.url}/metrics").text
-    accepted = sum(float(line.split()[-1]) for line in metrics.splitlines()
-                   if line.startswith("agentgate_spec_accepted_tokens_total"))  # fmt: skip
+    accepted = sum(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("agentgate_spec_accepted_tokens_total")
+    )
     print(
         f"\nspeculative: {same}/{NUM_SCHEMAS} streamed replies accumulate to their whole calls; "
         f"{accepted:.0f} drafted tokens accepted"

@@ -1,11 +1,11 @@
-"""A program's next turn starts with the tokens its last turn read and wrote (gateway.turn_tokens),
+"""A program's next turn starts with the tokens its last turn read and wrote (gateway.programs.turn_tokens),
 with the default model's tokenizer and template, and only when the conversation carries that
 turn unchanged."""
 
 import json
 
+from agentgate.gateway.programs.turn_tokens import TurnTokens
 from agentgate.gateway.tools import render_chat_prompt
-from agentgate.gateway.turn_tokens import TurnTokens
 
 QUERY = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
 TOOLS = [{"type": "function", "function": {"name": "search_docs", "parameters": QUERY}}]
@@ -49,12 +49,11 @@ def kept(tokenizer, reply=REPLY, output=None):
 
 def next_ids(store, tokenizer, messages, program="p"):
     text = render(tokenizer, messages)
-    return store.prompt_ids(
-        program,
-        text,
-        messages,
-        lambda k: render(tokenizer, messages[: k + 1], add_generation_prompt=False),
-    ), text
+    returning = store.returning(program, text, messages)
+    if returning is None:
+        return None, text
+    through = render(tokenizer, messages[: returning.last + 1], add_generation_prompt=False)
+    return store.prompt_ids(returning, text, through), text
 
 
 def test_the_next_turn_is_the_kept_tokens_then_the_text_after_the_reply(smollm_tokenizer):
@@ -112,7 +111,7 @@ def test_the_least_recently_used_turns_go_past_the_bound(smollm_tokenizer):
     for i in range(5):
         store.remember(f"p{i}", "x" * 10, list(range(99)), [eos], {"role": "assistant", "content": f"r{i}"})
     assert len(store) == 3
-    assert store.prompt_ids("p0", "x" * 10, [], lambda k: "") is None
+    assert store.returning("p0", "x" * 10, []) is None
     store.remember("p2", "x" * 10, list(range(99)), [eos], {"role": "assistant", "content": "r2"})
     assert len(store) == 3 and store.nbytes == 3 * one
 

@@ -16,8 +16,9 @@ def test_the_brief_report_names_this_cpu_and_what_the_libraries_use(capfd):
     flags = cpu_flags()
     # Each flag as /proc/cpuinfo reports it.
     assert lines[1] == "isa flags: " + " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in ISA_FLAGS)
-    assert re.match(r"amx: usable=(yes|no) \(cpu flags: .*; kernel grants tiles: (yes|no); oneDNN uses it: (yes|no)\)$",
-                    lines[2])  # fmt: skip
+    assert re.match(
+        r"amx: usable=(yes|no) \(cpu flags: .*; kernel grants tiles: (yes|no); oneDNN uses it: (yes|no)\)$", lines[2]
+    )
     if "amx_tile" not in flags:
         assert lines[2].startswith("amx: usable=no")
 

@@ -34,6 +34,7 @@ def _run(server, out, *flags: str) -> dict:
 
 
 def test_closed_loop_with_an_abort_storm_and_a_pause(loadtest_server, tmp_path):
+    # Formatted by hand: each flag beside its value, as on a command line.
     report = _run(loadtest_server, tmp_path, "--agents", "6", "--turns", "3", "--duration", "4", "--reply-tokens", "8",
                   "--tool-latency", "0.01,0.05", "--abort-every", "1", "--abort-fraction", "0.5",
                   "--pause-at", "2:0.5:keep", "--seed", "3")  # fmt: skip
@@ -61,6 +62,7 @@ def test_closed_loop_with_an_abort_storm_and_a_pause(loadtest_server, tmp_path):
 
 
 def test_open_loop_with_server_side_aborts(loadtest_server, tmp_path):
+    # Formatted by hand: each flag beside its value, as on a command line.
     report = _run(loadtest_server, tmp_path, "--mode", "open", "--rate", "8", "--turns", "2", "--duration", "3",
                   "--reply-tokens", "6", "--abort-every", "1", "--abort-via", "server", "--no-plots")  # fmt: skip
     s = report["summary"]

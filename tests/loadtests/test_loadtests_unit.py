@@ -60,14 +60,30 @@ def _record(ttft: float, gaps: list[float], start: float = 0.0, status: str = "o
     for gap in [0.0, *gaps]:
         t += gap
         times.append(t)
-    return RequestRecord(0, 0, 0, start, end=times[-1], ttft=ttft, token_times=times, prompt_tokens=prompt,
-                         completion_tokens=len(times), status=status, finish_reason="length")  # fmt: skip
+    return RequestRecord(
+        0,
+        0,
+        0,
+        start,
+        end=times[-1],
+        ttft=ttft,
+        token_times=times,
+        prompt_tokens=prompt,
+        completion_tokens=len(times),
+        status=status,
+        finish_reason="length",
+    )
 
 
 def test_summary_percentiles_throughput_and_goodput():
     assert percentile([3, 1, 2], 50) == 2 and percentile([1, 2], 50) == 1.5 and percentile([], 50) is None
-    records = [_record(0.5, [0.1] * 9), _record(1.0, [0.1] * 9), _record(3.0, [0.1] * 9),
-               _record(0.2, [0.5] * 9), _record(0.1, [0.1] * 3, status="aborted")]  # fmt: skip
+    records = [
+        _record(0.5, [0.1] * 9),
+        _record(1.0, [0.1] * 9),
+        _record(3.0, [0.1] * 9),
+        _record(0.2, [0.5] * 9),
+        _record(0.1, [0.1] * 3, status="aborted"),
+    ]
     s = summarize(records, window=10.0, slo=SLO(ttft=2.0, tpot=0.2))
     assert s["requests"]["ok"] == 4 and s["requests"]["aborted"] == 1
     assert s["throughput"]["output_tokens_per_s"] == pytest.approx(4.0)  # 40 tokens of ok requests in 10 s

@@ -11,6 +11,7 @@ from tests.support.tiny_models import TINY_LLAMA, tiny_llama_dir
 
 
 def test_the_profile_counts_operators_and_splits_the_step(tmp_path, capfd):
+    # Formatted by hand: each flag beside its value, as on a command line.
     step_profile.main(["--model", str(tiny_llama_dir(tmp_path)), "--load-format", "dummy", "--batch", "1",
                        "--batch", "3", "--steps", "3", "--runner", "sync"])  # fmt: skip
     out = capfd.readouterr().out

@@ -47,6 +47,7 @@ def test_a_conversation_calls_tools_then_asks_for_a_summary():
 def test_live_agents_call_tools_with_speculation_on(tmp_path):
     server = start_server(tmp_path, "--runner", "sync", "--speculative", "suffix", "--max-model-len", "2048")
     try:
+        # Formatted by hand: each flag beside its value, as on a command line.
         command = [sys.executable, "-m", "agentgate.loadtests", "--url", server.url, "--out", str(tmp_path / "out"),
                    "--no-progress", "--no-plots", "--metrics-interval", "0.5", "--format", "tools", "--agents", "2",
                    "--turns", "3", "--duration", "1", "--complete-conversations", "--reply-tokens", "8",

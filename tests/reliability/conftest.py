@@ -7,8 +7,16 @@ import pytest
 
 from tests.support.servers import NULL_ENGINE, start_server
 
-SLOW_CLIENT_FLAGS = ("--header-timeout", "1", "--body-timeout", "1", "--max-connections", "40",
-                     "--sse-send-timeout", "2")  # fmt: skip
+SLOW_CLIENT_FLAGS = (
+    "--header-timeout",
+    "1",
+    "--body-timeout",
+    "1",
+    "--max-connections",
+    "40",
+    "--sse-send-timeout",
+    "2",
+)
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
 """Engines found through Redis, on live processes: a gateway started without ``--engine`` serves
 the engines registered in Redis, adds one that starts later and drops one that leaves, without a
 restart; an engine's SIGTERM marks its record draining, refuses new work, lets short streams
-finish, aborts the rest at ``--drain-seconds`` and exits 0 (``gateway.engine_registry``,
-``gateway.discovery``, ``engine.process``)."""
+finish, aborts the rest at ``--drain-seconds`` and exits 0 (``gateway.engines.registry``,
+``gateway.engines.discovery``, ``engine.process``)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tests.support.servers import RedisServer, free_port, launch_command, stop_a
 pytestmark = pytest.mark.slow
 
 # 20 ms a step: a 100-token stream takes ~2 s, a 3000-token one a minute.
+# Formatted by hand: each flag beside its value, as on a command line.
 ENGINE = ("--runner", "null", "--null-step-seconds", "0.02", "--max-num-seqs", "64", "--max-model-len", "4096",
           "--num-kv-blocks", "2048")  # fmt: skip
 DRAIN_S = 6.0
@@ -58,8 +59,18 @@ async def test_gateway_finds_engines_in_redis_and_an_engine_drains_on_sigterm(tm
     store = RedisServer(tmp_path / "redis").start()
     db = redis.Redis.from_url(store.url, decode_responses=True)
     a, b = (f"tcp://127.0.0.1:{free_port()}" for _ in range(2))
-    engine_a = launch_command(tmp_path, "engine-a", "engine", "--address", a, "--redis-url", store.url,
-                              "--drain-seconds", str(DRAIN_S), *ENGINE)  # fmt: skip
+    engine_a = launch_command(
+        tmp_path,
+        "engine-a",
+        "engine",
+        "--address",
+        a,
+        "--redis-url",
+        store.url,
+        "--drain-seconds",
+        str(DRAIN_S),
+        *ENGINE,
+    )
     port = free_port()
     gateway = launch_command(tmp_path, "gateway", "gateway", "--port", str(port), "--redis-url", store.url, port=port)
     engine_b = None
@@ -83,15 +94,17 @@ async def test_gateway_finds_engines_in_redis_and_an_engine_drains_on_sigterm(tm
             engine_a.process.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
             # The record says draining at once; the gateway stops routing there within its poll.
-            wait_for(lambda: json.loads(db.get(f"agentgate:engine:{a}") or "{}").get("state") == "draining",
-                     timeout=2, message="the record to say draining")  # fmt: skip
+            wait_for(
+                lambda: json.loads(db.get(f"agentgate:engine:{a}") or "{}").get("state") == "draining",
+                timeout=2,
+                message="the record to say draining",
+            )
             # No new request goes to a draining engine: with no other one, the gateway says so itself.
             await anyio.sleep(1.5)  # the gateway's registry poll (1 s)
             refused = await client.post(url, json=chat_body(4, stream=False))
             assert refused.status_code == 503 and "every one is draining" in refused.text, refused.text
             # A second engine started now is found without a gateway restart.
-            engine_b = launch_command(tmp_path, "engine-b", "engine", "--address", b, "--redis-url", store.url,
-                                      *ENGINE)  # fmt: skip
+            engine_b = launch_command(tmp_path, "engine-b", "engine", "--address", b, "--redis-url", store.url, *ENGINE)
         ended = time.monotonic()
         # The short stream finished; the long one was aborted at the drain deadline, not before.
         assert _finish_reason(short) == "length"
@@ -128,12 +141,22 @@ def test_gateway_without_engines_or_redis_is_refused(tmp_path):
 
 def _turn(gateway_url: str, sid: str, turn: int) -> str:
     """One non-streamed turn of session ``sid`` through a gateway; the engine the session is bound to after it."""
-    r = httpx.post(f"{gateway_url}/v1/chat/completions", json=chat_body(3, stream=False, messages=f"turn {turn}"),
-                   headers={"X-Session-Id": sid}, timeout=30)  # fmt: skip
+    r = httpx.post(
+        f"{gateway_url}/v1/chat/completions",
+        json=chat_body(3, stream=False, messages=f"turn {turn}"),
+        headers={"X-Session-Id": sid},
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
     engine: list[str] = []
-    wait_for(lambda: engine.append(httpx.get(f"{gateway_url}/v1/sessions/{sid}", timeout=10).json()["engine"])
-             or engine[-1] is not None, timeout=5, message="the session bound")  # fmt: skip
+    wait_for(
+        lambda: (
+            engine.append(httpx.get(f"{gateway_url}/v1/sessions/{sid}", timeout=10).json()["engine"])
+            or engine[-1] is not None
+        ),
+        timeout=5,
+        message="the session bound",
+    )
     return engine[-1]
 
 
@@ -146,13 +169,27 @@ def test_session_affinity_is_shared_by_gateways_and_moves_once_when_its_engine_i
     addresses = [f"tcp://127.0.0.1:{free_port()}" for _ in range(2)]
 
     def engine(i: int):
-        return launch_command(tmp_path, f"engine-{i}", "engine", "--address", addresses[i], "--redis-url", store.url,
-                              *ENGINE)  # fmt: skip
+        return launch_command(
+            tmp_path, f"engine-{i}", "engine", "--address", addresses[i], "--redis-url", store.url, *ENGINE
+        )
 
     engines = [engine(0), engine(1)]
     ports = [free_port(), free_port()]
-    gateways = [launch_command(tmp_path, f"gateway-{i}", "gateway", "--port", str(p), "--redis-url", store.url,
-                               "--session-ttl", "120", port=p) for i, p in enumerate(ports)]  # fmt: skip
+    gateways = [
+        launch_command(
+            tmp_path,
+            f"gateway-{i}",
+            "gateway",
+            "--port",
+            str(p),
+            "--redis-url",
+            store.url,
+            "--session-ttl",
+            "120",
+            port=p,
+        )
+        for i, p in enumerate(ports)
+    ]
     try:
         wait_healthy(*gateways, timeout=300)
         for g in gateways:

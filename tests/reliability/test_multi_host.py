@@ -30,7 +30,7 @@ import pytest
 import redis
 
 from agentgate.engine.client import HEARTBEAT_TIMEOUT_S
-from agentgate.gateway.engine_registry import ENGINE_TTL_S
+from agentgate.gateway.engines.registry import ENGINE_TTL_S
 from agentgate.loadtests.server import launch
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for
 from tests.support.netns import Host, Network
@@ -51,6 +51,7 @@ ENGINE_PORT = 5555
 GATEWAY_PORT = 8000
 USER = bearer(USER_KEY)
 ADMIN = bearer(ADMIN_KEY)
+# Formatted by hand: each flag beside its value, as on a command line.
 GATEWAY_FLAGS = ("--host", "0.0.0.0", "--port", str(GATEWAY_PORT), "--api-key", USER_KEY, "--admin-key", ADMIN_KEY,
                  "--key-digest-secret", "multi-host-test-secret")  # fmt: skip
 LONG = 900  # tokens (of 1024 a sequence): ~9 s at 10 ms a step, still running when a host goes
@@ -110,8 +111,12 @@ class Hosts:
         """Until every live gateway's /health says ``engines`` engines serve (from the client's host)."""
         for gateway in self.gateways:
             if gateway.process.poll() is None:
-                wait_for(lambda g=gateway: _serving(g) == engines, timeout=timeout, interval=0.2,
-                         message=f"{gateway.ip} to serve {engines} engines")  # fmt: skip
+                wait_for(
+                    lambda g=gateway: _serving(g) == engines,
+                    timeout=timeout,
+                    interval=0.2,
+                    message=f"{gateway.ip} to serve {engines} engines",
+                )
 
 
 def _serving(gateway: HostedServer) -> int:
@@ -168,8 +173,7 @@ def _conversation(sid: str, turns: int) -> list[dict]:
 
 async def _turn(client: httpx.AsyncClient, gateway: HostedServer, sid: str, turn: int) -> httpx.Response:
     body = chat_body(3, stream=False, messages=_conversation(sid, turn + 1))
-    return await client.post(f"{gateway.url}/v1/chat/completions", json=body,
-                             headers={**USER, "X-Session-Id": sid})  # fmt: skip
+    return await client.post(f"{gateway.url}/v1/chat/completions", json=body, headers={**USER, "X-Session-Id": sid})
 
 
 async def _bound_engine(client: httpx.AsyncClient, gateway: HostedServer, sid: str) -> str:
@@ -259,8 +263,13 @@ async def test_an_engine_host_lost_then_back(hosts: Hosts):
         streams = {f"long-{i}": StreamRecorder() for i in range(8)}
         async with anyio.create_task_group() as tasks:
             for i, (rid, recorder) in enumerate(streams.items()):
-                tasks.start_soon(recorder.run, client, f"{(a, b)[i % 2].url}/v1/chat/completions", chat_body(LONG),
-                                 {**USER, "X-Request-Id": rid})  # fmt: skip
+                tasks.start_soon(
+                    recorder.run,
+                    client,
+                    f"{(a, b)[i % 2].url}/v1/chat/completions",
+                    chat_body(LONG),
+                    {**USER, "X-Request-Id": rid},
+                )
             await _started(list(streams.values()))
             placed = await _engines_in_flight(client, a, set(streams))
             assert set(placed.values()) == {victim, survivor}, placed  # least loaded: both take some
@@ -298,8 +307,13 @@ async def test_an_engine_host_lost_then_back(hosts: Hosts):
         fresh = {f"fresh-{i}": StreamRecorder() for i in range(6)}
         async with anyio.create_task_group() as tasks:
             for i, (rid, recorder) in enumerate(fresh.items()):
-                tasks.start_soon(recorder.run, client, f"{(a, b)[i % 2].url}/v1/chat/completions", chat_body(200),
-                                 {**USER, "X-Request-Id": rid})  # fmt: skip
+                tasks.start_soon(
+                    recorder.run,
+                    client,
+                    f"{(a, b)[i % 2].url}/v1/chat/completions",
+                    chat_body(200),
+                    {**USER, "X-Request-Id": rid},
+                )
             await _started(list(fresh.values()))
             assert victim in (await _engines_in_flight(client, b, set(fresh))).values()  # back in service
         assert all(_ending(r)["choices"][0]["finish_reason"] == "length" for r in fresh.values())
@@ -311,7 +325,7 @@ async def test_the_redis_host_away(hosts: Hosts):
     their records surely expire meanwhile): requests without a session keep working through both
     gateways, session requests fail fast with a 503; once it is back everything works again,
     sessions as they were, without restarting anything, and no gateway drops an engine whose
-    record expired only because Redis was away (it did, before ``gateway.discovery``'s grace)."""
+    record expired only because Redis was away (it did, before ``gateway.engines.discovery``'s grace)."""
     a, b = hosts.gateways
     async with httpx.AsyncClient(timeout=30) as client:
         r = await _turn(client, a, "through-outage", 0)

@@ -96,14 +96,20 @@ def test_with_an_external_redis_down_sessions_fail_fast_and_the_kill_switch_stil
         wait_healthy(gateway, timeout=120)
         redis.kill()
         started = time.monotonic()
-        r = httpx.post(f"{gateway.url}/v1/chat/completions", json=chat_body(4, stream=False),
-                       headers={"X-Session-Id": "s1"}, timeout=10)  # fmt: skip
+        r = httpx.post(
+            f"{gateway.url}/v1/chat/completions",
+            json=chat_body(4, stream=False),
+            headers={"X-Session-Id": "s1"},
+            timeout=10,
+        )
         assert r.status_code == 503 and time.monotonic() - started < 2
         error = r.json()["error"]
         assert error["code"] == "redis_unavailable" and "redis" in error["message"].lower()
         assert str(redis.port) not in error["message"] and "Error" not in error["message"]  # no internals
-        assert httpx.post(f"{gateway.url}/v1/chat/completions", json=chat_body(4, stream=False),
-                          timeout=10).status_code == 200  # fmt: skip
+        assert (
+            httpx.post(f"{gateway.url}/v1/chat/completions", json=chat_body(4, stream=False), timeout=10).status_code
+            == 200
+        )
         paused = httpx.post(f"{gateway.url}/pause", params={"mode": "keep"}, headers=admin, timeout=10)
         assert paused.status_code == 200 and "not told" in paused.json()["warning"]
         assert httpx.get(f"{gateway.url}/is_paused", headers=admin).json() == {"is_paused": True, "mode": "keep"}
@@ -116,8 +122,15 @@ def test_with_an_external_redis_down_sessions_fail_fast_and_the_kill_switch_stil
         assert health.status_code == 200 and any("redis" in reason for reason in health.json()["reasons"])
         redis.start()  # same port: the client reconnects, no gateway restart
         wait_for(lambda: _health(gateway.url).json()["status"] == "ok", timeout=10, message="ok again")
-        assert httpx.post(f"{gateway.url}/v1/chat/completions", json=chat_body(4, stream=False),
-                          headers={"X-Session-Id": "s1"}, timeout=10).status_code == 200  # fmt: skip
+        assert (
+            httpx.post(
+                f"{gateway.url}/v1/chat/completions",
+                json=chat_body(4, stream=False),
+                headers={"X-Session-Id": "s1"},
+                timeout=10,
+            ).status_code
+            == 200
+        )
     finally:
         stop_all(gateway, engine)
         redis.stop()
@@ -132,8 +145,11 @@ def test_with_gateway_workers_the_supervisor_restarts_a_killed_engine_and_the_wo
         os.kill(engine, signal.SIGKILL)
         wait_for(lambda: "restarting it in" in server.log(), timeout=5, message="the death noticed")
         # both workers (the kernel spreads connections over them) serve again through the new engine
-        wait_for(lambda: all(_health(server.url).status_code == 200 for _ in range(6)), timeout=30,
-                 message="every worker re-attached")  # fmt: skip
+        wait_for(
+            lambda: all(_health(server.url).status_code == 200 for _ in range(6)),
+            timeout=30,
+            message="every worker re-attached",
+        )
         for _ in range(4):
             r = httpx.post(f"{server.url}/v1/chat/completions", json=chat_body(4, stream=False), timeout=30)
             assert r.status_code == 200

@@ -2,7 +2,7 @@
 can renew its own meanwhile: the first registry read once Redis is back finds none. Gateways
 must not take that for every engine gone (each would route nothing until the engines announce
 again); a record still missing once the engines have had a TTL to renew it is an engine gone
-(``gateway.discovery``). The same outage on live hosts: ``tests/reliability/test_multi_host.py``."""
+(``gateway.engines.discovery``). The same outage on live hosts: ``tests/reliability/test_multi_host.py``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
-from agentgate.gateway import discovery as discovery_module
-from agentgate.gateway.discovery import EngineDiscovery
-from agentgate.gateway.engine_registry import EngineRecord
+from agentgate.gateway.engines import discovery as discovery_module
+from agentgate.gateway.engines.discovery import EngineDiscovery
+from agentgate.gateway.engines.registry import EngineRecord
 from agentgate.gateway.redis_state import RedisUnavailableError
 
 A, B = "tcp://10.0.0.1:5555", "tcp://10.0.0.2:5555"

@@ -73,8 +73,10 @@ def test_a_websocket_outlives_the_header_timeout(served):
 
 def test_a_stalled_body_gets_408(served):
     sock = _connect(served.port)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: 100\r\n\r\n{\"messages\": ")  # fmt: skip
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 100\r\n\r\n{"messages": '
+    )
     started = time.monotonic()
     raw = _read_response(sock)
     assert time.monotonic() - started < 3
@@ -99,11 +101,20 @@ def test_a_stream_whose_reader_stops_reading_is_aborted_and_frees_its_engine_req
     """64 choices x 900 tokens (over 6 MB of SSE) to a client with a 4 KiB receive buffer that reads
     nothing: once the buffers are full the write waits 2 s and the stream is aborted, long before
     the 900 steps (>= 9 s at 10 ms a step) the engine would need to finish it."""
-    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 900, "ignore_eos": True,
-                       "stream": True, "n": 64}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 900,
+            "ignore_eos": True,
+            "stream": True,
+            "n": 64,
+        }
+    ).encode()
     sock = _connect(served.port, rcvbuf=4096)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
     assert sock.recv(256).startswith(b"HTTP/1.1 200")
     wait_for(lambda: "stopped reading" in served.log(), timeout=30, message="the stalled stream aborted")
     wait_for(lambda: engine_idle(served.url), timeout=10, message="its engine requests gone")

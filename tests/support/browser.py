@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from agentgate.gateway.routes import playground
+from agentgate.gateway.http.routes import playground
 
 # As the machine notes prescribe for Debian's Chromium run as root in a closed
 # network; Playwright adds a fresh temporary --user-data-dir itself.
@@ -88,8 +88,14 @@ WEATHER_TOOLS = [
 
 def chunk(delta: dict | None = None, finish: str | None = None, usage: dict | None = None) -> dict:
     choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
-    return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake-model",
-            "choices": choices, "usage": usage}  # fmt: skip
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "fake-model",
+        "choices": choices,
+        "usage": usage,
+    }
 
 
 @dataclass
@@ -212,8 +218,11 @@ def reply_script(text: str, pieces: int = 4) -> list[dict]:
     """A scripted stream that sends ``text`` in ``pieces`` content deltas, then finishes with "stop"."""
     size = -(-len(text) // pieces)
     parts = [text[i : i + size] for i in range(0, len(text), size)]
-    return [chunk({"role": "assistant", "content": ""}), *[chunk({"content": p}) for p in parts],
-            chunk({}, finish="stop")]  # fmt: skip
+    return [
+        chunk({"role": "assistant", "content": ""}),
+        *[chunk({"content": p}) for p in parts],
+        chunk({}, finish="stop"),
+    ]
 
 
 def assert_accessible(page) -> None:

@@ -31,8 +31,9 @@ class Cluster:
         wait_healthy(self.a)
 
 
-def run_cluster(tmp: Path, flags: list[str], engine_flags: Sequence[str] = (), *, b_reversed: bool = False
-                ) -> Iterator[Cluster]:  # fmt: skip
+def run_cluster(
+    tmp: Path, flags: list[str], engine_flags: Sequence[str] = (), *, b_reversed: bool = False
+) -> Iterator[Cluster]:
     """The cluster, for a fixture to yield; stopped (Redis too) afterwards. ``engine_flags``: the
     engines' (default: a null runner); ``b_reversed``: gateway B lists the engines the other way
     round, so the two gateways' least-loaded choices differ."""

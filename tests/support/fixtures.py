@@ -21,8 +21,15 @@ from tests.support.servers import LiveServer, start_server
 def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     server = start_server(
         tmp_path_factory.mktemp("model-server"),
-        "--runner", "sync", "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "16",
-    )  # fmt: skip
+        "--runner",
+        "sync",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "2048",
+        "--max-num-seqs",
+        "16",
+    )
     yield server
     server.stop()
 

@@ -12,8 +12,9 @@ import httpx
 from agentgate.agents import prometheus
 
 
-def chat_body(max_tokens: int = 16, stream: bool = True, *, messages: list[dict] | str = "Hello there",
-              **extra) -> dict:  # fmt: skip
+def chat_body(
+    max_tokens: int = 16, stream: bool = True, *, messages: list[dict] | str = "Hello there", **extra
+) -> dict:
     """A chat completion request that runs ``max_tokens`` tokens (``ignore_eos``)."""
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
@@ -134,8 +135,9 @@ def engine_idle(base_url: str) -> bool:
     )
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05,
-             message: str = "condition") -> None:  # fmt: skip
+def wait_for(
+    predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05, message: str = "condition"
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -24,8 +24,10 @@ def package_imports(package: str) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                           for a in node.names]  # fmt: skip
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
             edges |= {t for t in targets if t in modules and t != name}
         graph[name] = edges
     return graph

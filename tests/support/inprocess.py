@@ -31,14 +31,15 @@ from agentgate.engine.core import EngineCore
 from agentgate.engine.ipc import private_address
 from agentgate.engine.model_path import model_display_name
 from agentgate.engine.process import EngineServer
-from agentgate.gateway.app import EngineTarget, create_app
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.embedded_redis import EmbeddedRedis
+from agentgate.gateway.http.app import EngineTarget, create_app
 from agentgate.gateway.settings import Settings
 
 # The live null server's engine: a few ms a step, room for many sequences.
-NULL_ENGINE = EngineConfig(runner="null", null_step_seconds=0.004, max_num_seqs=256, max_model_len=1024,
-                           num_kv_blocks=16384)  # fmt: skip
+NULL_ENGINE = EngineConfig(
+    runner="null", null_step_seconds=0.004, max_num_seqs=256, max_model_len=1024, num_kv_blocks=16384
+)
 
 
 class _WithLifespanState:
@@ -107,7 +108,7 @@ class InProcessGateway:
                     transport=_PortalTransport(portal, _WithLifespanState(app, state)),
                     base_url="http://gateway",
                     timeout=30,
-                )  # fmt: skip
+                )
             )
         except BaseException:
             stack.close()

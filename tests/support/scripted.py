@@ -19,8 +19,14 @@ def sse_body(chunks: list[dict[str, Any]], done: bool = True) -> bytes:
 
 def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, index: int = 0, **extra: Any) -> dict:
     choices = [] if delta is None else [{"index": index, "delta": delta, "finish_reason": finish}]
-    return {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": "m",
-            "choices": choices, **extra}  # fmt: skip
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": choices,
+        **extra,
+    }
 
 
 def tool_call_chunks(calls: list[tuple[str, str, dict[str, Any]]], content: str = "") -> list[dict[str, Any]]:
@@ -31,8 +37,15 @@ def tool_call_chunks(calls: list[tuple[str, str, dict[str, Any]]], content: str 
         out += [chunk({"content": content[: len(content) // 2]}), chunk({"content": content[len(content) // 2 :]})]
     for i, (call_id, name, args) in enumerate(calls):
         text = json.dumps(args)
-        out.append(chunk({"tool_calls": [{"index": i, "id": call_id, "type": "function",
-                                          "function": {"name": name, "arguments": ""}}]}))  # fmt: skip
+        out.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": i, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+                    ]
+                }
+            )
+        )
         third = max(1, len(text) // 3)
         for part in (text[:third], text[third : 2 * third], text[2 * third :]):
             out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]}))
@@ -48,10 +61,13 @@ def completion_json(content: str | None, calls: list[tuple[str, str, dict[str, A
             {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}} for i, n, a in calls
         ]
     return {
-        "id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "m",
+        "id": "chatcmpl-x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-    }  # fmt: skip
+    }
 
 
 @dataclass
@@ -74,16 +90,23 @@ class ScriptedServer:
         return httpx.MockTransport(self.handler)
 
 
-def reply(content: str | None, calls: list[tuple[str, str, dict[str, Any]]] = (), status: int = 200,
-          headers: dict[str, str] | None = None):  # fmt: skip
+def reply(
+    content: str | None,
+    calls: list[tuple[str, str, dict[str, Any]]] = (),
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+):
     """A scripted answer: streamed when the request asks for a stream, else JSON."""
 
     def answer(body: dict[str, Any]) -> httpx.Response:
         if status != 200:
             return httpx.Response(status, headers=headers, json={"error": {"message": "scripted", "type": "t"}})
         if body.get("stream"):
-            return httpx.Response(200, headers={"content-type": "text/event-stream", **(headers or {})},
-                                  content=sse_body(tool_call_chunks(list(calls), content or "")))  # fmt: skip
+            return httpx.Response(
+                200,
+                headers={"content-type": "text/event-stream", **(headers or {})},
+                content=sse_body(tool_call_chunks(list(calls), content or "")),
+            )
         return httpx.Response(200, headers=headers, json=completion_json(content, list(calls)))
 
     return answer

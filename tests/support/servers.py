@@ -22,6 +22,7 @@ USER_KEY_2 = "user-key-2"
 ADMIN_KEY = "admin-key"
 ALLOWED_ORIGIN = "http://allowed.example"
 
+# Formatted by hand: each flag beside its value, as on a command line.
 NULL_ENGINE = ("--runner", "null", "--null-step-seconds", "0.01", "--max-num-seqs", "256",
                "--max-model-len", "1024", "--num-kv-blocks", "4096")  # fmt: skip
 
@@ -61,8 +62,14 @@ class LiveServer(Server):
         return process_tree(self.pid)[1:]
 
 
-def start_server(log_dir: Path, *flags: str, env: dict[str, str] | None = None, api_key: str | None = None,
-                 admin_key: str | None = None, timeout: float = 300.0) -> LiveServer:  # fmt: skip
+def start_server(
+    log_dir: Path,
+    *flags: str,
+    env: dict[str, str] | None = None,
+    api_key: str | None = None,
+    admin_key: str | None = None,
+    timeout: float = 300.0,
+) -> LiveServer:
     """``agentgate serve FLAGS`` (with ``--api-key`` / ``--admin-key`` when given), once healthy:
     the load runs' :func:`~agentgate.loadtests.server.start_server`, in the tests' clean
     environment, with the keys' headers at hand."""
@@ -76,8 +83,9 @@ def start_server(log_dir: Path, *flags: str, env: dict[str, str] | None = None, 
     return server
 
 
-def launch_command(log_dir: Path, name: str, *args: str, port: int = 0, env: dict[str, str] | None = None
-                   ) -> LiveServer:  # fmt: skip
+def launch_command(
+    log_dir: Path, name: str, *args: str, port: int = 0, env: dict[str, str] | None = None
+) -> LiveServer:
     """``agentgate ARGS`` in the background (not waited for), logging to ``log_dir/name.log``."""
     return launch(args, log_dir / f"{name}.log", port=port, env=clean_environment(env), cls=LiveServer)
 
@@ -87,12 +95,14 @@ def launch_engine(log_dir: Path, name: str, *flags: str) -> tuple[LiveServer, st
     return launch_command(log_dir, name, "engine", "--address", address, *(flags or NULL_ENGINE)), address
 
 
-def launch_gateway(log_dir: Path, name: str, engines: list[str], redis_url: str, *flags: str,
-                   port: int | None = None) -> LiveServer:  # fmt: skip
+def launch_gateway(
+    log_dir: Path, name: str, engines: list[str], redis_url: str, *flags: str, port: int | None = None
+) -> LiveServer:
     port = port or free_port()
     engine_flags = [part for address in engines for part in ("--engine", address)]
-    return launch_command(log_dir, name, "gateway", "--port", str(port), *engine_flags, "--redis-url", redis_url,
-                          *flags, port=port)  # fmt: skip
+    return launch_command(
+        log_dir, name, "gateway", "--port", str(port), *engine_flags, "--redis-url", redis_url, *flags, port=port
+    )
 
 
 def launch_serve(log_dir: Path, name: str, *flags: str, port: int | None = None) -> LiveServer:
@@ -133,6 +143,7 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Formatted by hand: each flag beside its value, as on a command line.
         self.process = subprocess.Popen(
             [redis_binary(), "--port", str(self.port), "--bind", self.host, "--dir", str(self.data_dir),
              "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile",

@@ -8,10 +8,19 @@ from typing import Any
 
 # A tiny Llama whose widths are multiples of the int4 kernel's 32-wide groups.
 TINY_LLAMA: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"], "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "float32",
-}  # fmt: skip
+    "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float32",
+}
 
 
 def tiny_llama_dir(directory: Path) -> Path:

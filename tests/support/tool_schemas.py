@@ -7,9 +7,31 @@ import random
 from typing import Any
 
 WORDS = [
-    "order", "city", "user", "ticket", "file", "query", "price", "color", "date", "item", "note", "score",
-    "region", "status", "limit", "label", "owner", "size", "mode", "title", "email", "count", "tag", "level",
-]  # fmt: skip
+    "order",
+    "city",
+    "user",
+    "ticket",
+    "file",
+    "query",
+    "price",
+    "color",
+    "date",
+    "item",
+    "note",
+    "score",
+    "region",
+    "status",
+    "limit",
+    "label",
+    "owner",
+    "size",
+    "mode",
+    "title",
+    "email",
+    "count",
+    "tag",
+    "level",
+]
 VERBS = ["get", "create", "update", "search", "delete", "book", "send", "list", "check", "find"]
 ENUMS = [["low", "medium", "high"], ["red", "green", "blue"], ["asc", "desc"], ["draft", "open", "closed"]]
 

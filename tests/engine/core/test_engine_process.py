@@ -136,8 +136,9 @@ async def test_a_failed_start_is_reported_with_its_cause(tmp_path):
 
 
 async def test_an_engine_connected_by_address_alone_is_declared_dead_when_it_stops_answering():
-    from agentgate.engine.client import HEARTBEAT_TIMEOUT_S, start_engine_process, stop_engine_process
+    from agentgate.engine.client import HEARTBEAT_TIMEOUT_S
     from agentgate.engine.ipc import private_address, remove_socket_file
+    from agentgate.engine.spawn import start_engine_process, stop_engine_process
 
     address = private_address()
     process = start_engine_process(SLOW_NULL, address)
@@ -165,6 +166,25 @@ async def test_an_engine_connected_by_address_alone_is_declared_dead_when_it_sto
         remove_socket_file(address)
 
 
+async def test_an_engine_busy_with_a_step_longer_than_the_heartbeat_timeout_is_alive(monkeypatch):
+    """Heartbeats come from a thread of their own: a step that outlasts the front end's timeout (a long
+    prefill on a busy CPU) does not get a working engine declared dead (here a 2.5 s step, a 1 s timeout)."""
+    from agentgate.engine import client as client_module
+    from agentgate.engine.client import start_engine_process, stop_engine_process
+    from agentgate.engine.ipc import private_address, remove_socket_file
+
+    monkeypatch.setattr(client_module, "HEARTBEAT_TIMEOUT_S", 1.0)
+    address = private_address()
+    process = start_engine_process(NULL.with_changes(null_step_seconds=2.5), address)
+    try:
+        async with EngineClient.connect(address) as client:  # no process handle: heartbeats only
+            tokens, reason = await collect(client, "slow", [1, 2], SamplingParams(max_tokens=2, ignore_eos=True))
+            assert (len(tokens), reason) == (2, "length") and not client.is_dead, client.dead_reason
+    finally:
+        stop_engine_process(process)
+        remove_socket_file(address)
+
+
 def test_the_engine_stops_when_the_process_that_started_it_is_killed(tmp_path):
     import subprocess
     import sys
@@ -172,7 +192,7 @@ def test_the_engine_stops_when_the_process_that_started_it_is_killed(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys, time\n"
-        "from agentgate.engine.client import start_engine_process\n"
+        "from agentgate.engine.spawn import start_engine_process\n"
         "from agentgate.engine.ipc import private_address\n"
         "from agentgate.engine.config import EngineConfig\n"
         "if __name__ == '__main__':\n"

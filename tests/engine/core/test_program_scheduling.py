@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from agentgate.engine.program_admission import DECAY, HALF_LIFE_S, ProgramAdmission
-from agentgate.engine.programs import SERVICE_QUANTUM
+from agentgate.engine.programs.admission import DECAY, HALF_LIFE_S, ProgramAdmission
+from agentgate.engine.programs.table import SERVICE_QUANTUM
 from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.request import Request, RequestStatus
 from agentgate.engine.sampling_params import SamplingParams
@@ -209,8 +209,11 @@ def test_preemption_takes_the_program_ranked_last():
         before = {r.request_id for r in core.scheduler.running}
         core.step()
         check_accounting(core)
-        preempted += [r for r in before if core.scheduler.requests.get(r) is not None
-                      and core.scheduler.requests[r].status.value == "preempted"]  # fmt: skip
+        preempted += [
+            r
+            for r in before
+            if core.scheduler.requests.get(r) is not None and core.scheduler.requests[r].status.value == "preempted"
+        ]
     assert core.scheduler.num_preemptions > 0
     assert set(preempted) == {"heavy-1"}
 
@@ -285,8 +288,15 @@ def test_the_expected_program_size_fades_with_time_as_well_as_with_turns():
     clock = Clock()
     admission = ProgramAdmission(64, BLOCK, clock=clock)
     admission.turn_ended(40)
-    new = Request("new-1", list(range(3, 11)), SamplingParams(), seed=0, eos_token_ids=frozenset(),
-                  max_model_len=256, program=ProgramTag("new"))  # fmt: skip
+    new = Request(
+        "new-1",
+        list(range(3, 11)),
+        SamplingParams(),
+        seed=0,
+        eos_token_ids=frozenset(),
+        max_model_len=256,
+        program=ProgramTag("new"),
+    )
     assert not admission.admits(new, {"active"})
     clock.now += HALF_LIFE_S
     assert admission.largest == pytest.approx(20.0)
@@ -303,8 +313,18 @@ def test_the_wait_bound_counts_from_the_first_time_a_later_request_passes(policy
     clock = Clock()
     queue = make_queue(policy, max_wait=DEFAULT_MAX_WAIT_S)
     queue.clock = clock
-    early, late = (Request(rid, [5, 6, 7], SamplingParams(), seed=0, eos_token_ids=frozenset(), max_model_len=64,
-                           arrival_time=clock.now + i) for i, rid in enumerate(("early", "late")))  # fmt: skip
+    early, late = (
+        Request(
+            rid,
+            [5, 6, 7],
+            SamplingParams(),
+            seed=0,
+            eos_token_ids=frozenset(),
+            max_model_len=64,
+            arrival_time=clock.now + i,
+        )
+        for i, rid in enumerate(("early", "late"))
+    )
     queue.push(early)
     clock.now += 100.0
     assert not queue.overdue(early)

@@ -255,8 +255,15 @@ def test_random_program_traffic_keeps_the_accounting_exact_every_step():
         history_ids = conversations.get(program, [])
         prompt = history_ids + history(rng, rng.randrange(1, 12))
         rid = f"{program}-{step}"
-        turn(core, rid, prompt[-150:], program, after=bool(history_ids), tools=rng.random() < 0.8,
-             max_tokens=rng.randrange(1, 8))  # fmt: skip
+        turn(
+            core,
+            rid,
+            prompt[-150:],
+            program,
+            after=bool(history_ids),
+            tools=rng.random() < 0.8,
+            max_tokens=rng.randrange(1, 8),
+        )
         if rng.random() < 0.1:
             core.abort_requests([rid])
         for out in run(core).items():

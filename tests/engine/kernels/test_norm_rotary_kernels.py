@@ -13,7 +13,7 @@ import torch
 from agentgate.engine.attention import torch as reference
 from agentgate.engine.kernels.rms_norm import rms_norm as triton_rms_norm
 from agentgate.engine.kernels.rotary_kv import rotary_write_kv
-from agentgate.engine.models.norm import RMSNorm, rms_norm
+from agentgate.engine.layers.norm import RMSNorm, rms_norm
 
 FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
 interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="CPU cases need TRITON_INTERPRET=1")

@@ -12,7 +12,7 @@ import pytest
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
-from agentgate.engine.models import LoadedModel, load_model
+from agentgate.engine.loaders import LoadedModel, load_model
 from agentgate.engine.models.llama import build_model
 from agentgate.engine.runner.overlap import OverlapRunner
 from agentgate.engine.sampling_params import SamplingParams

@@ -13,9 +13,11 @@ import pytest
 import torch
 
 from agentgate.engine.attention.base import AttentionMetadata
+from agentgate.engine.loaders import load_model
+from agentgate.engine.loaders.gguf import read_gguf_checkpoint
 from agentgate.engine.model_path import default_model_path
-from agentgate.engine.models import CausalLM, ModelConfig, load_model
-from agentgate.engine.models.loader_gguf import read_gguf_checkpoint
+from agentgate.engine.models.config import ModelConfig
+from agentgate.engine.models.llama import CausalLM
 
 TINY = dict(
     vocab_size=256,

@@ -23,8 +23,8 @@ from agentgate.engine.attention.torch import batch_invariant_attention, paged_at
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.models import batch_invariant
-from agentgate.engine.models.batch_invariant import (
+from agentgate.engine.layers import batch_invariant
+from agentgate.engine.layers.batch_invariant import (
     MODES,
     NoInvariantMode,
     RowInvariantLinear,
@@ -32,7 +32,7 @@ from agentgate.engine.models.batch_invariant import (
     probe_sizes,
     row_invariance,
 )
-from agentgate.engine.models.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.sampling_params import SamplingParams
 
 # SmolLM2's widths (the M-dependence of a float32 GEMM shows at K = 576),
@@ -140,9 +140,13 @@ class _Noisy(_RowByRow):
 
 @pytest.mark.parametrize(
     ("linear", "mode"),
-    [(_RowByRow, "as is"), (_OffTileDependent, "padded"), (_BlockingAtLargeBatches, "tiles"),
-     (_PositionDependent, "per row")],
-)  # fmt: skip
+    [
+        (_RowByRow, "as is"),
+        (_OffTileDependent, "padded"),
+        (_BlockingAtLargeBatches, "tiles"),
+        (_PositionDependent, "per row"),
+    ],
+)
 def test_the_check_picks_the_cheapest_mode_that_is_invariant(linear, mode):
     assert row_invariance(linear(), torch.float32, max_rows=64) == mode
 
@@ -167,8 +171,15 @@ def test_no_invariant_mode_is_an_error_and_deterministic_refuses_to_start(tmp_pa
     # The engine refuses --deterministic with a clear error rather than serving output that moves with the batch.
     monkeypatch.setattr(batch_invariant, "MODES", ())
     (tmp_path / "config.json").write_text(json.dumps(TINY_SMOLLM))
-    config = EngineConfig(model=str(tmp_path), load_format="dummy", dtype="float32", quantization="none",
-                          deterministic=True, num_kv_blocks=16, runner="sync")  # fmt: skip
+    config = EngineConfig(
+        model=str(tmp_path),
+        load_format="dummy",
+        dtype="float32",
+        quantization="none",
+        deterministic=True,
+        num_kv_blocks=16,
+        runner="sync",
+    )
     with pytest.raises(InvalidRequestError, match="--deterministic cannot be honoured on this CPU"):
         EngineCore(config)
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agentgate.engine.models import load_model
-from agentgate.engine.models.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.loaders import load_model
 
 # Where oneDNN has native bf16 (this machine's AVX512-BF16 does), packing
 # must work; elsewhere it must be declined.

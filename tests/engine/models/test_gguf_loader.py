@@ -10,8 +10,8 @@ import torch
 
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.gguf_file import read_gguf
+from agentgate.engine.loaders import load_model
 from agentgate.engine.model_path import default_model_path
-from agentgate.engine.models import load_model
 
 PROMPT = [(5 * i + 1) % 256 for i in range(21)]
 

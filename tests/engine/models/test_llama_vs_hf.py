@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from agentgate.engine.models import load_model
-from agentgate.engine.models.rope import rope_tables
+from agentgate.engine.layers.rope import rope_tables
+from agentgate.engine.loaders import load_model
 
 LLAMA3_ROPE = {
     "rope_type": "llama3",

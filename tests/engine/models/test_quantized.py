@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from agentgate.engine.models import load_model
-from agentgate.engine.models import quantization as quant
-from agentgate.engine.models.gguf_blocks import decode
-from agentgate.engine.models.quant_linear import (
+from agentgate.engine.layers.quant_linear import (
     Int4Linear,
     Int8Linear,
     int4_scale_and_zero,
     kernel_error,
     kernels_work,
 )
-from agentgate.engine.models.quantized import GROUP_SIZE, Int4Groups, cat_rows, quantize_int4, quantize_int8
+from agentgate.engine.layers.quantized import GROUP_SIZE, Int4Groups, cat_rows, quantize_int4, quantize_int8
+from agentgate.engine.loaders import load_model
+from agentgate.engine.loaders import quantization as quant
+from agentgate.engine.loaders.gguf_blocks import decode
 from tests.engine.models.test_default_model import PROMPT
 
 Q = gguf.GGMLQuantizationType

@@ -11,12 +11,12 @@ import torch
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
-from agentgate.engine.models import load_model
-from agentgate.engine.models import row_choice as rc
-from agentgate.engine.models.cpu_linear import PackedLinear, can_pack
-from agentgate.engine.models.quant_linear import Int4Linear, kernels_work
-from agentgate.engine.models.quantization import describe
-from agentgate.engine.models.quantized import quantize_int4
+from agentgate.engine.layers import row_choice as rc
+from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
+from agentgate.engine.layers.quant_linear import Int4Linear, kernels_work
+from agentgate.engine.layers.quantized import quantize_int4
+from agentgate.engine.loaders import load_model
+from agentgate.engine.loaders.quantization import describe
 from agentgate.engine.step_rows import decode_rows
 from tests.support.tiny_models import tiny_llama_dir
 
@@ -106,9 +106,13 @@ def test_the_engine_keeps_copies_by_default_only(tmp_path, monkeypatch, options,
     monkeypatch.setenv("AGENTGATE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(rc, "_measure", lambda layer: 4)
     config = EngineConfig(
-        model=str(tiny_llama_dir(tmp_path)), load_format="dummy", quantization="int4", num_kv_blocks=64,
-        max_model_len=128, **({"dtype": "bfloat16"} | options),
-    )  # fmt: skip
+        model=str(tiny_llama_dir(tmp_path)),
+        load_format="dummy",
+        quantization="int4",
+        num_kv_blocks=64,
+        max_model_len=128,
+        **({"dtype": "bfloat16"} | options),
+    )
     core = EngineCore(config)
     try:
         model = core.runner.model

@@ -460,6 +460,36 @@ def test_truncation_keeps_at_least_one_token_and_ties():
     assert seen == [{1, 2}, {0, 1, 2, 3}]
 
 
+def test_cpu_top_candidates_keep_what_the_whole_sort_keeps(monkeypatch):
+    # Rows peaked (nucleus within the 256 candidates) and flat (nucleus far past them), top-k
+    # below, above and outside the vocabulary, top-p off and on: the candidates' shortcut masks
+    # exactly what sorting every row whole masks, and the flat rows took the whole sort.
+    v = 4096
+    torch.manual_seed(11)
+    scales = [8.0, 3.0, 1.0, 0.05, 0.01]
+    logits = torch.cat([torch.randn(12, v) * scale for scale in scales])
+    rows = logits.shape[0]
+    top_k = torch.tensor([[0, 5, 256, 300, 5000, -1][i % 6] for i in range(rows)])
+    top_p = torch.tensor([[1.0, 0.5, 0.9, 0.99][i % 4] for i in range(rows)])
+    tables = sampler._vocab_tables(v, logits.device)
+    sorted_rows = []
+    whole_sort = sampler._apply_top_k_top_p_sorted_
+
+    def counting(rows_logits, *args):
+        sorted_rows.append(rows_logits.shape[0])
+        whole_sort(rows_logits, *args)
+
+    for k, p in ((top_k, top_p), (None, top_p), (top_k, None)):
+        expected = logits.clone()
+        whole_sort(expected, k, p, tables)
+        monkeypatch.setattr(sampler, "_apply_top_k_top_p_sorted_", counting)
+        got = logits.clone()
+        sampler._apply_top_k_top_p_(got, k, p, tables)
+        monkeypatch.undo()
+        assert torch.equal(got.isinf(), expected.isinf()), (k is None, p is None)
+    assert 0 < sum(sorted_rows) < 3 * rows  # some rows went past their candidates, most did not
+
+
 # ---------------------------------------------------------------- bias, suppression, bitmask
 
 

@@ -27,10 +27,12 @@ CALL = {
     "additionalProperties": False,
 }
 TOOL_PROMPT = [{"role": "user", "content": "What is the weather in Paris? Answer with a get_weather call as JSON."}]
-ECHO_PROMPT = [{
-    "role": "user",
-    "content": "Repeat this list exactly: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta.",
-}]  # fmt: skip
+ECHO_PROMPT = [
+    {
+        "role": "user",
+        "content": "Repeat this list exactly: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta.",
+    }
+]
 
 
 OPTIONS = dict(quantization="none", dtype="float32")

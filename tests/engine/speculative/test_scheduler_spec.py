@@ -72,9 +72,12 @@ def script(seed):
         greedy = rng.random() < 0.6
         max_tokens = rng.randrange(1, 40)
         params = SamplingParams(
-            temperature=0.0 if greedy else 0.8, seed=None if greedy else 7 * i, max_tokens=max_tokens,
-            stop_token_ids=[rng.randrange(VOCAB) for _ in range(3)], min_tokens=min(max_tokens, rng.choice([0, 0, 5])),
-        )  # fmt: skip
+            temperature=0.0 if greedy else 0.8,
+            seed=None if greedy else 7 * i,
+            max_tokens=max_tokens,
+            stop_token_ids=[rng.randrange(VOCAB) for _ in range(3)],
+            min_tokens=min(max_tokens, rng.choice([0, 0, 5])),
+        )
         prompt = [rng.randrange(3, VOCAB) for _ in range(rng.randrange(1, 30))]
         events.append((at, "add", f"r{i}", prompt, params))
         seeds[f"r{i}"] = (7 * i, greedy)

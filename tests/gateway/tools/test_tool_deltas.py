@@ -17,8 +17,13 @@ def sse_chunks(deltas: list[Delta], engine_reason: str) -> list:
     ChatCompletionChunk = pytest.importorskip("openai.types.chat").ChatCompletionChunk
 
     def chunk(delta: dict, reason: str | None = None) -> ChatCompletionChunk:
-        raw = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m",
-               "choices": [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}]}  # fmt: skip
+        raw = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}],
+        }
         return ChatCompletionChunk.model_validate(raw)
 
     made_calls = any(d.tool_calls for d in deltas)
@@ -80,11 +85,23 @@ def test_openai_sdk_reads_the_message():
 
     out = parse(HermesToolParser, HERMES_CORPUS["parallel calls"])
     raw = {
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
-        "choices": [{"index": 0, "finish_reason": finish_reason("stop", tool_calls=True), "logprobs": None,
-                     "message": {"role": "assistant", "content": out.content,
-                                 "tool_calls": [c.to_openai() for c in out.tool_calls]}}],
-    }  # fmt: skip
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": finish_reason("stop", tool_calls=True),
+                "logprobs": None,
+                "message": {
+                    "role": "assistant",
+                    "content": out.content,
+                    "tool_calls": [c.to_openai() for c in out.tool_calls],
+                },
+            }
+        ],
+    }
     message = ChatCompletion.model_validate(raw).choices[0].message
     assert [json.loads(c.function.arguments) for c in message.tool_calls] == [
         {"city": "Paris", "unit": "celsius"},

@@ -59,7 +59,7 @@ LOOP = [
                 "id": "call_2",
                 "type": "function",
                 "function": {"name": "get_weather", "arguments": '{"city": "Zürich"}'},
-            },  # fmt: skip
+            },
         ],
     },
     {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'},
@@ -134,12 +134,15 @@ def test_fallback_keeps_the_conversation_system_prompt_and_assistant_text(smollm
     messages = [
         {"role": "system", "content": "Be terse."},
         {"role": "user", "content": "Time?"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
-            {"id": "c", "type": "function", "function": {"name": "get_time", "arguments": ""}}]},
+        {
+            "role": "assistant",
+            "content": "Checking.",
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_time", "arguments": ""}}],
+        },
         {"role": "tool", "tool_call_id": "c", "content": "12:00"},
         {"role": "assistant", "content": "Noon."},
         {"role": "user", "content": [{"type": "text", "text": "And"}, {"type": "text", "text": "now?"}]},
-    ]  # fmt: skip
+    ]
     prompt = render_chat_prompt(smollm_tokenizer, messages, tools=TOOLS)
     assert prompt.startswith("<|im_start|>system\nBe terse.\n\n# Tools\n")
     assert SMOLLM_SYSTEM not in prompt
@@ -272,14 +275,18 @@ def function(**fields) -> dict:
         ([function(description=5)], "description must be a string"),
         ([function(strict="yes")], "strict must be a boolean"),
         ([function(parameters="object")], r"tools\[0\].function.parameters must be a JSON Schema object, got str"),
-        ([function(parameters={"type": "object", "properties": {"a": {"type": "strin"}}})],
-         r"tools\[0\].function.parameters is not a valid JSON Schema: .*\(at /properties/a/type\)"),
+        (
+            [function(parameters={"type": "object", "properties": {"a": {"type": "strin"}}})],
+            r"tools\[0\].function.parameters is not a valid JSON Schema: .*\(at /properties/a/type\)",
+        ),
         ([function(parameters={"type": "object", "required": "a"})], r"is not a valid JSON Schema: .*\(at /required\)"),
-        ([function(parameters={"type": "object", "properties": {"n": {"minimum": "0"}}})],
-         r"is not a valid JSON Schema: .*/properties/n/minimum"),
+        (
+            [function(parameters={"type": "object", "properties": {"n": {"minimum": "0"}}})],
+            r"is not a valid JSON Schema: .*/properties/n/minimum",
+        ),
         ([function(parameters={"type": "string"})], r'must describe an object \(type "object"\), got type \'string\''),
     ],
-)  # fmt: skip
+)
 def test_invalid_tools_are_400s_naming_the_problem(smollm_tokenizer, tools, message):
     with pytest.raises(InvalidRequestError, match=message) as info:
         render_chat_prompt(smollm_tokenizer, LOOP[:1], tools=tools)

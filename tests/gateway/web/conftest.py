@@ -31,6 +31,7 @@ def site():
 def web_server(tmp_path_factory: pytest.TempPathFactory, site: ScriptedSite):
     """A null-runner server (0.05 s per step), API key + admin key, a small KV
     cache so its usage shows, the embedded Redis (sessions), CORS for the site."""
+    # Formatted by hand: each flag beside its value, as on a command line.
     server = start_server(
         tmp_path_factory.mktemp("web-server"),
         "--runner", "null", "--null-step-seconds", str(STEP_SECONDS), "--num-kv-blocks", "64",

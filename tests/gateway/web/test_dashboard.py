@@ -34,8 +34,9 @@ class Load:
             if self.done.is_set():
                 return
             try:
-                with httpx.stream("POST", f"{self.url}/v1/chat/completions", json=body, headers=headers,
-                                  timeout=60) as r:  # fmt: skip
+                with httpx.stream(
+                    "POST", f"{self.url}/v1/chat/completions", json=body, headers=headers, timeout=60
+                ) as r:
                     for _ in r.iter_lines():
                         if self.done.is_set():
                             return
@@ -73,8 +74,11 @@ def dashboard_stats(server) -> dict:
 
 def test_the_stats_endpoint_reports_engines_latencies_and_requests(pg):
     with Load(pg.url, streams=2, tokens=60):
-        wait_for(lambda: len(httpx.get(f"{pg.url}/dashboard/stats", headers=pg.admin_headers).json()["requests"]) == 2,
-                 timeout=15, message="two requests in flight")  # fmt: skip
+        wait_for(
+            lambda: len(httpx.get(f"{pg.url}/dashboard/stats", headers=pg.admin_headers).json()["requests"]) == 2,
+            timeout=15,
+            message="two requests in flight",
+        )
         time.sleep(0.5)
         stats = httpx.get(f"{pg.url}/dashboard/stats", headers=pg.admin_headers).json()
     [engine] = stats["engines"]
@@ -160,8 +164,11 @@ def program_turns(server) -> None:
     one that returns with a tool's result after the call its assistant message made."""
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Find the answer."}]
     call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
-    returning = [*messages, {"role": "assistant", "content": None, "tool_calls": [call]},
-                 {"role": "tool", "tool_call_id": "c1", "content": "42"}]  # fmt: skip
+    returning = [
+        *messages,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
     for turn in (messages, returning):
         body = {"messages": turn, "tools": [SEARCH], "prompt_cache_key": "dash-program", "max_tokens": 4}
         r = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=server.headers, timeout=30)
@@ -212,8 +219,11 @@ def test_plots_move_under_load_and_pause_resume_abort_work(page: Page, pg):
     state = page.locator("#state")
     expect(state).to_have_text("serving")
     with Load(pg.url, streams=3, tokens=400):
-        wait_for(lambda: (number(latest(page, "load"), "running") or 0) >= 2, timeout=15,
-                 message="the load plot to show the running requests")  # fmt: skip
+        wait_for(
+            lambda: (number(latest(page, "load"), "running") or 0) >= 2,
+            timeout=15,
+            message="the load plot to show the running requests",
+        )
         wait_for(lambda: (number(latest(page, "tps"), "tok/s") or 0) > 5, timeout=10, message="tokens/s")
         wait_for(lambda: number(latest(page, "ttft"), "p50") is not None, timeout=10, message="TTFT")
         assert (number(latest(page, "kv"), "KV used") or 0) > 0

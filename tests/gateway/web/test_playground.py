@@ -55,10 +55,25 @@ def test_the_pages_and_their_assets_need_no_key_and_the_api_still_does(web_serve
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), (path, r.status_code)
         assert f'<script type="module" src="/static/js/{module}">' in r.text
         assert "script-src 'self'" in r.headers["content-security-policy"]
-    assets = ("js/main.js", "js/api.js", "js/sse.js", "js/reply.js", "js/view.js", "js/markdown.js", "js/store.js",
-              "js/dashboard/main.js", "js/dashboard/timeline.js", "base.css", "playground.css", "dashboard.css",
-              "vendor/marked/marked.esm.js", "vendor/dompurify/purify.es.js", "vendor/highlight/highlight.min.js",
-              "vendor/uplot/uPlot.esm.js", "vendor/highlight/github.min.css")  # fmt: skip
+    assets = (
+        "js/main.js",
+        "js/api.js",
+        "js/sse.js",
+        "js/reply.js",
+        "js/view.js",
+        "js/markdown.js",
+        "js/store.js",
+        "js/dashboard/main.js",
+        "js/dashboard/timeline.js",
+        "base.css",
+        "playground.css",
+        "dashboard.css",
+        "vendor/marked/marked.esm.js",
+        "vendor/dompurify/purify.es.js",
+        "vendor/highlight/highlight.min.js",
+        "vendor/uplot/uPlot.esm.js",
+        "vendor/highlight/github.min.css",
+    )
     for asset in assets:
         r = httpx.get(f"{url}/static/{asset}")
         assert r.status_code == 200 and r.content, asset
@@ -279,8 +294,10 @@ def test_a_conversation_with_a_session_id_reloads_from_the_server(new_page, pg):
     reply = send(page, "Remember this")
     expect(reply).to_have_attribute("data-state", "done")
     text = reply.locator(".content").text_content()
-    wait_for(lambda: httpx.get(f"{pg.url}/v1/sessions/pg-session-1", headers=pg.headers).json()["turns"] == 1,
-             message="the session's turn to be recorded")  # fmt: skip
+    wait_for(
+        lambda: httpx.get(f"{pg.url}/v1/sessions/pg-session-1", headers=pg.headers).json()["turns"] == 1,
+        message="the session's turn to be recorded",
+    )
 
     elsewhere = new_page()
     open_playground(elsewhere, pg.url, api_key=USER_KEY)
@@ -326,8 +343,11 @@ def test_a_real_reply_from_the_default_model(page: Page, model_server):
     expect(reply).to_have_attribute("data-state", "done", timeout=120_000)
     # The page shows what the same server answers, not streamed, to exactly what the page sent.
     body = sent.value.post_data_json
-    options = {k: v for k, v in body.items() if k not in ("messages", "max_tokens", "stream", "stream_options",
-                                                          "logprobs", "top_logprobs")}  # fmt: skip
+    options = {
+        k: v
+        for k, v in body.items()
+        if k not in ("messages", "max_tokens", "stream", "stream_options", "logprobs", "top_logprobs")
+    }
     assert body["temperature"] == 0 and body["max_tokens"] == 24
     reference = reference_chat(model_server.url, body["messages"], body["max_tokens"], **options)
     assert reply.locator(".content").text_content().strip() == reference["message"]["content"].strip()

@@ -102,8 +102,9 @@ def test_model_output_cannot_run_script_even_without_the_csp(page: Page, scripte
 
 
 def test_conversations_persist_and_edit_regenerate_rename_export_delete(page: Page, scripted: ScriptedSite):
-    scripted.scripts.extend([reply_script("First answer."), reply_script("Edited answer."),
-                             reply_script("Regenerated answer.")])  # fmt: skip
+    scripted.scripts.extend(
+        [reply_script("First answer."), reply_script("Edited answer."), reply_script("Regenerated answer.")]
+    )
     open_playground(page, scripted.url, api_key="any")
     reply = send(page, "First question")
     expect(reply.locator(".content")).to_have_text("First answer.")
@@ -178,8 +179,13 @@ def test_the_model_picker_lists_the_served_models_and_the_choice_is_sent(page: P
 def test_sampling_controls_go_into_the_request(page: Page, scripted: ScriptedSite):
     scripted.scripts.append(reply_script('{"ok": true}'))
     open_playground(page, scripted.url, api_key="any")
-    for label, value in [("Top p", "0.9"), ("Seed", "11"), ("Presence penalty", "0.5"),
-                         ("Frequency penalty", "0.25"), ("Repetition penalty", "1.1")]:  # fmt: skip
+    for label, value in [
+        ("Top p", "0.9"),
+        ("Seed", "11"),
+        ("Presence penalty", "0.5"),
+        ("Frequency penalty", "0.25"),
+        ("Repetition penalty", "1.1"),
+    ]:
         setting(page, label, value)
     page.get_by_label("Stop sequences").fill("END\n###")
     page.get_by_label("Response format").select_option("json_schema")
@@ -316,13 +322,21 @@ def test_tool_call_deltas_render_as_they_stream_and_results_go_back(page: Page, 
     expect(answer).to_have_attribute("data-state", "done")
     assert len(site.requests) == 2
     assert site.requests[1]["messages"][1:] == [
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
-            {"id": "call_w1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-            {"id": "call_t2", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "CET"}'}},
-        ]},
+        {
+            "role": "assistant",
+            "content": "Checking.",
+            "tool_calls": [
+                {
+                    "id": "call_w1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                },
+                {"id": "call_t2", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "CET"}'}},
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_w1", "content": "18 °C, clear"},
         {"role": "tool", "tool_call_id": "call_t2", "content": "14:05"},
-    ]  # fmt: skip
+    ]
     expect(page.get_by_label("Message", exact=True)).to_be_visible()
     # Each result names its call: two results of one function can be told apart.
     expect(page.locator(".msg.tool .who")).to_have_text(
@@ -331,11 +345,13 @@ def test_tool_call_deltas_render_as_they_stream_and_results_go_back(page: Page, 
 
     # A call cut short by max_tokens is shown as incomplete: no result is asked for, none is sent.
     site.scripts[:] = [
-        [chunk({"role": "assistant", "content": ""}),
-         call(0, id="call_x3", type="function", function={"name": "get_weather", "arguments": '{"city": "Ly'}),
-         chunk({}, finish="length")],
+        [
+            chunk({"role": "assistant", "content": ""}),
+            call(0, id="call_x3", type="function", function={"name": "get_weather", "arguments": '{"city": "Ly'}),
+            chunk({}, finish="length"),
+        ],
         [chunk({"role": "assistant", "content": "Sure."}, finish="stop")],
-    ]  # fmt: skip
+    ]
     cut = send(page, "And in Lyon?")
     expect(cut).to_have_attribute("data-state", "done")
     expect(cut.locator(".tool-call")).to_have_attribute("data-truncated", "true")

@@ -1,0 +1,213 @@
+"""One choice of a generation: one engine request's outputs turned into text events,
+incremental detokenizing and stop strings (``OutputProcessor``), with its latencies.
+
+A stop string ends the choice; leaving the engine stream early aborts the engine
+request, so its KV blocks are freed within one step. The choice is submitted by its
+generation (``Generation.submit``, which dispatch calls) and read by
+:meth:`Choice.events` (streamed) or :meth:`Choice.collect` (whole).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Protocol
+
+import msgspec
+
+from agentgate.engine.client import EngineClient, RequestStream
+from agentgate.engine.output_processor import OutputProcessor
+from agentgate.engine.protocol import EngineCoreOutput, ProgramTag, TokenLogprobs
+from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway.admission.waiting import Ticket
+from agentgate.gateway.events import ChoiceEvent
+from agentgate.gateway.metrics import Metrics
+
+
+class Owner(Protocol):
+    """What a choice reads of the generation it belongs to (``gateway.generation.Generation``)."""
+
+    engine: EngineClient
+    tokenizer: Tokenizer
+    metrics: Metrics
+    ticket: Ticket
+    arrival: float
+    program: ProgramTag | None
+
+
+class Choice:
+    __slots__ = (
+        "index",
+        "request_id",
+        "prompt_index",
+        "prompt_ids",
+        "params",
+        "_processor",
+        "num_tokens",
+        "finish_reason",
+        "num_cached_tokens",
+        "keep_text",
+        "texts",
+        "token_ids",
+        "logprobs",
+        "_generation",
+        "_last_time",
+        "_outputs",
+        "_first",
+    )
+
+    def __init__(
+        self,
+        generation: Owner,
+        index: int,
+        request_id: str,
+        prompt_index: int,
+        prompt_ids: list[int],
+        params: SamplingParams,
+    ) -> None:
+        self._generation = generation
+        self.index = index
+        self.request_id = request_id
+        self.prompt_index = prompt_index
+        self.prompt_ids = prompt_ids
+        self.params = params
+        self._processor = OutputProcessor(generation.tokenizer, params)
+        self.num_tokens = 0
+        self.num_cached_tokens = 0  # prompt tokens the engine found in its prefix cache
+        self.finish_reason: str | None = None
+        # The text, kept when keep_text (collect() sets it; a session keeps its
+        # first choice's reply); tokens and logprobs by collect() only.
+        self.keep_text = False
+        self.texts: list[str] = []
+        self.token_ids: list[int] = []
+        self.logprobs: list[TokenLogprobs] = []
+        self._last_time = 0.0
+        self._outputs: RequestStream | None = None  # the engine request's, once submitted
+        self._first: EngineCoreOutput | None = None  # taken by prime(), not yet turned into events
+
+    def submitted(self, outputs: RequestStream) -> None:
+        """The engine request was sent (by the generation); ``outputs``: its stream."""
+        self._outputs = outputs
+
+    async def prime(self) -> None:
+        """Wait for the first output (kept for :meth:`events`): an engine error that comes before
+        any token (a grammar that does not compile) raises here."""
+        if self._first is None and self.finish_reason is None:
+            self._first = await self._outputs.__anext__()
+
+    async def aclose(self) -> None:
+        """End the engine stream (aborting the engine request if it is still running)."""
+        if self._outputs is not None:
+            await self._outputs.aclose()
+
+    async def events(self, per_token: bool = False) -> AsyncIterator[list[ChoiceEvent]]:
+        """The choice's text, an engine output at a time, until it finishes.
+
+        An engine output holds several tokens when this consumer fell behind
+        (the engine client merges what queued up); ``per_token`` splits it
+        into one event per token (one SSE chunk each, written together),
+        else it is one event. Leaving early (a stop string, a disconnect)
+        aborts the engine request."""
+        outputs = self._outputs
+        async with aclosing(outputs):
+            if self._first is not None:
+                out, self._first = self._first, None
+                yield self._events(out, per_token)
+                if self.finish_reason is not None:
+                    return
+            async for out in outputs:
+                yield self._events(out, per_token)
+                if self.finish_reason is not None:
+                    return
+
+    def _events(self, out: EngineCoreOutput, per_token: bool) -> list[ChoiceEvent]:
+        if out.num_cached_tokens:
+            self.num_cached_tokens = out.num_cached_tokens
+        if per_token and len(out.new_token_ids) > 1:
+            return self._split(out)
+        return [self._update(out.new_token_ids, out.logprobs, out.finish_reason, out.queue_time)]
+
+    async def collect(self) -> None:
+        """Run to the end, keeping the text, tokens and logprobs (non-streaming)."""
+        want_logprobs = self.params.logprobs is not None
+        self.keep_text = True
+        async for [event] in self.events():
+            if want_logprobs and event.logprobs:
+                self.logprobs += event.logprobs
+
+    @property
+    def text(self) -> str:
+        return "".join(self.texts)
+
+    @property
+    def matched_stop(self) -> str | None:
+        """The stop string that ended the choice (finish reason "stop"), if one did."""
+        return self._processor.matched_stop
+
+    def _split(self, out: EngineCoreOutput) -> list[ChoiceEvent]:
+        tokens, logprobs = out.new_token_ids, out.logprobs
+        last = len(tokens) - 1
+        gap = (time.monotonic() - self._last_time) / len(tokens)  # the merged tokens share the gap
+        events = []
+        for i, token in enumerate(tokens):
+            event = self._update(
+                [token],
+                logprobs[i : i + 1] if logprobs else None,
+                out.finish_reason if i == last else None,
+                out.queue_time if i == 0 else None,
+                gap,
+            )
+            events.append(event)
+            if event.finish_reason is not None:
+                break
+        return events
+
+    def _update(
+        self,
+        new: list[int],
+        logprobs: list[TokenLogprobs] | None,
+        engine_finish: str | None,
+        queue_time: float | None,
+        gap: float | None = None,
+    ) -> ChoiceEvent:
+        """Advance by ``new`` tokens; ``gap``: the inter-token latency to record (default: measured)."""
+        now = time.monotonic()
+        gen = self._generation
+        metrics = gen.metrics
+        if new:
+            if self.num_tokens == 0:
+                metrics.first_token(gen.engine.address, now - gen.arrival)
+                gen.ticket.started()
+                if queue_time is not None:
+                    metrics.queue_time.observe(queue_time)
+            else:
+                if gap is None:
+                    gap = (now - self._last_time) / len(new)
+                metrics.next_tokens(gen.engine.address, gap, len(new))
+            self._last_time = now
+            self.num_tokens += len(new)
+        delta = self._processor.push(new, engine_finish is not None)
+        if self.keep_text:
+            self.token_ids += new
+            if delta.text:
+                self.texts.append(delta.text)
+        reason = "stop" if delta.stopped else engine_finish
+        if reason is not None:
+            self.finish_reason = reason
+        return ChoiceEvent(delta.text, new, logprobs, reason, self._processor.matched_stop if reason else None)
+
+
+def choice_params(params: SamplingParams, index: int) -> SamplingParams:
+    """The parameters of a prompt's ``index``-th choice: with a seed, its own seed stream
+    (``seed + index``, as vLLM gives each of n choices), so n > 1 choices differ and are
+    each reproducible."""
+    if index == 0 or params.seed is None:
+        return params
+    return msgspec.structs.replace(params, seed=(params.seed + index) % 2**64)
+
+
+def engine_request_ids(request_id: str, num_choices: int) -> list[str]:
+    """The engine request id of each choice: the request id itself, or ``<id>-<index>`` for several."""
+    return [request_id] if num_choices == 1 else [f"{request_id}-{i}" for i in range(num_choices)]

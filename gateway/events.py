@@ -1,0 +1,41 @@
+"""What a generation's choices yield and what the formats write from: a leaf of plain values.
+
+:class:`ChoiceEvent` is what one engine output adds to a choice (``gateway.generation``
+makes them, ``gateway.formats`` writes them); :class:`FinishedChoice` is what a whole
+(non-streaming) body reads of a choice that ran to its end.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+from agentgate.engine.protocol import TokenLogprobs
+from agentgate.engine.sampling_params import SamplingParams
+
+
+class ChoiceEvent(NamedTuple):
+    """What one engine output adds to a choice; ``matched_stop``: on its last event, the stop
+    string that ended it (finish reason ``stop``), if one did."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprobs] | None
+    finish_reason: str | None
+    matched_stop: str | None = None
+
+
+class FinishedChoice(Protocol):
+    """A choice collected to its end (``gateway.generation.Choice``), as a whole body reads it."""
+
+    index: int
+    prompt_index: int
+    params: SamplingParams
+    finish_reason: str | None
+    token_ids: list[int]
+    logprobs: list[TokenLogprobs]
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def matched_stop(self) -> str | None: ...

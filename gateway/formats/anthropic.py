@@ -1,0 +1,139 @@
+"""The Anthropic Messages API's reply, whole and streamed, and its error bodies.
+
+Streamed, as Anthropic sends it (``event: <type>`` + ``data: <json>``)::
+
+    message_start, ping
+    per content block: content_block_start, content_block_delta ... (text_delta or
+                       input_json_delta), content_block_stop
+    message_delta (stop_reason, stop_sequence, usage), message_stop
+
+An error after the stream started is an ``error`` event with Anthropic's body.
+The reply pieces come from a :class:`~gateway.replies.ReplyReader`; a call
+arrives whole (its arguments with its header), so a ``tool_use`` block opens
+and closes around one ``input_json_delta``. Whole: a parsed reply becomes
+content blocks (``text``, ``tool_use`` with its ``input`` object) and the finish
+reason Anthropic's ``stop_reason``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentgate.gateway.anthropic_api.types import AnthropicError, AnthropicErrorInfo, Message, MessageUsage
+from agentgate.gateway.errors import error_parts
+from agentgate.gateway.events import ChoiceEvent
+from agentgate.gateway.formats.framing import named_event
+from agentgate.gateway.prompts import ToolPlan
+from agentgate.gateway.replies import ReplyReader, recorded_reply
+from agentgate.gateway.schemas import AssistantMessage, Usage
+from agentgate.gateway.tools import ParsedOutput, ToolCall
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
+
+
+def anthropic_error(status: int, message: str) -> AnthropicError:
+    return AnthropicError(AnthropicErrorInfo(ERROR_TYPES.get(status, "api_error"), message))
+
+
+def message_usage(usage: Usage) -> MessageUsage:
+    return MessageUsage(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+
+
+def stop_reason(finish_reason: str | None, matched_stop: str | None) -> str | None:
+    if finish_reason == "stop" and matched_stop is not None:
+        return "stop_sequence"
+    return STOP_REASONS.get(finish_reason or "", finish_reason)
+
+
+def tool_use_block(call: ToolCall) -> dict[str, Any]:
+    try:
+        arguments = json.loads(call.arguments) if call.arguments else {}
+    except ValueError:
+        arguments = {}  # a call whose arguments the model broke (never under tool_choice any/tool)
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+
+
+def content_blocks(parsed: ParsedOutput) -> list[dict[str, Any]]:
+    blocks = [{"type": "text", "text": parsed.content}] if parsed.content else []
+    return blocks + [tool_use_block(call) for call in parsed.tool_calls]
+
+
+class MessagesStream:
+    """The stream of ``message`` (as ``message_start`` carries it), its reply read through ``plan``."""
+
+    def __init__(self, plan: ToolPlan, message: Message) -> None:
+        self.plan = plan
+        self.message = message
+        self.reader = ReplyReader(plan)
+        self.index = -1
+        self.block: str | None = None  # the type of the content block open now
+        self.finish_reason: str | None = None
+        self.matched_stop: str | None = None
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        return named_event(kind, {"type": kind, **fields})
+
+    def opening(self) -> bytes:
+        return self._event("message_start", message=self.message) + self._event("ping")
+
+    def chunk(self, index: int, event: ChoiceEvent) -> bytes | None:
+        deltas, finish = self.reader.read(event.text, event.finish_reason)
+        out = []
+        for d in deltas:
+            if d.content:
+                if self.block != "text":
+                    out.append(self._start({"type": "text", "text": ""}))
+                delta = {"type": "text_delta", "text": d.content}
+                out.append(self._event("content_block_delta", index=self.index, delta=delta))
+            for call in d.tool_calls:
+                if call.id is not None:
+                    block = {"type": "tool_use", "id": call.id, "name": call.function.name, "input": {}}
+                    out.append(self._start(block))
+                if call.function.arguments:
+                    delta = {"type": "input_json_delta", "partial_json": call.function.arguments}
+                    out.append(self._event("content_block_delta", index=self.index, delta=delta))
+        if finish is not None:
+            self.finish_reason, self.matched_stop = finish, event.matched_stop
+        return b"".join(out) or None
+
+    def _start(self, block: dict[str, Any]) -> bytes:
+        out = self._stop()
+        self.index += 1
+        self.block = block["type"]
+        return out + self._event("content_block_start", index=self.index, content_block=block)
+
+    def _stop(self) -> bytes:
+        if self.block is None:
+            return b""
+        self.block = None
+        return self._event("content_block_stop", index=self.index)
+
+    async def closing(self, usage: Usage) -> bytes:
+        stop = self.matched_stop
+        delta = {"stop_reason": stop_reason(self.finish_reason, stop), "stop_sequence": stop}
+        u = message_usage(usage)
+        counts = {
+            "output_tokens": u.output_tokens,
+            "input_tokens": u.input_tokens,
+            "cache_read_input_tokens": u.cache_read_input_tokens,
+        }
+        return self._stop() + self._event("message_delta", delta=delta, usage=counts) + self._event("message_stop")
+
+    def error(self, exc: BaseException) -> bytes:
+        status, info, _ = error_parts(exc)
+        return named_event("error", anthropic_error(status, info.message))
+
+    def reply(self, text: str) -> AssistantMessage:
+        return recorded_reply(self.plan, text)

@@ -1,0 +1,205 @@
+"""The Responses API's stream: typed events, each with a ``sequence_number``, in OpenAI's
+documented order::
+
+    response.created, response.in_progress
+    per output item:  response.output_item.added
+      a message:      response.content_part.added, response.output_text.delta ...,
+                      response.output_text.done, response.content_part.done
+      a call:         response.function_call_arguments.delta ..., response.function_call_arguments.done
+                      response.output_item.done
+    response.completed | response.incomplete | response.failed
+
+:class:`ResponseEvents` is the one core under both transports: it turns the
+reply pieces of a :class:`~gateway.replies.ReplyReader` (content and tool-call
+deltas; a new kind of piece closes the item before it) into event payloads.
+The turn (``gateway.responses_api.turn``) frames them as SSE (``event: <type>``
++ ``data: <json>``); the WebSocket mode (:mod:`gateway.http.websocket`) sends
+each as one text message. Between the last item's closing events
+(:meth:`ResponseEvents.ending`) and the final one (:meth:`ResponseEvents.final`)
+the turn finishes and stores its response, so a client that reads
+``response.completed`` can chain on it from any replica at once.
+
+An error after the start is an ``error`` event, then ``response.failed``. Its
+fields differ by transport: SSE puts ``code``, ``message`` and ``param`` at
+the top (OpenAI's stream), the WebSocket mode nests them in ``error`` with a
+``status`` (OpenAI's WebSocket error envelope).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentgate.gateway.errors import ErrorInfo, error_parts
+from agentgate.gateway.events import ChoiceEvent
+from agentgate.gateway.prompts import ToolPlan
+from agentgate.gateway.replies import ReplyReader
+from agentgate.gateway.responses_api import items as it
+from agentgate.gateway.responses_api.types import ResponseError, ResponseObject
+from agentgate.gateway.tools import Delta, ParsedOutput, ToolCall, accumulate
+
+FINAL_EVENTS = {
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "failed": "response.failed",
+    "cancelled": "response.failed",
+}
+
+Event = dict[str, Any]
+ErrorFields = Callable[[int, ErrorInfo], dict[str, Any]]  # (status, error) -> the error event's fields
+
+
+def sse_error_fields(status: int, info: ErrorInfo) -> dict[str, Any]:
+    return {"code": str(info.code or status), "message": info.message, "param": info.param}
+
+
+class ResponseEvents:
+    """The events of ``response``, its reply read through ``plan``, as payloads (dicts), in
+    order; ``error_fields``: the transport's error event."""
+
+    def __init__(self, response: ResponseObject, plan: ToolPlan, error_fields: ErrorFields = sse_error_fields) -> None:
+        self.response = response
+        self.error_fields = error_fields
+        self.reader = ReplyReader(plan)
+        self.sequence = 0
+        self.deltas: list[Delta] = []
+        self.output_index = -1
+        self.item: dict[str, Any] | None = None  # the output item open now
+        self.text: list[str] = []  # its text (a message) or arguments (a call)
+        self.output: list[dict[str, Any]] = []  # the items closed, as streamed
+        self.finish_reason: str | None = None
+
+    def _event(self, kind: str, **fields: Any) -> Event:
+        event = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return event
+
+    def _response_event(self, kind: str) -> Event:
+        return self._event(kind, response=self.response)
+
+    def opening(self) -> list[Event]:
+        return [self._response_event("response.created"), self._response_event("response.in_progress")]
+
+    def chunk(self, event: ChoiceEvent) -> list[Event]:
+        deltas, finish = self.reader.read(event.text, event.finish_reason)
+        out: list[Event] = []
+        for d in deltas:
+            self.deltas.append(d)
+            if d.content:
+                out += self._content(d.content)
+            for call in d.tool_calls:
+                if call.id is not None:
+                    out += self._open_call(ToolCall(call.id, call.function.name or "", ""))
+                if call.function.arguments:
+                    self.text.append(call.function.arguments)
+                    out.append(
+                        self._event(
+                            "response.function_call_arguments.delta",
+                            item_id=self.item["id"],
+                            output_index=self.output_index,
+                            delta=call.function.arguments,
+                        )
+                    )
+        if finish is not None:
+            self.finish_reason = finish
+        return out
+
+    def _content(self, text: str) -> list[Event]:
+        out = []
+        if self.item is None or self.item["type"] != "message":
+            out += self._close_item()
+            out.append(self._open(it.message_item("", "in_progress")))
+            out.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=self.item["id"],
+                    output_index=self.output_index,
+                    content_index=0,
+                    part=self._part(""),
+                )
+            )
+        self.text.append(text)
+        out.append(
+            self._event(
+                "response.output_text.delta",
+                item_id=self.item["id"],
+                output_index=self.output_index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
+        return out
+
+    def _open_call(self, call: ToolCall) -> list[Event]:
+        return self._close_item() + [self._open(it.function_call_item(call, "in_progress"))]
+
+    def _open(self, item: dict[str, Any]) -> Event:
+        self.output_index += 1
+        self.item, self.text = item, []
+        return self._event("response.output_item.added", output_index=self.output_index, item=item)
+
+    @staticmethod
+    def _part(text: str) -> dict[str, Any]:
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+    def _close_item(self) -> list[Event]:
+        item = self.item
+        if item is None:
+            return []
+        self.item = None
+        text, index = "".join(self.text), self.output_index
+        status = "incomplete" if self.finish_reason == "length" else "completed"
+        if item["type"] == "message":
+            done = it.message_item(text, status, item["id"])
+            out = [
+                self._event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                ),
+                self._event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=self._part(text),
+                ),
+            ]
+        else:
+            done = {**item, "arguments": text, "status": status}
+            out = [
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    name=item["name"],
+                    arguments=text,
+                )
+            ]
+        self.output.append(done)
+        return out + [self._event("response.output_item.done", output_index=index, item=done)]
+
+    @property
+    def parsed(self) -> ParsedOutput:
+        """The reply as streamed."""
+        return accumulate(self.deltas)
+
+    def ending(self) -> list[Event]:
+        """The last item's closing events (the reply has ended)."""
+        return self._close_item()
+
+    def final(self) -> list[Event]:
+        """The final event of the response as it is now (finished: ``response.completed``, ...)."""
+        return [self._response_event(FINAL_EVENTS[self.response.status])]
+
+    def error(self, exc: BaseException) -> list[Event]:
+        """The ``error`` event, then ``response.failed``: the response failed with ``exc``."""
+        status, info, _ = error_parts(exc)
+        response = self.response
+        response.status = "failed"
+        response.error = ResponseError(str(info.code or "server_error"), info.message)
+        return [self._event("error", **self.error_fields(status, info)), self._response_event("response.failed")]

@@ -1,0 +1,85 @@
+"""The Anthropic Messages API: ``POST /v1/messages`` (streamed or not) and
+``POST /v1/messages/count_tokens``, on the chat core.
+
+The request is translated onto a chat request
+(:mod:`gateway.anthropic_api.translate`), run by :func:`~gateway.chat.start_chat`
+like any chat completion (same prompt, tool plan, grammar and parsing), and
+written back as Anthropic content blocks and events
+(:mod:`gateway.formats.anthropic`). Keys come as ``x-api-key`` or Bearer
+(``gateway.auth``); errors are Anthropic-shaped
+(:mod:`gateway.http.anthropic_errors`).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from agentgate.gateway.anthropic_api.translate import to_chat
+from agentgate.gateway.anthropic_api.types import CountTokensRequest, Message, MessagesRequest, TokenCount
+from agentgate.gateway.app_state import GatewayState
+from agentgate.gateway.chat import start_chat
+from agentgate.gateway.formats.anthropic import MessagesStream, content_blocks, message_usage, stop_reason
+from agentgate.gateway.http.middleware import context_of, request_id_of
+from agentgate.gateway.http.sse import collect_or_raise, stream_generation
+from agentgate.gateway.prompts import chat_prompt
+from agentgate.gateway.replies import ReplyReader, recorded_reply
+from agentgate.gateway.schemas import decode_body, encode
+from agentgate.gateway.translation import new_id
+
+JSON = "application/json"
+
+
+async def messages(request: Request) -> Response:
+    arrival = time.monotonic()
+    gw: GatewayState = request.state.gateway
+    body = decode_body(await request.body(), MessagesRequest)
+    chat = to_chat(
+        body,
+        max_tokens=body.max_tokens,
+        stop=body.stop_sequences,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+    )
+    run = await start_chat(
+        gw.model,
+        gw.dispatcher,
+        chat,
+        turns=gw.turn_tokens,
+        request_id=request_id_of(request.scope),
+        arrival=arrival,
+        context=context_of(request.scope),
+    )
+    message = Message(id=new_id("msg"), model=body.model)
+    gen = run.generation
+    if body.stream:
+        message.usage = message_usage(gen.usage)
+        return stream_generation(gen, MessagesStream(run.plan, message), prime=run.plan.structured is not None)
+    if not await collect_or_raise(gen, request.receive, partial(recorded_reply, run.plan)):
+        return Response(status_code=499)  # nobody is listening any more
+    choice = gen.choices[0]
+    parsed, finish = ReplyReader(run.plan).whole(choice.text, choice.finish_reason)
+    message.content = content_blocks(parsed)
+    message.stop_reason = stop_reason(finish, choice.matched_stop)
+    message.stop_sequence = choice.matched_stop if message.stop_reason == "stop_sequence" else None
+    message.usage = message_usage(gen.usage)
+    return Response(encode(message), media_type=JSON)
+
+
+async def count_tokens(request: Request) -> Response:
+    gw: GatewayState = request.state.gateway
+    body = decode_body(await request.body(), CountTokensRequest)
+    gw.model.check(body.model)
+    prompt = chat_prompt(gw.model.tokenizer, to_chat(body))
+    return Response(encode(TokenCount(len(prompt))), media_type=JSON)
+
+
+routes = [
+    Route("/v1/messages", messages, methods=["POST"]),
+    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+]

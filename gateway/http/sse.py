@@ -1,0 +1,199 @@
+"""The response that streams a generation: server-sent events over sse-starlette, in
+each API's framing (a :class:`~gateway.formats.StreamFormat`), and the client's
+disconnect watched in a cancel scope this module owns.
+
+OpenAI's chat and completions: each event is ``data: <json>`` and a blank line,
+encoded once with msgspec and handed to sse-starlette as bytes (sent as they are);
+the stream ends with ``data: [DONE]``. An error after the stream has started cannot
+change the status any more, so it is sent as an event holding the OpenAI error body,
+then ``[DONE]``. The Responses and Anthropic Messages APIs name their events
+(``event: <type>``) and close with their own last event instead.
+
+Each token is one chunk. When the stream fell behind the engine, the tokens that
+queued up arrive as one engine output (the client merges them); their chunks are then
+written together, in one send, which saves the gateway and the client a wake-up and a
+read per token.
+
+One choice streams straight from its engine stream. Several choices (n > 1, or a
+batch of prompts) each run in a task writing into one memory stream, which the
+response reads; the response's task group cancels them when the client goes away.
+
+The generation was submitted before the route returned (``gateway.dispatch``). A
+constrained request is *primed* before the response starts: its choices' first
+outputs are awaited (``Generation.prime``), so a grammar the engine cannot compile is
+a 400 with an OpenAI error body, like the same request without ``stream``, rather than
+an error event in a 200 stream. The first chunk then goes out with the headers.
+
+However the response ends, the generation is closed once, with the usage the client
+was told and its reply as the format reads it for a session (``Generation.close``);
+its engine requests still running are aborted. A write that waits longer than
+``--sse-send-timeout`` on a client that stopped reading ends the stream
+(``gateway.http.slow_clients``): the generation is closed, the engine request aborted,
+its KV blocks freed.
+
+:func:`collect_or_raise` runs a whole (non-streaming) request under the same watch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+
+import anyio
+from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
+from starlette.types import Receive, Scope, Send
+
+from agentgate.engine.errors import EngineError
+from agentgate.gateway.choice import Choice
+from agentgate.gateway.events import ChoiceEvent
+from agentgate.gateway.formats import StreamFormat
+from agentgate.gateway.generation import Generation
+from agentgate.gateway.http.errors import error_response
+from agentgate.gateway.schemas import AssistantMessage, Usage
+
+log = logging.getLogger("agentgate.gateway")
+
+PING_SECONDS = 15
+
+
+async def until_disconnect(receive: Receive, run: Callable[[], Awaitable[None]]) -> bool:
+    """Run ``run()`` while watching ``receive`` for the client's disconnect, which cancels it;
+    True when the client left."""
+    disconnected = False
+    async with anyio.create_task_group() as tasks:
+
+        async def watch() -> None:
+            nonlocal disconnected
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnected = True
+            tasks.cancel_scope.cancel()
+
+        tasks.start_soon(watch)
+        await run()
+        tasks.cancel_scope.cancel()
+    return disconnected
+
+
+def close(gen: Generation, reply: Callable[[str], AssistantMessage], usage: Usage | None = None) -> None:
+    """Close ``gen`` with its reply as ``reply`` reads it for a session, if one is kept."""
+    text = gen.reply_text
+    gen.close(reply(text) if text is not None else None, usage)
+
+
+async def collect_or_raise(gen: Generation, receive: Receive, reply: Callable[[str], AssistantMessage]) -> bool:
+    """Run every choice to its end (non-streaming) while watching the client, then close the
+    generation (``reply``: see :func:`close`); raises the engine error, if any. False: the
+    client left meanwhile (every engine request aborted), nobody is listening."""
+    try:
+        disconnected = await until_disconnect(receive, gen.collect)
+    finally:
+        await gen.aclose()
+        close(gen, reply)
+    if gen.error is not None and not disconnected:
+        raise gen.error
+    return not disconnected
+
+
+class GenerationResponse(EventSourceResponse):
+    """An SSE response that closes its generation however the response ends,
+    even when the client left before the body was ever iterated."""
+
+    def __init__(
+        self,
+        gen: Generation,
+        fmt: StreamFormat,
+        body: AsyncIterable[bytes],
+        data_sender: Callable[[], Awaitable[None]] | None = None,
+        *,
+        prime: bool = False,
+    ) -> None:
+        super().__init__(body, ping=PING_SECONDS, sep="\r\n", data_sender_callable=data_sender)
+        self._generation = gen
+        self._format = fmt
+        self._prime = prime
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gen = self._generation
+        try:
+            if self._prime:
+                if await until_disconnect(receive, gen.prime):
+                    return
+                if gen.error is not None:
+                    await error_response(gen.error, gen.request_id)(scope, receive, send)
+                    return
+            gw = scope.get("state", {}).get("gateway")
+            self.send_timeout = gw.settings.sse_send_timeout if gw is not None else None
+            try:
+                await super().__call__(scope, receive, send)
+            except* SendTimeoutError:
+                log.warning(
+                    "request %s: the client stopped reading for %g s; its stream is aborted",
+                    gen.request_id,
+                    self.send_timeout,
+                )
+        finally:
+            await gen.aclose()
+            close(gen, self._format.reply)
+
+
+def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False) -> GenerationResponse:
+    """The SSE response of a streaming request; ``prime``: wait for the first outputs before
+    answering (constrained requests, see the module docstring)."""
+    if len(gen.choices) == 1:
+        return GenerationResponse(gen, fmt, _single(gen, fmt), prime=prime)
+    send, receive = anyio.create_memory_object_stream[bytes](math.inf)
+
+    async def produce() -> None:
+        async with send:
+            usage = None
+            try:
+                opening = fmt.opening()
+                if opening:
+                    send.send_nowait(opening)
+
+                async def run(choice: Choice) -> None:
+                    async for events in gen.events(choice.index):
+                        data = _chunks(fmt, choice, events)
+                        if data:
+                            send.send_nowait(data)
+
+                async with anyio.create_task_group() as tasks:
+                    for choice in gen.choices:
+                        tasks.start_soon(gen.run_choice, lambda c=choice: run(c))
+                usage = gen.usage
+                tail = fmt.error(gen.error) if gen.error is not None else await fmt.closing(usage)
+            finally:
+                close(gen, fmt.reply, usage)
+            send.send_nowait(tail)
+
+    return GenerationResponse(gen, fmt, receive, data_sender=produce, prime=prime)
+
+
+def _chunks(fmt: StreamFormat, choice: Choice, events: list[ChoiceEvent]) -> bytes:
+    """The SSE chunks of one engine output: one per token, written at once."""
+    if len(events) == 1:
+        return fmt.chunk(choice.index, events[0]) or b""
+    return b"".join(data for event in events if (data := fmt.chunk(choice.index, event)) is not None)
+
+
+async def _single(gen: Generation, fmt: StreamFormat) -> AsyncIterator[bytes]:
+    choice = gen.choices[0]
+    usage = None
+    try:
+        opening = fmt.opening()
+        if opening:
+            yield opening
+        async for events in gen.events(0):
+            data = _chunks(fmt, choice, events)
+            if data:
+                yield data
+        usage = gen.usage
+        tail = await fmt.closing(usage)
+    except EngineError as exc:
+        tail = fmt.error(gen.record_error(exc))
+    finally:
+        close(gen, fmt.reply, usage)
+    yield tail

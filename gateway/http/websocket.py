@@ -1,0 +1,183 @@
+"""The Responses API's WebSocket mode: ``ws://HOST/v1/responses``, OpenAI's and the Open
+Responses spec's.
+
+The client sends ``response.create`` events (a create body with ``"type":
+"response.create"``; ``background`` is refused, every turn streams) and reads
+each turn's events, the same payloads the SSE stream carries, one per text
+message, up to ``response.completed`` (or ``incomplete``, ``failed``). Turns
+run one after another on a connection; each is started by the one core,
+:func:`~gateway.responses_api.turn.start_turn`, admitted like a POST (the API
+key given at the handshake, its rate limits: :func:`gateway.http.middleware.request_context`)
+and its events come from :class:`~gateway.formats.responses.ResponseEvents`.
+
+The connection keeps its most recent responses (``store: false`` ones too,
+which live nowhere else), so a continuation sends ``previous_response_id``
+and only its new items; an id it does not keep is read from the store, and a
+``store: false`` one it does not keep is ``previous_response_not_found``. A
+continuation that fails evicts the response it continued. ``"generate":
+false`` warms a turn up: its prompt is computed into the engine's cache and
+its response, with no output, is the one to continue from.
+
+A bad event, or a turn refused before it starts, is answered with an error
+event in OpenAI's WebSocket envelope, ``{"type": "error", "status": 400,
+"error": {"type", "code", "message", "param"}}``, and the connection stays
+open. The API key is checked at the handshake (``gateway.auth``). A client
+that goes away aborts the turn running.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from typing import Any
+
+import anyio
+import msgspec
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from agentgate.engine.errors import EngineError
+from agentgate.gateway.app_state import GatewayState
+from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLargeError, error_parts
+from agentgate.gateway.formats.responses import Event
+from agentgate.gateway.http.middleware import request_context
+from agentgate.gateway.http.sse import close
+from agentgate.gateway.responses_api.store import StoredResponse
+from agentgate.gateway.responses_api.turn import Turn, start_turn
+from agentgate.gateway.responses_api.types import WebSocketCreate
+from agentgate.gateway.schemas import decode_body
+
+KEPT = 16  # responses a connection keeps for continuations
+_encoder = msgspec.json.Encoder()
+
+
+def error_fields(status: int, info: ErrorInfo) -> dict[str, Any]:
+    """OpenAI's WebSocket error envelope (the ``error`` event's fields but its type)."""
+    code = str(info.code) if info.code is not None else info.type
+    return {"status": status, "error": {"type": info.type, "code": code, "message": info.message, "param": info.param}}
+
+
+class Connection:
+    """One client's socket: its turns, in order, and the responses it keeps."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.websocket = websocket
+        self.gw: GatewayState = websocket.state.gateway
+        self.kept: dict[str, StoredResponse] = {}
+
+    async def send(self, event: Event) -> None:
+        await self.websocket.send_text(_encoder.encode(event).decode())
+
+    async def serve(self) -> None:
+        """Read events while turns run (a disconnect cancels the one running); run them in order."""
+        await self.websocket.accept()
+        inbox_writer, inbox = anyio.create_memory_object_stream[str](math.inf)
+        try:
+            async with anyio.create_task_group() as tasks:
+
+                async def read() -> None:
+                    try:
+                        while (message := await self.websocket.receive())["type"] == "websocket.receive":
+                            inbox_writer.send_nowait(message.get("text") or (message.get("bytes") or b"").decode())
+                    finally:
+                        tasks.cancel_scope.cancel()
+
+                tasks.start_soon(read)
+                async for text in inbox:
+                    await self.turn(text)
+        except* (WebSocketDisconnect, OSError):  # the client went away while we were sending
+            pass
+
+    async def turn(self, text: str) -> None:
+        """One ``response.create``: refused with an error event, or run to its last event."""
+        event: WebSocketCreate | None = None
+        try:
+            if len(text) > self.gw.settings.max_body_bytes:
+                raise PayloadTooLargeError(
+                    f"the event is larger than this server accepts ({self.gw.settings.max_body_bytes} bytes)"
+                )
+            event = decode_body(text.encode(), WebSocketCreate)
+            if event.type != "response.create":
+                raise BadRequestError(
+                    f"unsupported event type {event.type!r}: this server takes response.create",
+                    param="type",
+                    code="unsupported_event_type",
+                )
+            if event.background:
+                raise BadRequestError(
+                    "background is not available in WebSocket mode: every response streams on the socket",
+                    param="background",
+                )
+            gw = self.gw
+            context = await request_context(
+                self.websocket.scope, keys=gw.keys, limiter=gw.limiter, sessions=gw.sessions
+            )
+            turn = await start_turn(
+                gw,
+                gw.responses,
+                event,
+                request_id=uuid.uuid4().hex,
+                arrival=time.monotonic(),
+                context=context,
+                recent=self.kept,
+                warmup=not event.generate,
+            )
+            await self._prime(turn)
+        except Exception as exc:  # noqa: BLE001 (any error refuses the turn, never the connection)
+            self._evict(event)
+            status, info, _ = error_parts(exc)
+            await self.send({"type": "error", **error_fields(status, info)})
+            return
+        await self._run(turn)
+        if turn.response.status in ("completed", "incomplete"):
+            self.kept[turn.response.id] = turn.stored()
+            while len(self.kept) > KEPT:
+                del self.kept[next(iter(self.kept))]
+        else:
+            self._evict(event)
+
+    def _evict(self, event: WebSocketCreate | None) -> None:
+        """A continuation failed: the response it continued is not kept any more."""
+        if event is not None and event.previous_response_id is not None:
+            self.kept.pop(event.previous_response_id, None)
+
+    @staticmethod
+    async def _prime(turn: Turn) -> None:
+        """A constrained turn's grammar compiled before it starts (an error here refuses the turn)."""
+        gen = turn.run.generation
+        if turn.run.plan.structured is None:
+            return
+        try:
+            await gen.prime()
+            if gen.error is not None:
+                raise gen.error
+        except BaseException:  # refused, or the client left: the turn ends here
+            await gen.aclose()
+            close(gen, turn.reply)
+            raise
+
+    async def _run(self, turn: Turn) -> None:
+        """Stream the turn's events; the response is finished and stored before its last event."""
+        gen = turn.run.generation
+        events = turn.events(error_fields)
+        try:
+            try:
+                for opening in events.opening():
+                    await self.send(opening)
+                async for outputs in gen.events(0):
+                    for output in () if turn.warmup else outputs:
+                        for chunk in events.chunk(output):
+                            await self.send(chunk)
+                tail = await turn.closing_events(events)
+            except EngineError as exc:
+                tail = events.error(gen.record_error(exc))
+            finally:
+                close(gen, turn.reply)
+            for last in tail:
+                await self.send(last)
+        finally:
+            await gen.aclose()
+
+
+async def responses_socket(websocket: WebSocket) -> None:
+    await Connection(websocket).serve()

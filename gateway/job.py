@@ -1,0 +1,27 @@
+"""What a request asks the engine for, whole before it is dispatched: the prompts, the
+sampling parameters, ``n`` choices each, and what the chat core knows of it that the
+generation reports with (the agent program it is a turn of, what the program keeps of
+its tokens, the request fields a grammar error or a budget error is about)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentgate.engine.protocol import ProgramTag
+from agentgate.engine.sampling_params import SamplingParams
+from agentgate.gateway.programs.turn_tokens import TurnStart
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """``n`` choices for each prompt, with ``params``."""
+
+    request_id: str
+    arrival: float  # time.monotonic() when the request came in
+    prompts: list[list[int]]
+    params: SamplingParams
+    n: int = 1
+    program: ProgramTag | None = None  # the agent program it is a turn of (gateway.programs.tags)
+    turn: TurnStart | None = None  # what the program keeps of this turn's tokens (gateway.programs.turn_tokens)
+    constraint_param: str | None = None  # the field a grammar the engine rejects comes from
+    budget_param: str = "max_tokens"  # the request's name for its budget: one the grammar cannot end within

@@ -1,0 +1,42 @@
+"""The model behind the engines, as requests see it: its names, its tokenizer, its limits,
+and the defaults a request's unset fields take (built by the lifespan from the engines'
+facts and the settings)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from agentgate.engine.tokenizer import Tokenizer
+from agentgate.gateway.admission.output_budget import OutputBudget
+from agentgate.gateway.errors import NotFoundError
+from agentgate.gateway.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The model behind the engines, as requests see it: its names, its tokenizer, its limits."""
+
+    names: tuple[str, ...]
+    root: str  # the name of the file (or directory) it was loaded from, never its path: /v1/models shows it
+    tokenizer: Tokenizer
+    max_model_len: int
+    vocab_size: int
+    tool_call_parser: str | None = None  # --tool-call-parser (None: chosen from the chat template)
+    max_forced_tool_calls: int = 4  # --max-forced-tool-calls
+    sampling: SamplingDefaults = OPENAI_DEFAULTS  # for the fields a request leaves unset
+    budget: OutputBudget = OutputBudget()  # --max-tokens-default, --max-tokens-cap
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+    def check(self, model: str | None) -> None:
+        """404 for a model this gateway does not serve (None means the served one)."""
+        if model is not None and model not in self.names:
+            raise NotFoundError(
+                f"The model `{model}` does not exist; this server serves {', '.join(self.names)}.",
+                param="model",
+                code="model_not_found",
+            )

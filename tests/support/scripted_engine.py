@@ -1,0 +1,119 @@
+"""A gateway in this process in front of an engine whose replies are scripted.
+
+:class:`ScriptedRunner` is the null runner (no model, instant steps, the same
+per-request bookkeeping) with one difference: what it "samples" is the script
+given for the request, token by token, whatever the grammar bitmask says (a
+script that a grammar forbids ends its request with an error, as the engine
+would). So a stream through :func:`scripted_gateway` is the same bytes every
+time: the SSE-bytes golden test (``tests/gateway/test_stream_bytes.py``) and the
+walk of one request (``tests/gateway/test_request_walk.py``) read it.
+
+Its engine is a real ``EngineCore`` served by ``EngineServer`` from a thread, as
+in :mod:`tests.support.inprocess`, so the gateway talks to it over the real ZMQ
+boundary; its config names the default model, whose tokenizer compiles the
+grammars of ``tool_choice`` required.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+
+import anyio.from_thread
+import httpx
+
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.core import EngineCore
+from agentgate.engine.ipc import private_address
+from agentgate.engine.model_path import default_model_path, model_display_name
+from agentgate.engine.process import EngineServer
+from agentgate.engine.runner.null import NullRunner, _State
+from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.gateway.embedded_redis import EmbeddedRedis
+from agentgate.gateway.http.app import EngineTarget, create_app
+from agentgate.gateway.settings import Settings
+from tests.support.inprocess import _PortalTransport, _WatchedThread, _WithLifespanState
+
+Script = Callable[[str], list[int]]  # engine request id -> the tokens it replies, its end token last
+
+
+class ScriptedRunner(NullRunner):
+    """The null runner, replying each request's script (see the module docstring)."""
+
+    def __init__(self, script: Script, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.script = script
+        self._replies: dict[str, list[int]] = {}
+
+    def execute(self, step: SchedulerOutput) -> ModelRunnerOutput:
+        self.release(step.released_request_ids)
+        for new in step.new_requests:
+            self._replies[new.request_id] = self.script(new.request_id)
+            self.states[new.request_id] = _State(new, list(new.token_ids), len(new.block_ids), new.num_computed_tokens)
+        ids, tokens = [], []
+        for row in step.scheduled:
+            state = self.states[row.request_id]
+            state.num_computed += row.num_tokens
+            if row.samples:
+                reply = self._replies[row.request_id]
+                token = reply[min(len(state.token_ids) - state.new.num_prompt_tokens, len(reply) - 1)]
+                state.token_ids.append(token)
+                ids.append(row.request_id)
+                tokens.append(token)
+        self.num_steps += 1
+        return ModelRunnerOutput(ids, tokens, None)
+
+    def complete(self, handle: ModelRunnerOutput, bitmask: object) -> None:
+        """A constrained step: the script does not ask the grammar."""
+
+    def release(self, request_ids: list[str]) -> None:
+        super().release(request_ids)
+        for request_id in request_ids:
+            self._replies.pop(request_id, None)
+
+
+SCRIPTED_ENGINE = EngineConfig(
+    model=str(default_model_path()),
+    runner="sync",  # never built (the core is handed the scripted runner); not "null", so grammars compile
+    speculative="off",
+    max_num_seqs=64,
+    max_model_len=1024,
+    num_kv_blocks=4096,
+)
+
+
+@dataclasses.dataclass
+class ScriptedGateway:
+    client: httpx.Client
+    state: object  # the lifespan's GatewayState
+    portal: anyio.from_thread.BlockingPortal
+    asgi: httpx.ASGITransport  # the client's, on the portal's loop: its ``app`` may be wrapped (tests.support.walk)
+
+
+@contextlib.contextmanager
+def scripted_gateway(settings: Settings, script: Script, *, redis: bool = True) -> Iterator[ScriptedGateway]:
+    """``create_app`` in this process over a :class:`ScriptedRunner` engine (and an embedded Redis)."""
+    with contextlib.ExitStack() as stack:
+        runner = ScriptedRunner(script, num_blocks=SCRIPTED_ENGINE.num_kv_blocks, max_model_len=1024)
+        address = private_address()
+        server = EngineServer(EngineCore(SCRIPTED_ENGINE, runner), address, model_display_name(SCRIPTED_ENGINE.model))
+        thread = threading.Thread(target=server.serve_forever, name="scripted-engine", daemon=True)
+        thread.start()
+
+        def stop() -> None:
+            server.stopping = True
+            thread.join(10)
+
+        stack.callback(stop)
+        if redis:
+            embedded = EmbeddedRedis().start()
+            stack.callback(embedded.stop)
+            settings = dataclasses.replace(settings, redis_url=embedded.url)
+        portal = stack.enter_context(anyio.from_thread.start_blocking_portal())
+        app = create_app(settings, engines=[EngineTarget(address, _WatchedThread(thread))])  # type: ignore[arg-type]
+        state = stack.enter_context(portal.wrap_async_context_manager(app.router.lifespan_context(app)))
+        transport = _PortalTransport(portal, _WithLifespanState(app, state))
+        client = stack.enter_context(httpx.Client(transport=transport, base_url="http://gateway", timeout=30))
+        yield ScriptedGateway(client, state["gateway"], portal, transport.asgi)
