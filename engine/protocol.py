@@ -199,6 +199,8 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     retention: RetentionStats | None = None
+    # Replies a grammar's budget closed (a value or call the model did not finish: ended as length).
+    num_budget_closed: int = 0
 
 
 class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):

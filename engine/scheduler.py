@@ -94,6 +94,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.pause_state = PauseState.UNPAUSED
         self.num_preemptions = 0
+        self.num_budget_closed = 0  # replies whose budget closed a value or call (reported as cut)
         self._released: list[str] = []
 
     # -- requests in and out ---------------------------------------------
@@ -135,6 +136,7 @@ class Scheduler:
             prefix_queries_tokens=self.kv.prefix_queries_tokens,
             prefix_hits_tokens=self.kv.prefix_hits_tokens,
             num_preemptions=self.num_preemptions,
+            num_budget_closed=self.num_budget_closed,
             paused=self.pause_state.value,
             num_sampling_steps=self.num_sampling_steps,
             num_sampled_tokens=self.num_sampled_tokens,
@@ -378,6 +380,7 @@ class Scheduler:
             self.num_sampling_steps += 1
             self.num_sampled_tokens += len(confirmed)
             if reason is not None:
+                self.num_budget_closed += request.grammar is not None and request.grammar.budget_cut
                 self.running.remove(request)
                 self._finish(request, reason)
             elif self.speculator is not None:
@@ -393,6 +396,8 @@ class Scheduler:
             reason = request.check_stop(token)
             if request.grammar is not None and not request.grammar.accept(token):
                 reason = FinishReason.ERROR  # cannot happen while the bitmask is applied
+            if reason is FinishReason.STOP and request.grammar is not None and request.grammar.budget_cut:
+                reason = FinishReason.LENGTH  # the budget closed it, not the model (engine.structured_output)
             if reason is not None:
                 return tokens[:count], reason
         return tokens, None

@@ -28,8 +28,14 @@ spells it in the model's tokens, the end-of-sequence token included. Then:
   a step (offered as jump-forward drafts too), and the reply ends on the end
   token, whole, before ``max_tokens``.
 
-The values the closing cut short are the price; ``tests/gateway/test_tools_live.py``
-measures their share on random schemas.
+**Said to be cut.** Wherever the budget narrowed what the grammar allowed at a token the reply
+took (the closing forced, or tokens masked for caution), the reply may not be what the model
+would have written: a value or call the budget closed. :attr:`RequestGrammar.budget_cut` says
+so, and the engine ends such a reply with ``length``, not ``stop`` (``engine.scheduler``): the
+front ends report it as cut (``length``, Responses ``incomplete``, Anthropic ``max_tokens``), its
+arguments whole JSON all the same. A reply the budget never narrowed keeps ``stop`` and its
+calls are the model's own. ``tests/gateway/test_tools_live.py`` checks both ways against the
+same requests with room to spare; ``loadtests/forced_budget_sweep.py`` counts them.
 """
 
 from __future__ import annotations
@@ -277,6 +283,9 @@ class RequestGrammar:
         self._state = _StringState()
         self._closing: list[int] | None = None  # being written: the rest of the closing
         self.num_closing_tokens = 0  # tokens the closing wrote (not the model's choice)
+        # Positions (tokens accepted before them) whose last fill the budget narrowed.
+        self._narrowed: set[int] = set()
+        self.budget_cut = False  # the budget narrowed a token the reply took (module docstring)
 
     def accept(self, token: int) -> bool:
         """Advance past a sampled token; False if the grammar forbids it."""
@@ -284,6 +293,8 @@ class RequestGrammar:
             return True  # the grammar is done; the request ends on this token
         if not self.matcher.accept_token(token):
             return False
+        if self.num_accepted in self._narrowed:
+            self.budget_cut = True
         self.num_accepted += 1
         if self.budget is not None:
             self._state.feed(self.closer.texts[token])
@@ -304,7 +315,8 @@ class RequestGrammar:
         self._fill_one(bitmask, row)
         state = self._state.copy() if self.budget is not None else None
         if state is not None:
-            self._fit(bitmask, row, 0, state)
+            self._narrowed.clear()
+            self._fit_noting(bitmask, row, 0, state)
         advanced = 0
         for offset, token in enumerate(drafts, 1):
             if self.matcher.is_terminated() or not self.matcher.accept_token(token):
@@ -313,9 +325,16 @@ class RequestGrammar:
             self._fill_one(bitmask, row + offset)
             if state is not None:
                 state.feed(self.closer.texts[token])
-                self._fit(bitmask, row + offset, offset, state)
+                self._fit_noting(bitmask, row + offset, offset, state)
         if advanced:
             self.matcher.rollback(advanced)
+
+    def _fit_noting(self, bitmask: torch.Tensor, row: int, offset: int, state: _StringState) -> None:
+        """`_fit`, noting the position when it took a token the grammar allowed there."""
+        before = bitmask[row].clone()
+        self._fit(bitmask, row, offset, state)
+        if not torch.equal(before, bitmask[row]):
+            self._narrowed.add(self.num_accepted + offset)
 
     def _fit(self, bitmask: torch.Tensor, row: int, offset: int, state: _StringState) -> None:
         """Narrow ``bitmask[row]`` (the token after ``offset`` drafts) so the reply ends within its
