@@ -328,7 +328,9 @@ def _named_call_streamed_and_not(server: LiveServer) -> None:
         "messages": PARIS,
         "tools": [WEATHER, SEARCH],
         "tool_choice": forced,
-        "max_tokens": 60,
+        # Room past the last tokens before the budget, where it narrows the grammar and a finished call
+        # may be said to be cut (issue 35); at 60 this ~30-token call ended there.
+        "max_tokens": 120,
         "temperature": 0,
     }
     completion = client.chat.completions.create(**args)
@@ -551,6 +553,102 @@ def _langchain_any(server: LiveServer) -> None:
         merged = chunk if merged is None else merged + chunk
     assert merged.tool_calls and not merged.invalid_tool_calls
     assert all(c["name"] == "get_weather" and isinstance(c["args"]["city"], str) for c in merged.tool_calls)
+
+
+WRITE_FILE = {
+    "name": "write_file",
+    "description": "Write a text file",
+    "parameters": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+    },
+}
+POEM = "Write a long poem about the sea to poems/sea.txt."
+
+
+def _cut_call(server: LiveServer, api: str, budget: int, stream: bool) -> tuple[str, dict]:
+    """(how the reply ended, as the API says it; the call's arguments) of a forced write_file call."""
+    asked = [{"role": "user", "content": POEM}]
+    if api == "chat":
+        path = "/v1/chat/completions"
+        body = {
+            "messages": asked,
+            "tools": [{"type": "function", "function": WRITE_FILE}],
+            "tool_choice": "required",
+            "max_tokens": budget,
+        }
+    elif api == "messages":
+        path = "/v1/messages"
+        tool = {"name": "write_file", "description": "Write a text file", "input_schema": WRITE_FILE["parameters"]}
+        model = httpx.get(f"{server.url}/v1/models").json()["data"][0]["id"]
+        body = {
+            "model": model,
+            "messages": asked,
+            "tools": [tool],
+            "tool_choice": {"type": "any"},
+            "max_tokens": budget,
+        }
+    else:
+        path = "/v1/responses"
+        body = {
+            "input": POEM,
+            "tools": [{"type": "function", **WRITE_FILE}],
+            "tool_choice": "required",
+            "max_output_tokens": budget,
+            "store": False,
+        }
+    r = httpx.post(f"{server.url}{path}", json={**body, "temperature": 0, "stream": stream}, timeout=600)
+    assert r.status_code == 200, r.text
+    if not stream:
+        reply = r.json()
+        if api == "chat":
+            choice = reply["choices"][0]
+            return choice["finish_reason"], json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"])
+        if api == "messages":
+            return reply["stop_reason"], next(b["input"] for b in reply["content"] if b["type"] == "tool_use")
+        call = next(item for item in reply["output"] if item["type"] == "function_call")
+        return f"{reply['status']}:{reply['incomplete_details']['reason']}", json.loads(call["arguments"])
+    lines = r.text.splitlines()  # Anthropic and Responses events name themselves on an event: line first
+    events = [
+        json.loads(line[len("data: ") :]) for line in lines if line.startswith("data: ") and line != "data: [DONE]"
+    ]
+    if api == "chat":
+        finish = next(c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"])
+        arguments = "".join(
+            t["function"].get("arguments") or ""
+            for e in events
+            for c in e["choices"]
+            for t in c["delta"].get("tool_calls") or ()
+        )
+        return finish, json.loads(arguments)
+    if api == "messages":
+        stop = next(e["delta"]["stop_reason"] for e in events if e["type"] == "message_delta")
+        partial = "".join(e["delta"].get("partial_json", "") for e in events if e["type"] == "content_block_delta")
+        return stop, json.loads(partial)
+    done = next(e["response"] for e in events if e["type"] in ("response.completed", "response.incomplete"))
+    arguments = next(e["arguments"] for e in events if e["type"] == "response.function_call_arguments.done")
+    return f"{done['status']}:{(done.get('incomplete_details') or {}).get('reason')}", json.loads(arguments)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+def test_a_call_the_budget_closed_says_so_in_every_api(server, api, stream):
+    """Issue 35: a long poem forced into write_file with a budget a few tokens above the shortest
+    call: the budget, not the model, closes the content, and each API says the reply was cut
+    (length; max_tokens; incomplete for max_output_tokens), streamed and not, the call whole JSON
+    that validates."""
+    error = chat(
+        server,
+        messages=[{"role": "user", "content": POEM}],
+        max_tokens=5,
+        tool_choice="required",
+        tools=[{"type": "function", "function": WRITE_FILE}],
+    ).json()["error"]
+    minimum = int(error["message"].rsplit("at least ", 1)[1].rstrip("."))
+    said, arguments = _cut_call(server, api, minimum + 8, stream)
+    assert said == {"chat": "length", "messages": "max_tokens", "responses": "incomplete:max_output_tokens"}[api]
+    jsonschema.validate(arguments, WRITE_FILE["parameters"])
 
 
 @pytest.mark.parametrize("stream", [False, True])
