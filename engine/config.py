@@ -81,11 +81,14 @@ class EngineConfig:
                   conversation's blocks stay pinned for a TTL learned from tool gaps;
                   "off"; or a fixed TTL in seconds (``engine.retention``).
     kv_retention_max_fraction: the most of the cache pins may hold.
-    scheduling_policy: "program" (default: by the start of the request's program,
-                  returning turns first, with anti-starvation after
-                  ``program_max_wait`` seconds, memory by program age and new
-                  programs admitted while they fit; ``engine.waiting_queue``,
-                  ``engine.program_admission``) or "fcfs" (by request).
+    scheduling_policy: "program" (default: by the rank of the request's
+                  program, the level of service it has had, least first
+                  (``engine.programs.table``); memory by rank too, and new programs
+                  admitted while they fit; ``engine.waiting_queue``,
+                  ``engine.programs.admission``) or "fcfs" (by request).
+    max_wait:     seconds after which a waiting request is overdue, under every
+                  policy: it goes first, program admission does not hold it, and
+                  nothing after it is admitted before it (``engine.waiting_queue``).
     deterministic: greedy output (and seeded sampling) that does not depend
                   on what else is in the batch: attention one token at a
                   time, row-invariant linears, a fixed thread count (CPU
@@ -117,7 +120,7 @@ class EngineConfig:
     kv_retention: str = "auto"
     kv_retention_max_fraction: float = 0.5
     scheduling_policy: str = "program"  # it won the agent-programs benchmark (docs/agent-programs.md)
-    program_max_wait: float = 10.0
+    max_wait: float = 10.0
     # The null runner only: seconds each step takes, to emulate a model.
     null_step_seconds: float = 0.0
     # CPU threads for the model's math; None: every core the machine's other
@@ -161,8 +164,8 @@ class EngineConfig:
                 f"scheduling_policy must be one of {SCHEDULING_POLICIES}, got {self.scheduling_policy!r}",
                 "scheduling_policy",
             )
-        if not self.program_max_wait > 0:
-            raise InvalidRequestError("program_max_wait must be positive", "program_max_wait")
+        if not 0 < self.max_wait < float("inf"):
+            raise InvalidRequestError("max_wait must be a positive number of seconds", "max_wait")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise InvalidRequestError("gpu_memory_utilization must be in (0, 1]", "gpu_memory_utilization")
 

@@ -101,7 +101,7 @@ class EngineCore:
             SchedulerLimits(config.max_num_seqs, config.max_num_batched_tokens, spec.max_model_len),
             kv,
             make_speculator(config),
-            waiting=make_queue(config.scheduling_policy, config.program_max_wait),
+            waiting=make_queue(config.scheduling_policy, config.max_wait),
             retention=KVRetention(kv.pool, retention, config.kv_retention_max_fraction),
         )
         self._in_flight: deque[_InFlight] = deque()
@@ -127,6 +127,7 @@ class EngineCore:
             quantization=runner.quantization,
             weights=runner.weights,
             weight_bytes_per_step=runner.weight_bytes_per_step,
+            max_num_seqs=self.config.max_num_seqs,
         )
 
     # -- requests --------------------------------------------------------------

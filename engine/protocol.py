@@ -122,6 +122,7 @@ class EngineInfo(msgspec.Struct, array_like=True, omit_defaults=True):
     quantization: str = "none"
     weights: str = ""  # what the linear layers hold, e.g. "int4 Q4_1 x 120, int4 Q8_0 x 1"
     weight_bytes_per_step: int = 0
+    max_num_seqs: int = 0  # sequences it runs at once (0: not said); front ends route by it
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -198,6 +199,8 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     retention: RetentionStats | None = None
+    # Replies a grammar's budget closed (a value or call the model did not finish: ended as length).
+    num_budget_closed: int = 0
 
 
 class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import time
 
+from agentgate.engine.programs.table import ProgramRecord
 from agentgate.engine.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
 
@@ -54,7 +55,8 @@ class Request:
         "first_scheduled_time",
         "grammar",
         "program",
-        "program_start",
+        "served",
+        "passed_since",
     )
 
     def __init__(
@@ -89,10 +91,13 @@ class Request:
         self.first_scheduled_time: float | None = None
         # The request's RequestGrammar when its output is constrained.
         self.grammar = None
-        # The agent program it is a turn of, and when that program started (its
-        # first turn's arrival, as this engine saw it; the request's own without one).
+        # The agent program it is a turn of, and that program's account of the service it has had
+        # (engine.programs; set on arrival, engine.retention); without a program, its own.
         self.program = program
-        self.program_start = self.arrival_time
+        self.served = ProgramRecord(level_since=self.arrival_time)
+        # When a request that arrived after it was first admitted while it waited (the wait
+        # bound counts from there: engine.waiting_queue); None: never passed.
+        self.passed_since: float | None = None
 
     @property
     def num_prompt_tokens(self) -> int:

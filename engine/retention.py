@@ -11,10 +11,15 @@ SECONDS``: that fixed TTL). It is released when the program's next turn is admit
 Bounds and order. Blocks held by pins never exceed ``max_fraction`` of the cache: a pin
 that would pass it releases pins, new one included, in release order until it fits.
 Release order (bound and pressure): pins whose next turn has not arrived before pins
-whose turn waits to be admitted; among them, ``by_age`` (the program scheduling
-policy), the program that started last first; else the least likely to return within
+whose turn waits to be admitted; among them, ``by_service`` (the program scheduling
+policy), the program ranked last first (``ProgramRecord.rank``); else the least likely to return within
 ``HORIZON_S`` first (``GapLaw.return_soon``); then the oldest turn end. Releasing drops
 only the pin's references: blocks a running request shares are never taken from it.
+
+Programs' accounts (``engine.programs.table``) live here too: each arriving turn is given its
+program's record, whose service the scheduler counts. A program away longer than its
+retention (the TTL its pin would get: the fixed one, else its gap law's) starts again as
+new: its service goes back to 0, at level 0 as of its return.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass
 
 from agentgate.engine.block_pool import Block, BlockPool
 from agentgate.engine.config import parse_retention
-from agentgate.engine.programs.table import ProgramTable
+from agentgate.engine.programs.table import ProgramRecord, ProgramTable
 from agentgate.engine.protocol import RetentionStats
 from agentgate.engine.request import Request
 from agentgate.engine.tool_gaps import ToolGaps, tool_key
@@ -41,7 +46,7 @@ class Pin:
     blocks: list[Block]
     ended: float  # monotonic
     expires: float
-    started: float  # monotonic: when its program started (the program policy ranks by it)
+    served: ProgramRecord  # its program's account (the program policy ranks by it)
     tools: str | None = None  # set once TurnEnded says what was called
     claimed_by: str | None = None  # the id of its next turn, waiting to be admitted
 
@@ -68,17 +73,22 @@ class KVRetention:
         self.pins: dict[str, Pin] = {}
         self.held_blocks = 0
         self.counts = RetentionStats(max_held_blocks=self.max_held_blocks)
-        self.by_age = False  # release the youngest programs' pins first (set by the program policy)
+        self.by_service = False  # release the pins of programs ranked last first (set by the program policy)
 
     # -- a program's turns -----------------------------------------------------------
     def on_arrival(self, request: Request) -> None:
-        """A turn arrived: record its program, learn the tool gap it ends, claim its pin."""
+        """A turn arrived: give it its program's account (its service back to 0 after an absence
+        longer than its retention), learn the tool gap it ends, claim its pin."""
         tag = request.program
         if tag is None:
             return
         now = self.clock()
-        record = self.programs.touch(tag.program_id, request.arrival_time)
-        request.program_start = record.started
+        record = request.served = self.programs.touch(tag.program_id, now)
+        if record.in_flight == 0 and record.idle_since is not None:
+            if now - record.idle_since > self.retention_seconds(tag.program_id, record.last_tools):
+                record.start_again(now)
+        record.in_flight += 1
+        record.idle_since = None
         if tag.after_tool_calls:
             self._observe_gap(tag, record.last_end, record.last_tools, now)
         pin = self.pins.get(tag.program_id)
@@ -108,6 +118,21 @@ class KVRetention:
         if pin is not None:
             self._release(pin, "returned")
 
+    def on_left(self, request: Request) -> None:
+        """A request left the engine (finished or aborted): its program may fall idle."""
+        record = request.served
+        record.in_flight = max(record.in_flight - 1, 0)
+        if record.in_flight == 0:
+            record.idle_since = self.clock()
+
+    def retention_seconds(self, program_id: str, tools: str | None) -> float:
+        """How long a program's conversation is kept for it after a turn ending in ``tools``: the fixed
+        TTL, else its gap law's (with retention off too: how long a program may be away and still be
+        the same program)."""
+        if self.fixed_ttl:
+            return self.fixed_ttl
+        return self.gaps.law(program_id, tools).ttl()
+
     def on_abort(self, request: Request) -> None:
         """A waiting turn was aborted: the pin it claimed waits for no one now."""
         if request.program is None:
@@ -123,7 +148,7 @@ class KVRetention:
         if tag is None:
             return False
         now = self.clock()
-        record = self.programs.touch(tag.program_id, request.arrival_time)
+        record = self.programs.touch(tag.program_id, now)
         record.last_end, record.last_tools = now, None
         if not (self.enabled and tag.tools_offered):
             return False
@@ -133,7 +158,7 @@ class KVRetention:
         kept = blocks(request)
         if not kept:
             return True
-        pin = Pin(tag.program_id, request.request_id, kept, now, now + GRACE_S, record.started)
+        pin = Pin(tag.program_id, request.request_id, kept, now, now + GRACE_S, request.served)
         self.pins[tag.program_id] = pin
         for block in kept:
             block.pins += 1
@@ -167,28 +192,31 @@ class KVRetention:
         for pin in [p for p in self.pins.values() if p.expires <= now and p.claimed_by is None]:
             self._release(pin, "expired")
 
-    def release_order(self, exclude: str | None = None, started_after: float | None = None) -> list[Pin]:
-        """Pins (but ``exclude``'s, and only those of programs that started after ``started_after``
-        when given) in the order pressure releases them."""
+    def release_order(self, exclude: str | None = None, ranked_after: tuple[int, float] | None = None) -> list[Pin]:
+        """Pins (but ``exclude``'s, and only those of programs ranked after ``ranked_after`` when given)
+        in the order pressure releases them."""
         now = self.clock()
 
-        def key(pin: Pin) -> tuple[bool, float, float]:
-            if self.by_age:
-                return (pin.claimed_by is not None, -pin.started, pin.ended)
+        def key(pin: Pin) -> tuple[bool, tuple[float, float], float]:
+            if self.by_service:
+                level, since = pin.served.rank
+                return (pin.claimed_by is not None, (-level, -since), pin.ended)
             law = self.gaps.law(pin.program_id, pin.tools)
-            return (pin.claimed_by is not None, law.return_soon(now - pin.ended), pin.ended)
+            return (pin.claimed_by is not None, (law.return_soon(now - pin.ended), 0.0), pin.ended)
 
         candidates = (
             p
             for p in self.pins.values()
-            if p.program_id != exclude and (started_after is None or p.started > started_after)
+            if p.program_id != exclude and (ranked_after is None or p.served.rank > ranked_after)
         )
         return sorted(candidates, key=key)
 
-    def release_one(self, exclude: str | None, reason: str = "pressure", started_after: float | None = None) -> bool:
-        """Release the first pin in release order (not ``exclude``'s; only a program's that started
-        after ``started_after`` when given); False: none left."""
-        order = self.release_order(exclude, started_after)
+    def release_one(
+        self, exclude: str | None, reason: str = "pressure", ranked_after: tuple[int, float] | None = None
+    ) -> bool:
+        """Release the first pin in release order (not ``exclude``'s; only a program's ranked after
+        ``ranked_after`` when given); False: none left."""
+        order = self.release_order(exclude, ranked_after)
         if not order:
             return False
         self._release(order[0], reason)

@@ -52,13 +52,19 @@ class TokenEvent:
 
 class Scheduler:
     """``waiting``: the queue's order is the scheduling policy (engine.waiting_queue); with it,
-    the program policy preempts the running request whose program started last. ``retention``:
-    pins of programs waiting on tools (engine.retention). By fcfs a pin is released before any
-    running request is preempted, and for a waiting head that is a returning turn or resumes,
-    or when nothing runs; a new program's turn waits for memory instead. By program, memory
-    goes by program age, pinned or running: a request may release only the pins of programs
-    younger than its own, then preempts the youngest running (itself, if it is that one), and
-    a waiting head releases any pin only when nothing runs; pins go youngest program first."""
+    the program policy preempts the running request whose program ranks last (engine.programs:
+    by the level of service it has had, then by when it entered it). ``retention``: pins of
+    programs waiting on tools (engine.retention). A waiting head may release pins for its memory
+    when it is a returning turn, resumes, or is overdue (it has waited ``--max-wait``), and any
+    pin when nothing runs; a new program's turn waits for memory instead. By fcfs, any pin, and a
+    pin is released before any running request is preempted. By program, memory goes by rank,
+    pinned or running: a request may release only the pins of programs ranked after its own
+    while anything runs, then preempts the running request ranked last (itself, if it is that
+    one); pins go last ranked program first.
+
+    A program's service (``Request.served``) counts the prompt tokens a turn computes when first
+    admitted (what the prefix cache did not hold) and each token sampled; recomputing after a
+    preemption is not charged to it."""
 
     def __init__(
         self,
@@ -79,11 +85,16 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self.waiting = waiting if waiting is not None else FcfsQueue()
         self.preempt_by_program = type(self.waiting) is not FcfsQueue
-        self.retention.by_age = self.preempt_by_program
-        self.admission = ProgramAdmission(kv.pool.num_blocks, kv.block_size) if self.preempt_by_program else None
+        self.retention.by_service = self.preempt_by_program
+        self.admission = (
+            ProgramAdmission(kv.pool.num_blocks, kv.block_size, clock=lambda: self.waiting.clock())
+            if self.preempt_by_program
+            else None
+        )
         self.running: list[Request] = []
         self.pause_state = PauseState.UNPAUSED
         self.num_preemptions = 0
+        self.num_budget_closed = 0  # replies whose budget closed a value or call (reported as cut)
         self._released: list[str] = []
 
     # -- requests in and out ---------------------------------------------
@@ -125,6 +136,7 @@ class Scheduler:
             prefix_queries_tokens=self.kv.prefix_queries_tokens,
             prefix_hits_tokens=self.kv.prefix_hits_tokens,
             num_preemptions=self.num_preemptions,
+            num_budget_closed=self.num_budget_closed,
             paused=self.pause_state.value,
             num_sampling_steps=self.num_sampling_steps,
             num_sampled_tokens=self.num_sampled_tokens,
@@ -163,12 +175,13 @@ class Scheduler:
         for request_id, num_tokens in rows.items():
             request = self.requests[request_id]
             draft = drafts.get(request_id, ())
+            decode = num_tokens == 1 + len(draft) and request.num_computed_tokens >= request.num_prompt_tokens
             request.num_computed_tokens += num_tokens
             samples = request.num_computed_tokens - len(draft) >= request.num_tokens
             if samples:
                 request.num_output_placeholders += 1
             constrained = samples and request.grammar is not None
-            out.scheduled.append(ScheduledRequest(request_id, num_tokens, samples, constrained, draft))
+            out.scheduled.append(ScheduledRequest(request_id, num_tokens, samples, constrained, draft, decode))
             out.epochs[request_id] = request.epoch
             self.kv.cache_full_blocks(request)
         if out.scheduled:
@@ -196,7 +209,7 @@ class Scheduler:
                 continue
             del draft[max(0, num_tokens - wanted) :]
             while (block_ids := self.kv.allocate(request, num_tokens)) is None:
-                if self.retention.release_one(None, started_after=self._outranks(request)):
+                if self.retention.release_one(None, ranked_after=self._outranks(request)):
                     continue
                 victim = self._victim()
                 budget += rows.pop(victim.request_id, 0)
@@ -217,8 +230,9 @@ class Scheduler:
         return budget
 
     def _schedule_waiting(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> None:
-        # Active programs, once per step; each admission adds its own (engine.program_admission).
+        # Active programs, once per step; each admission adds its own (engine.programs.admission).
         active = self._active_programs() if self.admission is not None and self.waiting else None
+        latest_arrival = None  # of the requests admitted: those waiting that came before are passed
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
             request = self._next_waiting(active)
             if request is None:
@@ -229,11 +243,13 @@ class Scheduler:
             if num_tokens is None:
                 break
             self.waiting.remove(request)
+            latest_arrival = max(latest_arrival or request.arrival_time, request.arrival_time)
             self.kv.record_prefix_lookup(request.num_tokens, num_cached)
             self.retention.on_admitted(request, num_cached)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_cached
             if not request.ever_scheduled:
+                request.served.serve(request.num_tokens - num_cached, self.waiting.clock())
                 request.num_cached_tokens = num_cached
                 request.ever_scheduled = True
                 request.first_scheduled_time = time.monotonic()
@@ -259,20 +275,23 @@ class Scheduler:
             # computing the same prefix again. Only here: a new admission can
             # no longer be preempted within this schedule.
             self.kv.cache_full_blocks(request, num_cached + num_tokens)
+        if latest_arrival is not None and self.waiting:
+            self.waiting.mark_passed(latest_arrival)
 
     def _allocate_waiting(self, request: Request, budget: int) -> tuple[int, int | None]:
         """Allocate the waiting ``request``'s blocks (prefix hits, then up to ``budget`` tokens):
         its cached token count and tokens to compute, None when memory is short. Pins are
-        released for it (never its own program's) when nothing runs; else, by fcfs, when it
-        returns after tool calls or resumes after a preemption; by program, those of programs
-        that started after its own."""
+        released for it (never its own program's): any when nothing runs; else when it returns
+        after tool calls, resumes after a preemption or is overdue: by fcfs any, by program those
+        of programs ranked after its own. (An overdue request holds the queue until it fits, so
+        what runs drains, and then any pin is its to release.)"""
         program = request.program
-        started_after = self._outranks(request) if self.running else None
+        ranked_after = self._outranks(request) if self.running else None
         may_release = (
             not self.running
-            or self.preempt_by_program
             or request.ever_scheduled
             or (program is not None and program.after_tool_calls)
+            or self.waiting.overdue(request)
         )
         while True:
             hits = self.kv.find_cached_prefix(request)
@@ -281,15 +300,15 @@ class Scheduler:
             if self.kv.allocate(request, num_tokens, hits) is not None:
                 return num_cached, num_tokens
             exclude = program.program_id if program is not None else None
-            if not (may_release and self.retention.release_one(exclude, started_after=started_after)):
+            if not (may_release and self.retention.release_one(exclude, ranked_after=ranked_after)):
                 return num_cached, None
 
     def _next_waiting(self, active: set[str] | None) -> Request | None:
         """The head of the queue; by program, the first in its order that program admission
-        lets start (engine.program_admission) given the ``active`` programs, None when it lets
-        none."""
+        lets start (engine.programs.admission) given the ``active`` programs, None when it lets
+        none; an overdue head is never held back, nor passed."""
         head = self.waiting.peek()
-        if active is None or head.program is None or self.admission.admits(head, active):
+        if active is None or head.program is None or self.waiting.overdue(head) or self.admission.admits(head, active):
             return head
         return next((r for r in self.waiting.ordered() if self.admission.admits(r, active)), None)
 
@@ -303,18 +322,18 @@ class Scheduler:
         )
         return active | self.retention.pins.keys()
 
-    def _outranks(self, request: Request) -> float | None:
-        """Whose pins ``request`` may release for memory: by program, only those of programs that
-        started after its own (older programs' pins outrank its needs: the program that started
-        last is preempted instead, itself included); by fcfs, any (None)."""
-        return request.program_start if self.preempt_by_program else None
+    def _outranks(self, request: Request) -> tuple[int, float] | None:
+        """Whose pins ``request`` may release for memory: by program, only those of programs ranked
+        after its own (the pins of programs ranked before outrank its needs: the running request
+        ranked last is preempted instead, itself included); by fcfs, any (None)."""
+        return request.served.rank if self.preempt_by_program else None
 
     def _victim(self) -> Request:
         """The running request to preempt: the last admitted (fcfs), or the last admitted of
-        the programs that started last (program policy)."""
+        the programs ranked last (program policy)."""
         if not self.preempt_by_program:
             return self.running[-1]
-        return max(reversed(self.running), key=lambda r: r.program_start)
+        return max(reversed(self.running), key=lambda r: r.served.rank)
 
     def _preempt(self, request: Request) -> None:
         """Free the request's blocks and requeue it first in line; it is
@@ -337,6 +356,7 @@ class Scheduler:
         ``num_computed_tokens`` and the blocks past it. No token after a
         stop is confirmed."""
         events = []
+        now = self.waiting.clock()
         drafted = {row.request_id: len(row.draft_token_ids) for row in step.scheduled if row.draft_token_ids}
         for row, request_id in enumerate(result.request_ids):
             request = self.requests.get(request_id)
@@ -356,9 +376,11 @@ class Scheduler:
                 self.kv.trim(request)
                 self.speculator.verified(request, num_drafted, len(tokens) - 1)
             confirmed, reason = self._confirm(request, tokens)
+            request.served.serve(len(confirmed), now)
             self.num_sampling_steps += 1
             self.num_sampled_tokens += len(confirmed)
             if reason is not None:
+                self.num_budget_closed += request.grammar is not None and request.grammar.budget_cut
                 self.running.remove(request)
                 self._finish(request, reason)
             elif self.speculator is not None:
@@ -374,6 +396,8 @@ class Scheduler:
             reason = request.check_stop(token)
             if request.grammar is not None and not request.grammar.accept(token):
                 reason = FinishReason.ERROR  # cannot happen while the bitmask is applied
+            if reason is FinishReason.STOP and request.grammar is not None and request.grammar.budget_cut:
+                reason = FinishReason.LENGTH  # the budget closed it, not the model (engine.structured_output)
             if reason is not None:
                 return tokens[:count], reason
         return tokens, None
@@ -385,6 +409,7 @@ class Scheduler:
             self.kv.free(request)
         elif not self.retention.on_finished(request, self.kv.detach):
             self.kv.free(request)
+        self.retention.on_left(request)
         if self.speculator is not None:
             self.speculator.finish(request.request_id)
         request.status = RequestStatus.FINISHED

@@ -30,13 +30,18 @@ class ScheduledRequest:
     ``constrained`` when that sample must obey the request's grammar.
     ``draft_token_ids``: speculated tokens to verify; they are the row's
     last ``len(draft_token_ids)`` inputs (``num_tokens`` counts them), and
-    the row samples at each of its last ``1 + len(draft_token_ids)`` positions."""
+    the row samples at each of its last ``1 + len(draft_token_ids)`` positions.
+    ``decode``: the row computes one token past the prompt (and its drafts);
+    any other row (a prompt's, a recomputation's) is a prompt row, whose
+    numbers must not depend on how much of it the prefix cache held
+    (`engine.layers.row_choice`)."""
 
     request_id: str
     num_tokens: int
     samples: bool
     constrained: bool = False
     draft_token_ids: tuple[int, ...] = ()
+    decode: bool = False
 
     @property
     def num_sampling_rows(self) -> int:
@@ -70,6 +75,17 @@ class SchedulerOutput:
     @property
     def total_num_tokens(self) -> int:
         return sum(row.num_tokens for row in self.scheduled)
+
+    @property
+    def num_decode_tokens(self) -> int:
+        """Tokens of the step's leading decode rows (the scheduler puts decodes first); every token
+        after them is computed as a prompt's."""
+        count = 0
+        for row in self.scheduled:
+            if not row.decode:
+                break
+            count += row.num_tokens
+        return count
 
     @property
     def is_empty(self) -> bool:

@@ -3,8 +3,10 @@ one matcher per request, and the token bitmask the sampler applies.
 
 Grammars compile on a thread pool (xgrammar releases the GIL), so a request
 waits for its grammar without stalling the engine loop; compiled grammars
-are cached by their spec. A request's matcher accepts each token as the step
-that sampled it resolves.
+are cached by their spec, least recently used first out past
+:data:`GRAMMAR_CACHE_BYTES` (specs are the clients': each entry counts its
+spec and its compiled grammar's own size; xgrammar's own cache is off). A
+request's matcher accepts each token as the step that sampled it resolves.
 
 **Replies that fit their budget.** A spec with ``max_tokens`` (a forced tool
 call, a response_format: the reply is nothing but the structure) must end whole
@@ -26,13 +28,21 @@ spells it in the model's tokens, the end-of-sequence token included. Then:
   a step (offered as jump-forward drafts too), and the reply ends on the end
   token, whole, before ``max_tokens``.
 
-The values the closing cut short are the price; ``tests/gateway/test_tools_live.py``
-measures their share on random schemas.
+**Said to be cut.** Wherever the budget narrowed what the grammar allowed at a token the reply
+took (the closing forced, or tokens masked for caution), the reply may not be what the model
+would have written: a value or call the budget closed. :attr:`RequestGrammar.budget_cut` says
+so, and the engine ends such a reply with ``length``, not ``stop`` (``engine.scheduler``): the
+front ends report it as cut (``length``, Responses ``incomplete``, Anthropic ``max_tokens``), its
+arguments whole JSON all the same. A reply the budget never narrowed keeps ``stop`` and its
+calls are the model's own. ``tests/gateway/test_tools_live.py`` checks both ways against the
+same requests with room to spare; ``loadtests/forced_budget_sweep.py`` counts them.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
@@ -40,8 +50,14 @@ from pathlib import Path
 import torch
 import xgrammar as xgr
 
+from agentgate.engine.byte_lru import ByteLRU, str_bytes
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.sampling_params import StructuredOutput, budget_error
+
+GRAMMAR_CACHE_BYTES = 256 << 20
+"""Compiled grammars kept, by spec: spec text and compiled size counted."""
+MINIMUM_CACHE_BYTES = 16 << 20
+"""Shortest-reply lengths kept, by spec: spec text counted."""
 
 MARGIN = 4
 """Tokens beyond the closing's own at which a budgeted reply starts writing it: room for the
@@ -63,13 +79,26 @@ _MAX_CHECKED = 64
 class GrammarCompiler:
     """Compiles StructuredOutput specs for one tokenizer/vocabulary."""
 
-    def __init__(self, tokenizer_path: Path, vocab_size: int, max_threads: int = 2) -> None:
+    def __init__(
+        self,
+        tokenizer_path: Path,
+        vocab_size: int,
+        max_threads: int = 2,
+        *,
+        cache_bytes: int = GRAMMAR_CACHE_BYTES,
+        minimum_bytes: int = MINIMUM_CACHE_BYTES,
+    ) -> None:
         self.tokenizer_path = tokenizer_path
         self.vocab_size = vocab_size
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar")
         self._max_threads = max_threads
-        self._cache: dict[tuple[str, str], Future[xgr.CompiledGrammar]] = {}
-        self._minimum: dict[tuple[str, str], int] = {}  # tokens of the shortest reply, per spec
+        # Used by the engine's thread (submit) and the worker (a compile done): under the lock.
+        self._lock = threading.Lock()
+        self._cache: ByteLRU[tuple[str, str], Future[xgr.CompiledGrammar]] = ByteLRU(cache_bytes, _compiled_bytes)
+        # Tokens of the shortest reply, per spec; the worker's alone.
+        self._minimum: ByteLRU[tuple[str, str], int] = ByteLRU(
+            minimum_bytes, lambda key, _: str_bytes(*key) + sys.getsizeof(0)
+        )
 
     @cached_property
     def _compiler(self) -> xgr.GrammarCompiler:
@@ -87,18 +116,32 @@ class GrammarCompiler:
             stop_token_ids=sorted(tokenizer.eos_token_ids),
             add_prefix_space=tokenizer.add_prefix_space,
         )
-        return xgr.GrammarCompiler(info, max_threads=self._max_threads)
+        return xgr.GrammarCompiler(info, max_threads=self._max_threads, cache_enabled=False)
 
     def submit(self, spec: StructuredOutput) -> Future[xgr.CompiledGrammar | Budgeted]:
         """The compiled grammar (cached by spec); with ``spec.max_tokens`` a :class:`Budgeted` one,
         or InvalidRequestError when the budget cannot hold the shortest reply."""
         key = spec.kind()
-        future = self._cache.get(key)
-        if future is None or (future.done() and future.exception() is not None):
-            future = self._cache[key] = self._pool.submit(self._compile, *key)
+        with self._lock:
+            future = self._cache.get(key)
+            compile_now = future is None or (future.done() and future.exception() is not None)
+            if compile_now:
+                future = self._pool.submit(self._compile, *key)
+                self._cache.put(key, future)
+        if compile_now:  # outside the lock: a compile already done calls back at once, here
+            future.add_done_callback(lambda done: self._recount(key, done))
         if spec.max_tokens is None:
             return future
         return self._pool.submit(self._budgeted, key, future, spec.max_tokens)  # after the compile, same worker
+
+    def _recount(self, key: tuple[str, str], done: Future[xgr.CompiledGrammar]) -> None:
+        """A compile ended: its cache entry counts the compiled grammar's size now (a failed one goes)."""
+        with self._lock:
+            if self._cache.peek(key) is done:
+                if done.exception() is None:
+                    self._cache.put(key, done)
+                else:
+                    self._cache.pop(key)
 
     def _budgeted(self, key: tuple[str, str], compiled: Future[xgr.CompiledGrammar], budget: int) -> Budgeted:
         grammar = compiled.result()
@@ -106,7 +149,8 @@ class GrammarCompiler:
         minimum = self._minimum.get(key)
         if minimum is None:
             path = closer.closing(xgr.GrammarMatcher(grammar), _StringState())
-            minimum = self._minimum[key] = len(path) if path is not None else 0
+            minimum = len(path) if path is not None else 0
+            self._minimum.put(key, minimum)
         if minimum > budget:
             raise InvalidRequestError(budget_error(budget, minimum), "max_tokens")
         return Budgeted(grammar, budget, closer, minimum)
@@ -134,6 +178,12 @@ class GrammarCompiler:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _compiled_bytes(key: tuple[str, str], future: Future[xgr.CompiledGrammar]) -> int:
+    """An entry's size: its spec, and its grammar once compiled."""
+    compiled = future.result() if future.done() and future.exception() is None else None
+    return str_bytes(*key) + (compiled.memory_size_bytes if compiled is not None else 0)
 
 
 class _StringState:
@@ -233,6 +283,9 @@ class RequestGrammar:
         self._state = _StringState()
         self._closing: list[int] | None = None  # being written: the rest of the closing
         self.num_closing_tokens = 0  # tokens the closing wrote (not the model's choice)
+        # Positions (tokens accepted before them) whose last fill the budget narrowed.
+        self._narrowed: set[int] = set()
+        self.budget_cut = False  # the budget narrowed a token the reply took (module docstring)
 
     def accept(self, token: int) -> bool:
         """Advance past a sampled token; False if the grammar forbids it."""
@@ -240,6 +293,8 @@ class RequestGrammar:
             return True  # the grammar is done; the request ends on this token
         if not self.matcher.accept_token(token):
             return False
+        if self.num_accepted in self._narrowed:
+            self.budget_cut = True
         self.num_accepted += 1
         if self.budget is not None:
             self._state.feed(self.closer.texts[token])
@@ -260,7 +315,8 @@ class RequestGrammar:
         self._fill_one(bitmask, row)
         state = self._state.copy() if self.budget is not None else None
         if state is not None:
-            self._fit(bitmask, row, 0, state)
+            self._narrowed.clear()
+            self._fit_noting(bitmask, row, 0, state)
         advanced = 0
         for offset, token in enumerate(drafts, 1):
             if self.matcher.is_terminated() or not self.matcher.accept_token(token):
@@ -269,9 +325,16 @@ class RequestGrammar:
             self._fill_one(bitmask, row + offset)
             if state is not None:
                 state.feed(self.closer.texts[token])
-                self._fit(bitmask, row + offset, offset, state)
+                self._fit_noting(bitmask, row + offset, offset, state)
         if advanced:
             self.matcher.rollback(advanced)
+
+    def _fit_noting(self, bitmask: torch.Tensor, row: int, offset: int, state: _StringState) -> None:
+        """`_fit`, noting the position when it took a token the grammar allowed there."""
+        before = bitmask[row].clone()
+        self._fit(bitmask, row, offset, state)
+        if not torch.equal(before, bitmask[row]):
+            self._narrowed.add(self.num_accepted + offset)
 
     def _fit(self, bitmask: torch.Tensor, row: int, offset: int, state: _StringState) -> None:
         """Narrow ``bitmask[row]`` (the token after ``offset`` drafts) so the reply ends within its

@@ -17,8 +17,10 @@ returns within ``HORIZON_S`` given it has not yet.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+import sys
 from dataclasses import dataclass
+
+from agentgate.engine.byte_lru import ByteLRU, str_bytes
 
 PRIOR_MEDIAN_S = 1.0
 PRIOR_SIGMA = 1.0
@@ -28,8 +30,11 @@ MIN_TTL_S = 0.5
 MAX_TTL_S = 60.0
 HORIZON_S = 1.0
 MIN_GAP_S = 1e-3
-# Programs whose own gap laws are kept (least recently returned forgotten first).
-MAX_PROGRAMS = 65536
+# Bytes of the laws kept per tool key and per (program, tool key), keys counted (tool names are the
+# client's): the least recently observed are forgotten first, their returns then predicted from the
+# next law up.
+MAX_TOOL_BYTES = 4 << 20
+MAX_PROGRAM_TOOL_BYTES = 32 << 20
 # z of the normal law at TTL_QUANTILE (0.9).
 _Z_TTL = 1.2815515655446004
 
@@ -87,6 +92,9 @@ class _Moments:
         return GapLaw(mu, max(math.sqrt(var), 0.05))
 
 
+_MOMENTS_BYTES = sys.getsizeof(_Moments()) + 3 * sys.getsizeof(0.0)
+
+
 def tool_key(tool_names: list[str] | tuple[str, ...]) -> str:
     """One key for the tools a turn called (several: the set, in name order)."""
     return "+".join(sorted(set(tool_names)))
@@ -95,10 +103,12 @@ def tool_key(tool_names: list[str] | tuple[str, ...]) -> str:
 class ToolGaps:
     """Observed tool gaps: the global law, one per tool key, one per (program, tool key)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_tool_bytes: int = MAX_TOOL_BYTES, max_program_bytes: int = MAX_PROGRAM_TOOL_BYTES) -> None:
         self._global = _Moments()
-        self._tools: dict[str, _Moments] = {}
-        self._programs: OrderedDict[tuple[str, str], _Moments] = OrderedDict()
+        self._tools: ByteLRU[str, _Moments] = ByteLRU(max_tool_bytes, lambda key, _: str_bytes(key) + _MOMENTS_BYTES)
+        self._programs: ByteLRU[tuple[str, str], _Moments] = ByteLRU(
+            max_program_bytes, lambda key, _: str_bytes(*key) + _MOMENTS_BYTES
+        )
         self.count = 0
         self.seconds_sum = 0.0
 
@@ -107,21 +117,20 @@ class ToolGaps:
         self.count += 1
         self.seconds_sum += gap
         self._global.add(log_gap)
-        self._tools.setdefault(tools, _Moments()).add(log_gap)
-        key = (program_id, tools)
-        moments = self._programs.pop(key, None) or _Moments()
-        moments.add(log_gap)
-        self._programs[key] = moments
-        if len(self._programs) > MAX_PROGRAMS:
-            self._programs.popitem(last=False)
+        for laws, key in ((self._tools, tools), (self._programs, (program_id, tools))):
+            moments = laws.get(key)
+            if moments is None:
+                moments = _Moments()
+                laws.put(key, moments)
+            moments.add(log_gap)
 
     def law(self, program_id: str | None = None, tools: str | None = None) -> GapLaw:
         """The most specific law known: (program, tools) over tools over global over the prior."""
         law = self._global.law(PRIOR)
         if tools is None:
             return law
-        tool = self._tools.get(tools)
+        tool = self._tools.peek(tools)
         if tool is not None:
             law = tool.law(law)
-        own = self._programs.get((program_id, tools)) if program_id is not None else None
+        own = self._programs.peek((program_id, tools)) if program_id is not None else None
         return own.law(law) if own is not None else law

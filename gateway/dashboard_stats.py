@@ -78,6 +78,7 @@ class DashboardStats(msgspec.Struct):
     itl: LatencyHistogram
     requests: list[RequestLoad]
     retention: dict[str, float]  # engine.protocol.RetentionStats's fields, summed over the engines
+    budget_closed: int = 0  # replies whose budget closed a value or call (said to be cut), all engines
 
 
 def _histogram(histogram: Histogram, engine: str | None = None) -> LatencyHistogram:
@@ -164,4 +165,5 @@ async def dashboard_stats(gw: GatewayState) -> DashboardStats:
         itl=_histogram(gw.metrics.itl),
         requests=requests,
         retention=msgspec.structs.asdict(retention_totals([s for s in stats if s is not None])),
+        budget_closed=sum(s.num_budget_closed for s in stats if s is not None),
     )

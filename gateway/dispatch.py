@@ -13,7 +13,9 @@ One call, one way down, nothing called back up; the engine has the request when 
    (``context.engine``, its affinity), else, for a turn of an agent program,
    the engine its last turn ran on (``gateway.programs.last_turns``: one Redis read,
    which also gives the tag the previous turn's end; nothing when Redis is
-   away), else the least loaded;
+   away), else the least loaded; a bound request yields to the least loaded
+   when its engine has a queue and that one has room (the rule is
+   ``gateway.engines.pool``');
 3. a :class:`Generation` of the job over that engine. It holds a
    :class:`~gateway.lease.Lease` that gives all of it back when the request
    ends: the registry entry, the session's turn (the decoded ``conversation``

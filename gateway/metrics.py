@@ -70,6 +70,11 @@ class _EngineCollector(Collector):
         yield counter(
             "agentgate_preemptions", "Requests preempted by the engines.", sum(s.num_preemptions for s in known)
         )
+        yield counter(
+            "agentgate_budget_closed_replies",
+            "Replies whose output budget closed a value or tool call the model had not finished (ended as length).",
+            sum(s.num_budget_closed for s in known),
+        )
         yield from _speculation_metrics(known)
         yield from retention_metrics(known)
         yield gauge("agentgate_engines_alive", "Engines this gateway can reach.", self._alive())

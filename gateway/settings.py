@@ -138,9 +138,15 @@ class Settings:
     )
     kv_retention_max_fraction: float = _opt("most of the KV cache retention may hold", default=0.5, engine=True)
     scheduling_policy: str = _opt(
-        "program (by program start: returning turns first, memory by program age, new programs while "
-        "they fit) or fcfs (by request)",
+        "program (by the service a program has had, least first, in levels: queue, memory and preemption; "
+        "new programs while they fit) or fcfs (by request)",
         default="program",
+        engine=True,
+    )
+    max_wait: float = _opt(
+        "seconds a request may wait while requests that came after it are admitted, under every policy; "
+        "then it goes first",
+        default=10.0,
         engine=True,
     )
     # -- HTTP -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from agentgate.engine.attention.base import AttentionMetadata
+from agentgate.engine.step_rows import decode_row_count
 
 
 def write_kv(
@@ -106,17 +107,22 @@ def paged_attention(
 ) -> torch.Tensor:
     """Causal attention of ``query`` over the paged cache (see AttentionBackend).
 
-    Rows with one query token (decodes) go through one batched call; longer
-    rows (prefill, chunks, extends) through SDPA one sequence at a time.
+    Decode rows of one query token go through one batched call; prompt rows
+    (a prefill, a chunk, a cached prompt's last tokens, even one) and
+    multi-token decode rows (drafts) through `_prompt_attention`, one
+    sequence at a time. Which rows decode: `engine.step_rows`.
     ``decode_plan``: a pure-decode step's `_DecodePlan`, when the caller
     keeps one for the step's layers."""
-    if meta.is_pure_decode:
+    num_decoding = decode_row_count(query.shape[0])
+    if meta.is_pure_decode and num_decoding == query.shape[0]:
         plan = decode_plan or _DecodePlan.for_step(query, k_cache, meta)
         return _decode_attention(query, k_cache, v_cache, scale, plan=plan)
     out = torch.zeros_like(query)
     starts = meta.query_start_loc_cpu.tolist()
     lens = meta.seq_lens_cpu.tolist()
-    decode_rows = [i for i, n in enumerate(lens) if n > 0 and starts[i + 1] - starts[i] == 1]
+    decode_rows = [
+        i for i, n in enumerate(lens) if n > 0 and starts[i + 1] - starts[i] == 1 and starts[i] < num_decoding
+    ]
     if decode_rows:
         rows = torch.tensor(decode_rows, device=query.device)
         tokens = torch.tensor([starts[i] for i in decode_rows], device=query.device)
@@ -128,27 +134,70 @@ def paged_attention(
     group = query.shape[1] // k_cache.shape[2]
     for i, seq_len in enumerate(lens):
         begin, end = starts[i], starts[i + 1]
-        if seq_len == 0 or end - begin <= 1:
+        if seq_len == 0 or end == begin or (end - begin == 1 and begin < num_decoding):
             continue
-        q_len = end - begin
-        # [1, heads, len, dim], KV heads repeated for the query groups: CPU
-        # SDPA's fused kernel wants 4-D inputs without GQA (about 2x faster).
-        q = query[begin:end].transpose(0, 1)[None]
-        k = _gather_context(k_cache, meta.block_tables[i], seq_len).transpose(0, 1).repeat_interleave(group, 0)[None]
-        v = _gather_context(v_cache, meta.block_tables[i], seq_len).transpose(0, 1).repeat_interleave(group, 0)[None]
-        q = q.to(k.dtype)
-        if q_len == seq_len:  # no cached prefix: plain causal attention
-            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-        else:
-            # Query j sits at position seq_len - q_len + j and sees keys 0..that.
-            # An additive float mask: CPU SDPA is much slower with a boolean one.
-            q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
-            k_pos = torch.arange(seq_len, device=query.device)
-            mask = torch.zeros(q_len, seq_len, dtype=k.dtype, device=query.device)
-            mask.masked_fill_(k_pos[None, :] > q_pos[:, None], float("-inf"))
-            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-        out[begin:end] = attn[0].transpose(0, 1).to(out.dtype)
+        out[begin:end] = _prompt_attention(
+            query[begin:end], k_cache, v_cache, meta.block_tables[i], seq_len, scale, group
+        )
     return out
+
+
+# Prompt rows attend in tiles of this many query rows, aligned to positions (see `_prompt_attention`).
+PROMPT_TILE_ROWS = 32
+
+
+def _prompt_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_len: int,
+    scale: float,
+    group: int,
+) -> torch.Tensor:
+    """Causal attention of one sequence's prompt rows ``query`` [rows, heads, dim], the last of its
+    ``seq_len`` positions, computed so that a row's numbers depend on its position and context
+    alone, not on how many rows run with it: a retried request that finds its prompt in the prefix
+    cache computes its last tokens exactly as the first sending did (issue 35).
+
+    CPU SDPA is not so by itself: its fused kernel blocks the work by the number of query rows
+    and of keys, and a bf16 row moves by an ulp when either changes. So the rows go in tiles of
+    `PROMPT_TILE_ROWS` aligned to positions (row p in the tile of positions
+    [T*floor(p/T), T*floor(p/T) + T)), each tile padded to T rows and run over exactly the keys
+    up to its end: every row meets one shape, whatever else is computed. Keys past ``seq_len``
+    are zeros and masked, like those past a row's own position; the work stays causal."""
+    tile = PROMPT_TILE_ROWS
+    rows = query.shape[0]
+    first = seq_len - rows  # the position of the first row
+    lead = first % tile
+    span = lead + rows + (-(lead + rows) % tile)  # the tiles' rows, padded at both ends
+    kv_len = first - lead + span  # the last tile's end
+    # [1, heads, positions, dim], KV heads repeated for the query groups: CPU SDPA's fused kernel
+    # wants 4-D inputs without GQA (about 2x faster).
+    k = _gather_context(k_cache, block_table, seq_len)
+    v = _gather_context(v_cache, block_table, seq_len)
+    k = F.pad(k, (0, 0, 0, 0, 0, kv_len - seq_len)).transpose(0, 1).repeat_interleave(group, 0)[None]
+    v = F.pad(v, (0, 0, 0, 0, 0, kv_len - seq_len)).transpose(0, 1).repeat_interleave(group, 0)[None]
+    q = F.pad(query.to(k.dtype), (0, 0, 0, 0, lead, span - lead - rows)).transpose(0, 1)[None]
+    # An additive float mask (CPU SDPA is much slower with a boolean one); a tile ending at e
+    # takes the last e columns: row i sees keys up to e - tile + i.
+    k_pos = torch.arange(kv_len, device=query.device)
+    q_pos = torch.arange(kv_len - tile, kv_len, device=query.device)
+    mask = torch.zeros(tile, kv_len, dtype=k.dtype, device=query.device)
+    mask.masked_fill_(k_pos[None, :] > q_pos[:, None], float("-inf"))
+    tiles = []
+    for start in range(0, span, tile):
+        tile_end = first - lead + start + tile
+        tiles.append(
+            F.scaled_dot_product_attention(
+                q[:, :, start : start + tile],
+                k[:, :, :tile_end],
+                v[:, :, :tile_end],
+                attn_mask=mask[:, kv_len - tile_end :],
+                scale=scale,
+            )
+        )
+    return torch.cat(tiles, 2)[0, :, lead : lead + rows].transpose(0, 1)
 
 
 class _DecodePlan(NamedTuple):
@@ -348,7 +397,7 @@ class TorchAttentionBackend:
 
     def paged_attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
         plan = None
-        if meta.is_pure_decode:
+        if meta.is_pure_decode and decode_row_count(query.shape[0]) == query.shape[0]:
             if self._decode is None or self._decode[0] is not meta:
                 # Eager steps have no padding rows (`AttentionMetadata.padded`): no host read of seq_lens.
                 self._decode = (meta, _DecodePlan.for_step(query, k_cache, meta, has_empty_rows=meta.padded))

@@ -11,34 +11,44 @@ passes the cache, and the scheduler admits what comes after it in the queue mean
 - A program is *active* while it has a running request, a pin, or a turn waiting that
   returns after tool calls or resumes after a preemption.
 - The expected size is the largest conversation (its blocks when a turn ends) seen lately,
-  decaying by ``DECAY`` at each turn end, and at least ``GROWTH`` times the new turn's
-  prompt.
+  decaying by ``DECAY`` at each turn end and by half every ``HALF_LIFE_S`` seconds, and at
+  least ``GROWTH`` times the new turn's prompt.
 - A request of no program is never held back, nor a new program when none is active.
 
 A program held back waits for an active program to end (its last turn ends without a tool
-call, or its pin runs out), not for the queue's anti-starvation bound.
+call, or its pin runs out), for the expected size to fade, or for the queue's wait bound:
+an overdue request is not held back (``engine.waiting_queue``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Set
+import time
+from collections.abc import Callable, Set
 
 from agentgate.engine.request import Request
 
 DECAY = 0.99  # per turn end: old programs' sizes fade as programs change
+HALF_LIFE_S = 30.0  # and with time, so a size no program has reached lately stops holding new ones
 GROWTH = 2.0  # a program reaches at least this many times its first prompt
 
 
 class ProgramAdmission:
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.largest = 0.0  # blocks: the largest conversation seen lately
+        self.clock = clock
+        self._largest = 0.0  # blocks: the largest conversation seen lately, as of ``_at``
+        self._at = 0.0
+
+    @property
+    def largest(self) -> float:
+        """Blocks: the largest conversation seen lately, faded by the time since."""
+        return self._largest * 0.5 ** (max(self.clock() - self._at, 0.0) / HALF_LIFE_S)
 
     def turn_ended(self, num_blocks: int) -> None:
         """A program's turn ended holding ``num_blocks``."""
-        self.largest = max(self.largest * DECAY, float(num_blocks))
+        self._largest, self._at = max(self.largest * DECAY, float(num_blocks)), self.clock()
 
     def admits(self, request: Request, active: Set[str]) -> bool:
         """Whether ``request`` may start now, ``active`` being the active programs' ids."""

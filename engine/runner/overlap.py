@@ -45,6 +45,7 @@ from agentgate.engine.runner.step_batch import StepBatch, StepInputs
 from agentgate.engine.runner.step_drafts import DraftPlan, StepDrafts, post_update_drafts, write_drafts
 from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 from agentgate.engine.speculative.verify import emitted_tokens
+from agentgate.engine.step_rows import decode_rows
 
 
 @dataclass
@@ -177,7 +178,8 @@ class OverlapRunner(TorchModelRunner):
             hidden, logits_indices = self._graph_forward(batch, bucket)
         else:
             shared = count_shared_prefix_blocks([live.block_ids for live in lives]) if self.reads_shared_prefix else 0
-            hidden, logits_indices = self._eager_forward(batch, lens, seq_lens_host, shared)
+            with decode_rows(step.num_decode_tokens):
+                hidden, logits_indices = self._eager_forward(batch, lens, seq_lens_host, shared)
 
         if not sample_rows:  # every row is a prefill chunk that does not finish its prompt
             post_update(batch, torch.empty(0, dtype=torch.long, device=self.device), self.slots)

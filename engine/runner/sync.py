@@ -19,6 +19,7 @@ from agentgate.engine.runner.sampler import sample
 from agentgate.engine.runner.staging import StepStaging
 from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 from agentgate.engine.speculative.verify import emitted_tokens
+from agentgate.engine.step_rows import decode_rows
 
 
 @dataclass
@@ -150,7 +151,8 @@ class SyncRunner(TorchModelRunner):
                 seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32),
                 shared_prefix_blocks=count_shared_prefix_blocks(tables) if self.reads_shared_prefix else 0,
             )
-            hidden = self.model(ids_d.long(), pos_d.long(), meta, self.kv_caches)
+            with decode_rows(step.num_decode_tokens):
+                hidden = self.model(ids_d.long(), pos_d.long(), meta, self.kv_caches)
         if not sampling_rows:
             return ModelRunnerOutput([], [])
         logits = self.model.compute_logits(hidden[rows_d.long()])

@@ -1,13 +1,23 @@
 """The engines behind one gateway: routing, and fan-out of operator calls
 (pause, resume, abort all, stats, health) to every engine.
 
-Routing (:meth:`EnginePool.pick`): a request of a session goes to the
-engine the session is bound to (its ``affinity``: its prefix is cached
-there) when this gateway reaches it and it is alive; any other request goes
-to the least loaded live engine (fewest open requests of this gateway; ties
-taken in turn, so idle engines share the work). An engine that is leaving
-(its registry entry says draining, or is gone: ``gateway.engines.discovery``) takes
-no new request, its own sessions' included, while its streams finish.
+Routing (:meth:`EnginePool.pick`): a request of a session or a program goes to
+the engine it is bound to (its ``affinity``: its prefix is cached there) when
+this gateway reaches it and it is alive, unless that engine has a queue while
+another has room (below); any other request goes to the least loaded live
+engine (fewest open requests of this gateway; ties taken in turn, so idle
+engines share the work). An engine that is leaving (its registry entry says
+draining, or is gone: ``gateway.engines.discovery``) takes no new request, its own
+sessions' included, while its streams finish.
+
+**Affinity yields to a queue.** An engine *has a queue* when this gateway has
+at least as many requests open on it as it runs at once (its
+``--max-num-seqs``, told at the handshake), and *has room* when it has fewer.
+A bound request whose engine has a queue goes to the least loaded engine when
+that one has room: waiting behind a queue costs more than computing a cached
+prefix again, and no program (a constant ``user`` included) can hold one
+engine for all its requests whatever that engine's load. Each gateway counts
+its own requests only.
 """
 
 from __future__ import annotations
@@ -66,6 +76,13 @@ class WatchedPid:
         return state not in ("Z", "X")
 
 
+def _has_queue(engine: EngineClient) -> bool:
+    """Whether this gateway has as many requests open on ``engine`` as it runs at once (never,
+    when the engine did not say how many)."""
+    capacity = engine.info.max_num_seqs if engine.info is not None else 0
+    return 0 < capacity <= engine.num_streams
+
+
 class EnginePool:
     def __init__(self, engines: Sequence[EngineClient]) -> None:
         if not engines:
@@ -107,12 +124,14 @@ class EnginePool:
         return [e.address for e in self.engines]
 
     def pick(self, affinity: str | None = None) -> EngineClient:
-        """The engine at ``affinity`` (a session's engine) while it is alive, else the
-        least loaded live engine (see the module doc); EngineDeadError when none is left."""
+        """The engine at ``affinity`` (a session's or a program's engine) while it is alive and
+        does not have a queue while the least loaded has room, else the least loaded live
+        engine (see the module doc); EngineDeadError when none is left."""
+        bound = None
         if affinity is not None and affinity not in self.leaving:
-            for engine in self.engines:
-                if engine.address == affinity and not engine.is_dead:
-                    return engine
+            bound = next((e for e in self.engines if e.address == affinity and not e.is_dead), None)
+        if bound is not None and not _has_queue(bound):
+            return bound
         engines = [e for e in self.engines if e.address not in self.leaving] if self.leaving else self.engines
         n = len(engines)
         if n == 0:
@@ -125,6 +144,8 @@ class EnginePool:
                 best = engine
         if best is None:
             raise EngineDeadError(engines[0].dead_reason or "no engine is alive")
+        if bound is not None and _has_queue(best):
+            return bound  # no engine has room: the prefix is worth its wait
         return best
 
     @property

@@ -19,21 +19,23 @@ rather than the template's rendering of the same message. Anything else (an edit
 other tools or options, another reply, a reply with reasoning, a template that does not line
 up) tokenizes the whole prompt as before.
 
-Kept per gateway process, least recently used first out past ``max_bytes``; a turn that
-returns through another gateway process tokenizes as before.
+Kept per gateway process, least recently used first out past ``max_bytes`` (64 MiB), counted
+in bytes as held in memory: the program id, the prompt text and the reply's strings as CPython
+stores them (1, 2 or 4 bytes a character), 4 bytes a token id. A turn that returns through
+another gateway process tokenizes as before.
 """
 
 from __future__ import annotations
 
 import threading
 from array import array
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import msgspec
 
+from agentgate.engine.byte_lru import ByteLRU, str_bytes
 from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway.schemas import AssistantMessage
 from agentgate.gateway.tools.json_scanner import canonical_arguments
@@ -71,7 +73,10 @@ class _Turn:
 
     @property
     def size(self) -> int:
-        return len(self.prompt_text) + self.token_ids.itemsize * len(self.token_ids)
+        """Bytes it holds: its strings as stored, its token ids."""
+        content, calls = self.reply
+        strings = str_bytes(self.prompt_text, self.end_text, content, *(text for call in calls for text in call))
+        return strings + self.token_ids.itemsize * len(self.token_ids)
 
 
 class Returning(NamedTuple):
@@ -109,9 +114,9 @@ class TurnTokens:
 
     def __init__(self, tokenizer: Tokenizer, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.tokenizer = tokenizer
-        self.max_bytes = max_bytes
-        self._turns: OrderedDict[str, _Turn] = OrderedDict()
-        self._bytes = 0
+        self._turns: ByteLRU[str, _Turn] = ByteLRU(
+            max_bytes, lambda program_id, turn: str_bytes(program_id) + turn.size
+        )
         self._lock = threading.Lock()
 
     def remember(
@@ -127,17 +132,12 @@ class TurnTokens:
         key = reply_key(reply)
         ended = bool(output_ids) and output_ids[-1] in self.tokenizer.eos_token_ids
         with self._lock:
-            self._drop(program_id)
+            self._turns.pop(program_id)
             if key is None or not ended:
                 return
             end_text = self.tokenizer.decode([output_ids[-1]], skip_special_tokens=False)
-            turn = _Turn(prompt_text, array("I", [*prompt_ids, *output_ids]), end_text, key)
-            if not end_text or turn.size > self.max_bytes:
-                return
-            self._turns[program_id] = turn
-            self._bytes += turn.size
-            while self._bytes > self.max_bytes:
-                self._drop(next(iter(self._turns)))
+            if end_text:
+                self._turns.put(program_id, _Turn(prompt_text, array("I", [*prompt_ids, *output_ids]), end_text, key))
 
     def returning(self, program_id: str, text: str, messages: Sequence[Any]) -> Returning | None:
         """The program's kept turn, when prompt ``text`` (rendered from ``messages``, dicts or the
@@ -145,8 +145,6 @@ class TurnTokens:
         message is its reply; None otherwise. Its ``last``: that message's index."""
         with self._lock:
             turn = self._turns.get(program_id)
-            if turn is not None:
-                self._turns.move_to_end(program_id)
         if turn is None or not text.startswith(turn.prompt_text):
             return None
         last = next((k for k in range(len(messages) - 1, -1, -1) if _role(messages[k]) == "assistant"), None)
@@ -168,10 +166,9 @@ class TurnTokens:
             return None
         return turn.token_ids.tolist() + self.tokenizer.encode(text[cut:], add_special_tokens=False)
 
+    @property
+    def nbytes(self) -> int:
+        return self._turns.nbytes
+
     def __len__(self) -> int:
         return len(self._turns)
-
-    def _drop(self, program_id: str) -> None:
-        turn = self._turns.pop(program_id, None)
-        if turn is not None:
-            self._bytes -= turn.size

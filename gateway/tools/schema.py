@@ -8,9 +8,9 @@ problem and the field.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,9 +18,15 @@ from typing import Any, Literal
 import jsonschema
 import msgspec
 
+from agentgate.engine.byte_lru import ByteLRU, str_bytes
 from agentgate.engine.errors import InvalidRequestError
 
 _NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+# Schemas checked, by their canonical JSON (the clients'), with their verdicts: least recently used
+# out past this many bytes (key and verdict counted).
+SCHEMA_VERDICT_BYTES = 8 << 20
+_verdicts: ByteLRU[str, str] = ByteLRU(SCHEMA_VERDICT_BYTES, lambda key, problem: str_bytes(key, problem))
+_verdicts_lock = threading.Lock()
 
 
 def validate_tools(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:
@@ -75,7 +81,12 @@ def check_json_schema(schema: Any, where: str, *, param: str) -> None:
         key = json.dumps(schema, sort_keys=True)
     except (TypeError, ValueError) as e:
         raise InvalidRequestError(f"{where} is not JSON: {e}", param=param) from e
-    problem = _schema_problem(key)
+    with _verdicts_lock:
+        problem = _verdicts.get(key)
+    if problem is None:
+        problem = _schema_problem(key)
+        with _verdicts_lock:
+            _verdicts.put(key, problem)
     if problem:
         raise InvalidRequestError(f"{where} is not a valid JSON Schema: {problem}", param=param)
 
@@ -87,14 +98,13 @@ def _check_parameters(schema: Any, where: str) -> None:
         raise InvalidRequestError(f'{where} must describe an object (type "object"), got type {kind!r}', param="tools")
 
 
-@functools.lru_cache(maxsize=512)
-def _schema_problem(schema_json: str) -> str | None:
-    """The metaschema violation of a schema (given as canonical JSON, to cache on), or None."""
+def _schema_problem(schema_json: str) -> str:
+    """The metaschema violation of a schema (given as canonical JSON), or "" when it is valid."""
     schema = json.loads(schema_json)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
     if error is None:
-        return None
+        return ""
     path = "/".join(str(p) for p in error.absolute_path)
     return f"{error.message} (at {'/' + path if path else 'the root'})"
 

@@ -7,6 +7,7 @@ import torch
 
 from agentgate.engine.attention.base import AttentionMetadata, count_shared_prefix_blocks
 from agentgate.engine.attention.torch import paged_attention, write_kv
+from agentgate.engine.step_rows import decode_rows
 
 
 def dense_causal(q, k, v, scale):
@@ -233,3 +234,46 @@ def test_count_shared_prefix_blocks():
     assert count_shared_prefix_blocks([[4, 5], [4, 5, 6, 7]]) == 2  # a shorter row bounds it
     assert count_shared_prefix_blocks([[1, 2], [3, 2]]) == 0
     assert count_shared_prefix_blocks([[7, 1], [2, 1], [7, 1]]) == 0  # the middle row differs first
+
+
+def prompt_rows_attention(q, k_cache, v_cache, table, seq_len):
+    """``paged_attention`` of one sequence's last ``len(q)`` positions, described as prompt rows."""
+    rows = q.shape[0]
+    qsl = torch.tensor([0, rows], dtype=torch.int32)
+    seq_lens = torch.tensor([seq_len], dtype=torch.int32)
+    meta = AttentionMetadata(
+        slot_mapping=torch.arange(seq_len - rows, seq_len),
+        query_start_loc=qsl,
+        seq_lens=seq_lens,
+        block_tables=table[None],
+        max_query_len=rows,
+        max_seq_len=seq_len,
+        query_start_loc_cpu=qsl,
+        seq_lens_cpu=seq_lens,
+    )
+    with decode_rows(0):
+        return paged_attention(q, k_cache, v_cache, meta, 0.125)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_prompt_row_computes_the_same_numbers_however_much_of_its_prompt_runs_with_it(seed):
+    """bf16 (the CPU's KV dtype), magnitudes where a sum often sits near a rounding boundary: a
+    prompt's rows computed whole, as a cached prompt's last tokens (one row included) and in
+    chunks are bit for bit the same (issue 35: a retried greedy request repeats itself). One SDPA
+    call per sequence, as before, differs on some of these seeds."""
+    g = torch.Generator().manual_seed(seed)
+    length, heads, kv_heads, dim, block = 75, 9, 3, 64, 16
+    k = (torch.randn(length, kv_heads, dim, generator=g) * 3).bfloat16()
+    v = torch.randn(length, kv_heads, dim, generator=g).bfloat16()
+    q = (torch.randn(length, heads, dim, generator=g) * 3).bfloat16()
+    k_cache = torch.zeros(-(-length // block) + 1, block, kv_heads, dim, dtype=torch.bfloat16)
+    v_cache = torch.zeros_like(k_cache)
+    write_kv(k, v, k_cache, v_cache, torch.arange(length))
+    table = torch.arange(k_cache.shape[0], dtype=torch.int32)
+    whole = prompt_rows_attention(q, k_cache, v_cache, table, length)
+    for suffix in (1, 3, 11, 27, 43):
+        got = prompt_rows_attention(q[-suffix:], k_cache, v_cache, table, length)
+        assert torch.equal(got, whole[-suffix:]), f"the last {suffix} rows"
+    for chunk_end in (20, 33, 64):  # a chunk of the prompt: fewer keys, fewer rows
+        got = prompt_rows_attention(q[:chunk_end], k_cache, v_cache, table, chunk_end)
+        assert torch.equal(got, whole[:chunk_end]), f"a chunk ending at {chunk_end}"

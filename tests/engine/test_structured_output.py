@@ -130,3 +130,41 @@ def test_an_engine_waiting_only_for_grammars_sleeps_instead_of_spinning(llm, mon
     finally:
         server.socket.close(linger=0)
         server.context.term()
+
+
+NOTE = {
+    "type": "object",
+    "properties": {"path": {"type": "string", "maxLength": 40}, "content": {"type": "string", "maxLength": 300}},
+    "required": ["path", "content"],
+    "additionalProperties": False,
+}
+NOTE_PROMPT = [
+    {
+        "role": "user",
+        "content": "Save one sentence about the sea to the file sea.txt. Reply as JSON with path and content.",
+    }
+]
+
+
+def _note(llm, budget):
+    structured = StructuredOutput(json_schema=json.dumps(NOTE), max_tokens=budget)
+    [out] = llm.chat([NOTE_PROMPT], [SamplingParams(temperature=0.0, max_tokens=budget, structured=structured)])
+    return out
+
+
+def test_a_reply_the_budget_closed_ends_as_length_and_one_the_model_finished_as_stop(llm):
+    """Issue 35: greedy, the same JSON reply with room to spare, with a budget far above it, and with
+    budgets that cannot hold it (a third of it: the issue's empty "content"). Room (past the last
+    tokens before the budget, where it narrows the grammar): "stop" and the same text. Cut:
+    "length" (the budget closed a value, not the model), the text still whole JSON that
+    validates, and not the free reply."""
+    free = _note(llm, 400)
+    assert free.finish_reason == "stop", free.text
+    needed = len(free.token_ids)
+    roomy = _note(llm, needed + 40)
+    assert (roomy.finish_reason, roomy.text) == ("stop", free.text)
+    for budget in (needed // 3, needed // 2, 2 * needed // 3):
+        cut = _note(llm, budget)
+        assert cut.finish_reason == "length" and cut.text != free.text, (budget, cut.text)
+        assert len(cut.token_ids) <= budget
+        jsonschema.validate(json.loads(cut.text), NOTE)

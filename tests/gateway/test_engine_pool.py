@@ -13,12 +13,22 @@ from agentgate.engine.errors import EngineDeadError
 from agentgate.gateway.engines.pool import EnginePool
 
 
+@dataclass(frozen=True)
+class Facts:
+    """What an engine tells at the handshake, as far as routing reads it."""
+
+    max_num_seqs: int = 0  # 0: not said
+
+
+FACTS = Facts()
+
+
 @dataclass
 class FakeEngine:
     address: str
     num_streams: int = 0
     dead_reason: str | None = None
-    info: object = "model facts"
+    info: Facts = FACTS
 
     @property
     def is_dead(self) -> bool:
@@ -49,7 +59,7 @@ def test_removed_engines_leave_no_trace_and_an_empty_pool_refuses():
     pool.remove(b)
     with pytest.raises(EngineDeadError, match="none is registered"):
         pool.pick()
-    assert pool.info == "model facts"  # the model's facts outlive its engines
+    assert pool.info is FACTS  # the model's facts outlive its engines
 
 
 @dataclass
@@ -84,3 +94,17 @@ def test_health_counts_the_engines_that_answered_though_discovery_drops_one_mean
 async def _remove_soon(pool: EnginePool, engine: ProbedEngine) -> None:
     await anyio.sleep(0.05)
     pool.remove(engine)
+
+
+def test_affinity_holds_while_its_engine_has_room_and_yields_to_a_queue_when_another_has_room():
+    """Each engine runs 4 at once. A program bound to a (3 open) stays there though b is idle; with
+    a 4th open a has a queue and b has room: the turn goes to b; when b has a queue too, to a."""
+    a, b = FakeEngine("tcp://a:1", num_streams=3, info=Facts(4)), FakeEngine("tcp://b:1", info=Facts(4))
+    pool = EnginePool([a, b])
+    assert pool.pick(affinity=a.address) is a
+    a.num_streams = 4
+    assert pool.pick(affinity=a.address) is b
+    b.num_streams = 4
+    assert pool.pick(affinity=a.address) is a
+    unsaid = FakeEngine("tcp://c:1", num_streams=100)  # an engine that did not say its size keeps its programs
+    assert EnginePool([unsaid, FakeEngine("tcp://d:1")]).pick(affinity=unsaid.address) is unsaid

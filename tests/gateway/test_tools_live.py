@@ -143,7 +143,8 @@ async def _all(server: LiveServer, bodies: list[dict]) -> list[tuple[int, dict |
 async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(request, parallel):
     """Every returned call parses and validates, nothing of the markup reaches content. With
     parallel calls the grammar bounds them (--max-forced-tool-calls, 4) and a call that
-    max_tokens cuts is dropped (finish_reason "length"), never returned half-written. One call:
+    max_tokens cuts is dropped (finish_reason "length"), never returned half-written; a call the
+    budget closed is whole JSON and said to be cut ("length", issue 35). One call:
     the streamed call is the very call the same seeded request returns whole, a comparison
     across two batches (``server``); parallel calls compare nothing across requests."""
     server = request.getfixturevalue("batched_server" if parallel else "server")
@@ -185,7 +186,8 @@ async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(req
             assert call["name"] == tool["name"]
             jsonschema.validate(json.loads(call["arguments"]), tool["parameters"])
         if not parallel:
-            assert choice["finish_reason"] == "tool_calls" and finish == "tool_calls", (seed, choice)
+            # "length" when the budget closed the call (issue 35); the streamed reply says the same.
+            assert choice["finish_reason"] == finish and finish in ("tool_calls", "length"), (seed, choice, finish)
             [call], [streamed_call] = calls, streamed_calls
             assert (streamed_call["name"], streamed_call["arguments"]) == (
                 tool["name"],
@@ -226,9 +228,12 @@ BUDGET_MATRIX = (
 @pytest.mark.parametrize(("parallel", "temperature", "max_tokens"), BUDGET_MATRIX)
 async def test_forced_calls_fit_the_budget_on_50_random_schemas(batched_server, parallel, temperature, max_tokens):
     """Issue 28: under tool_choice required every reply, streamed or not, holds at least one whole
-    call that validates against its schema, no markup in content, and ends on finish_reason
-    "tool_calls", never "length": the grammar knows the tokens left and closes the call in time.
-    With parallel calls, no call is repeated. The count is printed, not just the pass."""
+    call that validates against its schema and no markup in content: the grammar knows the tokens
+    left and closes the call in time. Issue 35: a reply whose call the budget closed says so
+    ("length"), one the model finished says "tool_calls"; which is which is checked against replies
+    with room to spare in
+    test_a_call_the_budget_closed_is_never_tool_calls_and_a_finished_one_never_cut.
+    With parallel calls, no call is repeated. The counts are printed, not just the pass."""
     tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
     bodies = [
         _forced(tools[seed], seed, parallel=parallel, temperature=temperature, max_tokens=max_tokens, stream=stream)
@@ -236,7 +241,7 @@ async def test_forced_calls_fit_the_budget_on_50_random_schemas(batched_server, 
         for seed in range(NUM_SCHEMAS)
     ]
     results = await _all(batched_server, bodies)
-    good, calls_made = 0, 0
+    good, calls_made, said_cut = 0, 0, 0
     for body, (status, out) in zip(bodies, results):
         seed, tool = body["seed"], body["tools"][0]["function"]
         assert status == 200, out
@@ -249,7 +254,8 @@ async def test_forced_calls_fit_the_budget_on_50_random_schemas(batched_server, 
             calls = choice["message"].get("tool_calls") or []
             made = [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
             assert out["usage"]["completion_tokens"] <= max_tokens
-        assert made and finish == "tool_calls" and not content, (seed, body["stream"], finish, content, made)
+        assert made and finish in ("tool_calls", "length") and not content, (seed, body["stream"], finish, content)
+        said_cut += finish == "length"
         assert len(made) == len(set(made)) and len(made) <= (4 if parallel else 1), (seed, made)
         for name, arguments in made:
             assert name == tool["name"]
@@ -258,7 +264,7 @@ async def test_forced_calls_fit_the_budget_on_50_random_schemas(batched_server, 
         calls_made += len(made)
     print(
         f"\nparallel={parallel} temperature={temperature} max_tokens={max_tokens}: {good}/{len(bodies)} replies "
-        f"with whole calls and finish_reason tool_calls, {calls_made} calls"
+        f"with whole calls ({said_cut} said to be cut by the budget), {calls_made} calls"
     )
 
 
@@ -273,31 +279,39 @@ def _leaves(value, path=()) -> dict:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("max_tokens", [64, 200] if os.environ.get("AGENTGATE_FULL_TOOL_MATRIX") else [64])
-async def test_share_of_values_the_budget_shortened(server, max_tokens):
-    """What fitting the budget costs the arguments: the same greedy requests with ``max_tokens`` and
-    with room to spare (1024); a value of the roomy call is shortened when the budgeted call holds
-    another value there, or none. Printed; the calls that fit both budgets are the same call."""
+async def test_a_call_the_budget_closed_is_never_tool_calls_and_a_finished_one_never_cut(server, max_tokens):
+    """Issue 35, both ways, on the same greedy requests with ``max_tokens`` and with room to spare
+    (1024): a budgeted reply that says "tool_calls" holds the very call the roomy one does (a value
+    the budget closed is never passed off as whole), and a call the model finished long before the
+    budget came near (34 tokens: past the last tokens where the budget narrows the grammar) is
+    "tool_calls", never said to be cut. A reply said to be cut ("length") still holds its call, whole
+    JSON. Printed: how many of each, and the share of values the cut calls changed."""
     tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
     common = {"parallel": False, "temperature": 0, "stream": False}
     tight = await _all(server, [_forced(tools[s], s, max_tokens=max_tokens, **common) for s in range(NUM_SCHEMAS)])
     roomy = await _all(server, [_forced(tools[s], s, max_tokens=1024, **common) for s in range(NUM_SCHEMAS)])
-    values = shortened = calls_cut = 0
+    values = shortened = whole = cut = 0
     for seed, ((_, small), (_, large)) in enumerate(zip(tight, roomy)):
+        assert large["choices"][0]["finish_reason"] == "tool_calls", (seed, large)
+        finish = small["choices"][0]["finish_reason"]
         [small_call] = small["choices"][0]["message"]["tool_calls"]
         [large_call] = large["choices"][0]["message"]["tool_calls"]
         fitted, free = (_leaves(json.loads(c["function"]["arguments"])) for c in (small_call, large_call))
-        values += len(free)
-        changed = sum(1 for path, value in free.items() if fitted.get(path, object()) != value)
-        shortened += changed
-        calls_cut += changed > 0
+        same = small_call["function"]["arguments"] == large_call["function"]["arguments"]
+        if finish == "tool_calls":
+            assert same, (seed, small_call, large_call)  # never a shortened value passed off as whole
+            whole += 1
+        else:
+            assert finish == "length", (seed, finish)
+            cut += 1
+            values += len(free)
+            shortened += sum(1 for path, value in free.items() if fitted.get(path, object()) != value)
         if large["usage"]["completion_tokens"] <= max_tokens - 34:  # ended long before the budget came near
-            assert small_call["function"]["arguments"] == large_call["function"]["arguments"], seed
-    share = shortened / max(values, 1)
+            assert finish == "tool_calls" and same, (seed, finish, small_call, large_call)
     print(
-        f"\nmax_tokens {max_tokens} vs 1024, greedy, {NUM_SCHEMAS} schemas: {shortened}/{values} values shortened "
-        f"({share:.1%}), in {calls_cut} calls"
+        f"\nmax_tokens {max_tokens} vs 1024, greedy, {NUM_SCHEMAS} schemas: {whole} tool_calls, all equal to the "
+        f"roomy call; {cut} said to be cut, {shortened}/{values} of their values changed"
     )
-    assert share < 0.5
 
 
 def test_openai_sdk_parses_named_tool_calls(server):
@@ -314,7 +328,9 @@ def _named_call_streamed_and_not(server: LiveServer) -> None:
         "messages": PARIS,
         "tools": [WEATHER, SEARCH],
         "tool_choice": forced,
-        "max_tokens": 60,
+        # Room past the last tokens before the budget, where it narrows the grammar and a finished call
+        # may be said to be cut (issue 35); at 60 this ~30-token call ended there.
+        "max_tokens": 120,
         "temperature": 0,
     }
     completion = client.chat.completions.create(**args)
@@ -539,10 +555,107 @@ def _langchain_any(server: LiveServer) -> None:
     assert all(c["name"] == "get_weather" and isinstance(c["args"]["city"], str) for c in merged.tool_calls)
 
 
+WRITE_FILE = {
+    "name": "write_file",
+    "description": "Write a text file",
+    "parameters": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+    },
+}
+POEM = "Write a long poem about the sea to poems/sea.txt."
+
+
+def _cut_call(server: LiveServer, api: str, budget: int, stream: bool) -> tuple[str, dict]:
+    """(how the reply ended, as the API says it; the call's arguments) of a forced write_file call."""
+    asked = [{"role": "user", "content": POEM}]
+    if api == "chat":
+        path = "/v1/chat/completions"
+        body = {
+            "messages": asked,
+            "tools": [{"type": "function", "function": WRITE_FILE}],
+            "tool_choice": "required",
+            "max_tokens": budget,
+        }
+    elif api == "messages":
+        path = "/v1/messages"
+        tool = {"name": "write_file", "description": "Write a text file", "input_schema": WRITE_FILE["parameters"]}
+        model = httpx.get(f"{server.url}/v1/models").json()["data"][0]["id"]
+        body = {
+            "model": model,
+            "messages": asked,
+            "tools": [tool],
+            "tool_choice": {"type": "any"},
+            "max_tokens": budget,
+        }
+    else:
+        path = "/v1/responses"
+        body = {
+            "input": POEM,
+            "tools": [{"type": "function", **WRITE_FILE}],
+            "tool_choice": "required",
+            "max_output_tokens": budget,
+            "store": False,
+        }
+    r = httpx.post(f"{server.url}{path}", json={**body, "temperature": 0, "stream": stream}, timeout=600)
+    assert r.status_code == 200, r.text
+    if not stream:
+        reply = r.json()
+        if api == "chat":
+            choice = reply["choices"][0]
+            return choice["finish_reason"], json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"])
+        if api == "messages":
+            return reply["stop_reason"], next(b["input"] for b in reply["content"] if b["type"] == "tool_use")
+        call = next(item for item in reply["output"] if item["type"] == "function_call")
+        return f"{reply['status']}:{reply['incomplete_details']['reason']}", json.loads(call["arguments"])
+    lines = r.text.splitlines()  # Anthropic and Responses events name themselves on an event: line first
+    events = [
+        json.loads(line[len("data: ") :]) for line in lines if line.startswith("data: ") and line != "data: [DONE]"
+    ]
+    if api == "chat":
+        finish = next(c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"])
+        arguments = "".join(
+            t["function"].get("arguments") or ""
+            for e in events
+            for c in e["choices"]
+            for t in c["delta"].get("tool_calls") or ()
+        )
+        return finish, json.loads(arguments)
+    if api == "messages":
+        stop = next(e["delta"]["stop_reason"] for e in events if e["type"] == "message_delta")
+        partial = "".join(e["delta"].get("partial_json", "") for e in events if e["type"] == "content_block_delta")
+        return stop, json.loads(partial)
+    done = next(e["response"] for e in events if e["type"] in ("response.completed", "response.incomplete"))
+    arguments = next(e["arguments"] for e in events if e["type"] == "response.function_call_arguments.done")
+    return f"{done['status']}:{(done.get('incomplete_details') or {}).get('reason')}", json.loads(arguments)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+def test_a_call_the_budget_closed_says_so_in_every_api(server, api, stream):
+    """Issue 35: a long poem forced into write_file with a budget a few tokens above the shortest
+    call: the budget, not the model, closes the content, and each API says the reply was cut
+    (length; max_tokens; incomplete for max_output_tokens), streamed and not, the call whole JSON
+    that validates."""
+    error = chat(
+        server,
+        messages=[{"role": "user", "content": POEM}],
+        max_tokens=5,
+        tool_choice="required",
+        tools=[{"type": "function", "function": WRITE_FILE}],
+    ).json()["error"]
+    minimum = int(error["message"].rsplit("at least ", 1)[1].rstrip("."))
+    said, arguments = _cut_call(server, api, minimum + 8, stream)
+    assert said == {"chat": "length", "messages": "max_tokens", "responses": "incomplete:max_output_tokens"}[api]
+    jsonschema.validate(arguments, WRITE_FILE["parameters"])
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_budget_below_one_whole_call_is_a_400_naming_max_tokens_and_the_minimum(server, stream):
     """Issue 28: refused at admission, before anything runs, streamed or not; the minimum it names
-    is enough: a request with exactly that budget ends on one whole call, finish_reason tool_calls."""
+    is enough: a request with exactly that budget ends on one whole call that validates, said to be
+    cut ("length": the budget, not the model, closed it to the shortest call; issue 35)."""
     fields = {"messages": PARIS, "tools": [WEATHER], "tool_choice": "required", "stream": stream}
     error = chat(server, max_tokens=5, **fields).json()["error"]
     assert error["param"] == "max_tokens" and "`max_tokens` is 5" in error["message"], error
@@ -565,7 +678,7 @@ def test_a_budget_below_one_whole_call_is_a_400_naming_max_tokens_and_the_minimu
     if not stream:
         done = chat(server, max_tokens=minimum, **fields).json()
         [choice] = done["choices"]
-        assert choice["finish_reason"] == "tool_calls" and done["usage"]["completion_tokens"] <= minimum
+        assert choice["finish_reason"] == "length" and done["usage"]["completion_tokens"] <= minimum
         [call] = choice["message"]["tool_calls"]
         jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER["function"]["parameters"])
 
@@ -590,7 +703,8 @@ async def test_speculative_multi_token_deltas_accumulate_to_the_whole_calls(spec
     """Issue 28, where vLLM has open reports of dropped arguments: with several tokens a step,
     the streamed deltas of 50 forced replies (parallel calls on, max_tokens 64) accumulate to the
     very calls the same requests return whole (seeded: the same tokens), every one whole and
-    valid, finish_reason tool_calls; the openai SDK and langchain-openai read them the same."""
+    valid, finish_reason tool_calls or, where the budget closed a call, length (issue 35); the openai
+    SDK and langchain-openai read them the same."""
     tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
     bodies = [
         _forced(tools[seed], seed, parallel=True, temperature=0.7, max_tokens=64, stream=stream)
@@ -605,7 +719,8 @@ async def test_speculative_multi_token_deltas_accumulate_to_the_whole_calls(spec
         [choice] = whole["choices"]
         content, streamed, finish = stream_calls(payloads)
         calls = [(c["function"]["name"], c["function"]["arguments"]) for c in choice["message"]["tool_calls"]]
-        assert choice["finish_reason"] == finish == "tool_calls" and not content, (seed, choice, finish, content)
+        assert choice["finish_reason"] == finish and not content, (seed, choice, finish, content)
+        assert finish in ("tool_calls", "length"), (seed, finish)  # length: the budget closed a call (issue 35)
         assert [(c["name"], c["arguments"]) for c in streamed] == calls, seed
         for _, arguments in calls:
             jsonschema.validate(json.loads(arguments), tools[seed]["function"]["parameters"])

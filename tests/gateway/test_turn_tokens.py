@@ -97,12 +97,34 @@ def test_only_a_reply_ended_by_the_model_without_reasoning_is_kept(smollm_tokeni
     assert len(store) == 0
 
 
+def _one_turn_bytes(tokenizer, prompt_text: str) -> int:
+    store = TurnTokens(tokenizer)
+    store.remember("p0", prompt_text, list(range(99)), [tokenizer.eos_token_id], {"role": "assistant", "content": "r0"})
+    return store.nbytes
+
+
 def test_the_least_recently_used_turns_go_past_the_bound(smollm_tokenizer):
     eos = smollm_tokenizer.eos_token_id
-    store = TurnTokens(smollm_tokenizer, max_bytes=3 * (10 + 4 * 100))
+    one = _one_turn_bytes(smollm_tokenizer, "x" * 10)
+    assert one >= 10 + 4 * 100  # the prompt's characters and the ids' 4 bytes each, at least
+    store = TurnTokens(smollm_tokenizer, max_bytes=3 * one)
     for i in range(5):
         store.remember(f"p{i}", "x" * 10, list(range(99)), [eos], {"role": "assistant", "content": f"r{i}"})
     assert len(store) == 3
     assert store.returning("p0", "x" * 10, []) is None
-    store.remember("p2", "x" * 10, list(range(99)), [eos], {"role": "assistant", "content": "again"})
-    assert len(store) == 3 and store._bytes == 3 * (10 + 4 * 100)
+    store.remember("p2", "x" * 10, list(range(99)), [eos], {"role": "assistant", "content": "r2"})
+    assert len(store) == 3 and store.nbytes == 3 * one
+
+
+def test_the_bound_counts_bytes_not_characters(smollm_tokenizer):
+    """A prompt of 1000 euro signs holds 2000 bytes or more (CPython stores them 2 bytes each); a bound
+    of 1500 bytes, room for 1000 characters, keeps none of the turns fed to it."""
+    eos = smollm_tokenizer.eos_token_id
+    assert _one_turn_bytes(smollm_tokenizer, "\u20ac" * 1000) >= 2000 + 4 * 100
+    store = TurnTokens(smollm_tokenizer, max_bytes=1500)
+    for i in range(20):
+        store.remember(f"p{i}", "\u20ac" * 1000, [1], [eos], {"role": "assistant", "content": f"r{i}"})
+    assert len(store) == 0 and store.nbytes == 0
+    for i in range(200):  # more distinct programs than the bound holds
+        store.remember(f"p{i}", "x", [1], [eos], {"role": "assistant", "content": "ok"})
+    assert 0 < len(store) < 200 and store.nbytes <= 1500

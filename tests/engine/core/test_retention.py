@@ -40,6 +40,7 @@ def make_core(*, num_blocks=64, retention="auto", fraction=0.5, policy="fcfs", i
     clock = Clock()
     core.scheduler.retention.clock = clock
     core.scheduler.retention.wall_clock = clock
+    core.scheduler.waiting.clock = clock  # program admission reads the queue's clock too
     core.clock = clock
     return core
 

@@ -17,6 +17,7 @@ from agentgate.engine.layers.quant_linear import Int4Linear, kernels_work
 from agentgate.engine.layers.quantized import quantize_int4
 from agentgate.engine.loaders import load_model
 from agentgate.engine.loaders.quantization import describe
+from agentgate.engine.step_rows import decode_rows
 from tests.support.tiny_models import tiny_llama_dir
 
 pytestmark = pytest.mark.skipif(
@@ -39,6 +40,25 @@ def test_each_call_takes_the_form_its_rows_ask_for():
     # The dense copy is the quantized weight itself, rounded once to bf16.
     want = quantized(many).float()
     torch.testing.assert_close(dense(many).float(), want, rtol=2e-2, atol=1e-2 * float(want.abs().max()))
+
+
+def test_prompt_rows_take_the_prompt_form_whatever_their_count_and_decode_rows_go_by_theirs():
+    """Within ``decode_rows(d)``: the first d rows decode (quantized below the crossover), the rest are
+    a prompt's, dense even when few (a cached prompt's last tokens compute as the whole prompt did)."""
+    weight = torch.randn(96, 64, generator=torch.Generator().manual_seed(1))
+    quantized = Int4Linear(quantize_int4(weight))
+    dense = PackedLinear(quantized.dense_weight(torch.bfloat16), None)
+    linear = rc.RowChosenLinear(quantized, dense, crossover=8)
+    x = torch.randn(12, 64, generator=torch.Generator().manual_seed(2)).bfloat16()
+    with decode_rows(0):
+        assert torch.equal(linear(x[:3]), linear.prompt(x[:3]))
+    with decode_rows(3):
+        assert torch.equal(linear(x), torch.cat((quantized(x[:3]), linear.prompt(x[3:]))))
+    with decode_rows(10):  # 10 decode rows: past the crossover, dense
+        assert torch.equal(linear(x), torch.cat((dense(x[:10]), linear.prompt(x[10:]))))
+    with decode_rows(12):
+        assert torch.equal(linear(x), dense(x))
+    assert torch.equal(linear(x[:3]), quantized(x[:3]))  # rows nobody described go by their count
 
 
 def test_the_crossover_is_measured_once_then_remembered(tmp_path, monkeypatch):

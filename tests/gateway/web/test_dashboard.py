@@ -97,6 +97,7 @@ def test_the_stats_endpoint_reports_engines_latencies_and_requests(pg):
     retention = stats["retention"]  # the engine's figures (one engine: summed over one)
     assert retention["max_held_blocks"] == 32  # half of --num-kv-blocks 64
     assert retention["pins"] >= 0 and retention["held_blocks"] <= retention["max_held_blocks"]
+    assert stats["budget_closed"] == 0  # no forced reply was cut by its budget (issue 35)
 
 
 def test_timeline_rates_and_percentiles_in_the_browser(page: Page, pg):

@@ -109,7 +109,8 @@ async function poll() {
     const modes = [...new Set(snapshot.engines.map((e) => PAUSE_STATES[e.paused]).filter(Boolean))];
     showState(snapshot.paused ? `paused: ${modes.join(", ")}` : "serving", snapshot.paused ? "paused" : "serving");
     const engines = snapshot.engines.length;
-    $("updated").textContent = `replica ${snapshot.replica} · ${engines} engine${engines > 1 ? "s" : ""} · ${new Date(snapshot.time * 1000).toLocaleTimeString()}`;
+    const cut = `${snapshot.budget_closed} repl${snapshot.budget_closed === 1 ? "y" : "ies"} cut by their budget`;
+    $("updated").textContent = `replica ${snapshot.replica} · ${engines} engine${engines > 1 ? "s" : ""} · ${cut} · ${new Date(snapshot.time * 1000).toLocaleTimeString()}`;
     $("error").textContent = "";
     setControls(true);
   } catch (e) {
