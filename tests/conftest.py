@@ -40,7 +40,8 @@ def anyio_backend():
 # runs): scripts/test.sh hands whole files to two workers in collection order, so the long ones
 # start first and the short ones fill in around them, instead of one long file ending the run.
 LONGEST_FIRST = (
-    "tests/gateway/test_tools_live.py",  # ~480: generating tests on three servers of their own
+    "tests/gateway/test_tools_live.py",  # ~400: generating tests on two servers of their own
+    "tests/gateway/test_tools_speculative_live.py",  # ~120: one, on a speculative server
     "tests/gateway/test_structured_constraints.py",  # ~48
     "tests/reliability/test_multi_host.py",  # ~45
     "tests/test_readme.py",  # ~44

@@ -1,7 +1,8 @@
 """Tool calls and structured outputs through `agentgate serve` with the default model on the
 overlapped runner: forced calls always parse and match their schema (streaming and not), the
 OpenAI SDK reads them, a two-turn tool loop runs end to end, response_format is enforced, and
-bad definitions are 400s naming the problem."""
+bad definitions are 400s naming the problem. Speculative decoding's tool calls are in
+test_tools_speculative_live.py; the requests and readers both use, in tests/support/live_tools.py."""
 
 from __future__ import annotations
 
@@ -9,47 +10,28 @@ import json
 import os
 import time
 
-import anyio
 import httpx
 import jsonschema
 import openai
 import pytest
 
-from tests.support.http import parse_sse, wait_for
+from tests.support.http import wait_for
+from tests.support.live_tools import (
+    ASK,
+    NUM_SCHEMAS,
+    PARIS,
+    SYSTEM,
+    WEATHER,
+    forced_body,
+    langchain_any,
+    named_call_streamed_and_not,
+    post_all,
+    stream_calls,
+)
 from tests.support.servers import LiveServer, start_server
 from tests.support.tool_schemas import random_tool
 
 pytestmark = pytest.mark.anyio
-
-NUM_SCHEMAS = 50
-SYSTEM = {"role": "system", "content": "You are an assistant that calls functions."}
-ASK = {"role": "user", "content": "Call the function with example arguments."}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-            "required": ["city", "unit"],
-            "additionalProperties": False,
-        },
-    },
-}
-SEARCH = {
-    "type": "function",
-    "function": {
-        "name": "web_search",
-        "description": "Search the web",
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "string", "maxLength": 30}},
-            "required": ["query"],
-        },
-    },
-}
-PARIS = [{"role": "user", "content": "What's the weather like in Paris right now?"}]
 
 
 @pytest.fixture(scope="module")
@@ -89,54 +71,6 @@ def chat(server: LiveServer, **body) -> httpx.Response:
     return httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=600)
 
 
-def stream_calls(payloads: list[str]) -> tuple[str, list[dict], str | None]:
-    """(content, calls, finish_reason) of a chat stream, accumulated the way agent frameworks
-    do: content concatenated, tool calls by index (id/type/name from the first delta, arguments
-    concatenated). Checks OpenAI's delta shape on the way."""
-    assert payloads[-1] == "[DONE]"
-    content, calls, finish = "", {}, None
-    for payload in payloads[:-1]:
-        chunk = json.loads(payload)
-        assert "error" not in chunk, chunk
-        for choice in chunk["choices"]:
-            delta = choice["delta"]
-            content += delta.get("content") or ""
-            for tc in delta.get("tool_calls") or ():
-                if tc["index"] not in calls:  # the first delta of a call carries id, type and name
-                    assert tc["id"].startswith("call_") and tc["type"] == "function" and tc["function"]["name"]
-                    calls[tc["index"]] = {"id": tc["id"], "name": "", "arguments": ""}
-                else:
-                    assert "id" not in tc and "name" not in tc["function"]
-                calls[tc["index"]]["name"] += tc["function"].get("name") or ""
-                calls[tc["index"]]["arguments"] += tc["function"].get("arguments") or ""
-            if choice["finish_reason"] is not None:
-                finish = choice["finish_reason"]
-    assert sorted(calls) == list(range(len(calls)))
-    return content, [calls[i] for i in sorted(calls)], finish
-
-
-async def _post(client: httpx.AsyncClient, body: dict) -> tuple[int, dict | list[str]]:
-    if not body.get("stream"):
-        r = await client.post("/v1/chat/completions", json=body)
-        return r.status_code, r.json()
-    async with client.stream("POST", "/v1/chat/completions", json=body) as r:
-        raw = (await r.aread()).decode()
-    return r.status_code, parse_sse(raw) if r.status_code == 200 else json.loads(raw)
-
-
-async def _all(server: LiveServer, bodies: list[dict]) -> list[tuple[int, dict | list[str]]]:
-    results: list = [None] * len(bodies)
-    async with httpx.AsyncClient(base_url=server.url, timeout=900, limits=httpx.Limits(max_connections=128)) as client:
-
-        async def one(i: int) -> None:
-            results[i] = await _post(client, bodies[i])
-
-        async with anyio.create_task_group() as tasks:
-            for i in range(len(bodies)):
-                tasks.start_soon(one, i)
-    return results
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # about a minute on two idle cores; far more on a loaded machine
 @pytest.mark.parametrize("parallel", [False, True], ids=["one-call", "parallel-calls"])
@@ -163,9 +97,9 @@ async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(req
         }
 
     started = time.monotonic()
-    plain = await _all(server, [body(seed, False) for seed in range(NUM_SCHEMAS)])
+    plain = await post_all(server, [body(seed, False) for seed in range(NUM_SCHEMAS)])
     middle = time.monotonic()
-    streamed = await _all(server, [body(seed, True) for seed in range(NUM_SCHEMAS)])
+    streamed = await post_all(server, [body(seed, True) for seed in range(NUM_SCHEMAS)])
     print(
         f"\n{NUM_SCHEMAS} schemas: non-streaming {middle - started:.1f} s, streaming {time.monotonic() - middle:.1f} s"
     )
@@ -200,19 +134,6 @@ async def test_required_tool_calls_match_50_random_schemas_streaming_and_not(req
     print(f"finish reasons: {sorted((r, finishes.count(r)) for r in set(finishes))}")
 
 
-def _forced(tool: dict, seed: int, *, parallel: bool, temperature: float, max_tokens: int, stream: bool) -> dict:
-    return {
-        "messages": [SYSTEM, ASK],
-        "tools": [tool],
-        "tool_choice": "required",
-        "parallel_tool_calls": parallel,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "seed": seed,
-        "stream": stream,
-    }
-
-
 # Issue 28's whole matrix (parallel on/off x temperature 0, 0.7, 1.0 x max_tokens 64, 200: 1,200 replies,
 # the figures of its closing note) with AGENTGATE_FULL_TOOL_MATRIX=1; by default two opposite corners, so
 # the suite stays within its time (the whole matrix is about an hour on two cores).
@@ -236,11 +157,11 @@ async def test_forced_calls_fit_the_budget_on_50_random_schemas(batched_server, 
     With parallel calls, no call is repeated. The counts are printed, not just the pass."""
     tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
     bodies = [
-        _forced(tools[seed], seed, parallel=parallel, temperature=temperature, max_tokens=max_tokens, stream=stream)
+        forced_body(tools[seed], seed, parallel=parallel, temperature=temperature, max_tokens=max_tokens, stream=stream)
         for stream in (False, True)
         for seed in range(NUM_SCHEMAS)
     ]
-    results = await _all(batched_server, bodies)
+    results = await post_all(batched_server, bodies)
     good, calls_made, said_cut = 0, 0, 0
     for body, (status, out) in zip(bodies, results):
         seed, tool = body["seed"], body["tools"][0]["function"]
@@ -288,8 +209,10 @@ async def test_a_call_the_budget_closed_is_never_tool_calls_and_a_finished_one_n
     JSON. Printed: how many of each, and the share of values the cut calls changed."""
     tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
     common = {"parallel": False, "temperature": 0, "stream": False}
-    tight = await _all(server, [_forced(tools[s], s, max_tokens=max_tokens, **common) for s in range(NUM_SCHEMAS)])
-    roomy = await _all(server, [_forced(tools[s], s, max_tokens=1024, **common) for s in range(NUM_SCHEMAS)])
+    tight = await post_all(
+        server, [forced_body(tools[s], s, max_tokens=max_tokens, **common) for s in range(NUM_SCHEMAS)]
+    )
+    roomy = await post_all(server, [forced_body(tools[s], s, max_tokens=1024, **common) for s in range(NUM_SCHEMAS)])
     values = shortened = whole = cut = 0
     for seed, ((_, small), (_, large)) in enumerate(zip(tight, roomy)):
         assert large["choices"][0]["finish_reason"] == "tool_calls", (seed, large)
@@ -317,46 +240,7 @@ async def test_a_call_the_budget_closed_is_never_tool_calls_and_a_finished_one_n
 def test_openai_sdk_parses_named_tool_calls(server):
     """Named tool_choice forces that function; the SDK parses the call, and streaming deltas
     accumulated as agent frameworks do give the same call."""
-    _named_call_streamed_and_not(server)
-
-
-def _named_call_streamed_and_not(server: LiveServer) -> None:
-    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=600)
-    forced = {"type": "function", "function": {"name": "web_search"}}
-    args = {
-        "model": "SmolLM2-135M-Instruct",
-        "messages": PARIS,
-        "tools": [WEATHER, SEARCH],
-        "tool_choice": forced,
-        # Room past the last tokens before the budget, where it narrows the grammar and a finished call
-        # may be said to be cut (issue 35); at 60 this ~30-token call ended there.
-        "max_tokens": 120,
-        "temperature": 0,
-    }
-    completion = client.chat.completions.create(**args)
-    [choice] = completion.choices
-    assert choice.finish_reason == "tool_calls" and choice.message.content is None
-    [call] = choice.message.tool_calls
-    assert call.type == "function" and call.function.name == "web_search"
-    jsonschema.validate(json.loads(call.function.arguments), SEARCH["function"]["parameters"])
-
-    calls: dict[int, dict] = {}
-    finish = None
-    for chunk in client.chat.completions.create(**args, stream=True):
-        if not chunk.choices:
-            continue
-        delta = chunk.choices[0].delta
-        for tc in delta.tool_calls or ():
-            entry = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
-            entry["id"] = tc.id or entry["id"]
-            if tc.function is not None:
-                entry["name"] += tc.function.name or ""
-                entry["arguments"] += tc.function.arguments or ""
-        finish = chunk.choices[0].finish_reason or finish
-    assert finish == "tool_calls"
-    [streamed] = calls.values()
-    assert streamed["id"].startswith("call_")
-    assert (streamed["name"], streamed["arguments"]) == ("web_search", call.function.arguments)
+    named_call_streamed_and_not(server)
 
 
 def test_two_turn_tool_loop(server):
@@ -442,7 +326,7 @@ async def test_response_format_json_schema_is_enforced(server):
     response_format = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
     common = {"messages": PERSON_PROMPT, "max_tokens": 120, "temperature": 0}
     cat = [{"role": "user", "content": "Give me a JSON object about a cat."}]
-    (_, constrained), (_, free), (_, streamed), (_, obj) = await _all(
+    (_, constrained), (_, free), (_, streamed), (_, obj) = await post_all(
         server,
         [
             {**common, "response_format": response_format},
@@ -524,35 +408,7 @@ def test_a_schema_the_grammar_compiler_rejects_is_a_400(server, stream):
 def test_langchain_bind_tools_with_tool_choice_any(server):
     """LangChain (langchain-openai) as its users write it: ``bind_tools(..., tool_choice="any")``
     gives parsed calls, never an invalid one, streaming and not."""
-    _langchain_any(server)
-
-
-def _langchain_any(server: LiveServer) -> None:
-    from langchain_core.tools import tool
-    from langchain_openai import ChatOpenAI
-
-    @tool
-    def get_weather(city: str) -> str:
-        """Get the current weather in a city."""
-        return f"sunny in {city}"
-
-    llm = ChatOpenAI(
-        model="SmolLM2-135M-Instruct",
-        base_url=f"{server.url}/v1",
-        api_key="unused",
-        max_tokens=160,
-        temperature=0.7,
-        max_retries=0,
-    )
-    bound = llm.bind_tools([get_weather], tool_choice="any")
-    reply = bound.invoke("What is the weather in Paris?")
-    assert reply.tool_calls and not reply.invalid_tool_calls and not reply.content
-    assert all(c["name"] == "get_weather" and isinstance(c["args"]["city"], str) for c in reply.tool_calls)
-    merged = None
-    for chunk in bound.stream("What is the weather in Paris?"):
-        merged = chunk if merged is None else merged + chunk
-    assert merged.tool_calls and not merged.invalid_tool_calls
-    assert all(c["name"] == "get_weather" and isinstance(c["args"]["city"], str) for c in merged.tool_calls)
+    langchain_any(server)
 
 
 WRITE_FILE = {
@@ -681,60 +537,3 @@ def test_a_budget_below_one_whole_call_is_a_400_naming_max_tokens_and_the_minimu
         assert choice["finish_reason"] == "length" and done["usage"]["completion_tokens"] <= minimum
         [call] = choice["message"]["tool_calls"]
         jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER["function"]["parameters"])
-
-
-@pytest.fixture(scope="module")
-def speculative_server(tmp_path_factory: pytest.TempPathFactory):
-    """Speculative decoding on (drafts from the request's and recent outputs, grammar jump-forward,
-    the budget's closing): several tokens arrive per step, so tool-call deltas carry several."""
-    # Formatted by hand: each flag beside its value, as on a command line.
-    server = start_server(
-        tmp_path_factory.mktemp("speculative-server"),
-        "--runner", "sync", "--speculative", "suffix", "--dtype", "float32", "--max-model-len", "2048",
-        "--max-num-seqs", "64", "--quantization", "none",
-    )  # fmt: skip
-    yield server
-    server.stop()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-async def test_speculative_multi_token_deltas_accumulate_to_the_whole_calls(speculative_server):
-    """Issue 28, where vLLM has open reports of dropped arguments: with several tokens a step,
-    the streamed deltas of 50 forced replies (parallel calls on, max_tokens 64) accumulate to the
-    very calls the same requests return whole (seeded: the same tokens), every one whole and
-    valid, finish_reason tool_calls or, where the budget closed a call, length (issue 35); the openai
-    SDK and langchain-openai read them the same."""
-    tools = [random_tool(seed) for seed in range(NUM_SCHEMAS)]
-    bodies = [
-        _forced(tools[seed], seed, parallel=True, temperature=0.7, max_tokens=64, stream=stream)
-        for stream in (False, True)
-        for seed in range(NUM_SCHEMAS)
-    ]
-    results = await _all(speculative_server, bodies)
-    same = 0
-    for seed in range(NUM_SCHEMAS):
-        (status, whole), (stream_status, payloads) = results[seed], results[NUM_SCHEMAS + seed]
-        assert status == stream_status == 200, (whole, payloads)
-        [choice] = whole["choices"]
-        content, streamed, finish = stream_calls(payloads)
-        calls = [(c["function"]["name"], c["function"]["arguments"]) for c in choice["message"]["tool_calls"]]
-        assert choice["finish_reason"] == finish and not content, (seed, choice, finish, content)
-        assert finish in ("tool_calls", "length"), (seed, finish)  # length: the budget closed a call (issue 35)
-        assert [(c["name"], c["arguments"]) for c in streamed] == calls, seed
-        for _, arguments in calls:
-            jsonschema.validate(json.loads(arguments), tools[seed]["function"]["parameters"])
-        same += 1
-    metrics = httpx.get(f"{speculative_server.url}/metrics").text
-    accepted = sum(
-        float(line.split()[-1])
-        for line in metrics.splitlines()
-        if line.startswith("agentgate_spec_accepted_tokens_total")
-    )
-    print(
-        f"\nspeculative: {same}/{NUM_SCHEMAS} streamed replies accumulate to their whole calls; "
-        f"{accepted:.0f} drafted tokens accepted"
-    )
-    assert accepted > 0, "SET-UP: no step took more than one token"
-    _named_call_streamed_and_not(speculative_server)
-    _langchain_any(speculative_server)
