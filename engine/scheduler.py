@@ -51,7 +51,7 @@ class TokenEvent:
 
 
 class Scheduler:
-    """``waiting``: the queue's order is the scheduling policy (engine.waiting_queue); with it,
+    """``waiting``: the queue's order is the scheduling policy (engine.programs.queue); with it,
     the program policy preempts the running request whose program ranks last (engine.programs:
     by the level of service it has had, then by when it entered it). ``retention``: pins of
     programs waiting on tools (engine.retention). A waiting head may release pins for its memory
