@@ -71,13 +71,13 @@ class EngineConfig:
     quantization: "auto" (keep a GGUF file's quantized weights where a CPU
                   kernel reads them), "none" (dense), "int8"/"int4" (at
                   most that many bits per weight, quantizing at load what
-                  the file has wider); see `engine.models.quantization`.
+                  the file has wider); see `engine.loaders.quantization`.
     batched_matmul: with quantized weights on a CPU, "auto" (default) gives
                   batches from a measured row count (prefill chunks, large
                   decode batches) to a dense bf16 copy of the weights, where
                   oneDNN is faster than the weight-only kernels; "quantized"
                   keeps the quantized kernels at every size and no copy
-                  (`engine.models.row_choice`). --deterministic implies it.
+                  (`engine.layers.row_choice`). --deterministic implies it.
     kv_retention: "auto" (default): when a program's turn ends in tool calls, its
                   conversation's blocks stay pinned for a TTL learned from tool gaps;
                   "off"; or a fixed TTL in seconds (``engine.retention``).

@@ -52,7 +52,7 @@ class TokenEvent:
 
 class Scheduler:
     """``waiting``: the queue's order is the scheduling policy (engine.programs.queue); with it,
-    the program policy preempts the running request whose program ranks last (engine.programs:
+    the program policy preempts the running request whose program ranks last (engine.programs.table:
     by the level of service it has had, then by when it entered it). ``retention``: pins of
     programs waiting on tools (engine.retention). A waiting head may release pins for its memory
     when it is a returning turn, resumes, or is overdue (it has waited ``--max-wait``), and any
