@@ -29,10 +29,11 @@ from agentgate.engine.request import FinishReason, Request
 from agentgate.engine.retention import KVRetention
 from agentgate.engine.runner.base import ModelRunner
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits, TokenEvent
+from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from agentgate.engine.speculative import make_proposer
 from agentgate.engine.speculative.speculator import CPU_AUTO_MAX_BATCH, CPU_STEP_DRAFTS, CUDA_STEP_DRAFTS, Speculator
+from agentgate.engine.token_events import TokenEvent
 from agentgate.engine.waiting_queue import DEFAULT_MAX_WAIT_S, FcfsQueue
 
 # While requests wait only for their grammars: how long a loop sleeps between looks at the compiles.
