@@ -16,7 +16,8 @@ RUNNERS: tuple[str, ...] = ("overlap", "sync", "null")
 DTYPES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATIONS: tuple[str, ...] = ("auto", "none", "int8", "int4")
 BATCHED_MATMULS: tuple[str, ...] = ("auto", "quantized")
-# engine.waiting_queue.SCHEDULING_POLICIES, kept here so front ends import this module without the engine.
+# The choices of --scheduling-policy (engine.core.make_queue), kept here so front ends import this module
+# without the engine.
 SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "program")
 # engine.speculative.SPECULATIVE_MODES, kept here so front ends import this module without the engine.
 SPECULATIVE_MODES: tuple[str, ...] = ("off", "ngram", "suffix", "auto")
@@ -70,13 +71,13 @@ class EngineConfig:
     quantization: "auto" (keep a GGUF file's quantized weights where a CPU
                   kernel reads them), "none" (dense), "int8"/"int4" (at
                   most that many bits per weight, quantizing at load what
-                  the file has wider); see `engine.models.quantization`.
+                  the file has wider); see `engine.loaders.quantization`.
     batched_matmul: with quantized weights on a CPU, "auto" (default) gives
                   batches from a measured row count (prefill chunks, large
                   decode batches) to a dense bf16 copy of the weights, where
                   oneDNN is faster than the weight-only kernels; "quantized"
                   keeps the quantized kernels at every size and no copy
-                  (`engine.models.row_choice`). --deterministic implies it.
+                  (`engine.layers.row_choice`). --deterministic implies it.
     kv_retention: "auto" (default): when a program's turn ends in tool calls, its
                   conversation's blocks stay pinned for a TTL learned from tool gaps;
                   "off"; or a fixed TTL in seconds (``engine.retention``).
@@ -84,7 +85,7 @@ class EngineConfig:
     scheduling_policy: "program" (default: by the rank of the request's
                   program, the level of service it has had, least first
                   (``engine.programs.table``); memory by rank too, and new programs
-                  admitted while they fit; ``engine.waiting_queue``,
+                  admitted while they fit; ``engine.programs.queue``,
                   ``engine.programs.admission``) or "fcfs" (by request).
     max_wait:     seconds after which a waiting request is overdue, under every
                   policy: it goes first, program admission does not hold it, and

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgate.engine import cpu_threads
-from agentgate.engine.config import EngineConfig
+from agentgate.engine.config import SCHEDULING_POLICIES, EngineConfig
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.kv_cache_manager import KVCacheManager
+from agentgate.engine.programs.queue import ProgramQueue
 from agentgate.engine.protocol import (
     PAUSE_MODES,
     EngineCoreOutput,
@@ -28,16 +29,26 @@ from agentgate.engine.request import FinishReason, Request
 from agentgate.engine.retention import KVRetention
 from agentgate.engine.runner.base import ModelRunner
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits, TokenEvent
+from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from agentgate.engine.speculative import make_proposer
 from agentgate.engine.speculative.speculator import CPU_AUTO_MAX_BATCH, CPU_STEP_DRAFTS, CUDA_STEP_DRAFTS, Speculator
-from agentgate.engine.waiting_queue import make_queue
+from agentgate.engine.token_events import TokenEvent
+from agentgate.engine.waiting_queue import DEFAULT_MAX_WAIT_S, FcfsQueue
 
 # While requests wait only for their grammars: how long a loop sleeps between looks at the compiles.
 # Stepping at once would spin, and a spinning thread holds the GIL the grammar thread needs (measured:
 # the first budgeted grammar of a server took ~20 s beside the spin instead of ~0.5 s).
 COMPILE_POLL_S = 0.002
+
+
+def make_queue(policy: str, max_wait: float = DEFAULT_MAX_WAIT_S) -> FcfsQueue:
+    """The waiting queue of ``--scheduling-policy`` (``engine.waiting_queue``, ``engine.programs.queue``)."""
+    if policy == "fcfs":
+        return FcfsQueue(max_wait)
+    if policy == "program":
+        return ProgramQueue(max_wait)
+    raise ValueError(f"scheduling policy must be one of {SCHEDULING_POLICIES}, got {policy!r}")
 
 
 @dataclass

@@ -92,7 +92,7 @@ class Request:
         # The request's RequestGrammar when its output is constrained.
         self.grammar = None
         # The agent program it is a turn of, and that program's account of the service it has had
-        # (engine.programs; set on arrival, engine.retention); without a program, its own.
+        # (engine.programs.table; set on arrival, engine.retention); without a program, its own.
         self.program = program
         self.served = ProgramRecord(level_since=self.arrival_time)
         # When a request that arrived after it was first admitted while it waited (the wait

@@ -23,6 +23,7 @@ from agentgate.engine.scheduler_output import (
     SchedulerOutput,
 )
 from agentgate.engine.speculative.speculator import Speculator
+from agentgate.engine.token_events import TokenEvent, confirm_tokens
 from agentgate.engine.waiting_queue import FcfsQueue
 
 
@@ -39,20 +40,9 @@ class SchedulerLimits:
     max_model_len: int
 
 
-@dataclass
-class TokenEvent:
-    """Tokens of a running request confirmed by one step (several when drafts
-    were accepted; ``finish_reason`` set on its last)."""
-
-    request: Request
-    token_ids: list[int]
-    row: int
-    finish_reason: FinishReason | None
-
-
 class Scheduler:
-    """``waiting``: the queue's order is the scheduling policy (engine.waiting_queue); with it,
-    the program policy preempts the running request whose program ranks last (engine.programs:
+    """``waiting``: the queue's order is the scheduling policy (engine.programs.queue); with it,
+    the program policy preempts the running request whose program ranks last (engine.programs.table:
     by the level of service it has had, then by when it entered it). ``retention``: pins of
     programs waiting on tools (engine.retention). A waiting head may release pins for its memory
     when it is a returning turn, resumes, or is overdue (it has waited ``--max-wait``), and any
@@ -375,7 +365,7 @@ class Scheduler:
                 request.num_computed_tokens -= num_drafted - (len(tokens) - 1)
                 self.kv.trim(request)
                 self.speculator.verified(request, num_drafted, len(tokens) - 1)
-            confirmed, reason = self._confirm(request, tokens)
+            confirmed, reason = confirm_tokens(request, tokens)
             request.served.serve(len(confirmed), now)
             self.num_sampling_steps += 1
             self.num_sampled_tokens += len(confirmed)
@@ -387,20 +377,6 @@ class Scheduler:
                 self.speculator.confirmed(request, confirmed)
             events.append(TokenEvent(request, confirmed, row, reason))
         return events
-
-    @staticmethod
-    def _confirm(request: Request, tokens: list[int]) -> tuple[list[int], FinishReason | None]:
-        """Append ``tokens`` to the request's output up to the first that ends it."""
-        for count, token in enumerate(tokens, 1):
-            request.output_token_ids.append(token)
-            reason = request.check_stop(token)
-            if request.grammar is not None and not request.grammar.accept(token):
-                reason = FinishReason.ERROR  # cannot happen while the bitmask is applied
-            if reason is FinishReason.STOP and request.grammar is not None and request.grammar.budget_cut:
-                reason = FinishReason.LENGTH  # the budget closed it, not the model (engine.structured_output)
-            if reason is not None:
-                return tokens[:count], reason
-        return tokens, None
 
     def _finish(self, request: Request, reason: FinishReason) -> None:
         if self.admission is not None and request.program is not None:

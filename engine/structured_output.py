@@ -11,10 +11,11 @@ request's matcher accepts each token as the step that sampled it resolves.
 **Replies that fit their budget.** A spec with ``max_tokens`` (a forced tool
 call, a response_format: the reply is nothing but the structure) must end whole
 within that many tokens. The engine knows, at every step, a way to close the
-structure from where it is: :class:`Closer` finds one (a JSON-aware greedy walk
-over characters on a fork of the matcher: close the string, the container, the
-required keys with their shortest values, the markup the grammar forces) and
-spells it in the model's tokens, the end-of-sequence token included. Then:
+structure from where it is: ``engine.grammar_closing.Closer`` finds one (a
+JSON-aware greedy walk over characters on a fork of the matcher: close the
+string, the container, the required keys with their shortest values, the markup
+the grammar forces) and spells it in the model's tokens, the end-of-sequence
+token included. Then:
 
 - admission: a budget below the closing of the empty reply (the shortest
   reply: one minimal call) is refused before anything runs
@@ -52,6 +53,7 @@ import xgrammar as xgr
 
 from agentgate.engine.byte_lru import ByteLRU, str_bytes
 from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.grammar_closing import Budgeted, Closer, JsonStringState
 from agentgate.engine.sampling_params import StructuredOutput, budget_error
 
 GRAMMAR_CACHE_BYTES = 256 << 20
@@ -67,11 +69,6 @@ CAUTION = 16
 started unless the closing needs it."""
 _LOOK_EVERY = 8
 """Tokens between two looks at the closing while the budget is far from it."""
-_MAX_CLOSING_CHARS = 800
-_IN_STRING = '"' + "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ -_.:/@+"
-_OUTSIDE = '}],"0[{ntf123456789-.e: \n' + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ<>/_"
-_OPENING = frozenset("{[,")
-_RISKY = frozenset("{[,<;\n")  # what may open a container, a member or another call (a separator)
 _MAX_CHECKED = 64
 """Most allowed risky tokens checked one by one (more: inside a string, where they are content)."""
 
@@ -148,7 +145,7 @@ class GrammarCompiler:
         closer = self.closer
         minimum = self._minimum.get(key)
         if minimum is None:
-            path = closer.closing(xgr.GrammarMatcher(grammar), _StringState())
+            path = closer.closing(xgr.GrammarMatcher(grammar), JsonStringState())
             minimum = len(path) if path is not None else 0
             self._minimum.put(key, minimum)
         if minimum > budget:
@@ -186,89 +183,6 @@ def _compiled_bytes(key: tuple[str, str], future: Future[xgr.CompiledGrammar]) -
     return str_bytes(*key) + (compiled.memory_size_bytes if compiled is not None else 0)
 
 
-class _StringState:
-    """Whether the text so far ends inside a JSON string (and right after a backslash in one)."""
-
-    __slots__ = ("in_string", "escaped")
-
-    def __init__(self, in_string: bool = False, escaped: bool = False) -> None:
-        self.in_string, self.escaped = in_string, escaped
-
-    def copy(self) -> _StringState:
-        return _StringState(self.in_string, self.escaped)
-
-    def feed(self, text: str) -> None:
-        for ch in text:
-            if self.escaped:
-                self.escaped = False
-            elif ch == "\\" and self.in_string:
-                self.escaped = True
-            elif ch == '"':
-                self.in_string = not self.in_string
-
-
-class Closer:
-    """Ways to close a structure from where a matcher stands, in the vocabulary's tokens.
-
-    :meth:`closing` walks characters on a fork of the matcher, greedily and JSON-aware: what
-    the grammar forces (jump-forward) as it comes, else the first character the grammar takes
-    from an order that ends things first (inside a string: the quote, then letters and digits;
-    outside: ``}`` ``]`` ``,`` then the shortest value starts), until the grammar may end. The
-    text is spelled with the tokenizer and ends with the end-of-sequence token; a spelling
-    the grammar does not take (never seen) is no closing (None).
-    """
-
-    def __init__(self, tokenizer, decoded_vocab: list[bytes], vocab_size: int) -> None:  # noqa: ANN001 - Tokenizer
-        self._encode = tokenizer.encode
-        texts = [token.decode("utf-8", errors="replace") for token in decoded_vocab[:vocab_size]]
-        self.texts = texts + [""] * (vocab_size - len(texts))  # each token's text (a piece of UTF-8: U+FFFD)
-        opening = torch.zeros(vocab_size, dtype=torch.bool)
-        for token, text in enumerate(self.texts):
-            if not _OPENING.isdisjoint(text):
-                opening[token] = True
-        self.allowed_unless_opening = _bool_to_bitmask(~opening)
-        risky = torch.tensor([not _RISKY.isdisjoint(text) for text in self.texts], dtype=torch.bool)
-        self.risky = _bool_to_bitmask(risky)
-        self.stop_token = max(tokenizer.eos_token_ids)
-
-    def closing(self, matcher: xgr.GrammarMatcher, state: _StringState) -> list[int] | None:
-        """Tokens that end the reply from ``matcher``'s state (the end token last), or None."""
-        fork = matcher.fork()
-        state = state.copy()
-        text: list[str] = []
-        size = 0
-        while not fork.is_completed():
-            forced = fork.find_jump_forward_string()
-            if forced:
-                if not fork.accept_string(forced):
-                    return None
-                piece = forced
-            else:
-                order = _IN_STRING if state.in_string else _OUTSIDE
-                piece = next((ch for ch in order if fork.accept_string(ch)), "")
-                if not piece:
-                    return None
-            state.feed(piece)
-            text.append(piece)
-            size += len(piece)
-            if size > _MAX_CLOSING_CHARS:
-                return None
-        tokens = self._encode("".join(text), add_special_tokens=False) if text else []
-        check = matcher.fork()
-        if not all(check.accept_token(t) for t in tokens) or not check.is_completed():
-            return None
-        return [*tokens, self.stop_token]
-
-
-class Budgeted:
-    """A compiled grammar with the budget a request's reply must end within."""
-
-    __slots__ = ("compiled", "budget", "closer", "minimum")
-
-    def __init__(self, compiled: xgr.CompiledGrammar, budget: int, closer: Closer, minimum: int) -> None:
-        self.compiled, self.budget, self.closer, self.minimum = compiled, budget, closer, minimum
-
-
 class RequestGrammar:
     """One request's position in its grammar (and, budgeted, how far it is from its end)."""
 
@@ -280,7 +194,7 @@ class RequestGrammar:
             compiled = compiled.compiled
         self.matcher = xgr.GrammarMatcher(compiled)
         self.num_accepted = 0
-        self._state = _StringState()
+        self._state = JsonStringState()
         self._closing: list[int] | None = None  # being written: the rest of the closing
         self.num_closing_tokens = 0  # tokens the closing wrote (not the model's choice)
         # Positions (tokens accepted before them) whose last fill the budget narrowed.
@@ -329,14 +243,14 @@ class RequestGrammar:
         if advanced:
             self.matcher.rollback(advanced)
 
-    def _fit_noting(self, bitmask: torch.Tensor, row: int, offset: int, state: _StringState) -> None:
+    def _fit_noting(self, bitmask: torch.Tensor, row: int, offset: int, state: JsonStringState) -> None:
         """`_fit`, noting the position when it took a token the grammar allowed there."""
         before = bitmask[row].clone()
         self._fit(bitmask, row, offset, state)
         if not torch.equal(before, bitmask[row]):
             self._narrowed.add(self.num_accepted + offset)
 
-    def _fit(self, bitmask: torch.Tensor, row: int, offset: int, state: _StringState) -> None:
+    def _fit(self, bitmask: torch.Tensor, row: int, offset: int, state: JsonStringState) -> None:
         """Narrow ``bitmask[row]`` (the token after ``offset`` drafts) so the reply ends within its
         budget: the closing's next token once the budget is down to it, nothing that opens more
         a little before (see the module docstring)."""
@@ -367,7 +281,7 @@ class RequestGrammar:
             self._drop_unclosable(bitmask, row, left, state)
         bitmask[row, closing[0] >> 5] |= first
 
-    def _drop_unclosable(self, bitmask: torch.Tensor, row: int, left: int, state: _StringState) -> None:
+    def _drop_unclosable(self, bitmask: torch.Tensor, row: int, left: int, state: JsonStringState) -> None:
         """Mask each allowed token that may open a member or another call (a separator) after which
         the reply could not close within ``left`` tokens, checked one by one when they are few."""
         risky = _tokens(bitmask[row] & self.closer.risky)
@@ -430,13 +344,3 @@ def _only(bitmask: torch.Tensor, row: int, token: int) -> None:
     """Allow ``token`` alone in ``bitmask[row]``."""
     bitmask[row].zero_()
     bitmask[row, token >> 5] = _bit(token)
-
-
-def _bool_to_bitmask(allowed: torch.Tensor) -> torch.Tensor:
-    """A bool vector over the vocabulary as one int32 bitmask row (xgrammar's layout)."""
-    words = (allowed.numel() + 31) // 32
-    padded = torch.zeros(words * 32, dtype=torch.int64)
-    padded[: allowed.numel()] = allowed.to(torch.int64)
-    weights = torch.tensor([1 << i for i in range(32)], dtype=torch.int64)
-    packed = (padded.view(words, 32) * weights).sum(dim=1)
-    return torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32)

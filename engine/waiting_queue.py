@@ -1,16 +1,7 @@
-"""The scheduler's waiting queue, in the order of ``--scheduling-policy``, and the wait bound
-every policy keeps.
-
-fcfs: first come, first served by request; a preempted request goes back first.
-
-program: by the rank of the request's program (``engine.programs.table``: the level of the service it
-has had, least first, as Autellix's PLAS orders programs, then who entered that level first), so
-a program's turn goes ahead of every program served a level more, and of those of its level that
-came after it; nothing a client chooses (an early start, a constant ``user``) buys more than its
-first level. Within a program, a preempted request first, then by arrival. A preempted request
-does not go ahead of programs ranked before it: under this policy it was preempted because they
-outrank it (engine.scheduler), and at the head it would hold their turns back while it waits for
-memory they hold.
+"""The scheduler's waiting queue in first-come-first-served order (``--scheduling-policy
+fcfs``: by request; a preempted request goes back first), and the wait bound every policy
+keeps. The program policy's order is ``engine.programs.queue.ProgramQueue``, built on this one;
+``engine.core.make_queue`` picks the queue for the policy.
 
 The bound, under both: a request is *overdue* once ``max_wait`` seconds (``--max-wait``) have
 passed since a request that arrived after it was first admitted ahead of it (the scheduler marks
@@ -29,7 +20,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from agentgate.engine.config import SCHEDULING_POLICIES
 from agentgate.engine.request import Request
 
 # Seconds after which a waiting request is served by arrival, whatever the policy.
@@ -76,33 +66,3 @@ class FcfsQueue:
 
     def __iter__(self) -> Iterator[Request]:
         return iter(self._queue)
-
-
-class ProgramQueue(FcfsQueue):
-    """Ordered by program rank (see the module docstring); the head is found on each peek
-    (waiting queues are short beside a step's work)."""
-
-    def order_key(self, request: Request, now: float) -> tuple[int, tuple[int, float], bool, float]:
-        if self.overdue(request, now):
-            return (0, (0, request.arrival_time), False, 0.0)
-        return (1, request.served.rank, not request.ever_scheduled, request.arrival_time)
-
-    def peek(self) -> Request:
-        now = self.clock()
-        return min(self._queue, key=lambda r: self.order_key(r, now))
-
-    def ordered(self) -> list[Request]:
-        """The waiting requests in the order they are served."""
-        now = self.clock()
-        return sorted(self._queue, key=lambda r: self.order_key(r, now))
-
-    def push_preempted(self, request: Request) -> None:
-        self._queue.append(request)
-
-
-def make_queue(policy: str, max_wait: float = DEFAULT_MAX_WAIT_S) -> FcfsQueue:
-    if policy == "fcfs":
-        return FcfsQueue(max_wait)
-    if policy == "program":
-        return ProgramQueue(max_wait)
-    raise ValueError(f"scheduling policy must be one of {SCHEDULING_POLICIES}, got {policy!r}")

@@ -111,7 +111,7 @@ class CausalLM(nn.Module):
     (possibly tied) LM head to the rows the caller picks.
 
     A new instance holds placeholder weights: get a real one from
-    `engine.models.load_model` (or `build_model`). Pick the dtype at load time
+    `engine.loaders.load_model` (or `build_model`). Pick the dtype at load time
     rather than with ``.to(dtype)``, which would also cast the float32 RoPE
     tables.
     """
