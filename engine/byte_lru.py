@@ -1,17 +1,17 @@
 """A least-recently-used map bounded in bytes: the form of every cache keyed by what clients send
 (schemas, tool names, program ids, conversations), so that no client can grow one past its bound.
 
-Each entry's size is counted by the owner's ``size(key, value)`` when it is put (put it again to
-count it anew); past ``max_bytes`` the least recently used entries go first, and an entry larger
-than the bound alone is not kept. Not thread-safe: an owner used from several threads locks.
-Torch-free, so the gateway may use it too.
+Each entry's size is the owner's count, given when it is put (put it again to count it anew:
+the map never calls back into its owner); past ``max_bytes`` the least recently used entries
+go first, and an entry larger than the bound alone is not kept. Not thread-safe: an owner used
+from several threads locks. Torch-free, so the gateway may use it too.
 """
 
 from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -27,9 +27,8 @@ def str_bytes(*texts: str) -> int:
 
 
 class ByteLRU(Generic[K, V]):
-    def __init__(self, max_bytes: int, size: Callable[[K, V], int]) -> None:
+    def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._size = size
         self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self.nbytes = 0
 
@@ -41,10 +40,11 @@ class ByteLRU(Generic[K, V]):
         self._entries.move_to_end(key)
         return entry[0]
 
-    def put(self, key: K, value: V) -> None:
-        """Keep ``value`` at ``key`` (counted now), most recently used, then evict past the bound."""
+    def put(self, key: K, value: V, nbytes: int) -> None:
+        """Keep ``value`` at ``key``, ``nbytes`` of key and value as the owner counts them, most
+        recently used, then evict past the bound."""
         self.pop(key)
-        size = self._size(key, value) + ENTRY_OVERHEAD_BYTES
+        size = nbytes + ENTRY_OVERHEAD_BYTES
         if size > self.max_bytes:
             return
         self._entries[key] = (value, size)

@@ -91,11 +91,9 @@ class GrammarCompiler:
         self._max_threads = max_threads
         # Used by the engine's thread (submit) and the worker (a compile done): under the lock.
         self._lock = threading.Lock()
-        self._cache: ByteLRU[tuple[str, str], Future[xgr.CompiledGrammar]] = ByteLRU(cache_bytes, _compiled_bytes)
+        self._cache: ByteLRU[tuple[str, str], Future[xgr.CompiledGrammar]] = ByteLRU(cache_bytes)
         # Tokens of the shortest reply, per spec; the worker's alone.
-        self._minimum: ByteLRU[tuple[str, str], int] = ByteLRU(
-            minimum_bytes, lambda key, _: str_bytes(*key) + sys.getsizeof(0)
-        )
+        self._minimum: ByteLRU[tuple[str, str], int] = ByteLRU(minimum_bytes)
 
     @cached_property
     def _compiler(self) -> xgr.GrammarCompiler:
@@ -124,7 +122,7 @@ class GrammarCompiler:
             compile_now = future is None or (future.done() and future.exception() is not None)
             if compile_now:
                 future = self._pool.submit(self._compile, *key)
-                self._cache.put(key, future)
+                self._cache.put(key, future, _compiled_bytes(key, future))
         if compile_now:  # outside the lock: a compile already done calls back at once, here
             future.add_done_callback(lambda done: self._recount(key, done))
         if spec.max_tokens is None:
@@ -136,7 +134,7 @@ class GrammarCompiler:
         with self._lock:
             if self._cache.peek(key) is done:
                 if done.exception() is None:
-                    self._cache.put(key, done)
+                    self._cache.put(key, done, _compiled_bytes(key, done))
                 else:
                     self._cache.pop(key)
 
@@ -147,7 +145,7 @@ class GrammarCompiler:
         if minimum is None:
             path = closer.closing(xgr.GrammarMatcher(grammar), JsonStringState())
             minimum = len(path) if path is not None else 0
-            self._minimum.put(key, minimum)
+            self._minimum.put(key, minimum, str_bytes(*key) + sys.getsizeof(minimum))
         if minimum > budget:
             raise InvalidRequestError(budget_error(budget, minimum), "max_tokens")
         return Budgeted(grammar, budget, closer, minimum)

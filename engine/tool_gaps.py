@@ -105,10 +105,8 @@ class ToolGaps:
 
     def __init__(self, max_tool_bytes: int = MAX_TOOL_BYTES, max_program_bytes: int = MAX_PROGRAM_TOOL_BYTES) -> None:
         self._global = _Moments()
-        self._tools: ByteLRU[str, _Moments] = ByteLRU(max_tool_bytes, lambda key, _: str_bytes(key) + _MOMENTS_BYTES)
-        self._programs: ByteLRU[tuple[str, str], _Moments] = ByteLRU(
-            max_program_bytes, lambda key, _: str_bytes(*key) + _MOMENTS_BYTES
-        )
+        self._tools: ByteLRU[str, _Moments] = ByteLRU(max_tool_bytes)
+        self._programs: ByteLRU[tuple[str, str], _Moments] = ByteLRU(max_program_bytes)
         self.count = 0
         self.seconds_sum = 0.0
 
@@ -117,11 +115,15 @@ class ToolGaps:
         self.count += 1
         self.seconds_sum += gap
         self._global.add(log_gap)
-        for laws, key in ((self._tools, tools), (self._programs, (program_id, tools))):
+        keyed = (
+            (self._tools, tools, str_bytes(tools)),
+            (self._programs, (program_id, tools), str_bytes(program_id, tools)),
+        )
+        for laws, key, key_bytes in keyed:
             moments = laws.get(key)
             if moments is None:
                 moments = _Moments()
-                laws.put(key, moments)
+                laws.put(key, moments, key_bytes + _MOMENTS_BYTES)
             moments.add(log_gap)
 
     def law(self, program_id: str | None = None, tools: str | None = None) -> GapLaw:

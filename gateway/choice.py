@@ -117,7 +117,13 @@ class Choice:
                 yield self._events(out, per_token)
                 if self.finish_reason is not None:
                     return
-            async for out in outputs:
+            # anext(), not ``async for``: the stream is read the same way whether or not its first
+            # output already finished it (the request walk, docs/request-walk.md, traces one way).
+            while True:
+                try:
+                    out = await anext(outputs)
+                except StopAsyncIteration:
+                    return
                 yield self._events(out, per_token)
                 if self.finish_reason is not None:
                     return

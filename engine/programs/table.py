@@ -67,7 +67,7 @@ _RECORD_BYTES = sys.getsizeof(ProgramRecord(0.0))
 
 class ProgramTable:
     def __init__(self, max_bytes: int = MAX_PROGRAM_BYTES) -> None:
-        self._records: ByteLRU[str, ProgramRecord] = ByteLRU(max_bytes, lambda pid, _: str_bytes(pid) + _RECORD_BYTES)
+        self._records: ByteLRU[str, ProgramRecord] = ByteLRU(max_bytes)
 
     def get(self, program_id: str) -> ProgramRecord | None:
         return self._records.peek(program_id)
@@ -77,7 +77,7 @@ class ProgramTable:
         record = self._records.get(program_id)
         if record is None:
             record = ProgramRecord(level_since=now)
-            self._records.put(program_id, record)
+            self._records.put(program_id, record, str_bytes(program_id) + _RECORD_BYTES)
         return record
 
     def __len__(self) -> int:

@@ -114,9 +114,7 @@ class TurnTokens:
 
     def __init__(self, tokenizer: Tokenizer, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.tokenizer = tokenizer
-        self._turns: ByteLRU[str, _Turn] = ByteLRU(
-            max_bytes, lambda program_id, turn: str_bytes(program_id) + turn.size
-        )
+        self._turns: ByteLRU[str, _Turn] = ByteLRU(max_bytes)
         self._lock = threading.Lock()
 
     def remember(
@@ -137,7 +135,8 @@ class TurnTokens:
                 return
             end_text = self.tokenizer.decode([output_ids[-1]], skip_special_tokens=False)
             if end_text:
-                self._turns.put(program_id, _Turn(prompt_text, array("I", [*prompt_ids, *output_ids]), end_text, key))
+                turn = _Turn(prompt_text, array("I", [*prompt_ids, *output_ids]), end_text, key)
+                self._turns.put(program_id, turn, str_bytes(program_id) + turn.size)
 
     def returning(self, program_id: str, text: str, messages: Sequence[Any]) -> Returning | None:
         """The program's kept turn, when prompt ``text`` (rendered from ``messages``, dicts or the

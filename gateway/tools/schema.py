@@ -25,7 +25,7 @@ _NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 # Schemas checked, by their canonical JSON (the clients'), with their verdicts: least recently used
 # out past this many bytes (key and verdict counted).
 SCHEMA_VERDICT_BYTES = 8 << 20
-_verdicts: ByteLRU[str, str] = ByteLRU(SCHEMA_VERDICT_BYTES, lambda key, problem: str_bytes(key, problem))
+_verdicts: ByteLRU[str, str] = ByteLRU(SCHEMA_VERDICT_BYTES)
 _verdicts_lock = threading.Lock()
 
 
@@ -86,7 +86,7 @@ def check_json_schema(schema: Any, where: str, *, param: str) -> None:
     if problem is None:
         problem = _schema_problem(key)
         with _verdicts_lock:
-            _verdicts.put(key, problem)
+            _verdicts.put(key, problem, str_bytes(key, problem))
     if problem:
         raise InvalidRequestError(f"{where} is not a valid JSON Schema: {problem}", param=param)
 

@@ -12,15 +12,15 @@ from agentgate.engine.tool_gaps import ToolGaps
 
 
 def test_byte_lru_forgets_the_least_recently_used_past_its_bound():
-    lru = ByteLRU(3 * (10 + ENTRY_OVERHEAD_BYTES), lambda key, value: len(value))
+    lru = ByteLRU(3 * (10 + ENTRY_OVERHEAD_BYTES))
     for key in "abc":
-        lru.put(key, "x" * 10)
+        lru.put(key, "x" * 10, 10)
     assert lru.get("a") == "x" * 10  # a is now the most recent
-    lru.put("d", "x" * 10)
+    lru.put("d", "x" * 10, 10)
     assert list(lru) == ["c", "a", "d"] and lru.nbytes == lru.max_bytes
-    lru.put("c", "x" * 40)  # counted anew: it no longer fits beside two others
+    lru.put("c", "x" * 40, 40)  # counted anew: it no longer fits beside two others
     assert list(lru) == ["d", "c"] and lru.nbytes <= lru.max_bytes
-    lru.put("huge", "x" * 10_000)  # larger than the bound alone: not kept, nothing else lost
+    lru.put("huge", "x" * 10_000, 10_000)  # larger than the bound alone: not kept, nothing else lost
     assert "huge" not in lru and list(lru) == ["d", "c"]
     assert lru.pop("d") == "x" * 10 and list(lru) == ["c"]
 
