@@ -38,6 +38,7 @@ class StubEngine:
     address = "stub"
     dead_reason = None
     is_dead = False
+    info = None  # says nothing of its size (EngineInfo): affinity keeps its programs on it
 
     def __init__(self, outputs: list[EngineCoreOutput]) -> None:
         self.outputs = outputs
