@@ -68,7 +68,9 @@ def test_tool_round_trip_with_tool_choice_any(client):
         tool_choice={"type": "any"},
         extra_body={"temperature": 0.7},
     )
-    assert reply.stop_reason == "tool_use"
+    # tool_use when the model ended its calls; max_tokens when the budget closed them (issue 35: a
+    # reply the budget cut says so), the calls whole either way.
+    assert reply.stop_reason in ("tool_use", "max_tokens") and reply.usage.output_tokens <= 160, reply
     uses = [b for b in reply.content if b.type == "tool_use"]
     assert uses and all(u.name == "get_weather" and isinstance(u.input["city"], str) for u in uses)
     assert not [b for b in reply.content if b.type == "text"]
@@ -96,12 +98,15 @@ def _round_trip(client, ask: list[dict], reply) -> None:
 def test_any_with_64_tokens_ends_on_tool_use_and_the_round_trip_completes(client, disable_parallel):
     """Issue 28: ``any`` with max_tokens 64 wrote two identical get_weather calls and a third cut
     (stop_reason max_tokens). Now the calls fit the budget (the grammar closes in time), a repeat
-    is dropped, and ``disable_parallel_tool_use`` allows exactly one: stop_reason tool_use."""
+    is dropped, and ``disable_parallel_tool_use`` allows exactly one: stop_reason tool_use. With
+    parallel calls the model goes on calling until the budget closes the last call, which issue 35
+    has the reply say (max_tokens), its calls whole."""
     choice = {"type": "any", "disable_parallel_tool_use": disable_parallel}
     ask = [{"role": "user", "content": "Weather in Paris?"}]
     reply = client.messages.create(model=MODEL, max_tokens=64, messages=ask, tools=[WEATHER], tool_choice=choice)
     uses = [b for b in reply.content if b.type == "tool_use"]
-    assert reply.stop_reason == "tool_use" and reply.usage.output_tokens <= 64, reply
+    ends = ("tool_use",) if disable_parallel else ("tool_use", "max_tokens")
+    assert reply.stop_reason in ends and reply.usage.output_tokens <= 64, reply
     assert uses and all(u.name == "get_weather" and isinstance(u.input["city"], str) for u in uses)
     assert len({str(u.input) for u in uses}) == len(uses) and not [b for b in reply.content if b.type == "text"]
     if disable_parallel:

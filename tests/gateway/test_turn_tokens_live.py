@@ -32,7 +32,10 @@ def test_returning_turns_hit_all_their_previous_turn_computed(tmp_path):
             body = {
                 "tools": TOOLS,
                 "tool_choice": "required",
-                "max_tokens": 48,
+                # One call, and room past the budget's last tokens: with parallel calls this model calls
+                # again until the budget closes a call, which the reply now says (length, issue 35).
+                "parallel_tool_calls": False,
+                "max_tokens": 96,
                 "temperature": 0,
                 "user": "agent-1",
                 "logit_bias": {str(search): -100},
