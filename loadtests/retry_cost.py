@@ -39,8 +39,8 @@ def one_call_attention(query, k_cache, v_cache, block_table, seq_len, scale, gro
     """The prompt attention before issue 35: one SDPA call over the sequence's context."""
     q_len = query.shape[0]
     q = query.transpose(0, 1)[None]
-    k = torch_attention._gather_context(k_cache, block_table, seq_len).transpose(0, 1).repeat_interleave(group, 0)
-    v = torch_attention._gather_context(v_cache, block_table, seq_len).transpose(0, 1).repeat_interleave(group, 0)
+    k = torch_attention.gather_context(k_cache, block_table, seq_len).transpose(0, 1).repeat_interleave(group, 0)
+    v = torch_attention.gather_context(v_cache, block_table, seq_len).transpose(0, 1).repeat_interleave(group, 0)
     q_pos = torch.arange(seq_len - q_len, seq_len)
     mask = torch.zeros(q_len, seq_len, dtype=k.dtype)
     mask.masked_fill_(torch.arange(seq_len)[None, :] > q_pos[:, None], float("-inf"))

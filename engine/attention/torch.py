@@ -87,7 +87,7 @@ def _write_kv(
         )
 
 
-def _gather_context(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+def gather_context(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
     """The first ``length`` cached positions of the sequences of ``block_table``
     ([..., num_blocks]) as [..., length, num_kv_heads, head_dim]."""
     block_size = cache.shape[1]
@@ -174,8 +174,8 @@ def _prompt_attention(
     kv_len = first - lead + span  # the last tile's end
     # [1, heads, positions, dim], KV heads repeated for the query groups: CPU SDPA's fused kernel
     # wants 4-D inputs without GQA (about 2x faster).
-    k = _gather_context(k_cache, block_table, seq_len)
-    v = _gather_context(v_cache, block_table, seq_len)
+    k = gather_context(k_cache, block_table, seq_len)
+    v = gather_context(v_cache, block_table, seq_len)
     k = F.pad(k, (0, 0, 0, 0, 0, kv_len - seq_len)).transpose(0, 1).repeat_interleave(group, 0)[None]
     v = F.pad(v, (0, 0, 0, 0, 0, kv_len - seq_len)).transpose(0, 1).repeat_interleave(group, 0)[None]
     q = F.pad(query.to(k.dtype), (0, 0, 0, 0, lead, span - lead - rows)).transpose(0, 1)[None]
@@ -332,42 +332,6 @@ def _block_diagonal(query: torch.Tensor, num_kv_heads: int, spread: torch.Tensor
     return spread.view(num_seqs, num_kv_heads * head_dim, num_heads)
 
 
-def batch_invariant_attention(
-    query: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    meta: AttentionMetadata,
-    scale: float,
-) -> torch.Tensor:
-    """Causal attention one query token at a time, over exactly its context:
-    the same operations on tensors of the same shapes and strides whatever
-    else the batch holds and whether the token is a prefill, a chunk, a
-    cache hit or a decode (a context prefix ``[:n]`` of the gathered
-    [tokens, kv_heads, head_dim] has the same strides at every length), so
-    the result depends on the token's own sequence alone. For
-    ``--deterministic``; a Python loop over tokens, slow for long prompts."""
-    out = torch.zeros_like(query)
-    starts = meta.query_start_loc_cpu.tolist()
-    num_heads, head_dim = query.shape[1:]
-    num_kv_heads = k_cache.shape[2]
-    group = num_heads // num_kv_heads
-    for i, seq_len in enumerate(meta.seq_lens_cpu.tolist()):
-        begin, end = starts[i], starts[i + 1]
-        if seq_len == 0 or end == begin:
-            continue
-        k = _gather_context(k_cache, meta.block_tables[i], seq_len)
-        v = _gather_context(v_cache, meta.block_tables[i], seq_len)
-        first_position = seq_len - (end - begin)
-        for token in range(begin, end):
-            n = first_position + token - begin + 1  # keys 0..its own position
-            q = (query[token] * scale).view(num_kv_heads, group, head_dim).to(k.dtype)
-            scores = torch.bmm(q, k[:n].permute(1, 2, 0)).float()  # [kv_heads, group, n]
-            probs = torch.softmax(scores, dim=-1).to(v.dtype)
-            mixed = torch.bmm(probs, v[:n].transpose(0, 1))  # [kv_heads, group, head_dim]
-            out[token] = mixed.reshape(num_heads, head_dim).to(out.dtype)
-    return out
-
-
 class TorchAttentionBackend:
     """The reference backend: `rotary_write_kv` and `paged_attention` above, with what a step's
     layers share worked out by the first layer and reused by the others: the RoPE factors, the
@@ -400,14 +364,3 @@ class TorchAttentionBackend:
                 self._decode = (meta, _DecodePlan.for_step(query, k_cache, meta, has_empty_rows=meta.padded))
             plan = self._decode[1]
         return paged_attention(query, k_cache, v_cache, meta, scale, decode_plan=plan)
-
-
-class BatchInvariantTorchBackend(TorchAttentionBackend):
-    """`batch_invariant_attention` for ``--deterministic``; it reads every
-    context whole, so the runner need not find shared prefixes."""
-
-    name = "torch-batch-invariant"
-    reads_shared_prefix = False
-
-    def paged_attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
-        return batch_invariant_attention(query, k_cache, v_cache, meta, scale)

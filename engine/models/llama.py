@@ -180,7 +180,7 @@ class CausalLM(nn.Module):
         (`engine.layers.batch_invariant`), checked for batches up to
         ``max_rows`` rows. Returns the linears per mode; raises
         `NoInvariantMode` when this CPU offers none for some linear."""
-        from agentgate.engine.attention.torch import BatchInvariantTorchBackend
+        from agentgate.engine.attention.batch_invariant import BatchInvariantTorchBackend
 
         self.attention = BatchInvariantTorchBackend()
         for layer in self.layers:

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from agentgate.engine.attention.base import AttentionMetadata
-from agentgate.engine.attention.torch import batch_invariant_attention, paged_attention
+from agentgate.engine.attention.batch_invariant import batch_invariant_attention
+from agentgate.engine.attention.torch import paged_attention
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
 from agentgate.engine.errors import InvalidRequestError
