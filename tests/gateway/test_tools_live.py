@@ -57,12 +57,8 @@ def batched_server(tmp_path_factory: pytest.TempPathFactory):
     tests whose assertions hold reply by reply. bfloat16 rounds a reply differently with what else its
     batch holds (a prefill after a prefix hit, attention over a prefix the batch shares), so the tests
     that compare two requests' replies run on ``server``."""
-    # Formatted by hand: each flag beside its value, as on a command line.
-    server = start_server(
-        tmp_path_factory.mktemp("batched-tools-server"),
-        "--runner", "overlap", "--dtype", "auto", "--max-model-len", "2048", "--max-num-seqs", "128",
-        "--quantization", "none",
-    )  # fmt: skip
+    flags = "--runner overlap --dtype auto --max-model-len 2048 --max-num-seqs 128 --quantization none"
+    server = start_server(tmp_path_factory.mktemp("batched-tools-server"), *flags.split())
     yield server
     server.stop()
 

@@ -29,12 +29,10 @@ pytestmark = pytest.mark.anyio
 def speculative_server(tmp_path_factory: pytest.TempPathFactory):
     """Speculative decoding on (drafts from the request's and recent outputs, grammar jump-forward,
     the budget's closing): several tokens arrive per step, so tool-call deltas carry several."""
-    # Formatted by hand: each flag beside its value, as on a command line.
-    server = start_server(
-        tmp_path_factory.mktemp("speculative-server"),
-        "--runner", "sync", "--speculative", "suffix", "--dtype", "float32", "--max-model-len", "2048",
-        "--max-num-seqs", "64", "--quantization", "none",
-    )  # fmt: skip
+    flags = (
+        "--runner sync --speculative suffix --dtype float32 --max-model-len 2048 --max-num-seqs 64 --quantization none"
+    )
+    server = start_server(tmp_path_factory.mktemp("speculative-server"), *flags.split())
     yield server
     server.stop()
 

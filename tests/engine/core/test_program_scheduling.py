@@ -50,6 +50,16 @@ def big_core(**options):
     return make_core(num_blocks=2 * SERVICE_QUANTUM + 256, max_num_batched_tokens=2 * SERVICE_QUANTUM + 64, **options)
 
 
+def test_fcfs_keeps_arrival_order():
+    rng = random.Random(2)
+    core = make_core(policy="fcfs", max_num_seqs=1)
+    start_programs(core, rng, ["old"])
+    for i in range(3):
+        turn(core, f"new{i}-1", history(rng, 8), f"new{i}")
+    turn(core, "old-2", history(rng, 8), "old", after=True)
+    assert admission_order(core) == ["new0-1", "new1-1", "new2-1", "old-2"]
+
+
 def test_a_turn_goes_ahead_of_programs_a_level_above_whatever_their_start():
     """Three programs started in the order c, b, a, served into levels 2, 1 and 0 (a program's rank:
     its level, then its entry into it); their next turns arrive in that order and go a, b, c."""
