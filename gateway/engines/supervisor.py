@@ -26,6 +26,7 @@ restarts the engines it spawned with the same policy, from its polling loop
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import signal
@@ -42,7 +43,7 @@ from agentgate.engine.curve import GatewayKeys
 from agentgate.engine.errors import EngineDeadError
 from agentgate.engine.ipc import remove_socket_file
 from agentgate.engine.spawn import stop_engine_process
-from agentgate.gateway.engines.pool import EnginePool, EngineTarget
+from agentgate.gateway.engines.pool import EnginePool, EngineTarget, WatchedPid
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -126,7 +127,8 @@ class EngineSupervisor:
     async def _keep(self, i: int, task_status: anyio.abc.TaskStatus[EngineClient]) -> None:
         target, budget = self.targets[i], RestartBudget(self.policy)
         try:
-            async with self._connect(i, self.startup_timeout) as client:  # a start-up failure raises
+            async with contextlib.AsyncExitStack() as stack:  # a start-up failure raises
+                client = await self._attach_at_start(i, stack)
                 task_status.started(client)
                 reason = await self._until_dead(client)
             while True:
@@ -136,6 +138,32 @@ class EngineSupervisor:
             if target.owned and self.processes[i] is not None:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(stop_engine_process, self.processes[i])
+
+    async def _attach_at_start(self, i: int, stack: contextlib.AsyncExitStack) -> EngineClient:
+        """The first client of engine ``i``. A sibling engine (a watched pid, under
+        ``--gateway-workers``) that dies while this worker starts is restarted by the supervisor
+        at its address: the worker waits for the new one, within the start-up timeout, as it
+        re-attaches later; any other start-up failure raises."""
+        try:
+            return await stack.enter_async_context(self._connect(i, self.startup_timeout))
+        except EngineDeadError as exc:
+            if not isinstance(self.processes[i], WatchedPid):
+                raise
+            log.warning(
+                "engine %d at %s died while this gateway worker started (%s); waiting for its restart",
+                i,
+                self.targets[i].address,
+                exc,
+            )
+        self.processes[i] = None  # the restarted engine is another process: heartbeats from now on
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            try:
+                return await stack.enter_async_context(self._connect(i, REATTACH_TIMEOUT_S))
+            except EngineDeadError:
+                if time.monotonic() >= deadline:
+                    raise
+                await anyio.sleep(0.5)
 
     def _connect(self, i: int, timeout: float):
         return EngineClient.connect(

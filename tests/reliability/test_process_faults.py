@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 
 import anyio
 import httpx
 import pytest
 
+from agentgate.gateway.engines.pool import EngineTarget, WatchedPid
+from agentgate.gateway.engines.supervisor import EngineSupervisor, RestartPolicy
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for
 from tests.support.servers import (
     NULL_ENGINE,
@@ -142,6 +145,8 @@ def test_with_gateway_workers_the_supervisor_restarts_a_killed_engine_and_the_wo
         spawned = server.engine_pids()  # the engine and the two workers, all spawned by multiprocessing
         assert len(spawned) == 3
         engine = min(spawned)  # started before the workers
+        # /health answered by one worker says nothing of the other: kill once both have attached
+        wait_for(lambda: server.log().count("Application startup complete") == 2, timeout=30, message="both up")
         os.kill(engine, signal.SIGKILL)
         wait_for(lambda: "restarting it in" in server.log(), timeout=5, message="the death noticed")
         # both workers (the kernel spreads connections over them) serve again through the new engine
@@ -156,3 +161,34 @@ def test_with_gateway_workers_the_supervisor_restarts_a_killed_engine_and_the_wo
         assert not alive(engine)
     finally:
         stop_all(server)
+
+
+@pytest.mark.anyio
+async def test_a_gateway_worker_whose_engine_died_while_it_started_attaches_to_the_restarted_one(tmp_path):
+    # Under --gateway-workers a worker watches its sibling engine by pid; the supervisor restarts a
+    # dead one at its address. A death during the worker's start-up used to fail the worker (and so
+    # the whole server): it waits for the restarted engine instead.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    address = f"ipc://{tmp_path}/engine.sock"
+    supervisor = EngineSupervisor(
+        [EngineTarget(address, WatchedPid(gone.pid))], policy=RestartPolicy(), startup_timeout=60
+    )
+    engine = None
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(supervisor.run)
+            with anyio.fail_after(10):  # the watched pid found dead: waiting for a new engine
+                while supervisor.processes[0] is not None:
+                    await anyio.sleep(0.05)
+            assert supervisor.pool is None
+            engine, _ = launch_engine(tmp_path, "engine", *NULL_ENGINE)  # the supervisor's restart
+            with anyio.fail_after(60):
+                while supervisor.pool is None:
+                    await anyio.sleep(0.05)
+            [client] = supervisor.pool.engines
+            assert not client.is_dead and client.info is not None
+            tasks.cancel_scope.cancel()
+    finally:
+        if engine is not None:
+            stop_all(engine)
