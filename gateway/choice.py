@@ -184,10 +184,8 @@ class Choice:
         metrics = gen.metrics
         if new:
             if self.num_tokens == 0:
-                metrics.first_token(gen.engine.address, now - gen.arrival)
+                metrics.first_token(gen.engine.address, now - gen.arrival, queue_time)
                 gen.ticket.started()
-                if queue_time is not None:
-                    metrics.queue_time.observe(queue_time)
             else:
                 if gap is None:
                     gap = (now - self._last_time) / len(new)

@@ -177,12 +177,11 @@ class Generation:
             called = reply_tools(reply if first.finish_reason == "stop" else None)
             if self.program.tools_offered:
                 self.engine.turn_ended(self.program.program_id, first.request_id, called)
-        metrics = self.metrics
-        metrics.prompt_tokens.inc(sum(len(p) for p in self.prompts))
-        metrics.generated(self.engine.address, sum(c.num_tokens for c in self.choices))
-        for choice in self.choices:
-            reason = choice.finish_reason
-            if reason is None and self.error is not None:
-                reason = "error"
-            metrics.finished(reason)
-        metrics.e2e.observe(time.monotonic() - self.arrival)
+        reasons = [c.finish_reason or ("error" if self.error is not None else None) for c in self.choices]
+        self.metrics.request_ended(
+            self.engine.address,
+            sum(len(p) for p in self.prompts),
+            sum(c.num_tokens for c in self.choices),
+            reasons,
+            time.monotonic() - self.arrival,
+        )

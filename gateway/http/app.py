@@ -131,8 +131,10 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 supervisor.model = GatewayModel(model_display_name(settings.model), tokenizer.vocab_digest)
             pool = await engine_tasks.start(supervisor.run)
             info = pool.info
+            names = settings.served_model_name or (info.model,)
             metrics.watch(
-                lambda: pool.stats,
+                names[0],
+                lambda: list(zip(pool.addresses, pool.stats, strict=True)),
                 lambda: registry.num_requests,
                 lambda: admission.waiting,
                 lambda: pool.num_live,
@@ -140,7 +142,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
             state = GatewayState(
                 settings=settings,
                 model=ServedModel(
-                    names=settings.served_model_name or (info.model,),
+                    names=names,
                     root=model_path.name,  # the file's (or directory's) name: a client learns no server path
                     tokenizer=tokenizer,
                     max_model_len=info.max_model_len,
