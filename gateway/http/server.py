@@ -9,6 +9,7 @@ the lifespan (which stops the engines it owns).
 from __future__ import annotations
 
 import gc
+import logging
 import signal
 import socket
 
@@ -18,6 +19,7 @@ from sse_starlette.sse import AppStatus
 from agentgate.gateway.engines.pool import EngineTarget
 from agentgate.gateway.http.app import create_app
 from agentgate.gateway.http.slow_clients import guarded_protocol
+from agentgate.gateway.http.tracing import TraceIdLogFilter
 from agentgate.gateway.settings import Settings
 
 
@@ -35,6 +37,8 @@ def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[s
         http=guarded_protocol(settings.header_timeout, settings.max_connections),
         proxy_headers=False,  # forwarded headers are read by gateway.http.forwarded, from --trusted-proxies only
     )
+    if settings.access_log:  # after uvicorn.Config, which configures its loggers
+        logging.getLogger("uvicorn.access").addFilter(TraceIdLogFilter())
     server = GatewayServer(config, app, settings.drain_seconds)
     # uvicorn re-raises the signal that stopped it once it is done; with the default SIGTERM action that
     # would end this process before the caller stops what it started (engines, Redis): make it a no-op.
