@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from agentgate.engine.protocol import SchedulerStats
 from agentgate.gateway.retention_metrics import retention_metrics
-from agentgate.gateway.vllm_metrics import EngineStats, VllmMetrics
+from agentgate.gateway.vllm_metrics import FINISHED_REASON, EngineStats, VllmMetrics
 
 if TYPE_CHECKING:
     from agentgate.gateway.admission.rate_limits import RateLimiter
@@ -211,30 +211,38 @@ class Metrics:
         waited in the engine's queue when the engine said."""
         self.ttft.observe(seconds)
         self.engine_ttft.labels(engine).observe(seconds)
+        vllm = self.vllm
+        vllm.ttft.labels(vllm.model_name, engine).observe(seconds)
         if queue_time is not None:
             self.queue_time.observe(queue_time)
-        self.vllm.first_token(engine, seconds, queue_time)
+            vllm.queue_time.labels(vllm.model_name, engine).observe(queue_time)
 
     def next_tokens(self, engine: str, gap: float, count: int) -> None:
         """``count`` more tokens of a request on ``engine``, ``gap`` seconds apart."""
-        by_engine = self.engine_itl.labels(engine)
+        by_engine, vllm = self.engine_itl.labels(engine), self.vllm.itl.labels(self.vllm.model_name, engine)
         for _ in range(count):
             self.itl.observe(gap)
             by_engine.observe(gap)
-        self.vllm.next_tokens(engine, gap, count)
+            vllm.observe(gap)
 
     def request_ended(
         self, engine: str, prompt_tokens: int, generated: int, reasons: list[str | None], seconds: float
     ) -> None:
         """A request on ``engine`` (its address) ended: its prompt and generated tokens, each
-        choice's finish reason (None: the client went away) and its end-to-end seconds."""
+        choice's finish reason (None: the client went away) and its end-to-end seconds. vLLM
+        counts each of n choices as a request of its own (it runs them as n requests)."""
         self.prompt_tokens.inc(prompt_tokens)
         self.generation_tokens.inc(generated)
         self.engine_generation_tokens.labels(engine).inc(generated)
+        self.e2e.observe(seconds)
+        vllm, labels = self.vllm, (self.vllm.model_name, engine)
+        vllm.prompt_tokens.labels(*labels).inc(prompt_tokens)
+        vllm.generation_tokens.labels(*labels).inc(generated)
+        e2e = vllm.e2e.labels(*labels)
         for reason in reasons:
             self._finish(reason)
-        self.e2e.observe(seconds)
-        self.vllm.finished(engine, prompt_tokens, generated, [r or "disconnect" for r in reasons], seconds)
+            vllm.success.labels(*labels, FINISHED_REASON.get(reason, reason)).inc()
+            e2e.observe(seconds)
 
     def watch_shared_state(self, shared: SharedState, limiter: RateLimiter | None) -> None:
         """Publish Redis's health and the rate limiter's refusals."""

@@ -30,8 +30,8 @@ EngineStats = Callable[[], list[tuple[str, SchedulerStats | None]]]
 
 LABELS = ("model_name", "engine")
 # agentgate's ends as vLLM's FinishReason names them (stop, length, abort, error, repetition):
-# a client that went away is an abort to the engine.
-_REASON = {"stop": "stop", "length": "length", "abort": "abort", "error": "error", "disconnect": "abort"}
+# a client that went away (None) is an abort to the engine.
+FINISHED_REASON = {None: "abort", "stop": "stop", "length": "length", "abort": "abort", "error": "error"}
 
 # vLLM's buckets, written as one string each: tables of numbers, not one bound per line.
 TTFT_BUCKETS = tuple(
@@ -88,7 +88,8 @@ class _SchedulerSeries(Collector):
 
 
 class VllmMetrics:
-    """The request series vLLM observes per request, observed by the gateway as its requests run."""
+    """The request series vLLM observes per request; ``gateway.metrics.Metrics`` observes them as
+    the gateway's requests run (there, so the request path calls no module more than before)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.model_name = ""  # set by :meth:`watch`, before the first request
@@ -136,24 +137,3 @@ class VllmMetrics:
         """Label every series with ``model_name``; publish the engines' scheduler series."""
         self.model_name = model_name
         self._registry.register(_SchedulerSeries(model_name, engines))
-
-    def first_token(self, engine: str, seconds: float, queue_time: float | None) -> None:
-        self.ttft.labels(self.model_name, engine).observe(seconds)
-        if queue_time is not None:
-            self.queue_time.labels(self.model_name, engine).observe(queue_time)
-
-    def next_tokens(self, engine: str, gap: float, count: int) -> None:
-        series = self.itl.labels(self.model_name, engine)
-        for _ in range(count):
-            series.observe(gap)
-
-    def finished(self, engine: str, prompt_tokens: int, generated: int, reasons: list[str], seconds: float) -> None:
-        """A request's end: its tokens, and each choice as one of vLLM's requests (vLLM runs n > 1
-        as n requests), with its finish reason and the request's end-to-end seconds."""
-        labels = (self.model_name, engine)
-        self.prompt_tokens.labels(*labels).inc(prompt_tokens)
-        self.generation_tokens.labels(*labels).inc(generated)
-        e2e = self.e2e.labels(*labels)
-        for reason in reasons:
-            self.success.labels(*labels, _REASON.get(reason, reason)).inc()
-            e2e.observe(seconds)

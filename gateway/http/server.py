@@ -8,8 +8,8 @@ the lifespan (which stops the engines it owns).
 
 from __future__ import annotations
 
+import copy
 import gc
-import logging
 import signal
 import socket
 
@@ -33,12 +33,11 @@ def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[s
         log_level=settings.log_level.lower(),
         lifespan="on",
         access_log=settings.access_log,
+        log_config=_log_config(),
         timeout_graceful_shutdown=5,
         http=guarded_protocol(settings.header_timeout, settings.max_connections),
         proxy_headers=False,  # forwarded headers are read by gateway.http.forwarded, from --trusted-proxies only
     )
-    if settings.access_log:  # after uvicorn.Config, which configures its loggers
-        logging.getLogger("uvicorn.access").addFilter(TraceIdLogFilter())
     server = GatewayServer(config, app, settings.drain_seconds)
     # uvicorn re-raises the signal that stopped it once it is done; with the default SIGTERM action that
     # would end this process before the caller stops what it started (engines, Redis): make it a no-op.
@@ -48,6 +47,16 @@ def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[s
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0 if server.started and server.fatal is None else 1
+
+
+def _log_config() -> dict:
+    """uvicorn's logging, but for its access line, which ends with the request's trace id when it
+    is traced (``gateway.http.tracing``)."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["formatters"]["access"]["fmt"] += "%(trace_id)s"
+    config["filters"] = {"trace_id": {"()": TraceIdLogFilter}}
+    config["handlers"]["access"]["filters"] = ["trace_id"]
+    return config
 
 
 # sse-starlette would cancel every stream mid-flight at the first signal; the drain ends them instead.

@@ -46,12 +46,11 @@ class TracingMiddleware:
 
 
 class TraceIdLogFilter(logging.Filter):
-    """Ends a log line written while a traced request runs (uvicorn writes its access line as the
-    response starts) with ``trace_id=<32 hex digits>``."""
+    """Gives a log record ``trace_id``: `` trace_id=<32 hex digits>`` when written while a traced
+    request runs (uvicorn writes its access line as the response starts), else empty; the access
+    line's format ends with it (``gateway.http.server``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         span = current_span()
-        if span is not None and isinstance(record.args, tuple):
-            record.msg = f"{record.msg} trace_id=%s"
-            record.args = (*record.args, span.trace_id)
+        record.trace_id = f" trace_id={span.trace_id}" if span is not None else ""
         return True
