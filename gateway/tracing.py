@@ -90,7 +90,7 @@ def current_span() -> RequestSpan | None:
 
 
 class Tracer:
-    """The gateway's tracer: its own provider (not the global one), exporting in batches."""
+    """The gateway's tracer: its own provider (not the global one)."""
 
     def __init__(self, provider: TracerProvider) -> None:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -177,7 +177,9 @@ class RequestSpan:
             yield
 
     def requested(self, model: str, params: SamplingParams, choices: int) -> None:
-        """The request as the engine got it: the model it named and its sampling parameters."""
+        """The request as the engine got it: the model it named (one of the served names) and its
+        sampling parameters; no text the client wrote (stop sequences, messages): a span holds
+        numbers and names only, so the exporter's queue of spans is bounded in bytes too."""
         self.span.update_name(f"{self.operation} {model}")
         attributes: dict[str, Any] = {"gen_ai.request.model": model, "gen_ai.response.model": model}
         for name, value in (
@@ -191,8 +193,6 @@ class RequestSpan:
         ):
             if value is not None:
                 attributes[f"gen_ai.request.{name}"] = value
-        if params.stop:
-            attributes["gen_ai.request.stop_sequences"] = list(params.stop)
         if choices != 1:
             attributes["gen_ai.request.choice.count"] = choices
         self.span.set_attributes(attributes)
