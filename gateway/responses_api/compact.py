@@ -11,6 +11,16 @@ A client starts its next chain from that window, without
 
     compacted = client.responses.compact(model=..., input=long_input)
     client.responses.create(model=..., input=[*compacted.output, next_message])
+
+Near the context limit (issue 35): the summary needs room beside the conversation it reads,
+so when the whole conversation and the instruction leave fewer than ``MIN_SUMMARY_TOKENS``
+of the context, the oldest turns are left out of what the model reads (whole turns, from a
+user message on, so no tool output loses its call), the fewest that make room; the item
+records how many messages were left out. The summary's budget is what is left, at most
+``SUMMARY_TOKENS`` and the server's ``--max-tokens-cap``. A summary the budget cut is marked:
+the item's ``status`` is ``incomplete`` and its payload says ``cut`` (read back, the model is
+told so). When not even the last turn leaves room, the 400 names ``input``, which the client
+sent, never ``max_tokens``, which it did not.
 """
 
 from __future__ import annotations
@@ -18,18 +28,23 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import anyio
+
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.prompts import chat_prompt
 from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore
 from agentgate.gateway.responses_api.turn import need_store
 from agentgate.gateway.responses_api.types import CompactedResponse, CompactRequest, InputTokensDetails, ResponseUsage
+from agentgate.gateway.served_model import ServedModel
 from agentgate.gateway.translation import chat_request, new_id
 
 SUMMARY_TOKENS = 512  # the summary's budget (the server's --max-tokens-cap still applies)
+MIN_SUMMARY_TOKENS = 64  # below this a summary says little: older turns are left out instead
 INSTRUCTION = (
     "You are performing a CONTEXT CHECKPOINT COMPACTION. Write a concise summary of the conversation above that "
     "keeps every fact, name, number, decision and open task needed to continue it. Reply with the summary only."
@@ -61,31 +76,76 @@ async def start_compaction(
     request_id: str,
     arrival: float,
     context: RequestContext,
-) -> ChatRun:
-    """Start the summary of ``messages`` (:func:`conversation`) on the chat core."""
+) -> tuple[ChatRun, int]:
+    """Start the summary of ``messages`` (:func:`conversation`) on the chat core; with it, how
+    many of the oldest messages it leaves out to fit the context (see the module doc)."""
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    dropped, budget = await anyio.to_thread.run_sync(fit_for_summary, gw.model, system, messages)
     chat = chat_request(
-        system + messages + [{"role": "user", "content": INSTRUCTION}],
+        _with_instruction(system + messages[dropped:]),
         model=body.model,
-        max_tokens=SUMMARY_TOKENS,
+        max_tokens=budget,
         prompt_cache_key=body.prompt_cache_key,
     )
-    return await start_chat(
+    run = await start_chat(
         gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=request_id, arrival=arrival, context=context
     )
+    return run, dropped
 
 
-def compacted(run: ChatRun, messages: list[dict[str, Any]]) -> CompactedResponse:
-    """The compacted window of ``messages`` once the summary (``run``, collected) is written."""
+def _with_instruction(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [*messages, {"role": "user", "content": INSTRUCTION}]
+
+
+def fit_for_summary(
+    model: ServedModel, system: list[dict[str, Any]], messages: list[dict[str, Any]]
+) -> tuple[int, int]:
+    """How many of the oldest ``messages`` to leave out (0, or up to a user message) so that the
+    rest, after ``system`` and with the instruction, leaves a summary ``MIN_SUMMARY_TOKENS`` of
+    the context; and the summary's budget then. A binary search over the turns' starts (a
+    conversation's prompt only shortens as older turns go); 400 naming ``input`` when not even
+    the last turn leaves room."""
+    starts = [0] + [i for i, m in enumerate(messages) if i and m.get("role") == "user"]
+    cap = min(SUMMARY_TOKENS, model.budget.cap or SUMMARY_TOKENS)
+
+    def room(start: int) -> int:
+        prompt = chat_prompt(model.tokenizer, chat_request(_with_instruction(system + messages[start:])))
+        return model.max_model_len - len(prompt)
+
+    if (whole := room(0)) >= MIN_SUMMARY_TOKENS:
+        return 0, min(cap, whole)
+    low, high = 1, len(starts) - 1  # starts[high] is the last turn's
+    if high < 1 or (last := room(starts[high])) < MIN_SUMMARY_TOKENS:
+        raise BadRequestError(
+            f"the conversation's last turn leaves no room for a summary of at least {MIN_SUMMARY_TOKENS} tokens "
+            f"within this model's context of {model.max_model_len} tokens: there is nothing older to leave out, "
+            "so shorten its last message",
+            param="input",
+        )
+    fits = {high: last}
+    while low < high:
+        middle = (low + high) // 2
+        left = room(starts[middle])
+        if left >= MIN_SUMMARY_TOKENS:
+            high, fits[middle] = middle, left
+        else:
+            low = middle + 1
+    return starts[low], min(cap, fits[low])
+
+
+def compacted(run: ChatRun, messages: list[dict[str, Any]], dropped: int = 0) -> CompactedResponse:
+    """The compacted window of ``messages`` once the summary (``run``, collected) is written;
+    ``dropped``: the oldest messages the summary did not read (:func:`fit_for_summary`)."""
     gen = run.generation
     choice = gen.choices[0]
     parsed, _ = ReplyReader(run.plan).whole(choice.text, choice.finish_reason)
     users = [it.user_message_item(m["content"]) for m in messages if m["role"] == "user"]
     usage = gen.usage
+    summary = it.compaction_item((parsed.content or "").strip(), cut=choice.finish_reason == "length", dropped=dropped)
     return CompactedResponse(
         id=new_id("resp"),
         created_at=int(time.time()),
-        output=[*users, it.compaction_item((parsed.content or "").strip())],
+        output=[*users, summary],
         usage=ResponseUsage(
             usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, InputTokensDetails(usage.cached_tokens)
         ),

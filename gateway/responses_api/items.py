@@ -30,6 +30,7 @@ from agentgate.gateway.translation import new_id, text_of
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})  # the parts text_of reads in an input
 SKIPPED_ITEMS = frozenset({"reasoning"})  # nothing this model can read back
 SUMMARY_PREFIX = "Summary of the conversation so far:\n"
+CUT_SUMMARY_NOTE = "\n[This summary was cut short by its length budget.]"
 
 
 def _message(item: dict[str, Any], param: str) -> dict[str, Any]:
@@ -98,23 +99,28 @@ def check_call_outputs(messages: list[dict[str, Any]]) -> None:
             )
 
 
-def compaction_item(summary: str) -> dict[str, Any]:
-    """The ``compaction`` item that carries ``summary`` (see the module doc)."""
-    content = base64.urlsafe_b64encode(msgspec.json.encode({"v": 1, "summary": summary})).decode()
-    return {"id": new_id("cmp"), "type": "compaction", "encrypted_content": content}
+def compaction_item(summary: str, *, cut: bool = False, dropped: int = 0) -> dict[str, Any]:
+    """The ``compaction`` item that carries ``summary`` (see the module doc); ``cut``: its budget
+    ended it (the item is then ``incomplete``); ``dropped``: the oldest messages it did not read."""
+    payload = {"v": 1, "summary": summary, "cut": cut, "dropped_messages": dropped}
+    content = base64.urlsafe_b64encode(msgspec.json.encode(payload)).decode()
+    status = "incomplete" if cut else "completed"
+    return {"id": new_id("cmp"), "type": "compaction", "encrypted_content": content, "status": status}
 
 
 def compaction_summary(content: Any, param: str) -> str:
-    """The summary a compaction item's ``encrypted_content`` carries; 400 naming ``param`` otherwise."""
+    """The summary a compaction item's ``encrypted_content`` carries, as the model reads it back
+    (said to be cut short when its budget cut it); 400 naming ``param`` otherwise."""
     try:
-        summary = msgspec.json.decode(base64.urlsafe_b64decode(content))["summary"]
+        payload = msgspec.json.decode(base64.urlsafe_b64decode(content))
+        summary = payload["summary"]
     except (TypeError, ValueError, KeyError, binascii.Error, msgspec.DecodeError):
         summary = None
     if not isinstance(summary, str):
         raise BadRequestError(
             "not a compaction this server made: pass the output of /v1/responses/compact as it came", param=param
         )
-    return summary
+    return summary + CUT_SUMMARY_NOTE if payload.get("cut") is True else summary
 
 
 def user_message_item(text: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ whose text is the HTTP route's, token for token."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import httpx
@@ -174,6 +175,9 @@ def test_compact_answers_the_user_messages_then_a_compaction_item_the_next_turn_
     assert compaction.type == "compaction" and compaction.id.startswith("cmp_")
     summary = it.compaction_summary(compaction.encrypted_content, "encrypted_content")
     assert compacted.usage.output_tokens > 0 and summary  # the model wrote it
+    # the null runner never ends a reply early: its budget cut the summary, and the item says so
+    assert compaction.model_dump()["status"] == "incomplete" and _payload(compaction.encrypted_content)["cut"]
+    assert summary.endswith(it.CUT_SUMMARY_NOTE) and _payload(compaction.encrypted_content)["dropped_messages"] == 0
     # the window, as it came, starts a new chain: the compaction is read back as the summary
     window = [item.model_dump(exclude_none=True) for item in compacted.output]
     follow = client.responses.create(
@@ -187,6 +191,37 @@ def test_compact_answers_the_user_messages_then_a_compaction_item_the_next_turn_
         "message",
     ]
     assert it.input_messages(window)[0][-1] == {"role": "assistant", "content": it.SUMMARY_PREFIX + summary}
+
+
+def _payload(encrypted_content: str) -> dict:
+    return json.loads(base64.urlsafe_b64decode(encrypted_content))
+
+
+def test_compact_near_the_context_limit_leaves_the_oldest_turns_out(null):
+    """Issue 35: a conversation that leaves no room for a summary in the context (1,024 tokens here)
+    is summarized from its latest turns that do, whole turns from a user message on, and the item
+    counts the messages left out; not a 400 naming max_tokens, which the client did not send."""
+    url = f"{null.url}/v1/responses/compact"
+    turns = []
+    for k in range(6):  # ~6 x 160 tokens: more than the context leaves a summary
+        turns += [
+            {"role": "user", "content": f"Fact {k}: " + "alpha beta " * 70},
+            {"role": "assistant", "content": f"Noted fact {k}."},
+        ]
+    r = httpx.post(url, json={"model": MODEL, "input": turns}, headers=null.headers, timeout=60)
+    assert r.status_code == 200, r.text
+    *users, compaction = r.json()["output"]
+    assert [u["content"][0]["text"][:7] for u in users] == [f"Fact {k}:" for k in range(6)]  # the whole window
+    payload = _payload(compaction["encrypted_content"])
+    assert payload["dropped_messages"] > 0 and payload["dropped_messages"] % 2 == 0  # whole turns
+    usage = r.json()["usage"]
+    assert usage["output_tokens"] >= 64 and usage["input_tokens"] + usage["output_tokens"] <= 1024
+    # the fewest left out: one turn more would have fitted nothing
+    assert payload["dropped_messages"] < len(turns)
+    # not even the last turn leaves room: a 400 naming input, which the client sent
+    huge = [{"role": "user", "content": "alpha beta " * 600}]
+    r = httpx.post(url, json={"model": MODEL, "input": huge}, headers=null.headers, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input", r.text
 
 
 def test_compact_refuses_what_it_cannot_compact(null):

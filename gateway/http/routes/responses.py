@@ -70,12 +70,12 @@ async def compact_response(request: Request) -> Response:
     body = decode_body(await request.body(), CompactRequest)
     context = context_of(request.scope)
     messages = await conversation(gw.responses, body, context.key)
-    run = await start_compaction(
+    run, dropped = await start_compaction(
         gw, body, messages, request_id=request_id_of(request.scope), arrival=arrival, context=context
     )
     if not await collect_or_raise(run.generation, request.receive, partial(recorded_reply, run.plan)):
         return Response(status_code=499)  # nobody is listening any more
-    return _json(compacted(run, messages))
+    return _json(compacted(run, messages, dropped))
 
 
 async def _run(turn: Turn, receive) -> bool:
