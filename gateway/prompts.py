@@ -153,7 +153,8 @@ def tool_plan(
     choice = resolve_tool_choice(request.tool_choice, tools)
     response_format = parse_response_format(request.response_format)
     parallel = request.parallel_tool_calls is not False
-    parser = parser_for(tokenizer.get_chat_template([]), parser_override) if choice.mode != "none" else None
+    template_parser = parser_for(tokenizer.get_chat_template([]), parser_override) if tools else None
+    parser = template_parser if choice.mode != "none" else None  # none: the reply is plain content
     max_calls = None if parallel else 1
     if parallel and choice.mode == "required":
         max_calls = max_forced_calls
@@ -161,17 +162,18 @@ def tool_plan(
         tools,
         choice,
         response_format,
-        parser=parser.name if parser else "hermes",
+        parser=template_parser.name if template_parser else "hermes",
         parallel=parallel,
         max_calls=max_calls,
     )
     if structured is None:
         param = None
     elif structured.structural_tag is not None:
-        param = "tools"
+        param = "tool_choice" if choice.mode == "none" else "tools"
     else:
         param = "response_format"
-    free_text = choice.mode == "auto" and bool(tools) and response_format is None  # strict tools: calls checked
+    # Free text, some of it checked: strict tools' calls, or (none) no call opening.
+    free_text = choice.mode in ("auto", "none") and bool(tools) and response_format is None
     return ToolPlan(parser, max_calls, structured, param, forced=structured is not None and not free_text)
 
 

@@ -221,8 +221,8 @@ def _hit_rate(turns: list[Turn]) -> float:
 def summarize(programs: list[Program], wall: float) -> dict[str, float]:
     done = [p for p in programs if p.ok]
     returning = [t for p in done for t in p.turns[1:]]
-    # Returning turns that offer the tools as the turn before did (all but the text answer,
-    # whose tool_choice "none" renders the prompt without them: see docs/agent-programs.md).
+    # Returning turns that return from a call (all but the text answer, which returns to the
+    # same prompt too since issue 35: tool_choice no longer changes it; see docs/agent-programs.md).
     calls = [t for p in done for t in p.turns[1:-1]]
     jct = [p.completion_time for p in done]
     ttft = [t.first_token - t.start for t in returning if t.first_token is not None]

@@ -20,8 +20,12 @@ What is enforced (``tool_choice`` resolved by :func:`gateway.tools.schema.resolv
 - ``auto`` with at least one ``strict: true`` tool: free text, but once the model
   opens a call (the parser's trigger, ``<tool_call>``) the call must be
   well-formed and its arguments match the schema (OpenAI's strict function calling).
+- ``none`` with tools: free text that never contains the parser's trigger
+  (``<tool_call>``), so no call can open. The tools are in the prompt whatever
+  ``tool_choice`` says (``gateway.tools.render``: a prompt that does not change
+  with it keeps a program's prefix cached), so ``none`` is the grammar's to enforce.
 - ``response_format`` alone: the reply is that JSON (``json_object``: any object).
-- ``auto`` otherwise, and ``none``: nothing is enforced.
+- ``auto`` otherwise: nothing is enforced.
 
 The markup is the selected parser's, so the parser reads back exactly what the
 grammar allows:
@@ -146,11 +150,13 @@ def tool_call_structural_tag(
     ``required``: one or more calls (one unless ``parallel``; at most ``max_calls``), nothing else;
     ``named``: exactly one call of that function; ``auto``: free text in which
     every call that opens is well-formed, or, with ``or_json`` (a JSON schema),
-    either that JSON or one or more calls.
+    either that JSON or one or more calls; ``none``: free text in which no call opens.
     """
     fmt = CALL_FORMATS.get(parser)
     if fmt is None:
         raise ValueError(f"no call format for tool-call parser {parser!r}; known: {', '.join(CALL_FORMATS)}")
+    if choice.mode == "none":
+        return _structural_tag({"type": "any_text", "excludes": [fmt.trigger]})
     if choice.mode == "named":
         [tool] = [t for t in tools if t["function"]["name"] == choice.name]
         return _structural_tag(fmt.tag(choice.name, _parameters(tool)))  # type: ignore[arg-type]
@@ -286,4 +292,10 @@ def structured_output(
             tag = tool_call_structural_tag(tools, choice, parser=parser, parallel=parallel)
             return StructuredOutput(structural_tag=json.dumps(tag))
         return None
-    return response_format.structured() if response_format is not None else None
+    if response_format is not None:
+        return response_format.structured()
+    if choice.mode == "none" and tools:
+        return StructuredOutput(
+            structural_tag=json.dumps(tool_call_structural_tag(tools, choice, parser=parser, parallel=False))
+        )
+    return None

@@ -40,7 +40,7 @@ from agentgate.engine.chat_template import (
     template_supports_tools,
 )
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.gateway.tools.schema import ToolChoice, resolve_tool_choice, to_builtins, validate_tools
+from agentgate.gateway.tools.schema import resolve_tool_choice, to_builtins, validate_tools
 
 if TYPE_CHECKING:
     from agentgate.engine.tokenizer import Tokenizer
@@ -58,19 +58,18 @@ def render_chat_prompt(
 ) -> str:
     """The prompt for OpenAI-shaped ``messages`` (dicts or msgspec structs) and ``tools``.
 
-    ``tool_choice`` ``none`` presents no tools (the conversation's past calls
-    and results still render); a named function presents only that tool;
-    ``required``/named also say so in the fallback prompt (constrained decoding
-    enforces it). ``chat_template`` overrides the model's; ``template_kwargs``
-    (``chat_template_kwargs``) reach the template. Raises InvalidRequestError.
+    The prompt does not depend on ``tool_choice`` (issue 35): every tool is presented, in the
+    same words, whether the request forces a call, names one, leaves it to the model or forbids
+    calls; what the choice implies is enforced by the grammar (``gateway.tools.constraints``:
+    ``none`` excludes the tool-call markup). So a program whose turns alternate forced calls and a
+    text answer keeps one prompt prefix, and its returning turns hit what they computed before.
+    ``tool_choice`` is still checked against the tools (a 400 naming it). ``chat_template``
+    overrides the model's; ``template_kwargs`` (``chat_template_kwargs``) reach the template.
+    Raises InvalidRequestError.
     """
     tools_ = validate_tools(tools)
-    choice = resolve_tool_choice(tool_choice, tools_)
-    presented: list[dict[str, Any]] | None = None
-    if choice.mode == "named":
-        presented = [t for t in tools_ or () if t["function"]["name"] == choice.name]
-    elif choice.mode != "none":
-        presented = tools_
+    resolve_tool_choice(tool_choice, tools_)
+    presented = tools_ or None  # an empty list presents nothing, as no tools
     msgs = [_message(m, i) for i, m in enumerate(messages)]
     uses_tools = presented is not None or any(m.get("tool_calls") or m.get("role") == "tool" for m in msgs)
     template = chat_template or tokenizer.get_chat_template([] if uses_tools else None)
@@ -83,7 +82,7 @@ def render_chat_prompt(
     system = None
     if presented is not None:
         system = default_system_prompt(template, tuple(sorted(tokenizer.special_tokens_map.items())))
-    msgs = _fallback_messages(msgs, presented, choice, default_system=system)
+    msgs = _fallback_messages(msgs, presented, default_system=system)
     return render_chat(template, msgs, tools=None, add_generation_prompt=add_generation_prompt, **variables)
 
 
@@ -147,7 +146,7 @@ def _text(message: dict[str, Any], i: int) -> str:
     raise InvalidRequestError(f"messages[{i}].content must be a string, an array of parts or null", param="messages")
 
 
-def _tools_block(tools: list[dict[str, Any]], choice: ToolChoice) -> str:
+def _tools_block(tools: list[dict[str, Any]]) -> str:
     """Qwen2.5's tool instructions, which SmolLM2/Qwen/Hermes-style models follow."""
     lines = [
         "# Tools",
@@ -165,10 +164,6 @@ def _tools_block(tools: list[dict[str, Any]], choice: ToolChoice) -> str:
         '{"name": <function-name>, "arguments": <args-json-object>}',
         "</tool_call>",
     ]
-    if choice.mode == "required":
-        lines += ["", "You must call at least one function."]
-    elif choice.mode == "named":
-        lines += ["", f"You must call the function {choice.name}."]
     return "\n".join(lines)
 
 
@@ -185,7 +180,6 @@ def _tool_call_block(call: Any, where: str) -> str:
 def _fallback_messages(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
-    choice: ToolChoice,
     *,
     default_system: str | None,
 ) -> list[dict[str, Any]]:
@@ -197,7 +191,7 @@ def _fallback_messages(
         if messages and messages[0].get("role") == "system":
             system = _text(messages[0], 0)
             rest = rest[1:]
-        block = _tools_block(tools, choice)
+        block = _tools_block(tools)
         out.append({"role": "system", "content": f"{system}\n\n{block}" if system else block})
     after_tool = False
     for i, m in rest:

@@ -132,7 +132,7 @@ def test_tools_tool_choice_and_response_format_are_accepted(gateway):
     assert r.status_code == 400 and "cannot be enforced" in r.json()["error"]["message"], r.text
 
 
-def test_tools_reach_the_chat_template_unless_tool_choice_is_none():
+def test_tools_reach_the_chat_template_whatever_tool_choice_says():
     from agentgate.engine.model_path import default_model_path
     from agentgate.engine.tokenizer import load_tokenizer
     from agentgate.gateway.prompts import chat_prompt
@@ -151,7 +151,7 @@ def test_tools_reach_the_chat_template_unless_tool_choice_is_none():
         msgspec_json({"messages": [{"role": "user"}], "tools": tools, "tool_choice": "none"}), ChatCompletionRequest
     )
     text = tokenizer.decode(chat_prompt(tokenizer, request), skip_special_tokens=False)
-    assert "<tools>" not in text and text.endswith("<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n")
+    assert "<tools>" in text and text.endswith("<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n")  # issue 35
 
 
 def msgspec_json(value) -> bytes:

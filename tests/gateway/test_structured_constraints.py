@@ -299,8 +299,10 @@ def test_tool_plan(tokenizer):
     assert plain.parser is None and plain.structured is None
     auto = tool_plan(tokenizer, _request(tools=[WEATHER]))
     assert auto.parser is HermesToolParser and auto.structured is None and auto.max_calls is None
-    none = tool_plan(tokenizer, _request(tools=[WEATHER], tool_choice="none"))
-    assert none.parser is None and none.structured is None
+    none = tool_plan(tokenizer, _request(tools=[WEATHER], tool_choice="none"))  # plain content, no call may open
+    assert none.parser is None and not none.forced and none.constraint_param == "tool_choice"
+    assert json.loads(none.structured.structural_tag)["format"] == {"type": "any_text", "excludes": ["<tool_call>"]}
+    assert tool_plan(tokenizer, _request(tool_choice="none")).structured is None  # no tools: nothing to exclude
     required = tool_plan(tokenizer, _request(tools=[WEATHER], tool_choice="required", parallel_tool_calls=False))
     assert required.structured.structural_tag is not None and required.max_calls == 1
     assert required.constraint_param == "tools"

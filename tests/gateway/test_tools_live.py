@@ -285,15 +285,17 @@ def test_two_turn_tool_loop(server):
     assert final.usage.prompt_tokens == len(tokens)
 
 
-def test_tool_choice_none_presents_no_tools_and_parses_none(server):
+def test_tool_choice_none_keeps_the_prompt_and_opens_no_call(server):
+    """Issue 35: ``none`` renders the very prompt ``auto`` does (the tools stay in it, so a program
+    keeps its prefix), and the grammar lets no call open: the reply is text without the markup."""
     auto = chat(server, messages=PARIS, tools=[WEATHER], max_tokens=1, temperature=0).json()
     body = {"messages": PARIS, "tools": [WEATHER], "tool_choice": "none", "max_tokens": 30, "temperature": 0}
     none = chat(server, **body).json()
     bare = chat(server, messages=PARIS, max_tokens=30, temperature=0).json()
-    assert none["usage"]["prompt_tokens"] == bare["usage"]["prompt_tokens"] < auto["usage"]["prompt_tokens"]
+    assert none["usage"]["prompt_tokens"] == auto["usage"]["prompt_tokens"] > bare["usage"]["prompt_tokens"]
     [choice] = none["choices"]
     assert "tool_calls" not in choice["message"] and choice["finish_reason"] in ("stop", "length")
-    assert isinstance(choice["message"]["content"], str)
+    assert isinstance(choice["message"]["content"], str) and "<tool_call>" not in choice["message"]["content"]
 
 
 PERSON = {

@@ -153,19 +153,21 @@ def test_fallback_keeps_the_conversation_system_prompt_and_assistant_text(smollm
     ) in prompt
 
 
-def test_fallback_tool_choice(smollm_tokenizer):
-    none = render_chat_prompt(smollm_tokenizer, LOOP, tools=TOOLS, tool_choice="none")
-    assert "# Tools" not in none and none.startswith(f"<|im_start|>system\n{SMOLLM_SYSTEM}<|im_end|>\n")
-    assert "<tool_response>\n" in none and '"arguments": {"city": "Paris"}' in none  # history still renders
-
-    named = render_chat_prompt(
-        smollm_tokenizer, LOOP[:1], tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_time"}}
-    )
-    assert '"name": "get_time"' in named and "get_weather" not in named
-    assert "You must call the function get_time." in named
-
-    required = render_chat_prompt(smollm_tokenizer, LOOP[:1], tools=TOOLS, tool_choice="required")
-    assert "You must call at least one function." in required
+def test_fallback_prompt_does_not_change_with_tool_choice(smollm_tokenizer):
+    """Issue 35: every tool_choice renders the very prompt auto does (all tools presented, no
+    instruction): the grammar enforces the choice, and a program keeps its prefix cached."""
+    named = {"type": "function", "function": {"name": "get_time"}}
+    auto = render_chat_prompt(smollm_tokenizer, LOOP, tools=TOOLS)
+    assert auto.startswith(f"<|im_start|>system\n{SMOLLM_SYSTEM}\n\n# Tools\n")
+    assert '"name": "get_time"' in auto and '"name": "get_weather"' in auto
+    assert "<tool_response>\n" in auto and '"arguments": {"city": "Paris"}' in auto  # history still renders
+    for choice in ("none", "required", "auto", named):
+        assert render_chat_prompt(smollm_tokenizer, LOOP, tools=TOOLS, tool_choice=choice) == auto, choice
+    assert "You must" not in auto
+    with pytest.raises(InvalidRequestError, match="tool_choice"):  # still checked against the tools
+        render_chat_prompt(
+            smollm_tokenizer, LOOP, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}
+        )
 
 
 def test_fallback_without_tools_is_the_template(smollm_tokenizer):
@@ -222,13 +224,13 @@ def test_native_rendering_equals_transformers(smollm_tokenizer, hf_tokenizer, te
     assert render_chat_prompt(ours, messages, tools=tools) == expected
 
 
-def test_native_named_choice_presents_one_tool(smollm_tokenizer):
+def test_native_prompt_does_not_change_with_tool_choice(smollm_tokenizer):
     ours = tokenizer_with(smollm_tokenizer, QWEN25)
     named = {"type": "function", "function": {"name": "get_time"}}
-    prompt = render_chat_prompt(ours, LOOP[:1], tools=TOOLS, tool_choice=named)
-    assert '"name": "get_time"' in prompt and "get_weather" not in prompt
-    assert "You are Qwen" in render_chat_prompt(ours, LOOP[:1], tools=TOOLS, tool_choice="none")
-    assert "# Tools" not in render_chat_prompt(ours, LOOP[:1], tools=TOOLS, tool_choice="none")
+    auto = render_chat_prompt(ours, LOOP[:1], tools=TOOLS)
+    assert '"name": "get_time"' in auto and '"name": "get_weather"' in auto and "# Tools" in auto
+    for choice in ("none", "required", named):
+        assert render_chat_prompt(ours, LOOP[:1], tools=TOOLS, tool_choice=choice) == auto, choice
 
 
 def test_string_arguments_stay_strings_where_the_template_renders_them(smollm_tokenizer):
