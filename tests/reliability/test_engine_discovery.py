@@ -45,6 +45,14 @@ def _engines_of(url: str) -> dict[str, str]:
     return {item["id"]: item["engine"] for item in r.json()["data"]}
 
 
+async def _until_listed(url: str, expected: dict[str, str], timeout: float = 10.0) -> None:
+    """Until GET /v1/requests lists ``expected``: the registry's Redis entries are written by a
+    background writer, off the request's path, so a request may stream before it is listed."""
+    with anyio.fail_after(timeout):
+        while _engines_of(url) != expected:
+            await anyio.sleep(0.05)
+
+
 def _finish_reason(recorder: StreamRecorder) -> str | None:
     payloads = parse_sse(recorder.raw)
     assert payloads[-1] == "[DONE]", payloads[-3:]
@@ -91,7 +99,7 @@ async def test_gateway_finds_engines_in_redis_and_an_engine_drains_on_sigterm(tm
             with anyio.fail_after(30):
                 while short.events < 2 or long.events < 2:
                     await anyio.sleep(0.02)
-            assert _engines_of(gateway.url) == {"short": a, "long": a}
+            await _until_listed(gateway.url, {"short": a, "long": a})
             engine_a.process.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
             # The record says draining at once; the gateway stops routing there within its poll.
@@ -123,7 +131,7 @@ async def test_gateway_finds_engines_in_redis_and_an_engine_drains_on_sigterm(tm
             with anyio.fail_after(30):
                 while fresh.events < 2:
                     await anyio.sleep(0.02)
-            assert _engines_of(gateway.url) == {"fresh": b}
+            await _until_listed(gateway.url, {"fresh": b})
         assert _finish_reason(fresh) == "length"
         assert gateway.process.poll() is None  # the same gateway process throughout
         assert "joined the pool" in gateway.log() and "left the pool" in gateway.log()
