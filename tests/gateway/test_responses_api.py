@@ -116,7 +116,12 @@ def test_forced_tool_call_then_its_output_sent_back(client):
         temperature=0.7,
     )
     calls = [item for item in r.output if item.type == "function_call"]
-    assert calls and r.status == "completed" and not r.output_text
+    assert calls and not r.output_text
+    # Parallel calls are on: this small model may repeat its forced call until the budget closes
+    # one, and then the response says so (issue 35); the calls it holds are whole either way.
+    assert r.status == "completed" or (
+        r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    ), (r.status, r.incomplete_details)
     for call in calls:
         assert call.name == "get_weather" and isinstance(json.loads(call.arguments)["city"], str)
     follow = client.responses.create(
