@@ -59,6 +59,7 @@ from agentgate.gateway.http.routes import anthropic, dashboard, openai, ops, pla
 from agentgate.gateway.http.routes import responses as responses_routes
 from agentgate.gateway.http.routes import sessions as sessions_routes
 from agentgate.gateway.key_digests import use_digest_secret
+from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.programs.last_turns import ProgramStore
 from agentgate.gateway.programs.turn_tokens import TurnTokens
@@ -170,6 +171,15 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 shared=shared,
                 turn_tokens=TurnTokens(tokenizer),
                 responses=responses,
+                mcp=McpHost.from_flags(
+                    settings.mcp_servers,
+                    settings.mcp_allow_urls,
+                    max_rounds=settings.max_tool_rounds,
+                    call_timeout=settings.mcp_call_timeout,
+                    result_bytes=settings.mcp_result_bytes,
+                    budget=settings.mcp_tool_budget,
+                    list_ttl=settings.mcp_list_ttl,
+                ),
             )
             await _start_shared_state(stack, state)
             if isinstance(supervisor, EngineDiscovery):

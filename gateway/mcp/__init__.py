@@ -1,0 +1,48 @@
+"""Hosted MCP tools: tools the gateway itself calls on MCP servers the operator allowed, for
+``mcp`` tools in ``POST /v1/responses`` (the loop: :mod:`gateway.responses_api.tool_loop`).
+
+- :mod:`~gateway.mcp.allowlist`: which servers a request may name (``--mcp-server``,
+  ``--mcp-allow-url``); any other is a 400, so the gateway is no proxy into its network.
+- :mod:`~gateway.mcp.client`: one server's tool list and one tool call, with the ``mcp`` SDK
+  (streamable HTTP or SSE).
+- :mod:`~gateway.mcp.tool_lists`: tool lists cached per server and credentials.
+- :mod:`~gateway.mcp.toolset`: a request's servers, their tools offered to the model, approvals.
+- :mod:`~gateway.mcp.calls`: a response's calls within their limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentgate.gateway.mcp.allowlist import McpAllowlist
+from agentgate.gateway.mcp.calls import CallLimits
+from agentgate.gateway.mcp.tool_lists import ToolLists
+
+
+@dataclass(frozen=True)
+class McpHost:
+    """What the gateway's MCP tools run with: the allowlist, the cached lists, the limits."""
+
+    allowlist: McpAllowlist
+    lists: ToolLists
+    limits: CallLimits
+    max_rounds: int  # --max-tool-rounds
+
+    @classmethod
+    def from_flags(
+        cls,
+        servers: tuple[str, ...] = (),
+        allow_urls: tuple[str, ...] = (),
+        *,
+        max_rounds: int = 8,
+        call_timeout: float = 30.0,
+        result_bytes: int = 65536,
+        budget: float = 120.0,
+        list_ttl: float = 300.0,
+    ) -> McpHost:
+        return cls(
+            McpAllowlist(servers, allow_urls),
+            ToolLists(list_ttl, call_timeout),
+            CallLimits(call_timeout, result_bytes, budget),
+            max_rounds,
+        )
