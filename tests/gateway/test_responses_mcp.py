@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,9 +53,9 @@ def script(tokenizer) -> Any:
     encoded = {k: [tokenizer.encode(t, add_special_tokens=False) + [EOS] for t in v] for k, v in SCRIPTS.items()}
 
     def reply(request_id: str) -> list[int]:
-        prefix, _, rest = request_id.partition("-")
-        rounds = encoded[prefix]
-        n = int(rest.rsplit("-r", 1)[1]) if "-r" in rest else 0
+        rounds = encoded.get(request_id.split("-")[0], encoded["add"])  # a WebSocket turn's id is a uuid
+        later = re.search(r"-r(\d+)$", request_id)
+        n = int(later.group(1)) if later else 0
         return rounds[min(n, len(rounds) - 1)]
 
     return reply
@@ -249,3 +251,96 @@ def test_a_streamed_failure_is_mcp_call_failed(client: openai.OpenAI):
         kinds = [event.type for event in stream]
     assert "response.mcp_call.failed" in kinds and "response.mcp_call.completed" not in kinds
     assert kinds[-1] == "response.completed"
+
+
+def test_a_background_response_runs_its_loop_after_the_answer(client: openai.OpenAI):
+    queued = create(client, "add-8", [calc()], background=True)
+    assert queued.status == "queued"
+    for _ in range(200):  # at most 10 s
+        done = client.responses.retrieve(queued.id)
+        if done.status not in ("queued", "in_progress"):
+            break
+        time.sleep(0.05)
+    assert done.status == "completed", done.status
+    assert [item.type for item in done.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert done.output[1].output == "5" and done.output_text == "The sum is 5."
+
+
+def test_the_websocket_mode_runs_the_loop_too(client: openai.OpenAI):
+    with client.responses.connect() as connection:
+        connection.response.create(model="m", input="What is 2 + 3?", tools=[calc()])
+        events = []
+        for event in connection:
+            events.append(event)
+            if event.type in ("response.completed", "response.failed", "response.incomplete"):
+                break
+    kinds = [event.type for event in events]
+    assert kinds[-1] == "response.completed"
+    assert kinds.index("response.mcp_list_tools.completed") < kinds.index("response.mcp_call.completed")
+    assert [item.type for item in events[-1].response.output] == ["mcp_list_tools", "mcp_call", "message"]
+
+
+# -- approvals ---------------------------------------------------------------------------
+
+
+def approve(client: openai.OpenAI, request_id: str, previous, approval_id: str, approved: bool, tools=None):
+    answer = {"type": "mcp_approval_response", "approval_request_id": approval_id, "approve": approved}
+    return client.responses.create(
+        model="m",
+        input=[answer],
+        previous_response_id=previous.id,
+        tools=tools or [{"type": "mcp", "server_label": "calc"}],
+        extra_headers={"X-Request-Id": request_id},
+    )
+
+
+def test_approval_by_default_ends_the_response_and_an_approval_continues_it(client: openai.OpenAI):
+    asked = create(client, "add-9", [{"type": "mcp", "server_label": "calc"}])  # require_approval: always
+    assert asked.status == "completed"
+    assert [item.type for item in asked.output] == ["mcp_list_tools", "mcp_approval_request"]
+    request = asked.output[1]
+    assert (
+        request.server_label == "calc" and request.name == "add" and json.loads(request.arguments) == {"a": 2, "b": 3}
+    )
+    done = approve(client, "text-4", asked, request.id, True)
+    assert [item.type for item in done.output] == ["mcp_list_tools", "mcp_call", "message"]
+    call = done.output[1]
+    assert call.approval_request_id == request.id and call.name == "add" and call.output == "5"
+    assert done.output_text == "Hello."
+
+
+def test_a_denied_call_is_not_run(client: openai.OpenAI):
+    asked = create(client, "add-10", [{"type": "mcp", "server_label": "calc", "require_approval": "always"}])
+    denied = approve(client, "text-5", asked, asked.output[1].id, False)
+    assert [item.type for item in denied.output] == ["mcp_list_tools", "message"]
+    assert denied.status == "completed"
+
+
+def test_the_per_tool_filter_says_which_calls_wait(client: openai.OpenAI):
+    runs = create(client, "add-11", [calc(require_approval={"never": {"tool_names": ["add"]}})])
+    assert [item.type for item in runs.output] == ["mcp_list_tools", "mcp_call", "message"]
+    waits = create(client, "add-12", [calc(require_approval={"never": {"tool_names": ["multiply"]}})])
+    assert [item.type for item in waits.output] == ["mcp_list_tools", "mcp_approval_request"]
+
+
+def test_an_approval_request_streams_as_one_item(client: openai.OpenAI):
+    with client.responses.stream(
+        model="m",
+        input="Go.",
+        tools=[{"type": "mcp", "server_label": "calc"}],
+        extra_headers={"X-Request-Id": "add-13"},
+    ) as stream:
+        events = list(stream)
+    kinds = [event.type for event in events]
+    assert not any(kind.startswith("response.mcp_call") for kind in kinds)
+    added = [event for event in events if event.type == "response.output_item.added"]
+    assert [event.item.type for event in added] == ["mcp_list_tools", "mcp_approval_request"]
+    assert json.loads(added[1].item.arguments) == {"a": 2, "b": 3}  # whole when it is added
+    assert kinds[-1] == "response.completed"
+
+
+def test_an_answer_to_no_approval_request_is_a_400(client: openai.OpenAI):
+    asked = create(client, "text-6", [calc()])
+    with pytest.raises(openai.BadRequestError) as refused:
+        approve(client, "text-7", asked, "mcpr_nope", True)
+    assert refused.value.body["param"] == "input[0].approval_request_id"
