@@ -43,7 +43,7 @@ class GatewayState:
     shared: SharedState | None = None  # None: no Redis configured (sessions and cross-replica routes answer 503)
     responses: ResponseStore | None = None  # stored /v1/responses (None: no Redis)
     turn_tokens: TurnTokens | None = None  # programs' last turns as tokens; None: not kept
-    mcp: McpHost = field(default_factory=McpHost.from_flags)  # hosted MCP tools (none allowed by default)
+    mcp: McpHost = field(default_factory=lambda: McpHost.from_settings(Settings()))  # hosted MCP tools: none allowed
 
     @property
     def pool(self) -> EnginePool:

@@ -171,15 +171,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 shared=shared,
                 turn_tokens=TurnTokens(tokenizer),
                 responses=responses,
-                mcp=McpHost.from_flags(
-                    settings.mcp_servers,
-                    settings.mcp_allow_urls,
-                    max_rounds=settings.max_tool_rounds,
-                    call_timeout=settings.mcp_call_timeout,
-                    result_bytes=settings.mcp_result_bytes,
-                    budget=settings.mcp_tool_budget,
-                    list_ttl=settings.mcp_list_ttl,
-                ),
+                mcp=McpHost.from_settings(settings),
             )
             await _start_shared_state(stack, state)
             if isinstance(supervisor, EngineDiscovery):

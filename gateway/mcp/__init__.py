@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from agentgate.gateway.mcp.allowlist import McpAllowlist
 from agentgate.gateway.mcp.calls import CallLimits
 from agentgate.gateway.mcp.tool_lists import ToolLists
+from agentgate.gateway.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -29,20 +30,11 @@ class McpHost:
     max_rounds: int  # --max-tool-rounds
 
     @classmethod
-    def from_flags(
-        cls,
-        servers: tuple[str, ...] = (),
-        allow_urls: tuple[str, ...] = (),
-        *,
-        max_rounds: int = 8,
-        call_timeout: float = 30.0,
-        result_bytes: int = 65536,
-        budget: float = 120.0,
-        list_ttl: float = 300.0,
-    ) -> McpHost:
+    def from_settings(cls, settings: Settings) -> McpHost:
+        """The host of ``--mcp-server``, ``--mcp-allow-url``, ``--max-tool-rounds`` and the ``--mcp-*`` limits."""
         return cls(
-            McpAllowlist(servers, allow_urls),
-            ToolLists(list_ttl, call_timeout),
-            CallLimits(call_timeout, result_bytes, budget),
-            max_rounds,
+            McpAllowlist(settings.mcp_servers, settings.mcp_allow_urls),
+            ToolLists(settings.mcp_list_ttl, settings.mcp_call_timeout),
+            CallLimits(settings.mcp_call_timeout, settings.mcp_result_bytes, settings.mcp_tool_budget),
+            settings.max_tool_rounds,
         )

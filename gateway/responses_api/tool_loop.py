@@ -14,6 +14,9 @@ and the reply is read back from its own tokens (``gateway.programs.turn_tokens``
 
 The edge drives it: :func:`collect` (whole, or in the background) with a ``watch`` that
 runs a step while watching the client, :func:`stream` (SSE and WebSocket) as event lists.
+A next reply the gateway cannot start (its queue full, the results past the context) fails
+the response: an HTTP error when the client waits, a ``failed`` response in the background,
+an ``error`` event then ``response.failed`` on a stream.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from agentgate.engine.errors import EngineError
+from agentgate.gateway.errors import GatewayError
 from agentgate.gateway.formats.responses import ErrorFields, Event
 from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api.mcp_rounds import round_items
@@ -61,8 +65,16 @@ async def collect(turn: Turn, watch: Watch) -> bool:
                 item["status"] = "incomplete"
         if not go_on:
             break
-        await turn.next_round(items, len(output))
-        if turn.response.background and not await turn.save():  # cancelled meanwhile
+        try:
+            await turn.next_round(items, len(output))
+        except (GatewayError, EngineError) as exc:  # refused (a full queue, a prompt past the context)
+            if not turn.response.background:
+                raise
+            turn.fail(exc)
+            await turn.save()
+            return True
+        if turn.response.background and not await turn.save():  # cancelled meanwhile: its reply too
+            await turn.close_round()
             return True
     turn.finish(parsed, finish, output=output)
     await turn.save()
@@ -103,6 +115,10 @@ async def stream(turn: Turn, error_fields: ErrorFields) -> AsyncIterator[list[Ev
             yield events.settled(item)
         if not go_on:
             break
-        await turn.next_round(items, len(events.output))
+        try:
+            await turn.next_round(items, len(events.output))
+        except (GatewayError, EngineError) as exc:  # refused: the stream says why, then failed
+            yield events.error(exc)
+            return
         events.next_round(turn.run.plan)
     yield await turn.closing_events(events)

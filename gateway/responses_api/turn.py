@@ -105,12 +105,22 @@ class Turn:
             response.status = "completed"
         item_status = "completed" if response.status == "completed" else "incomplete"
         response.output = output if output is not None else it.output_items(parsed, item_status)
-        usage = self.usage()
-        response.usage = ResponseUsage(
-            usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, InputTokensDetails(usage.cached_tokens)
-        )
+        response.usage = self.response_usage()
         response.completed_at = int(time.time()) if response.status == "completed" else None
         return response
+
+    def fail(self, exc: BaseException) -> None:
+        """The response failed with ``exc`` (its output so far kept)."""
+        _, info, _ = error_parts(exc)
+        self.response.status = "failed"
+        self.response.error = ResponseError(str(info.code or "server_error"), info.message)
+        self.response.usage = self.response_usage()
+
+    def response_usage(self) -> ResponseUsage:
+        usage = self.usage()
+        return ResponseUsage(
+            usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, InputTokensDetails(usage.cached_tokens)
+        )
 
     def usage(self) -> Usage:
         """The response's usage so far: every reply of the model in it."""
@@ -130,8 +140,9 @@ class Turn:
         assert self.mcp is not None
         self.history += it.round_messages(round_items)
         self.round_start = output_len
-        self.earlier = self.usage()
-        self.run = await self.mcp.start_next(self.history, self.earlier.completion_tokens)
+        earlier = self.usage()
+        self.run = await self.mcp.start_next(self.history, earlier.completion_tokens)
+        self.earlier = earlier
 
     async def close_round(self) -> None:
         """End the running reply's generation and close it (its lease, metrics, the program's turn)."""

@@ -46,6 +46,7 @@ SCRIPTS = {
     "loop": [_call("add", a=1, b=1)],
     "client": [_call("get_weather", city="Paris")],
     "text": ["Hello."],
+    "huge": [_call("big", size=6000), "Never said."],
 }
 
 
@@ -74,7 +75,7 @@ def gateway(servers: McpServers) -> Iterator[ScriptedGateway]:
         mcp_servers=(f"calc={servers.http_url}",),
         mcp_allow_urls=(f"{sse_origin}/*",),
         mcp_call_timeout=1.0,
-        max_tool_rounds=2,
+        max_tool_rounds=3,
         served_model_name=("m",),
     )
     with scripted_gateway(settings, script(load_tokenizer(default_model_path()))) as gw:
@@ -150,7 +151,7 @@ def test_a_failing_or_slow_tool_is_an_error_the_model_reads_never_a_5xx(client: 
 def test_max_tool_rounds_ends_the_loop_with_an_answer(client: openai.OpenAI):
     response = create(client, "loop-1", [calc()])
     kinds = [item.type for item in response.output]
-    assert kinds == ["mcp_list_tools", "mcp_call", "mcp_call", "message"]  # --max-tool-rounds 2
+    assert kinds == ["mcp_list_tools", "mcp_call", "mcp_call", "mcp_call", "message"]  # --max-tool-rounds 3
     assert response.status == "completed"
 
 
@@ -344,3 +345,43 @@ def test_an_answer_to_no_approval_request_is_a_400(client: openai.OpenAI):
     with pytest.raises(openai.BadRequestError) as refused:
         approve(client, "text-7", asked, "mcpr_nope", True)
     assert refused.value.body["param"] == "input[0].approval_request_id"
+
+
+def test_the_next_reply_starts_from_the_tokens_the_model_read_and_wrote(gateway: ScriptedGateway, client, monkeypatch):
+    """The continuation after a server-run call is not a re-rendered history: its prompt is the
+    first reply's own tokens (prompt and output) and then the result (gateway.programs.turn_tokens)."""
+    turns = gateway.state.turn_tokens
+    kept: list[list[int] | None] = []
+    prompt_ids = turns.prompt_ids
+
+    def spy(returning, text, through):
+        ids = prompt_ids(returning, text, through)
+        kept.append(ids)
+        return ids
+
+    monkeypatch.setattr(turns, "prompt_ids", spy)
+    response = create(client, "two-2", [calc()])
+    assert [item.type for item in response.output] == ["mcp_list_tools", "mcp_call", "mcp_call", "message"]
+    # both continuations, from their turn's tokens (under --max-tool-rounds: the reply after the
+    # last round is told of no tools, a prompt of its own)
+    assert len(kept) == 2 and all(ids is not None for ids in kept)
+
+
+def test_a_next_reply_the_gateway_cannot_start_fails_the_response(client: openai.OpenAI):
+    """A 6000-character result leaves no room in the context (1024 tokens) for the next reply."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        create(client, "huge-1", [calc()])
+    assert "context" in str(refused.value) or "long" in str(refused.value)
+    with client.responses.stream(
+        model="m", input="Go.", tools=[calc()], extra_headers={"X-Request-Id": "huge-2"}
+    ) as stream:
+        kinds = [event.type for event in stream]
+    assert kinds[-2:] == ["error", "response.failed"] and "response.mcp_call.completed" in kinds
+    queued = create(client, "huge-3", [calc()], background=True)
+    for _ in range(200):  # at most 10 s
+        done = client.responses.retrieve(queued.id)
+        if done.status not in ("queued", "in_progress"):
+            break
+        time.sleep(0.05)
+    assert done.status == "failed" and done.error is not None
+    assert [item.type for item in done.output] == ["mcp_list_tools", "mcp_call"]
