@@ -30,12 +30,13 @@ import httpx2
 from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import PaginatedRequestParams
 
 from agentgate.gateway.mcp.allowlist import McpServer
 
 TIMEOUT = -32001  # the SDK's REQUEST_TIMEOUT
+MAX_LIST_PAGES = 16  # pages of a tool list read (a server that pages on and on is cut there)
 SERVER_ERROR = -32000  # JSON-RPC's implementation-defined server error: unreachable, a gateway limit
 
 
@@ -60,7 +61,7 @@ class McpEndpoint:
 
     @property
     def is_sse(self) -> bool:
-        return self.server.url.split("?", 1)[0].rstrip("/").endswith("/sse")
+        return self.server.url.rstrip("/").endswith("/sse")
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -94,7 +95,7 @@ async def _session(endpoint: McpEndpoint, timeout: float) -> AsyncIterator[Clien
             await session.initialize()
             yield session
         return
-    client = create_mcp_http_client(headers=headers, timeout=httpx2.Timeout(timeout))
+    client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout))  # redirects: the SDK's rule
     async with (
         client,
         streamable_http_client(endpoint.server.url, http_client=client) as (read, write),
@@ -106,11 +107,18 @@ async def _session(endpoint: McpEndpoint, timeout: float) -> AsyncIterator[Clien
 
 async def list_tools(endpoint: McpEndpoint, timeout: float) -> list[dict[str, Any]]:
     """The server's tools as ``mcp_list_tools`` lists them (``name``, ``description``,
-    ``input_schema``, ``annotations``), within ``timeout`` seconds in all."""
+    ``input_schema``, ``annotations``), within ``timeout`` seconds in all; at most
+    :data:`MAX_LIST_PAGES` pages of them."""
     try:
         with anyio.fail_after(timeout):
             async with _session(endpoint, timeout) as session:
                 result = await session.list_tools()
+                tools = list(result.tools)
+                for _ in range(MAX_LIST_PAGES - 1):
+                    if result.next_cursor is None:
+                        break
+                    result = await session.list_tools(params=PaginatedRequestParams(cursor=result.next_cursor))
+                    tools += result.tools
     except Exception as exc:  # noqa: BLE001 (any failure is the list's error, never the request's)
         raise failure_of(exc, endpoint.server.label) from None
     return [
@@ -120,7 +128,7 @@ async def list_tools(endpoint: McpEndpoint, timeout: float) -> list[dict[str, An
             "input_schema": tool.input_schema,
             "annotations": tool.annotations.model_dump(exclude_none=True) if tool.annotations else None,
         }
-        for tool in result.tools
+        for tool in tools
     ]
 
 
