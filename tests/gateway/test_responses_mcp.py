@@ -25,6 +25,7 @@ from openai.types.responses import ResponseMcpCallCompletedEvent, ResponseMcpLis
 
 from agentgate.engine.model_path import default_model_path
 from agentgate.engine.tokenizer import load_tokenizer
+from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.settings import Settings
 from tests.support.mcp_servers import McpServers, mcp_servers
 from tests.support.scripted_engine import ScriptedGateway, scripted_gateway, served_over_http
@@ -136,13 +137,19 @@ def test_two_rounds_of_calls_then_the_answer(client: openai.OpenAI):
     assert response.output_text == "It is 20."
 
 
-def test_a_failing_or_slow_tool_is_an_error_the_model_reads_never_a_5xx(client: openai.OpenAI):
+def test_a_failing_or_slow_tool_is_an_error_the_model_reads_never_a_5xx(
+    client: openai.OpenAI, gateway: ScriptedGateway
+):
     failed = create(client, "fail-1", [calc()])
     call = failed.output[1]
     assert call.status == "failed" and call.output is None
     assert call.error.type == "mcp_tool_execution_error"
     assert call.error.content == [{"type": "text", "text": "Error executing tool explode"}]
     assert failed.status == "completed" and failed.output_text == "It failed."
+    # the model read the error in its next prompt: the chain keeps the call and its result as sent
+    stored = gateway.portal.call(gateway.state.responses.load, failed.id, key_digest("unused"))  # the SDK's key
+    result = next(m for m in stored.messages if m["role"] == "tool")
+    assert result == {"role": "tool", "tool_call_id": call.id, "content": "Error: Error executing tool explode"}
     slow = create(client, "slow-1", [calc()])
     assert slow.output[1].error.type == "mcp_protocol_error" and slow.output[1].error.code == -32001
     assert slow.output_text == "Too slow."
