@@ -393,5 +393,6 @@ def _merge_queued(
             logprobs,
             more.num_cached_tokens,
             queue_time=item.queue_time if item.queue_time is not None else more.queue_time,
+            timings=more.timings,
         )
     return item, None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 import uuid
 from collections import deque
 from concurrent.futures import Future
@@ -349,6 +350,7 @@ class EngineCore:
     @staticmethod
     def _to_outputs(events: list[TokenEvent], result: ModelRunnerOutput) -> list[EngineCoreOutput]:
         outputs = []
+        now = time.monotonic()
         for event in events:
             request = event.request
             out = EngineCoreOutput(
@@ -361,6 +363,10 @@ class EngineCore:
                 out.error = "the grammar rejected a sampled token"
             if len(request.output_token_ids) == len(event.token_ids) and request.first_scheduled_time is not None:
                 out.queue_time = max(0.0, request.first_scheduled_time - request.arrival_time)
+                if event.token_ids:
+                    request.first_token_time = now
+            if event.finish_reason is not None:
+                out.timings = request.timings(now)
             wanted = request.params.logprobs
             if wanted is not None and result.logprobs is not None:
                 top_ids = result.top_token_ids[event.row][:wanted] if result.top_token_ids else []

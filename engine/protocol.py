@@ -145,12 +145,24 @@ class TokenLogprobs(msgspec.Struct, array_like=True):
     top_logprobs: list[float]
 
 
+class RequestTimings(msgspec.Struct, array_like=True, omit_defaults=True):
+    """Where a finished request's time went in the engine, in seconds (the engine's own clock;
+    durations, so no clock is compared across hosts): waiting for its first step, from then
+    to its first token (prefill, preemptions' recompute included), from there to its end
+    (decode). A phase the request never reached is None."""
+
+    queued: float
+    prefill: float | None = None
+    decode: float | None = None
+
+
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     """New tokens of one request from one step; ``finish_reason`` on its last.
 
     A request that ends with finish reason "error" carries ``error``, and
     ``invalid`` when the engine rejected it as bad input. Its first output
-    carries ``queue_time``."""
+    carries ``queue_time``; its last, ``timings`` (what the gateway's trace spans are
+    built from)."""
 
     request_id: str
     new_token_ids: list[int]
@@ -161,6 +173,7 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     invalid: bool = False
     # On a request's first output: seconds from its arrival to its first scheduled step.
     queue_time: float | None = None
+    timings: RequestTimings | None = None  # on its last output
 
 
 class RetentionStats(msgspec.Struct, array_like=True):

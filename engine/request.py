@@ -6,7 +6,7 @@ import enum
 import time
 
 from agentgate.engine.programs.table import ProgramRecord
-from agentgate.engine.protocol import ProgramTag
+from agentgate.engine.protocol import ProgramTag, RequestTimings
 from agentgate.engine.sampling_params import SamplingParams
 
 
@@ -53,6 +53,7 @@ class Request:
         "block_hashes",
         "ever_scheduled",
         "first_scheduled_time",
+        "first_token_time",
         "grammar",
         "program",
         "served",
@@ -89,6 +90,7 @@ class Request:
         self.block_hashes: list[int] = []
         self.ever_scheduled = False
         self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None  # when its first output token was confirmed
         # The request's RequestGrammar when its output is constrained.
         self.grammar = None
         # The agent program it is a turn of, and that program's account of the service it has had
@@ -116,6 +118,17 @@ class Request:
     def num_pending_outputs(self) -> int:
         """Outputs confirmed plus in flight: what max_tokens is checked against."""
         return len(self.output_token_ids) + self.num_output_placeholders
+
+    def timings(self, now: float) -> RequestTimings:
+        """Where its time went, ``now`` being its end (see :class:`RequestTimings`)."""
+        scheduled, first_token = self.first_scheduled_time, self.first_token_time
+        if scheduled is None:
+            return RequestTimings(max(0.0, now - self.arrival_time))
+        return RequestTimings(
+            max(0.0, scheduled - self.arrival_time),
+            max(0.0, (first_token or now) - scheduled),
+            None if first_token is None else max(0.0, now - first_token),
+        )
 
     def check_stop(self, token: int) -> FinishReason | None:
         """Whether the confirmed output (ending in ``token``) is complete."""

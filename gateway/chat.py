@@ -112,7 +112,18 @@ async def start_chat(
     turn = None
     if turns is not None and program_id is not None and request.n == 1:
         turn = TurnStart(turns, program_id, text, prompt)
-    job = Job(request_id, arrival, [prompt], params, request.n, program, turn, plan.constraint_param, param)
+    job = Job(
+        request_id,
+        arrival,
+        [prompt],
+        params,
+        request.n,
+        program,
+        turn,
+        plan.constraint_param,
+        param,
+        request.model or model.name,
+    )
     generation = await dispatch(dispatcher, job, context, conversation=request.messages)
     return ChatRun(generation, plan)
 

@@ -18,7 +18,7 @@ import msgspec
 
 from agentgate.engine.client import EngineClient, RequestStream
 from agentgate.engine.output_processor import OutputProcessor
-from agentgate.engine.protocol import EngineCoreOutput, ProgramTag, TokenLogprobs
+from agentgate.engine.protocol import EngineCoreOutput, ProgramTag, RequestTimings, TokenLogprobs
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import Tokenizer
 from agentgate.gateway.admission.waiting import Ticket
@@ -56,6 +56,8 @@ class Choice:
         "_last_time",
         "_outputs",
         "_first",
+        "timings",
+        "ended_at",
     )
 
     def __init__(
@@ -86,6 +88,10 @@ class Choice:
         self._last_time = 0.0
         self._outputs: RequestStream | None = None  # the engine request's, once submitted
         self._first: EngineCoreOutput | None = None  # taken by prime(), not yet turned into events
+        # The engine's account of where its time went, with its last output, and the time.monotonic()
+        # the gateway got that output (a trace's queue, prefill and decode spans: gateway.tracing).
+        self.timings: RequestTimings | None = None
+        self.ended_at = 0.0
 
     def submitted(self, outputs: RequestStream) -> None:
         """The engine request was sent (by the generation); ``outputs``: its stream."""
@@ -131,6 +137,8 @@ class Choice:
     def _events(self, out: EngineCoreOutput, per_token: bool) -> list[ChoiceEvent]:
         if out.num_cached_tokens:
             self.num_cached_tokens = out.num_cached_tokens
+        if out.timings is not None:
+            self.timings, self.ended_at = out.timings, time.monotonic()
         if per_token and len(out.new_token_ids) > 1:
             return self._split(out)
         return [self._update(out.new_token_ids, out.logprobs, out.finish_reason, out.queue_time)]
@@ -184,10 +192,8 @@ class Choice:
         metrics = gen.metrics
         if new:
             if self.num_tokens == 0:
-                metrics.first_token(gen.engine.address, now - gen.arrival)
+                metrics.first_token(gen.engine.address, now - gen.arrival, queue_time)
                 gen.ticket.started()
-                if queue_time is not None:
-                    metrics.queue_time.observe(queue_time)
             else:
                 if gap is None:
                     gap = (now - self._last_time) / len(new)

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentgate.gateway.flags import add_settings_flags, configure_logging, settings_from_args
 from agentgate.gateway.settings import Settings
+from agentgate.gateway.tracing import check_tracing, traces_endpoint
 
 if TYPE_CHECKING:
     from agentgate.engine.curve import EngineKeys
@@ -155,6 +156,7 @@ def _setup(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Setting
             settings.engine_config()  # validated before anything starts
         if args.command in ("serve", "gateway"):
             settings.check_shared_state()
+            check_tracing(traces_endpoint(settings.otlp_traces_endpoint))
         if args.command == "gateway" and settings.engine_curve_dir:
             from agentgate.engine.curve import GatewayKeys
 

@@ -38,6 +38,7 @@ from agentgate.gateway.lease import Lease
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.programs.tags import reply_tools
 from agentgate.gateway.schemas import AssistantMessage, PromptTokensDetails, Usage
+from agentgate.gateway.tracing import current_span
 
 
 class Generation:
@@ -76,6 +77,10 @@ class Generation:
             self.choices[0].keep_text = True  # the reply, for the session's messages
         self._lease = lease
         self._closed = False
+        self.span = current_span()  # this request's trace span (None: tracing off)
+        if self.span is not None:
+            self.span.requested(job.model, params, len(self.choices))
+            self.choices[0].keep_text = True  # its reply's tool calls, by name, for the span
 
     def submit(self) -> None:
         """Send every choice's engine request (dispatch does, once the registry filed them); the
@@ -177,12 +182,23 @@ class Generation:
             called = reply_tools(reply if first.finish_reason == "stop" else None)
             if self.program.tools_offered:
                 self.engine.turn_ended(self.program.program_id, first.request_id, called)
-        metrics = self.metrics
-        metrics.prompt_tokens.inc(sum(len(p) for p in self.prompts))
-        metrics.generated(self.engine.address, sum(c.num_tokens for c in self.choices))
-        for choice in self.choices:
-            reason = choice.finish_reason
-            if reason is None and self.error is not None:
-                reason = "error"
-            metrics.finished(reason)
-        metrics.e2e.observe(time.monotonic() - self.arrival)
+        reasons = [c.finish_reason or ("error" if self.error is not None else None) for c in self.choices]
+        if self.span is not None:
+            self._trace_end(reply, usage or self.usage, reasons)
+        self.metrics.request_ended(
+            self.engine.address,
+            sum(len(p) for p in self.prompts),
+            sum(c.num_tokens for c in self.choices),
+            reasons,
+            time.monotonic() - self.arrival,
+        )
+
+    def _trace_end(self, reply: AssistantMessage | None, usage: Usage, reasons: list[str | None]) -> None:
+        """The span's end: usage, finish reasons (a first reply that called tools: ``tool_calls``,
+        as the APIs say), the calls by name and the engine's timings."""
+        calls = reply_tools(reply)
+        finish = [r or "abort" for r in reasons]
+        if calls and finish[0] == "stop":
+            finish[0] = "tool_calls"
+        phases = [(c.request_id, c.timings, c.ended_at) for c in self.choices if c.timings is not None]
+        self.span.ended((usage.prompt_tokens, usage.completion_tokens), finish, calls, phases)

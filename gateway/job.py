@@ -1,7 +1,8 @@
 """What a request asks the engine for, whole before it is dispatched: the prompts, the
 sampling parameters, ``n`` choices each, and what the chat core knows of it that the
 generation reports with (the agent program it is a turn of, what the program keeps of
-its tokens, the request fields a grammar error or a budget error is about)."""
+its tokens, the request fields a grammar error or a budget error is about, the model name
+it asked for)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,4 @@ class Job:
     turn: TurnStart | None = None  # what the program keeps of this turn's tokens (gateway.programs.turn_tokens)
     constraint_param: str | None = None  # the field a grammar the engine rejects comes from
     budget_param: str = "max_tokens"  # the request's name for its budget: one the grammar cannot end within
+    model: str = ""  # the served model's name as the request gave it (its trace span's gen_ai.request.model)

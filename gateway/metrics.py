@@ -1,9 +1,12 @@
-"""Prometheus metrics, one registry per app.
+"""Prometheus metrics, one registry per app, served on the gateway's /metrics
+(the engine process has no HTTP endpoint).
 
 Latencies and token counts are observed by the gateway as requests run.
 Engine-side figures (running/waiting requests, KV usage, prefix cache,
 preemptions) are read from the engines' scheduler stats when /metrics is
-scraped, so nothing is done per step for them.
+scraped, so nothing is done per step for them. vLLM's names for the same
+figures are served beside these (``gateway.vllm_metrics``; ``docs/metrics.md``
+maps one onto the other).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from agentgate.engine.protocol import SchedulerStats
 from agentgate.gateway.retention_metrics import retention_metrics
+from agentgate.gateway.vllm_metrics import FINISHED_REASON, EngineStats, VllmMetrics
 
 if TYPE_CHECKING:
     from agentgate.gateway.admission.rate_limits import RateLimiter
@@ -187,39 +191,64 @@ class Metrics:
         self._finished = {
             reason: self.requests.labels(reason) for reason in ("stop", "length", "abort", "error", "disconnect")
         }
+        self.vllm = VllmMetrics(r)
 
     def watch(
         self,
-        stats: Callable[[], list[SchedulerStats | None]],
+        model_name: str,
+        engines: EngineStats,
         in_flight: Callable[[], int],
         waiting: Callable[[], int],
         engines_alive: Callable[[], int],
     ) -> None:
-        """Publish engine stats and gateway state read through these callables."""
-        self.registry.register(_EngineCollector(stats, in_flight, waiting, engines_alive))
+        """Publish the engines' stats (each engine's address and its last stats) and gateway
+        state read through these callables; vLLM's series are labelled ``model_name``."""
+        self.registry.register(_EngineCollector(lambda: [s for _, s in engines()], in_flight, waiting, engines_alive))
+        self.vllm.watch(model_name, engines)
 
-    def first_token(self, engine: str, seconds: float) -> None:
-        """A request's time to first token on ``engine`` (its address)."""
+    def first_token(self, engine: str, seconds: float, queue_time: float | None = None) -> None:
+        """A request's time to first token on ``engine`` (its address), and the seconds it
+        waited in the engine's queue when the engine said."""
         self.ttft.observe(seconds)
         self.engine_ttft.labels(engine).observe(seconds)
+        vllm = self.vllm
+        vllm.ttft.labels(vllm.model_name, engine).observe(seconds)
+        if queue_time is not None:
+            self.queue_time.observe(queue_time)
+            vllm.queue_time.labels(vllm.model_name, engine).observe(queue_time)
 
     def next_tokens(self, engine: str, gap: float, count: int) -> None:
         """``count`` more tokens of a request on ``engine``, ``gap`` seconds apart."""
-        by_engine = self.engine_itl.labels(engine)
+        by_engine, vllm = self.engine_itl.labels(engine), self.vllm.itl.labels(self.vllm.model_name, engine)
         for _ in range(count):
             self.itl.observe(gap)
             by_engine.observe(gap)
+            vllm.observe(gap)
 
-    def generated(self, engine: str, tokens: int) -> None:
-        """Tokens a finished request generated on ``engine`` (its address)."""
-        self.generation_tokens.inc(tokens)
-        self.engine_generation_tokens.labels(engine).inc(tokens)
+    def request_ended(
+        self, engine: str, prompt_tokens: int, generated: int, reasons: list[str | None], seconds: float
+    ) -> None:
+        """A request on ``engine`` (its address) ended: its prompt and generated tokens, each
+        choice's finish reason (None: the client went away) and its end-to-end seconds. vLLM
+        counts each of n choices as a request of its own (it runs them as n requests)."""
+        self.prompt_tokens.inc(prompt_tokens)
+        self.generation_tokens.inc(generated)
+        self.engine_generation_tokens.labels(engine).inc(generated)
+        self.e2e.observe(seconds)
+        vllm, labels = self.vllm, (self.vllm.model_name, engine)
+        vllm.prompt_tokens.labels(*labels).inc(prompt_tokens)
+        vllm.generation_tokens.labels(*labels).inc(generated)
+        e2e = vllm.e2e.labels(*labels)
+        for reason in reasons:
+            self._finish(reason)
+            vllm.success.labels(*labels, FINISHED_REASON.get(reason, reason)).inc()
+            e2e.observe(seconds)
 
     def watch_shared_state(self, shared: SharedState, limiter: RateLimiter | None) -> None:
         """Publish Redis's health and the rate limiter's refusals."""
         self.registry.register(_SharedStateCollector(shared, limiter))
 
-    def finished(self, reason: str | None) -> None:
+    def _finish(self, reason: str | None) -> None:
         counter = self._finished.get(reason or "disconnect")
         if counter is None:
             counter = self._finished[reason] = self.requests.labels(reason)

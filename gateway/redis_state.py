@@ -51,6 +51,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 import anyio
@@ -63,10 +64,12 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agentgate.gateway.errors import ServiceUnavailableError
+from agentgate.gateway.tracing import REQUEST_SPAN
 
 log = logging.getLogger("agentgate.redis")
 
 T = TypeVar("T")
+REDIS_SPAN = {"db.system.name": "redis"}  # a traced request's Redis call's span (gateway.tracing)
 
 SOCKET_TIMEOUT_S = 1.0
 # A replica is alive while its heartbeat key is: it is rewritten every HEARTBEAT_S and lapses
@@ -198,9 +201,12 @@ class SharedState:
 
     # -- calls and faults ---------------------------------------------------------
     async def guard(self, what: str, call: Awaitable[T]) -> T:
-        """Await a Redis call; a Redis failure becomes RedisUnavailableError (503)."""
+        """Await a Redis call; a Redis failure becomes RedisUnavailableError (503). A traced
+        request's call is a child span of its span (``gateway.tracing``), named ``what``."""
+        span = REQUEST_SPAN.get()  # read, not called: untraced, this module calls no other
         try:
-            result = await call
+            with span.child(what, REDIS_SPAN | {"db.query.summary": what}) if span is not None else nullcontext():
+                result = await call
         except (RedisError, OSError) as exc:
             self._failed(exc)
             # The client learns what failed, not where or how (that is in the log, once per outage).

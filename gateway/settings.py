@@ -289,7 +289,15 @@ class Settings:
         commands=COMMANDS,
     )
     log_level: str = _opt("log level: debug, info, warning, error", default="info", commands=COMMANDS)
-    access_log: bool = _opt("log every request (uvicorn's access log)", default=False)
+    access_log: bool = _opt(
+        "log every request (uvicorn's access log; a traced request's line ends in its trace id)", default=False
+    )
+    otlp_traces_endpoint: str | None = _opt(
+        "OpenTelemetry traces of generation requests, exported over OTLP/HTTP to this URL (e.g. "
+        "http://collector:4318/v1/traces); the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or "
+        "OTEL_EXPORTER_OTLP_ENDPOINT turns them on too; needs pip install 'agentgate[otel]' (default: off)",
+        default=None,
+    )
     startup_timeout: float = _opt("seconds to wait for the engine to load its model", default=600.0)
     on_engine_death: str = _opt(
         "when an engine dies: restart (one this command spawned is started again with backoff; one "

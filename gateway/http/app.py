@@ -58,6 +58,7 @@ from agentgate.gateway.http.middleware import (
 from agentgate.gateway.http.routes import anthropic, dashboard, openai, ops, playground, tokenize
 from agentgate.gateway.http.routes import responses as responses_routes
 from agentgate.gateway.http.routes import sessions as sessions_routes
+from agentgate.gateway.http.tracing import TracingMiddleware
 from agentgate.gateway.key_digests import use_digest_secret
 from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.metrics import Metrics
@@ -71,19 +72,25 @@ from agentgate.gateway.sampling_defaults import sampling_defaults
 from agentgate.gateway.served_model import ServedModel
 from agentgate.gateway.sessions import SessionStore
 from agentgate.gateway.settings import Settings
+from agentgate.gateway.tracing import Tracer, traces_endpoint
 
 log = logging.getLogger("agentgate.gateway")
 
 __all__ = ["EngineTarget", "create_app"]
 
 
-def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starlette:
-    """The gateway in front of ``engines`` (connected by the lifespan)."""
+def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: Tracer | None = None) -> Starlette:
+    """The gateway in front of ``engines`` (connected by the lifespan). ``tracer``: where its
+    generation requests' spans go (default: the OTLP endpoint the settings or the environment
+    name, if any: ``gateway.tracing``)."""
     if not engines and settings.redis_url is None:
         raise ValueError("create_app needs engines (engines=[EngineTarget(...)]), or a redis_url to find them in")
     settings.check_shared_state()
     use_digest_secret(settings.key_digest_secret)  # before any key is digested (per-key rate limits below)
     metrics = Metrics()
+    endpoint = traces_endpoint(settings.otlp_traces_endpoint)
+    if tracer is None and endpoint is not None:
+        tracer = Tracer.to_endpoint(endpoint)
     keys = KeyChecker.from_settings(settings)  # off loopback, operator routes are guarded even with no key
     admission = Admission(settings.max_waiting)
     replica_id = make_replica_id(settings.port)
@@ -121,6 +128,8 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, GatewayState]]:
         async with AsyncExitStack() as stack:
+            if tracer is not None:
+                stack.callback(tracer.shutdown)  # exports the spans still queued
             for target in engines:
                 if target.owned and target.process is not None:
                     stack.callback(remove_socket_file, target.address)  # runs after the engine stopped
@@ -132,8 +141,10 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 supervisor.model = GatewayModel(model_display_name(settings.model), tokenizer.vocab_digest)
             pool = await engine_tasks.start(supervisor.run)
             info = pool.info
+            names = settings.served_model_name or (info.model,)
             metrics.watch(
-                lambda: pool.stats,
+                names[0],
+                lambda: list(zip(pool.addresses, pool.stats, strict=True)),
                 lambda: registry.num_requests,
                 lambda: admission.waiting,
                 lambda: pool.num_live,
@@ -141,7 +152,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
             state = GatewayState(
                 settings=settings,
                 model=ServedModel(
-                    names=settings.served_model_name or (info.model,),
+                    names=names,
                     root=model_path.name,  # the file's (or directory's) name: a client learns no server path
                     tokenizer=tokenizer,
                     max_model_len=info.max_model_len,
@@ -178,6 +189,8 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 supervisor.on_added = state.cluster.sync_pause  # an engine found while paused is paused
             app.state.gateway = state  # for the server's graceful drain (gateway.http.server)
             log.info(startup_line(settings, state))
+            if endpoint is not None:
+                log.info("tracing generation requests: OpenTelemetry spans to %s (OTLP/HTTP)", endpoint)
             for warning in exposure_warnings(settings):
                 log.warning(warning)
             log.info(state.model.sampling.describe())
@@ -188,6 +201,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
         Middleware(ForwardedMiddleware, trusted=settings.trusted_proxies),
         Middleware(WebSocketOriginMiddleware, allowed=settings.allowed_origins),
         Middleware(RequestIdMiddleware),
+        *([Middleware(TracingMiddleware, tracer=tracer)] if tracer is not None else []),
         Middleware(AnthropicErrorMiddleware),
     ]
     if settings.allowed_origins:
@@ -198,7 +212,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget]) -> Starle
                 allow_methods=list(settings.allowed_methods),
                 allow_headers=list(settings.allowed_headers),
                 allow_credentials=settings.allow_credentials,
-                expose_headers=["X-Request-Id", "Retry-After"],
+                expose_headers=["X-Request-Id", "Retry-After", "X-Trace-Id"],
             )
         )
     if keys.for_caller(remote=True).enabled:  # a caller behind a proxy may be guarded on an open server

@@ -8,6 +8,7 @@ the lifespan (which stops the engines it owns).
 
 from __future__ import annotations
 
+import copy
 import gc
 import signal
 import socket
@@ -18,6 +19,7 @@ from sse_starlette.sse import AppStatus
 from agentgate.gateway.engines.pool import EngineTarget
 from agentgate.gateway.http.app import create_app
 from agentgate.gateway.http.slow_clients import guarded_protocol
+from agentgate.gateway.http.tracing import TraceIdLogFilter
 from agentgate.gateway.settings import Settings
 
 
@@ -31,6 +33,7 @@ def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[s
         log_level=settings.log_level.lower(),
         lifespan="on",
         access_log=settings.access_log,
+        log_config=_log_config(),
         timeout_graceful_shutdown=5,
         http=guarded_protocol(settings.header_timeout, settings.max_connections),
         proxy_headers=False,  # forwarded headers are read by gateway.http.forwarded, from --trusted-proxies only
@@ -44,6 +47,16 @@ def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[s
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0 if server.started and server.fatal is None else 1
+
+
+def _log_config() -> dict:
+    """uvicorn's logging, but for its access line, which ends with the request's trace id when it
+    is traced (``gateway.http.tracing``)."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["formatters"]["access"]["fmt"] += "%(trace_id)s"
+    config["filters"] = {"trace_id": {"()": TraceIdLogFilter}}
+    config["handlers"]["access"]["filters"] = ["trace_id"]
+    return config
 
 
 # sse-starlette would cancel every stream mid-flight at the first signal; the drain ends them instead.

@@ -35,6 +35,7 @@ from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.embedded_redis import EmbeddedRedis
 from agentgate.gateway.http.app import EngineTarget, create_app
 from agentgate.gateway.settings import Settings
+from agentgate.gateway.tracing import Tracer
 
 # The live null server's engine: a few ms a step, room for many sequences.
 NULL_ENGINE = EngineConfig(
@@ -80,8 +81,16 @@ class _PortalTransport(httpx.BaseTransport):
 class InProcessGateway:
     """``with InProcessGateway(settings) as gw: gw.client.get("/health")``; ``gw.state``: its services."""
 
-    def __init__(self, settings: Settings, engine: EngineConfig = NULL_ENGINE, *, redis: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        engine: EngineConfig = NULL_ENGINE,
+        *,
+        redis: bool = False,
+        tracer: Tracer | None = None,
+    ) -> None:
         self.settings = settings
+        self.tracer = tracer  # the app's tracer (gateway.tracing; None: as the settings say)
         self.engine = engine
         self.redis = redis  # an embedded redis-server (sessions, cross-replica routes)
         self.headers = {"Authorization": f"Bearer {settings.api_keys[0]}"} if settings.api_keys else {}
@@ -100,7 +109,7 @@ class InProcessGateway:
                 stack.callback(redis.stop)
                 settings = dataclasses.replace(settings, redis_url=redis.url)
             portal = stack.enter_context(anyio.from_thread.start_blocking_portal())
-            app = create_app(settings, engines=[target])
+            app = create_app(settings, engines=[target], tracer=self.tracer)
             state = stack.enter_context(portal.wrap_async_context_manager(app.router.lifespan_context(app)))
             self.state = state["gateway"]
             self.client = stack.enter_context(

@@ -36,6 +36,7 @@ from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from agentgate.gateway.embedded_redis import EmbeddedRedis
 from agentgate.gateway.http.app import EngineTarget, create_app
 from agentgate.gateway.settings import Settings
+from agentgate.gateway.tracing import Tracer
 from tests.support.inprocess import _PortalTransport, _WatchedThread, _WithLifespanState
 
 Script = Callable[[str], list[int]]  # engine request id -> the tokens it replies, its end token last
@@ -95,8 +96,11 @@ class ScriptedGateway:
 
 
 @contextlib.contextmanager
-def scripted_gateway(settings: Settings, script: Script, *, redis: bool = True) -> Iterator[ScriptedGateway]:
-    """``create_app`` in this process over a :class:`ScriptedRunner` engine (and an embedded Redis)."""
+def scripted_gateway(
+    settings: Settings, script: Script, *, redis: bool = True, tracer: Tracer | None = None
+) -> Iterator[ScriptedGateway]:
+    """``create_app`` in this process over a :class:`ScriptedRunner` engine (and an embedded Redis);
+    ``tracer``: the app's (``gateway.tracing``)."""
     with contextlib.ExitStack() as stack:
         runner = ScriptedRunner(script, num_blocks=SCRIPTED_ENGINE.num_kv_blocks, max_model_len=1024)
         address = private_address()
@@ -114,7 +118,8 @@ def scripted_gateway(settings: Settings, script: Script, *, redis: bool = True) 
             stack.callback(embedded.stop)
             settings = dataclasses.replace(settings, redis_url=embedded.url)
         portal = stack.enter_context(anyio.from_thread.start_blocking_portal())
-        app = create_app(settings, engines=[EngineTarget(address, _WatchedThread(thread))])  # type: ignore[arg-type]
+        target = EngineTarget(address, _WatchedThread(thread))  # type: ignore[arg-type]
+        app = create_app(settings, engines=[target], tracer=tracer)
         state = stack.enter_context(portal.wrap_async_context_manager(app.router.lifespan_context(app)))
         transport = _PortalTransport(portal, _WithLifespanState(app, state))
         client = stack.enter_context(httpx.Client(transport=transport, base_url="http://gateway", timeout=30))
