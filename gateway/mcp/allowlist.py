@@ -86,23 +86,32 @@ class McpAllowlist:
             _origin(parts) == _origin(p) and fnmatchcase(parts.path or "/", p.path or "/") for p in self.patterns
         )
 
-    def resolve(self, label: object, url: object, param: str) -> McpServer:
-        """The server an ``mcp`` tool names (``param``: the tool's field, for the 400)."""
+    def resolve(
+        self,
+        label: object,
+        url: object,
+        param: str,
+        *,
+        label_field: str = "server_label",
+        url_field: str = "server_url",
+    ) -> McpServer:
+        """The server a request names (``param``: its field, for the 400; ``label_field`` and
+        ``url_field``: the API's names of the label and the URL)."""
         if not isinstance(label, str) or not label:
-            raise BadRequestError("an mcp tool needs a `server_label`", param=f"{param}.server_label")
+            raise BadRequestError(f"an MCP server needs a `{label_field}`", param=f"{param}.{label_field}")
         if url is None:
             if label not in self.servers:
                 raise BadRequestError(
-                    f"no MCP server is configured with the label {label!r}: give its `server_url` "
+                    f"no MCP server is configured with the label {label!r}: give its `{url_field}` "
                     "(one the operator allowed)",
-                    param=f"{param}.server_url",
+                    param=f"{param}.{url_field}",
                 )
             return McpServer(label, self.servers[label])
         if not isinstance(url, str) or not self.allows(url):
             raise BadRequestError(
                 f"MCP server {url!r} is not allowed on this server: the operator allows servers with "
                 "--mcp-server LABEL=URL and --mcp-allow-url PATTERN",
-                param=f"{param}.server_url",
+                param=f"{param}.{url_field}",
                 code="mcp_server_not_allowed",
             )
         return McpServer(label, url)

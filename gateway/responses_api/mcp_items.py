@@ -47,13 +47,13 @@ def settle(item: dict[str, Any], output: str | None, error: dict[str, Any] | Non
     item.update(output=output, error=error, status="failed" if error is not None else "completed")
 
 
-def error_text(error: dict[str, Any]) -> str:
-    """A call's error as the model reads it, in its tool message."""
+def error_text(error: dict[str, Any], prefix: str = "Error: ") -> str:
+    """A call's error as the model reads it, in its tool message (after ``prefix``)."""
     if error.get("type") == "mcp_tool_execution_error":
         content = error.get("content") or []
         texts = [part.get("text", "") for part in content if isinstance(part, dict)]
-        return "Error: " + ("\n".join(t for t in texts if t) or json.dumps(content))
-    return f"Error: {error.get('message') or error.get('type')}"
+        return prefix + ("\n".join(t for t in texts if t) or json.dumps(content))
+    return prefix + str(error.get("message") or error.get("type"))
 
 
 def result_message(call_id: str, output: str | None, error: dict[str, Any] | None) -> dict[str, Any]:

@@ -21,12 +21,30 @@ from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.mcp.calls import ToolCalls
 from agentgate.gateway.mcp.toolset import McpToolset, list_servers, resolve_servers
+from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api import mcp_items as mcp
 from agentgate.gateway.tools import ParsedOutput
 
 # (messages, tool_choice, max_tokens) -> the next reply's chat turn, started
 RoundStarter = Callable[[list[dict[str, Any]], Any, int | None], Awaitable[ChatRun]]
+Watch = Callable[[Callable[[], Awaitable[None]]], Awaitable[bool]]  # runs a step; False: the client left
+
+
+async def close_reply(run: ChatRun) -> None:
+    """End a reply's generation and close it (its lease, metrics, the program's turn)."""
+    gen = run.generation
+    await gen.aclose()
+    text = gen.reply_text
+    gen.close(recorded_reply(run.plan, text) if text is not None else None)
+
+
+async def run_reply(run: ChatRun, watch: Watch) -> bool:
+    """Run a reply to its end (whole) under ``watch``, then close it; False: the client left."""
+    try:
+        return await watch(run.generation.collect)
+    finally:
+        await close_reply(run)
 
 
 class McpRounds:

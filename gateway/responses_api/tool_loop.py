@@ -21,16 +21,14 @@ an ``error`` event then ``response.failed`` on a stream.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 from agentgate.engine.errors import EngineError
 from agentgate.gateway.errors import GatewayError
 from agentgate.gateway.formats.responses import ErrorFields, Event
 from agentgate.gateway.replies import ReplyReader
-from agentgate.gateway.responses_api.mcp_rounds import round_items
+from agentgate.gateway.responses_api.mcp_rounds import Watch, round_items, run_reply
 from agentgate.gateway.responses_api.turn import Turn
-
-Watch = Callable[[Callable[[], Awaitable[None]]], Awaitable[bool]]  # runs a step; False: the client left
 
 
 async def collect(turn: Turn, watch: Watch) -> bool:
@@ -41,11 +39,7 @@ async def collect(turn: Turn, watch: Watch) -> bool:
     output = list(rounds.opening)
     while True:
         gen = turn.run.generation
-        try:
-            left = not await watch(gen.collect)
-        finally:
-            await turn.close_round()
-        if left:
+        if not await run_reply(turn.run, watch):
             return False
         if gen.error is not None and not turn.response.background:
             raise gen.error

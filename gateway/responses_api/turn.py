@@ -40,7 +40,7 @@ from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEven
 from agentgate.gateway.mcp.toolset import echoed
 from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
-from agentgate.gateway.responses_api.mcp_rounds import McpRounds, open_toolset
+from agentgate.gateway.responses_api.mcp_rounds import McpRounds, close_reply, open_toolset
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.responses_api.types import (
     IncompleteDetails,
@@ -146,10 +146,7 @@ class Turn:
 
     async def close_round(self) -> None:
         """End the running reply's generation and close it (its lease, metrics, the program's turn)."""
-        gen = self.run.generation
-        await gen.aclose()
-        text = gen.reply_text
-        gen.close(self.reply(text) if text is not None else None)
+        await close_reply(self.run)
 
     def stored(self) -> StoredResponse:
         messages = self.history + it.round_messages(self.response.output[self.round_start :])

@@ -2,18 +2,16 @@
 tools, the model's calls are run by the gateway and fed back in the same response, as the
 openai SDK reads it, whole and streamed.
 
-The model is the scripted engine (``tests.support.scripted_engine``): each round of a
-response is an engine request ``<request id>`` then ``<request id>-r1``, ``-r2``..., and the
-script replies by those names (a call of ``add`` first, then the answer), so every test
-knows what the model said. The MCP server is real (``tests.support.mcp_servers``), on both
-transports.
+The model is the scripted engine (``tests.support.mcp_scripts``): each round of a response
+is an engine request named after the request's id, and the script replies by those names (a
+call of ``add`` first, then the answer), so every test knows what the model said. The MCP
+server is real (``tests.support.mcp_servers``), on both transports.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,41 +24,11 @@ from openai.types.responses import ResponseMcpCallCompletedEvent, ResponseMcpLis
 from agentgate.engine.model_path import default_model_path
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.key_digests import key_digest
-from agentgate.gateway.settings import Settings
+from tests.support.mcp_scripts import SCRIPTS, mcp_gateway
 from tests.support.mcp_servers import McpServers, mcp_servers
-from tests.support.scripted_engine import ScriptedGateway, scripted_gateway, served_over_http
+from tests.support.scripted_engine import ScriptedGateway, served_over_http
 
-EOS = 2
 SECRET = "sekrit-token-1234"
-
-
-def _call(name: str, **arguments: Any) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
-
-
-# request id prefix -> the model's reply in each round (the last one repeats)
-SCRIPTS = {
-    "add": [_call("add", a=2, b=3), "The sum is 5."],
-    "two": [_call("add", a=2, b=3), _call("multiply", a=5, b=4), "It is 20."],
-    "fail": [_call("explode", reason="test"), "It failed."],
-    "slow": [_call("sleep", seconds=5), "Too slow."],
-    "loop": [_call("add", a=1, b=1)],
-    "client": [_call("get_weather", city="Paris")],
-    "text": ["Hello."],
-    "huge": [_call("big", size=6000), "Never said."],
-}
-
-
-def script(tokenizer) -> Any:
-    encoded = {k: [tokenizer.encode(t, add_special_tokens=False) + [EOS] for t in v] for k, v in SCRIPTS.items()}
-
-    def reply(request_id: str) -> list[int]:
-        rounds = encoded.get(request_id.split("-")[0], encoded["add"])  # a WebSocket turn's id is a uuid
-        later = re.search(r"-r(\d+)$", request_id)
-        n = int(later.group(1)) if later else 0
-        return rounds[min(n, len(rounds) - 1)]
-
-    return reply
 
 
 @pytest.fixture(scope="module")
@@ -71,15 +39,7 @@ def servers() -> Iterator[McpServers]:
 
 @pytest.fixture(scope="module")
 def gateway(servers: McpServers) -> Iterator[ScriptedGateway]:
-    sse_origin = servers.sse_url.rsplit("/", 1)[0]
-    settings = Settings(
-        mcp_servers=(f"calc={servers.http_url}",),
-        mcp_allow_urls=(f"{sse_origin}/*",),
-        mcp_call_timeout=1.0,
-        max_tool_rounds=3,
-        served_model_name=("m",),
-    )
-    with scripted_gateway(settings, script(load_tokenizer(default_model_path()))) as gw:
+    with mcp_gateway(servers) as gw:
         yield gw
 
 
