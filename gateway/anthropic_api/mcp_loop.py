@@ -23,14 +23,16 @@ from agentgate.gateway.errors import GatewayError
 from agentgate.gateway.formats.anthropic import MessagesStream, content_blocks, message_usage, stop_reason
 from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api import items as it
-from agentgate.gateway.responses_api.mcp_rounds import McpRounds, Watch, close_reply, round_items, run_reply
-from agentgate.gateway.schemas import ChatMessage, PromptTokensDetails, Usage
+from agentgate.gateway.responses_api.mcp_rounds import (
+    McpRounds,
+    Watch,
+    added_usage,
+    close_reply,
+    round_items,
+    run_reply,
+)
+from agentgate.gateway.schemas import ChatMessage, Usage
 from agentgate.gateway.tools import ParsedOutput
-
-
-def _added(a: Usage, b: Usage) -> Usage:
-    prompt, completion = a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens
-    return Usage(prompt, completion, prompt + completion, PromptTokensDetails(a.cached_tokens + b.cached_tokens))
 
 
 class ConnectorLoop:
@@ -44,7 +46,7 @@ class ConnectorLoop:
 
     @property
     def usage(self) -> Usage:
-        return _added(self.earlier, self.run.generation.usage)
+        return added_usage(self.earlier, self.run.generation.usage)
 
     async def close_round(self) -> None:
         """End the running reply's generation and close it (its lease, metrics, the program's turn)."""

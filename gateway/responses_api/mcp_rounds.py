@@ -24,11 +24,18 @@ from agentgate.gateway.mcp.toolset import McpToolset, list_servers, resolve_serv
 from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api import mcp_items as mcp
+from agentgate.gateway.schemas import PromptTokensDetails, Usage
 from agentgate.gateway.tools import ParsedOutput
 
 # (messages, tool_choice, max_tokens) -> the next reply's chat turn, started
 RoundStarter = Callable[[list[dict[str, Any]], Any, int | None], Awaitable[ChatRun]]
 Watch = Callable[[Callable[[], Awaitable[None]]], Awaitable[bool]]  # runs a step; False: the client left
+
+
+def added_usage(a: Usage, b: Usage) -> Usage:
+    """The usage of two replies together."""
+    prompt, completion = a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens
+    return Usage(prompt, completion, prompt + completion, PromptTokensDetails(a.cached_tokens + b.cached_tokens))
 
 
 async def close_reply(run: ChatRun) -> None:

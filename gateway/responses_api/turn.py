@@ -40,7 +40,7 @@ from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEven
 from agentgate.gateway.mcp.toolset import echoed
 from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
-from agentgate.gateway.responses_api.mcp_rounds import McpRounds, close_reply, open_toolset
+from agentgate.gateway.responses_api.mcp_rounds import McpRounds, added_usage, close_reply, open_toolset
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.responses_api.types import (
     IncompleteDetails,
@@ -51,7 +51,7 @@ from agentgate.gateway.responses_api.types import (
     ResponseUsage,
     TextConfig,
 )
-from agentgate.gateway.schemas import AssistantMessage, PromptTokensDetails, Usage
+from agentgate.gateway.schemas import AssistantMessage, Usage
 from agentgate.gateway.tools import ParsedOutput
 from agentgate.gateway.translation import chat_request, new_id
 
@@ -124,15 +124,8 @@ class Turn:
 
     def usage(self) -> Usage:
         """The response's usage so far: every reply of the model in it."""
-        usage, earlier = self.run.generation.usage, self.earlier
-        if earlier is None:
-            return usage
-        cached = usage.cached_tokens + earlier.cached_tokens
-        prompt, completion = (
-            usage.prompt_tokens + earlier.prompt_tokens,
-            usage.completion_tokens + earlier.completion_tokens,
-        )
-        return Usage(prompt, completion, prompt + completion, PromptTokensDetails(cached))
+        usage = self.run.generation.usage
+        return usage if self.earlier is None else added_usage(self.earlier, usage)
 
     async def next_round(self, round_items: list[dict[str, Any]], output_len: int) -> None:
         """The server ran the calls of the reply whose items are ``round_items`` (``output_len``: the
