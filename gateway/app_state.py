@@ -5,11 +5,12 @@ routes as ``request.state.gateway``. Nothing here acts: each service does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agentgate.gateway.dispatch import Dispatcher
 from agentgate.gateway.engines.pool import EnginePool
+from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.served_model import ServedModel
@@ -42,6 +43,7 @@ class GatewayState:
     shared: SharedState | None = None  # None: no Redis configured (sessions and cross-replica routes answer 503)
     responses: ResponseStore | None = None  # stored /v1/responses (None: no Redis)
     turn_tokens: TurnTokens | None = None  # programs' last turns as tokens; None: not kept
+    mcp: McpHost = field(default_factory=lambda: McpHost.from_settings(Settings()))  # hosted MCP tools: none allowed
 
     @property
     def pool(self) -> EnginePool:

@@ -17,15 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentgate.gateway.setting_values import env_name, parse_networks, parse_value
+from agentgate.gateway.setting_values import env_name, parse_value
+from agentgate.gateway.settings_checks import check_settings
 
 if TYPE_CHECKING:
     from agentgate.engine.config import EngineConfig
 
-RUNNERS = ("overlap", "sync", "null")
 COMMANDS = ("serve", "gateway", "engine")
 RATE_LIMIT_REDIS_DOWN = ("allow", "reject")
-ON_ENGINE_DEATH = ("restart", "exit")
 
 
 def _opt(
@@ -206,6 +205,32 @@ class Settings:
         "the context)",
         default=None,
     )
+    # -- hosted MCP tools (POST /v1/responses: gateway.mcp) ---------------------------
+    mcp_servers: tuple[str, ...] = _opt(
+        "an MCP server requests may use, LABEL=URL (repeatable); an mcp tool names it by its label or URL. "
+        "With neither this nor --mcp-allow-url no mcp tool is allowed (400)",
+        flag="mcp-server",
+        default=(),
+    )
+    mcp_allow_urls: tuple[str, ...] = _opt(
+        "URL pattern of MCP servers requests may name (repeatable): scheme and host:port exact, the path a "
+        "glob (https://tools.internal/mcp/*); any other server_url is a 400 naming it",
+        flag="mcp-allow-url",
+        default=(),
+    )
+    max_tool_rounds: int = _opt(
+        "rounds of server-run (MCP) tool calls in one response; after the last the model answers without tools",
+        default=8,
+    )
+    mcp_call_timeout: float = _opt("seconds one MCP tool call may take; then it is an mcp_call error", default=30.0)
+    mcp_result_bytes: int = _opt(
+        "largest MCP tool result fed back, in bytes; larger is an mcp_call error", default=65536
+    )
+    mcp_tool_budget: float = _opt(
+        "seconds all MCP tool calls of one response may take together; calls past it are mcp_call errors",
+        default=120.0,
+    )
+    mcp_list_ttl: float = _opt("seconds an MCP server's tool list is cached, per server and credentials", default=300.0)
     # -- auth and CORS ----------------------------------------------------------
     api_keys: tuple[str, ...] = _opt(
         "API key for /v1/*, /tokenize, /detokenize (repeatable; none: open)",
@@ -332,41 +357,7 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        parse_networks(self.trusted_proxies)  # ValueError naming a value that is no address or CIDR
-        if self.runner not in RUNNERS:
-            raise ValueError(f"runner must be one of {RUNNERS}, got {self.runner!r}")
-        for name in ("max_num_seqs", "max_body_bytes", "max_engine_requests_per_request"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive")
-        if min(self.header_timeout, self.body_timeout, self.sse_send_timeout) <= 0 or self.max_connections < 0:
-            raise ValueError("timeouts must be positive and max_connections 0 (no cap) or positive")
-        if self.max_waiting < 0:
-            raise ValueError("max_waiting must be 0 (unbounded) or positive")
-        if not 0 <= self.port < 65536:
-            raise ValueError(f"port must be in [0, 65535], got {self.port}")
-        if self.tool_call_parser is not None:
-            from agentgate.gateway.tools.parser_registry import TOOL_PARSERS
-
-            if self.tool_call_parser not in TOOL_PARSERS:
-                raise ValueError(
-                    f"tool_call_parser must be one of {tuple(TOOL_PARSERS)}, got {self.tool_call_parser!r}"
-                )
-        if self.on_engine_death not in ON_ENGINE_DEATH:
-            raise ValueError(f"on_engine_death must be one of {ON_ENGINE_DEATH}, got {self.on_engine_death!r}")
-        if self.health_degraded_status not in (200, 503):
-            raise ValueError("health_degraded_status must be 200 or 503")
-        if self.engine_max_restarts < 0 or self.engine_restart_window <= 0:
-            raise ValueError("engine_max_restarts must be >= 0 and engine_restart_window positive")
-        if self.engines < 1 or self.gateway_workers < 1:
-            raise ValueError("engines and gateway_workers must be positive")
-        if self.max_tokens_default < 0 or (self.max_tokens_cap is not None and self.max_tokens_cap < 1):
-            raise ValueError("max_tokens_default must be 0 (up to the context) or positive, max_tokens_cap positive")
-        if self.max_forced_tool_calls < 1:
-            raise ValueError("max_forced_tool_calls must be at least 1")
-        if self.session_ttl <= 0 or self.response_ttl <= 0:
-            raise ValueError("session_ttl and response_ttl must be positive")
-        if self.rate_limit_rpm < 0 or self.rate_limit_tpm < 0:
-            raise ValueError("rate limits must be 0 (unlimited) or positive")
+        check_settings(self)
 
     def check_shared_state(self) -> None:
         """ValueError for shared-state settings a gateway cannot run with (checked when one starts)."""

@@ -1,7 +1,8 @@
 """Anthropic messages -> the chat core's messages.
 
 In: ``system``, messages of content blocks (``text``, ``tool_use`` in the
-assistant's turns, ``tool_result`` in the user's), ``tools`` with
+assistant's turns, ``tool_result`` in the user's; the MCP connector's ``mcp_tool_use`` and
+``mcp_tool_result`` alike), ``tools`` with
 ``input_schema``, ``tool_choice`` (``auto``/``any``/``tool``/``none``, with
 ``disable_parallel_tool_use``) and ``stop_sequences`` become a
 :class:`~gateway.schemas.ChatCompletionRequest`: ``any`` is OpenAI's
@@ -42,7 +43,7 @@ def _turn(message: dict[str, Any], param: str) -> list[dict[str, Any]]:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
             texts.append(_text([block], where))
-        elif kind == "tool_use" and role == "assistant":
+        elif kind in ("tool_use", "mcp_tool_use") and role == "assistant":
             arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
             calls.append(
                 {
@@ -51,12 +52,12 @@ def _turn(message: dict[str, Any], param: str) -> list[dict[str, Any]]:
                     "function": {"name": block.get("name"), "arguments": arguments},
                 }
             )
-        elif kind == "tool_result" and role == "user":
-            result = block.get("content", "")
-            text = _text(result, f"{where}.content") if result is not None else ""
-            if block.get("is_error"):
-                text = f"Error: {text}"
-            out.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text})
+        elif kind == "mcp_tool_result" and role == "assistant":  # the server ran it: after its call
+            out.append(_assistant(texts, calls))
+            texts, calls = [], []
+            out.append(_result(block, where))
+        elif kind in ("tool_result", "mcp_tool_result") and role == "user":
+            out.append(_result(block, where))
         elif kind in ("thinking", "redacted_thinking"):
             continue  # nothing this model can read back
         else:
@@ -64,11 +65,24 @@ def _turn(message: dict[str, Any], param: str) -> list[dict[str, Any]]:
                 f"content blocks of type {kind!r} are not supported in a {role} message", param=f"{where}.type"
             )
     if texts or calls or not out:
-        turn: dict[str, Any] = {"role": role, "content": "".join(texts)}
-        if calls:
-            turn["tool_calls"] = calls
-        out.append(turn)
+        out.append(_assistant(texts, calls) if role == "assistant" else {"role": role, "content": "".join(texts)})
     return out
+
+
+def _assistant(texts: list[str], calls: list[dict[str, Any]]) -> dict[str, Any]:
+    turn: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if calls:
+        turn["tool_calls"] = calls
+    return turn
+
+
+def _result(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """A ``tool_result`` (or ``mcp_tool_result``) block as the tool message."""
+    result = block.get("content", "")
+    text = _text(result, f"{where}.content") if result is not None else ""
+    if block.get("is_error"):
+        text = f"Error: {text}"
+    return {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text}
 
 
 def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
@@ -107,13 +121,14 @@ def chat_messages(system: Any, messages: list[dict[str, Any]]) -> list[dict[str,
     return out
 
 
-def to_chat(body: Any, **sampling: Any) -> ChatCompletionRequest:
-    """A messages (or count_tokens) request on the chat core."""
+def to_chat(body: Any, extra_tools: list[dict[str, Any]] | None = None, **sampling: Any) -> ChatCompletionRequest:
+    """A messages (or count_tokens) request on the chat core (``extra_tools``: chat's function
+    tools beside the request's, the MCP connector's)."""
     tool_choice, parallel = _tool_choice(body.tool_choice)
     return chat_request(
         chat_messages(body.system, body.messages),
         model=body.model,
-        tools=_tools(body.tools),
+        tools=((_tools(body.tools) or []) + (extra_tools or [])) or None,
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
         **sampling,

@@ -32,6 +32,7 @@ class MessagesRequest(CountTokensRequest, kw_only=True):
     top_k: int | None = None
     stream: bool = False
     metadata: dict[str, Any] | None = None
+    mcp_servers: list[dict[str, Any]] | None = None  # the MCP connector's (gateway.anthropic_api.mcp_connector)
 
 
 class MessageUsage(Struct):

@@ -18,6 +18,7 @@ reason Anthropic's ``stop_reason``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from agentgate.gateway.anthropic_api.types import AnthropicError, AnthropicErrorInfo, Message, MessageUsage
@@ -26,6 +27,8 @@ from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.framing import named_event
 from agentgate.gateway.prompts import ToolPlan
 from agentgate.gateway.replies import ReplyReader, recorded_reply
+from agentgate.gateway.responses_api import items as it
+from agentgate.gateway.responses_api import mcp_items as mcp
 from agentgate.gateway.schemas import AssistantMessage, Usage
 from agentgate.gateway.tools import ParsedOutput, ToolCall
 
@@ -73,7 +76,7 @@ def content_blocks(parsed: ParsedOutput) -> list[dict[str, Any]]:
 class MessagesStream:
     """The stream of ``message`` (as ``message_start`` carries it), its reply read through ``plan``."""
 
-    def __init__(self, plan: ToolPlan, message: Message) -> None:
+    def __init__(self, plan: ToolPlan, message: Message, mcp_labels: Mapping[str, str] | None = None) -> None:
         self.plan = plan
         self.message = message
         self.reader = ReplyReader(plan)
@@ -81,6 +84,23 @@ class MessagesStream:
         self.block: str | None = None  # the type of the content block open now
         self.finish_reason: str | None = None
         self.matched_stop: str | None = None
+        # the MCP connector's: tool name -> server name (its calls are mcp_tool_use blocks), and the
+        # reply's items as the Responses API writes them, the tool loop's record of a round
+        self.mcp_labels = mcp_labels or {}
+        self.items: list[dict[str, Any]] = []
+
+    def next_round(self, plan: ToolPlan) -> None:
+        """The server ran the reply's MCP calls; the model's next reply goes on in the same message."""
+        self.plan, self.reader = plan, ReplyReader(plan)
+        self.finish_reason, self.matched_stop, self.items = None, None, []
+
+    def round_end(self) -> tuple[list[dict[str, Any]], str | None]:
+        """The reply's items and finish reason (its last block closed by the next event written)."""
+        return self.items, self.finish_reason
+
+    def result(self, block: dict[str, Any]) -> bytes:
+        """A whole block the server wrote (an ``mcp_tool_result``): started and stopped at once."""
+        return self._start(block) + self._stop()
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         return named_event(kind, {"type": kind, **fields})
@@ -95,18 +115,30 @@ class MessagesStream:
             if d.content:
                 if self.block != "text":
                     out.append(self._start({"type": "text", "text": ""}))
+                    self.items.append(it.message_item(""))
+                self.items[-1]["content"][0]["text"] += d.content
                 delta = {"type": "text_delta", "text": d.content}
                 out.append(self._event("content_block_delta", index=self.index, delta=delta))
             for call in d.tool_calls:
                 if call.id is not None:
-                    block = {"type": "tool_use", "id": call.id, "name": call.function.name, "input": {}}
-                    out.append(self._start(block))
+                    out.append(self._start(self._call_block(call.id, call.function.name or "")))
                 if call.function.arguments:
+                    self.items[-1]["arguments"] += call.function.arguments
                     delta = {"type": "input_json_delta", "partial_json": call.function.arguments}
                     out.append(self._event("content_block_delta", index=self.index, delta=delta))
         if finish is not None:
             self.finish_reason, self.matched_stop = finish, event.matched_stop
         return b"".join(out) or None
+
+    def _call_block(self, call_id: str, name: str) -> dict[str, Any]:
+        """A call's block (``mcp_tool_use`` for the MCP connector's tools), its item kept."""
+        label = self.mcp_labels.get(name)
+        if label is None:
+            self.items.append(it.function_call_item(ToolCall(call_id, name, "")))
+            return {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+        item = mcp.call_item(label, name)
+        self.items.append(item)
+        return {"type": "mcp_tool_use", "id": item["id"], "name": name, "server_name": label, "input": {}}
 
     def _start(self, block: dict[str, Any]) -> bytes:
         out = self._stop()

@@ -27,7 +27,7 @@ the top (OpenAI's stream), the WebSocket mode nests them in ``error`` with a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentgate.gateway.errors import ErrorInfo, error_parts
@@ -35,6 +35,7 @@ from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.prompts import ToolPlan
 from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api import items as it
+from agentgate.gateway.responses_api import mcp_items as mcp
 from agentgate.gateway.responses_api.types import ResponseError, ResponseObject
 from agentgate.gateway.tools import Delta, ParsedOutput, ToolCall, accumulate
 
@@ -57,7 +58,13 @@ class ResponseEvents:
     """The events of ``response``, its reply read through ``plan``, as payloads (dicts), in
     order; ``error_fields``: the transport's error event."""
 
-    def __init__(self, response: ResponseObject, plan: ToolPlan, error_fields: ErrorFields = sse_error_fields) -> None:
+    def __init__(
+        self,
+        response: ResponseObject,
+        plan: ToolPlan,
+        error_fields: ErrorFields = sse_error_fields,
+        mcp_labels: Mapping[str, tuple[str, bool]] | None = None,
+    ) -> None:
         self.response = response
         self.error_fields = error_fields
         self.reader = ReplyReader(plan)
@@ -68,6 +75,15 @@ class ResponseEvents:
         self.text: list[str] = []  # its text (a message) or arguments (a call)
         self.output: list[dict[str, Any]] = []  # the items closed, as streamed
         self.finish_reason: str | None = None
+        # tool name -> (MCP server label, whether a call waits for approval): mcp_call (or
+        # mcp_approval_request) items, not function_call ones
+        self.mcp_labels = mcp_labels or {}
+        self.pending: list[dict[str, Any]] = []  # mcp_call items whose arguments are done, to run
+
+    def next_round(self, plan: ToolPlan) -> None:
+        """The server ran the reply's tool calls; the model's next reply follows in the same response."""
+        self.reader = ReplyReader(plan)
+        self.deltas, self.finish_reason, self.pending = [], None, []
 
     def _event(self, kind: str, **fields: Any) -> Event:
         event = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -92,14 +108,11 @@ class ResponseEvents:
                     out += self._open_call(ToolCall(call.id, call.function.name or "", ""))
                 if call.function.arguments:
                     self.text.append(call.function.arguments)
-                    out.append(
-                        self._event(
-                            "response.function_call_arguments.delta",
-                            item_id=self.item["id"],
-                            output_index=self.output_index,
-                            delta=call.function.arguments,
-                        )
-                    )
+                    if self.item["type"] == "mcp_approval_request":  # sent whole when it closes
+                        continue
+                    mcp_call = self.item["type"] == "mcp_call"
+                    kind = "mcp_call_arguments" if mcp_call else "function_call_arguments"
+                    out.append(self._item_event(f"response.{kind}.delta") | {"delta": call.function.arguments})
         if finish is not None:
             self.finish_reason = finish
         return out
@@ -132,7 +145,21 @@ class ResponseEvents:
         return out
 
     def _open_call(self, call: ToolCall) -> list[Event]:
-        return self._close_item() + [self._open(it.function_call_item(call, "in_progress"))]
+        server = self.mcp_labels.get(call.name)
+        if server is None:
+            return self._close_item() + [self._open(it.function_call_item(call, "in_progress"))]
+        label, approval = server
+        if approval:  # held until its arguments are whole: an approval request is one item, added and done
+            out = self._close_item()
+            self.output_index += 1
+            self.item, self.text = mcp.approval_request_item(label, call.name, ""), []
+            return out
+        out = self._close_item() + [self._open(mcp.call_item(label, call.name))]
+        return out + [self._item_event("response.mcp_call.in_progress")]
+
+    def _item_event(self, kind: str, item: dict[str, Any] | None = None, index: int | None = None) -> Event:
+        item = item or self.item
+        return self._event(kind, item_id=item["id"], output_index=self.output_index if index is None else index)
 
     def _open(self, item: dict[str, Any]) -> Event:
         self.output_index += 1
@@ -169,6 +196,16 @@ class ResponseEvents:
                     part=self._part(text),
                 ),
             ]
+        elif item["type"] == "mcp_call":  # done once the server ran it (settled)
+            item["arguments"] = text
+            self.output.append(item)
+            self.pending.append(item)
+            return [self._item_event("response.mcp_call_arguments.done", item, index) | {"arguments": text}]
+        elif item["type"] == "mcp_approval_request":
+            item["arguments"] = text
+            self.output.append(item)
+            added = self._event("response.output_item.added", output_index=index, item=item)
+            return [added, self._event("response.output_item.done", output_index=index, item=item)]
         else:
             done = {**item, "arguments": text, "status": status}
             out = [
@@ -182,6 +219,29 @@ class ResponseEvents:
             ]
         self.output.append(done)
         return out + [self._event("response.output_item.done", output_index=index, item=done)]
+
+    def settled(self, item: dict[str, Any]) -> list[Event]:
+        """An ``mcp_call`` item's last events, once run (its output or error written in it) or
+        left (``incomplete``: the response ended first)."""
+        index = next(i for i, done in enumerate(self.output) if done is item)
+        out = []
+        if item["status"] != "incomplete":
+            kind = "response.mcp_call.failed" if item["error"] is not None else "response.mcp_call.completed"
+            out.append(self._item_event(kind, item, index))
+        return out + [self._event("response.output_item.done", output_index=index, item=item)]
+
+    def whole_item(self, item: dict[str, Any], progress: str | None = None) -> list[Event]:
+        """An item that is known whole at once (an ``mcp_list_tools``, an approval request):
+        added, then ``progress``'s ``.in_progress`` and ``.completed`` (or ``.failed``) events, done."""
+        out = self._close_item()
+        added = self._open({**item, "tools": []} if item["type"] == "mcp_list_tools" else item)
+        self.item = None
+        out.append(added)
+        if progress is not None:
+            end = "failed" if item.get("error") is not None else "completed"
+            out += [self._item_event(f"{progress}.in_progress", item), self._item_event(f"{progress}.{end}", item)]
+        self.output.append(item)
+        return out + [self._event("response.output_item.done", output_index=self.output_index, item=item)]
 
     @property
     def parsed(self) -> ParsedOutput:

@@ -60,6 +60,7 @@ from agentgate.gateway.http.routes import responses as responses_routes
 from agentgate.gateway.http.routes import sessions as sessions_routes
 from agentgate.gateway.http.tracing import TracingMiddleware
 from agentgate.gateway.key_digests import use_digest_secret
+from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.programs.last_turns import ProgramStore
 from agentgate.gateway.programs.turn_tokens import TurnTokens
@@ -181,6 +182,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
                 shared=shared,
                 turn_tokens=TurnTokens(tokenizer),
                 responses=responses,
+                mcp=McpHost.from_settings(settings),
             )
             await _start_shared_state(stack, state)
             if isinstance(supervisor, EngineDiscovery):

@@ -109,11 +109,13 @@ class GenerationResponse(EventSourceResponse):
         data_sender: Callable[[], Awaitable[None]] | None = None,
         *,
         prime: bool = False,
+        on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(body, ping=PING_SECONDS, sep="\r\n", data_sender_callable=data_sender)
         self._generation = gen
         self._format = fmt
         self._prime = prime
+        self._on_close = on_close  # closes what runs instead (a response's tool loop: its round running)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gen = self._generation
@@ -135,8 +137,25 @@ class GenerationResponse(EventSourceResponse):
                     self.send_timeout,
                 )
         finally:
-            await gen.aclose()
-            close(gen, self._format.reply)
+            if self._on_close is not None:
+                await self._on_close()
+            else:
+                await gen.aclose()
+                close(gen, self._format.reply)
+
+
+def stream_rounds(
+    first: Generation,
+    fmt: StreamFormat,
+    body: AsyncIterable[bytes],
+    on_close: Callable[[], Awaitable[None]],
+    *,
+    prime: bool = False,
+) -> GenerationResponse:
+    """The SSE response of a streamed tool loop: generations one after another, ``body`` their
+    bytes (``prime``: the first one's, as :func:`stream_generation`), ``on_close`` closing the one
+    running however the response ends."""
+    return GenerationResponse(first, fmt, body, prime=prime, on_close=on_close)
 
 
 def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False) -> GenerationResponse:

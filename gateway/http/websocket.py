@@ -46,6 +46,7 @@ from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLarge
 from agentgate.gateway.formats.responses import Event
 from agentgate.gateway.http.middleware import request_context
 from agentgate.gateway.http.sse import close
+from agentgate.gateway.responses_api import tool_loop
 from agentgate.gateway.responses_api.store import StoredResponse
 from agentgate.gateway.responses_api.turn import Turn, start_turn
 from agentgate.gateway.responses_api.types import WebSocketCreate
@@ -170,6 +171,14 @@ class Connection:
 
     async def _run(self, turn: Turn) -> None:
         """Stream the turn's events; the response is finished and stored before its last event."""
+        if turn.mcp is not None:  # the server runs its tools: rounds of generations (tool_loop)
+            try:
+                async for batch in tool_loop.stream(turn, error_fields):
+                    for event in batch:
+                        await self.send(event)
+            finally:
+                await turn.close_round()
+            return
         gen = turn.run.generation
         events = turn.events(error_fields)
         try:

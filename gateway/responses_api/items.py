@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.responses_api.mcp_items import MCP_INPUT_ITEMS, input_item_messages, result_message, tool_call
 from agentgate.gateway.tools import ParsedOutput, ToolCall
 from agentgate.gateway.translation import new_id, text_of
 
@@ -77,10 +78,12 @@ def input_messages(input: str | list[dict[str, Any]] | None) -> tuple[list[dict[
         elif kind == "compaction":
             summary = compaction_summary(item.get("encrypted_content"), f"{param}.encrypted_content")
             messages.append({"role": "assistant", "content": SUMMARY_PREFIX + summary})
+        elif kind in MCP_INPUT_ITEMS:
+            messages += input_item_messages(item, param)
         elif kind not in SKIPPED_ITEMS:
             raise BadRequestError(
                 f"input items of type {kind!r} are not supported; this server takes message, "
-                "function_call, function_call_output and compaction items",
+                "function_call, function_call_output, compaction and mcp items",
                 param=f"{param}.type",
             )
         items.append({"id": item.get("id") or new_id("msg" if kind == "message" else "fc"), **item, "type": kind})
@@ -138,9 +141,11 @@ def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     as in OpenAI's Responses API (the arguments of a call are then enforced by the grammar)."""
     out = []
     for i, tool in enumerate(tools or ()):
+        if tool.get("type") == "mcp":  # the server runs them (gateway.responses_api.tool_loop)
+            continue
         if tool.get("type") != "function":
             raise BadRequestError(
-                f"tools of type {tool.get('type')!r} are not supported; this server runs function tools",
+                f"tools of type {tool.get('type')!r} are not supported; this server runs function and mcp tools",
                 param=f"tools[{i}].type",
             )
         strict = tool.get("strict")
@@ -165,6 +170,8 @@ def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
 def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
     if isinstance(choice, dict) and choice.get("type") == "function":
         return {"type": "function", "function": {"name": choice.get("name")}}
+    if isinstance(choice, dict) and choice.get("type") == "mcp":  # a tool of that server (any: required)
+        return {"type": "function", "function": {"name": choice["name"]}} if choice.get("name") else "required"
     if isinstance(choice, dict):
         raise BadRequestError(f"tool_choice of type {choice.get('type')!r} is not supported", param="tool_choice")
     return choice
@@ -211,14 +218,23 @@ def assistant_message(output: list[dict[str, Any]]) -> dict[str, Any]:
         if item["type"] == "message":
             texts.append("".join(part["text"] for part in item["content"]))
         elif item["type"] == "function_call":
-            calls.append(
-                {
-                    "id": item["call_id"],
-                    "type": "function",
-                    "function": {"name": item["name"], "arguments": item["arguments"]},
-                }
-            )
+            calls.append(tool_call(item["call_id"], item["name"], item["arguments"]))
+        elif item["type"] in ("mcp_call", "mcp_approval_request"):  # the server's calls: answered by item id
+            calls.append(tool_call(item["id"], item["name"], item["arguments"]))
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
     if calls:
         message["tool_calls"] = calls
     return message
+
+
+def round_messages(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The output items of one reply of the model as the messages a later turn replays: the
+    assistant message, then the result of each MCP call the server ran (none if it has no items)."""
+    if not output:
+        return []
+    results = [
+        result_message(item["id"], item["output"], item["error"])
+        for item in output
+        if item["type"] == "mcp_call" and item["status"] in ("completed", "failed")
+    ]
+    return [assistant_message(output), *results]

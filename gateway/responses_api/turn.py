@@ -37,8 +37,10 @@ from agentgate.gateway.errors import BadRequestError, GatewayError, ServiceUnava
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.framing import named_event
 from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEvents, sse_error_fields
+from agentgate.gateway.mcp.toolset import echoed
 from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
+from agentgate.gateway.responses_api.mcp_rounds import McpRounds, added_usage, close_reply, open_toolset
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.responses_api.types import (
     IncompleteDetails,
@@ -74,6 +76,9 @@ class Turn:
     input_items: list[dict[str, Any]]
     program: str | None = None  # the chain's first response's id
     warmup: bool = False  # generate: false: the prompt is computed, nothing is output
+    mcp: McpRounds | None = None  # the server-run tool loop (mcp tools: gateway.responses_api.tool_loop)
+    round_start: int = 0  # the first output item of the model's reply running now (earlier ones: in history)
+    earlier: Usage | None = None  # the usage of the loop's earlier replies
 
     @property
     def request_id(self) -> str:
@@ -100,15 +105,44 @@ class Turn:
             response.status = "completed"
         item_status = "completed" if response.status == "completed" else "incomplete"
         response.output = output if output is not None else it.output_items(parsed, item_status)
-        usage = gen.usage
-        response.usage = ResponseUsage(
-            usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, InputTokensDetails(usage.cached_tokens)
-        )
+        response.usage = self.response_usage()
         response.completed_at = int(time.time()) if response.status == "completed" else None
         return response
 
+    def fail(self, exc: BaseException) -> None:
+        """The response failed with ``exc`` (its output so far kept)."""
+        _, info, _ = error_parts(exc)
+        self.response.status = "failed"
+        self.response.error = ResponseError(str(info.code or "server_error"), info.message)
+        self.response.usage = self.response_usage()
+
+    def response_usage(self) -> ResponseUsage:
+        usage = self.usage()
+        return ResponseUsage(
+            usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, InputTokensDetails(usage.cached_tokens)
+        )
+
+    def usage(self) -> Usage:
+        """The response's usage so far: every reply of the model in it."""
+        usage = self.run.generation.usage
+        return usage if self.earlier is None else added_usage(self.earlier, usage)
+
+    async def next_round(self, round_items: list[dict[str, Any]], output_len: int) -> None:
+        """The server ran the calls of the reply whose items are ``round_items`` (``output_len``: the
+        response's output items so far): start the model's next reply, reply and results in its messages."""
+        assert self.mcp is not None
+        self.history += it.round_messages(round_items)
+        self.round_start = output_len
+        earlier = self.usage()
+        self.run = await self.mcp.start_next(self.history, earlier.completion_tokens)
+        self.earlier = earlier
+
+    async def close_round(self) -> None:
+        """End the running reply's generation and close it (its lease, metrics, the program's turn)."""
+        await close_reply(self.run)
+
     def stored(self) -> StoredResponse:
-        messages = self.history + [it.assistant_message(self.response.output)] if self.response.output else self.history
+        messages = self.history + it.round_messages(self.response.output[self.round_start :])
         return StoredResponse(
             owner=self.owner,
             response=self.response,
@@ -129,7 +163,7 @@ class Turn:
 
     def events(self, error_fields: ErrorFields = sse_error_fields) -> ResponseEvents:
         """The turn's stream of events (``error_fields``: the transport's error event)."""
-        return ResponseEvents(self.response, self.run.plan, error_fields)
+        return ResponseEvents(self.response, self.run.plan, error_fields, self.mcp.labels if self.mcp else None)
 
     async def closing_events(self, events: ResponseEvents) -> list[Event]:
         """The last item's closing events, then (the response finished and stored) the final event."""
@@ -151,20 +185,21 @@ class TurnStream:
         self.events = turn.events()
 
     @staticmethod
-    def _sse(events: list[Event]) -> bytes:
+    def sse(events: list[Event]) -> bytes:
+        """``events`` framed as SSE."""
         return b"".join(named_event(event["type"], event) for event in events)
 
     def opening(self) -> bytes:
-        return self._sse(self.events.opening())
+        return self.sse(self.events.opening())
 
     def chunk(self, index: int, event: ChoiceEvent) -> bytes | None:
-        return self._sse(self.events.chunk(event)) or None
+        return self.sse(self.events.chunk(event)) or None
 
     async def closing(self, usage: Usage) -> bytes:
-        return self._sse(await self.turn.closing_events(self.events))
+        return self.sse(await self.turn.closing_events(self.events))
 
     def error(self, exc: BaseException) -> bytes:
-        return self._sse(self.events.error(exc))
+        return self.sse(self.events.error(exc))
 
     def reply(self, text: str) -> AssistantMessage:
         return self.turn.reply(text)
@@ -184,13 +219,14 @@ async def start_turn(
     """Validate ``body``, read its chain (from ``recent`` first: a WebSocket connection's
     responses), and start its generation on the chat core; ``warmup``: see the module doc."""
     history: list[dict[str, Any]] = []
+    previous_output: list[dict[str, Any]] = []  # the output of the response this one continues
     response_id = new_id("resp")
     chain = response_id  # the agent program: the chain's first response
     if body.previous_response_id is not None:
         previous = (recent or {}).get(body.previous_response_id) or await need_store(
             store, "previous_response_id"
         ).load(body.previous_response_id, context.key, param="previous_response_id")
-        history = previous.messages
+        history, previous_output = previous.messages, previous.response.output
         chain = previous.program or previous.response.id
         if context.engine is None and previous.engine is not None:
             context = dataclasses.replace(context, engine=previous.engine)
@@ -200,34 +236,52 @@ async def start_turn(
     messages, input_items = it.input_messages(body.input)
     if not messages and not history:
         raise BadRequestError("`input` must hold at least one message or item", param="input")
-    it.check_call_outputs(history + messages)
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     text = body.text or TextConfig()
     tools = it.function_tools(body.tools)
-    chat = chat_request(
-        system + history + messages,
-        model=body.model,
-        tools=it.chat_tools(tools),
-        tool_choice=None if warmup else it.chat_tool_choice(body.tool_choice),  # a warm-up may not be forced
-        parallel_tool_calls=body.parallel_tool_calls,
-        response_format=None if warmup else it.response_format(text.format),
-        max_tokens=1 if warmup else body.max_output_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        seed=body.seed,
-        user=body.user,
-    )
+    mcp_tools = [(i, tool) for i, tool in enumerate(body.tools or ()) if tool.get("type") == "mcp"]
+    options = {
+        "model": body.model,
+        "parallel_tool_calls": body.parallel_tool_calls,
+        "response_format": None if warmup else it.response_format(text.format),
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "seed": body.seed,
+        "user": body.user,
+    }
     context = dataclasses.replace(context, program=chain)
-    run = await start_chat(
-        gw.model,
-        gw.dispatcher,
-        chat,
-        turns=gw.turn_tokens,
-        request_id=request_id,
-        arrival=arrival,
-        context=context,
-        budget_param="max_output_tokens",
-    )
+    rounds_started = 0
+
+    async def start(conversation: list[dict[str, Any]], tool_choice: Any, max_tokens: int | None) -> ChatRun:
+        nonlocal rounds_started
+        round_id = request_id if rounds_started == 0 else f"{request_id}-r{rounds_started}"
+        rounds_started += 1
+        chat = chat_request(
+            system + conversation, tools=chat_tools, tool_choice=tool_choice, max_tokens=max_tokens, **options
+        )
+        return await start_chat(
+            gw.model,
+            gw.dispatcher,
+            chat,
+            turns=gw.turn_tokens,
+            request_id=round_id,
+            arrival=arrival,
+            context=context,
+            budget_param="max_output_tokens",
+        )
+
+    rounds = None
+    conversation = history + messages
+    if mcp_tools:
+        rounds = McpRounds(gw.mcp, await open_toolset(gw.mcp, mcp_tools), start, body.max_output_tokens)
+        offered = rounds.toolset.offer({tool["name"] for tool in tools})
+        conversation = await rounds.answer(body.input, previous_output, conversation)
+        chat_tools = it.chat_tools(tools + offered)
+    else:
+        chat_tools = it.chat_tools(tools)
+    it.check_call_outputs(conversation)
+    tool_choice = None if warmup else it.chat_tool_choice(body.tool_choice)  # a warm-up may not be forced
+    run = await start(conversation, tool_choice, 1 if warmup else body.max_output_tokens)
     params = run.generation.choices[0].params
     response = ResponseObject(
         id=response_id,
@@ -244,11 +298,13 @@ async def start_turn(
         temperature=params.temperature,
         text=text,
         tool_choice=body.tool_choice or "auto",
-        tools=tools,
+        tools=tools + [echoed(tool) for _, tool in mcp_tools],
         top_p=params.top_p,
         truncation=body.truncation or "disabled",
         user=body.user,
     )
-    return Turn(
-        response, run, store if response.store else None, context.key, history + messages, input_items, chain, warmup
-    )
+    turn = Turn(response, run, store if response.store else None, context.key, conversation, input_items, chain, warmup)
+    if rounds is not None:
+        turn.mcp = rounds
+        turn.round_start = len(rounds.opening)
+    return turn

@@ -46,6 +46,8 @@ def test_every_flag_has_an_environment_variable(monkeypatch):
             "on_engine_death": "exit",
             "health_degraded_status": "503",
             "trusted_proxies": "10.0.0.0/8,::1",
+            "mcp_servers": "a=http://a.internal/mcp,b=http://b.internal/mcp",
+            "mcp_allow_urls": "https://a.internal/mcp/*,http://b.internal:8080/*",
         }
         raw = valid.get(f.name) or samples.get(kind, "x")
         s = _serve_args([], monkeypatch, {env_name(f): raw})

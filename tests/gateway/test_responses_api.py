@@ -106,6 +106,28 @@ def test_previous_response_id_chains_and_hits_the_prefix_cache(client):
     assert item.content[0].text == "What is my name?"
 
 
+def test_a_forced_mcp_call_is_run_by_the_server_and_fed_back(client):
+    """Issue 38 with the real model: the named tool_choice forces a call of the MCP server's ``add``
+    (the session's MCP server, which ``model_server`` allows), the gateway runs it, and the model's
+    next reply, in the same response, reads its result."""
+    r = client.responses.create(
+        model=MODEL,
+        input="What is 17 + 25? Use the add tool.",
+        tools=[{"type": "mcp", "server_label": "calc", "require_approval": "never", "allowed_tools": ["add"]}],
+        tool_choice={"type": "mcp", "server_label": "calc", "name": "add"},
+        parallel_tool_calls=False,
+        max_output_tokens=96,
+        temperature=0,
+    )
+    listed, call, *rest = r.output
+    assert listed.type == "mcp_list_tools" and [t.name for t in listed.tools] == ["add"]
+    assert call.type == "mcp_call" and call.name == "add" and call.error is None
+    arguments = json.loads(call.arguments)
+    assert call.output == str(arguments["a"] + arguments["b"])  # the server's sum of what the model sent
+    assert rest and r.status in ("completed", "incomplete")  # a next reply (its budget may close it)
+    assert r.usage.output_tokens > 0 and r.usage.input_tokens_details.cached_tokens > 0
+
+
 def test_forced_tool_call_then_its_output_sent_back(client):
     r = client.responses.create(
         model=MODEL,

@@ -14,11 +14,19 @@ import httpx
 import pytest
 
 from tests.support.http import engine_idle, wait_for
+from tests.support.mcp_servers import McpServers, mcp_servers
 from tests.support.servers import LiveServer, start_server
 
 
 @pytest.fixture(scope="session")
-def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def mcp_server() -> Iterator[McpServers]:
+    """A real MCP server (``tests.support.mcp_servers``) for the session: ``model_server`` allows it."""
+    with mcp_servers() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def model_server(tmp_path_factory: pytest.TempPathFactory, mcp_server: McpServers) -> Iterator[LiveServer]:
     server = start_server(
         tmp_path_factory.mktemp("model-server"),
         "--runner",
@@ -29,6 +37,8 @@ def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServe
         "2048",
         "--max-num-seqs",
         "16",
+        "--mcp-server",
+        f"calc={mcp_server.http_url}",
     )
     yield server
     server.stop()

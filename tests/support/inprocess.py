@@ -50,7 +50,7 @@ class _WithLifespanState:
         self.app, self.state = app, state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] in ("http", "websocket"):
             scope["state"] = dict(self.state)
         await self.app(scope, receive, send)
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import anyio.from_thread
 import httpx
+import uvicorn
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
@@ -122,3 +124,22 @@ def scripted_gateway(
         transport = _PortalTransport(portal, _WithLifespanState(app, state))
         client = stack.enter_context(httpx.Client(transport=transport, base_url="http://gateway", timeout=30))
         yield ScriptedGateway(client, state["gateway"], portal, transport.asgi)
+
+
+@contextlib.contextmanager
+def served_over_http(gateway: ScriptedGateway) -> Iterator[str]:
+    """The scripted gateway also on a real socket (its URL): uvicorn serving on the portal's event
+    loop, where the gateway's state lives, so a real client (the openai SDK) streams from it."""
+    config = uvicorn.Config(gateway.asgi.app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    done = gateway.portal.start_task_soon(server.serve)
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or done.done():
+            raise RuntimeError("the scripted gateway's HTTP server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        done.result(10)

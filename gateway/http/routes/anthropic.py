@@ -13,19 +13,21 @@ written back as Anthropic content blocks and events
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.gateway.anthropic_api.mcp_loop import start_connector
 from agentgate.gateway.anthropic_api.translate import to_chat
 from agentgate.gateway.anthropic_api.types import CountTokensRequest, Message, MessagesRequest, TokenCount
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
 from agentgate.gateway.formats.anthropic import MessagesStream, content_blocks, message_usage, stop_reason
 from agentgate.gateway.http.middleware import context_of, request_id_of
-from agentgate.gateway.http.sse import collect_or_raise, stream_generation
+from agentgate.gateway.http.sse import collect_or_raise, stream_generation, stream_rounds, until_disconnect
 from agentgate.gateway.prompts import chat_prompt
 from agentgate.gateway.replies import ReplyReader, recorded_reply
 from agentgate.gateway.schemas import decode_body, encode
@@ -38,6 +40,8 @@ async def messages(request: Request) -> Response:
     arrival = time.monotonic()
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), MessagesRequest)
+    if body.mcp_servers:
+        return await _connector(request, gw, body, arrival)
     chat = to_chat(
         body,
         max_tokens=body.max_tokens,
@@ -68,6 +72,35 @@ async def messages(request: Request) -> Response:
     message.stop_reason = stop_reason(finish, choice.matched_stop)
     message.stop_sequence = choice.matched_stop if message.stop_reason == "stop_sequence" else None
     message.usage = message_usage(gen.usage)
+    return Response(encode(message), media_type=JSON)
+
+
+async def _connector(request: Request, gw: GatewayState, body: MessagesRequest, arrival: float) -> Response:
+    """A request with ``mcp_servers``: the server runs their tools (:mod:`gateway.anthropic_api.mcp_loop`)."""
+    loop = await start_connector(
+        gw,
+        body,
+        request_id=request_id_of(request.scope),
+        arrival=arrival,
+        context=context_of(request.scope),
+        max_tokens=body.max_tokens,
+        stop=body.stop_sequences,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+    )
+    message = Message(id=new_id("msg"), model=body.model)
+    if body.stream:
+        message.usage = message_usage(loop.run.generation.usage)
+        fmt = loop.format(message)
+        prime = loop.run.plan.structured is not None
+        return stream_rounds(loop.run.generation, fmt, loop.stream(fmt), loop.close_round, prime=prime)
+
+    async def watched(step: Callable[[], Awaitable[None]]) -> bool:
+        return not await until_disconnect(request.receive, step)
+
+    if not await loop.collect(message, watched):
+        return Response(status_code=499)  # nobody is listening any more
     return Response(encode(message), media_type=JSON)
 
 

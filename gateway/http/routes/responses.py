@@ -14,20 +14,24 @@ replica) aborts its generation through the cluster.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
+from starlette.types import Receive
 
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.formats.responses import sse_error_fields
 from agentgate.gateway.http.middleware import bearer_token, context_of, request_id_of
-from agentgate.gateway.http.sse import close, collect_or_raise, stream_generation
+from agentgate.gateway.http.sse import close, collect_or_raise, stream_generation, stream_rounds, until_disconnect
 from agentgate.gateway.http.websocket import responses_socket
 from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.replies import ReplyReader, recorded_reply
+from agentgate.gateway.responses_api import tool_loop
 from agentgate.gateway.responses_api.compact import compacted, conversation, start_compaction
 from agentgate.gateway.responses_api.store import RUNNING
 from agentgate.gateway.responses_api.turn import Turn, TurnStream, need_store, start_turn
@@ -53,6 +57,8 @@ async def create_response(request: Request) -> Response:
         arrival=arrival,
         context=context_of(request.scope),
     )
+    if turn.mcp is not None:
+        return await _tool_loop(turn, body, request.receive)
     if body.stream:
         return stream_generation(turn.run.generation, TurnStream(turn), prime=turn.run.plan.structured is not None)
     if body.background:
@@ -98,6 +104,36 @@ async def _run(turn: Turn, receive) -> bool:
     turn.finish(parsed, finish)
     await turn.save()
     return True
+
+
+async def _tool_loop(turn: Turn, body: ResponsesRequest, receive: Receive) -> Response:
+    """A response whose tools the server runs (:mod:`gateway.responses_api.tool_loop`): streamed,
+    in the background, or whole, each round's generation watched like one response's."""
+    if body.stream:
+        frames = (TurnStream.sse(batch) async for batch in tool_loop.stream(turn, sse_error_fields))
+        prime = turn.run.plan.structured is not None
+        return stream_rounds(turn.run.generation, TurnStream(turn), frames, turn.close_round, prime=prime)
+
+    async def watched(step: Callable[[], Awaitable[None]]) -> bool:
+        return not await until_disconnect(receive, step)
+
+    if body.background:
+        turn.response.status = "queued"
+        await turn.save()
+        return Response(encode(turn.response), media_type=JSON, background=BackgroundTask(_loop_in_background, turn))
+    if not await tool_loop.collect(turn, watched):
+        return Response(status_code=499)  # nobody is listening any more
+    return _json(turn.response)
+
+
+async def _loop_in_background(turn: Turn) -> None:
+    async def unwatched(step: Callable[[], Awaitable[None]]) -> bool:
+        await step()
+        return True
+
+    turn.response.status = "in_progress"
+    await turn.save()
+    await tool_loop.collect(turn, unwatched)
 
 
 def _owner(request: Request) -> str:

@@ -1,0 +1,161 @@
+"""The server-run tool rounds of a response with ``mcp`` tools (the loop that drives them:
+:mod:`gateway.responses_api.tool_loop`): the request's MCP servers allowed and listed, the
+tools offered to the model, which calls run and which wait for approval, the calls an
+``mcp_approval_response`` answers, and the start of the model's next reply.
+
+A round's reply ends the response when it made no MCP call, called a client's function
+(its function_call items go back to the client, as without MCP), made a call that waits for
+approval (an ``mcp_approval_request`` item: the next request's ``mcp_approval_response``
+continues), was cut by the output budget, or failed. After ``--max-tool-rounds`` rounds of
+calls the model's next reply is generated with ``tool_choice: "none"``, so it answers. Each
+reply's output budget is what the response's ``max_output_tokens`` has left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agentgate.gateway.chat import ChatRun
+from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.mcp import McpHost
+from agentgate.gateway.mcp.calls import ToolCalls
+from agentgate.gateway.mcp.toolset import McpToolset, list_servers, resolve_servers
+from agentgate.gateway.replies import recorded_reply
+from agentgate.gateway.responses_api import items as it
+from agentgate.gateway.responses_api import mcp_items as mcp
+from agentgate.gateway.schemas import PromptTokensDetails, Usage
+from agentgate.gateway.tools import ParsedOutput
+
+# (messages, tool_choice, max_tokens) -> the next reply's chat turn, started
+RoundStarter = Callable[[list[dict[str, Any]], Any, int | None], Awaitable[ChatRun]]
+Watch = Callable[[Callable[[], Awaitable[None]]], Awaitable[bool]]  # runs a step; False: the client left
+
+
+def added_usage(a: Usage, b: Usage) -> Usage:
+    """The usage of two replies together."""
+    prompt, completion = a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens
+    return Usage(prompt, completion, prompt + completion, PromptTokensDetails(a.cached_tokens + b.cached_tokens))
+
+
+async def close_reply(run: ChatRun) -> None:
+    """End a reply's generation and close it (its lease, metrics, the program's turn)."""
+    gen = run.generation
+    await gen.aclose()
+    text = gen.reply_text
+    gen.close(recorded_reply(run.plan, text) if text is not None else None)
+
+
+async def run_reply(run: ChatRun, watch: Watch) -> bool:
+    """Run a reply to its end (whole) under ``watch``, then close it; False: the client left."""
+    try:
+        return await watch(run.generation.collect)
+    finally:
+        await close_reply(run)
+
+
+class McpRounds:
+    """The server-run rounds of one response (see the module doc)."""
+
+    def __init__(self, host: McpHost, toolset: McpToolset, start: RoundStarter, max_tokens: int | None) -> None:
+        self.host = host
+        self.toolset = toolset
+        self.calls = ToolCalls(host.limits)
+        self._start = start
+        self.max_tokens = max_tokens  # the response's max_output_tokens (None: the server's budget)
+        self.rounds = 0  # rounds of calls run
+        # items before the model's first reply: the tool lists, the calls approved
+        self.opening: list[dict[str, Any]] = [server.list_item() for server in toolset.servers]
+
+    @property
+    def labels(self) -> dict[str, tuple[str, bool]]:
+        """Tool name -> (its server's label, whether its calls wait for approval)."""
+        return {name: (server.label, server.needs_approval(name)) for name, server in self.toolset.by_name.items()}
+
+    async def run(self, item: dict[str, Any]) -> None:
+        """Run the ``mcp_call`` item's call and write its output or error in it."""
+        server = self.toolset.by_name[item["name"]]
+        result = await self.calls.run(server.endpoint, item["name"], item["arguments"])
+        mcp.settle(item, result.output, result.error)
+
+    async def approved(self, item: dict[str, Any]) -> dict[str, Any]:
+        """The ``mcp_call`` item of an approved ``mcp_approval_request`` item, run."""
+        call = mcp.call_item(item["server_label"], item["name"], item["arguments"])
+        call["approval_request_id"] = item["id"]
+        if item["name"] in self.toolset.by_name:
+            await self.run(call)
+        else:
+            message = f"the tool {item['name']!r} is not offered by this request's mcp tools"
+            mcp.settle(call, None, {"type": "mcp_protocol_error", "code": -32602, "message": message})
+        return call
+
+    async def answer(
+        self, input: Any, previous_output: list[dict[str, Any]], conversation: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """``conversation`` with the result of each call the input's ``mcp_approval_response`` items
+        answer (run when approved; the model reads a refusal), after the call; their items open the
+        output. 400 for an answer to no approval request of the chain or input."""
+        answers = mcp.approval_responses(input)
+        if not answers:
+            return conversation
+        requests = {
+            item["id"]: item
+            for item in previous_output + [i for i in input if isinstance(i, dict)]
+            if item.get("type") == "mcp_approval_request"
+        }
+        out = list(conversation)
+        for request_id, (approve, index) in answers.items():
+            request = requests.get(request_id)
+            if request is None:
+                raise BadRequestError(
+                    f"no mcp_approval_request with id {request_id!r} in this chain",
+                    param=f"input[{index}].approval_request_id",
+                )
+            if approve:
+                call = await self.approved(request)
+                self.opening.append(call)
+                result = mcp.result_message(request_id, call["output"], call["error"])
+            else:
+                result = mcp.result_message(
+                    request_id, None, {"type": "denied", "message": "the user denied this call"}
+                )
+            at = next((k for k, m in enumerate(out) for c in m.get("tool_calls") or () if c["id"] == request_id), -1)
+            at += 1
+            while 0 < at < len(out) and out[at]["role"] == "tool":  # after the results of its sibling calls
+                at += 1
+            out.insert(at if at > 0 else len(out), result)
+        return out
+
+    def continues(self, round_items: list[dict[str, Any]], finish: str | None, failed: bool) -> bool:
+        """Whether the loop goes on after a round whose output items are ``round_items``."""
+        kinds = {item["type"] for item in round_items}
+        ended = failed or finish == "length" or bool(kinds & {"function_call", "mcp_approval_request"})
+        return not ended and "mcp_call" in kinds
+
+    async def start_next(self, conversation: list[dict[str, Any]], used_tokens: int) -> ChatRun:
+        """Start the model's next reply to ``conversation`` (the round's reply and results in it),
+        ``used_tokens`` of the response's output budget spent."""
+        self.rounds += 1
+        left = None if self.max_tokens is None else max(1, self.max_tokens - used_tokens)
+        choice = "none" if self.rounds >= self.host.max_rounds else "auto"
+        return await self._start(conversation, choice, left)
+
+
+async def open_toolset(host: McpHost, tools: list[tuple[int, dict[str, Any]]]) -> McpToolset:
+    """The request's ``mcp`` tools (with their index in ``tools``): allowed or a 400, then listed."""
+    return await list_servers(resolve_servers(tools, host.allowlist), host.lists)
+
+
+def round_items(parsed: ParsedOutput, labels: dict[str, tuple[str, bool]], status: str) -> list[dict[str, Any]]:
+    """A whole reply's output items: its text, and each call as a function_call, an mcp_call
+    (to run) or an mcp_approval_request."""
+    items = [it.message_item(parsed.content, status)] if parsed.content else []
+    for call in parsed.tool_calls:
+        server = labels.get(call.name)
+        if server is None:
+            items.append(it.function_call_item(call))
+        elif server[1]:
+            items.append(mcp.approval_request_item(server[0], call.name, call.arguments))
+        else:
+            items.append(mcp.call_item(server[0], call.name, call.arguments))
+    return items

@@ -1,0 +1,68 @@
+"""The scripted model of the hosted-MCP tests (``tests/gateway/test_responses_mcp.py``,
+``tests/gateway/test_anthropic_mcp.py``): each round of a reply is an engine request
+``<request id>`` then ``<request id>-r1``, ``-r2``..., and the script replies by those names
+(the request id's first word picks the script: a call of ``add`` first, then the answer), so
+every test knows what the model said; :func:`mcp_gateway` is the scripted gateway that
+allows the MCP server of ``tests.support.mcp_servers``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from agentgate.engine.model_path import default_model_path
+from agentgate.engine.tokenizer import load_tokenizer
+from agentgate.gateway.settings import Settings
+from tests.support.mcp_servers import McpServers
+from tests.support.scripted_engine import Script, ScriptedGateway, scripted_gateway
+
+EOS = 2
+
+
+def _call(name: str, **arguments: Any) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+# request id prefix -> the model's reply in each round (the last one repeats)
+SCRIPTS = {
+    "add": [_call("add", a=2, b=3), "The sum is 5."],
+    "two": [_call("add", a=2, b=3), _call("multiply", a=5, b=4), "It is 20."],
+    "fail": [_call("explode", reason="test"), "It failed."],
+    "slow": [_call("sleep", seconds=5), "Too slow."],
+    "loop": [_call("add", a=1, b=1)],
+    "client": [_call("get_weather", city="Paris")],
+    "text": ["Hello."],
+    "huge": [_call("big", size=6000), "Never said."],
+}
+
+
+def script(tokenizer) -> Script:
+    encoded = {k: [tokenizer.encode(t, add_special_tokens=False) + [EOS] for t in v] for k, v in SCRIPTS.items()}
+
+    def reply(request_id: str) -> list[int]:
+        rounds = encoded.get(request_id.split("-")[0], encoded["add"])  # a WebSocket turn's id is a uuid
+        later = re.search(r"-r(\d+)$", request_id)
+        n = int(later.group(1)) if later else 0
+        return rounds[min(n, len(rounds) - 1)]
+
+    return reply
+
+
+@contextlib.contextmanager
+def mcp_gateway(servers: McpServers) -> Iterator[ScriptedGateway]:
+    """The scripted gateway allowing ``calc`` (streamable HTTP) and the SSE server's origin, with
+    a 1 s call timeout and 3 tool rounds, serving the model as ``m``."""
+    sse_origin = servers.sse_url.rsplit("/", 1)[0]
+    settings = Settings(
+        mcp_servers=(f"calc={servers.http_url}",),
+        mcp_allow_urls=(f"{sse_origin}/*",),
+        mcp_call_timeout=1.0,
+        max_tool_rounds=3,
+        served_model_name=("m",),
+    )
+    with scripted_gateway(settings, script(load_tokenizer(default_model_path()))) as gw:
+        yield gw
