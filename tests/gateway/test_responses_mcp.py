@@ -24,7 +24,7 @@ from openai.types.responses import ResponseMcpCallCompletedEvent, ResponseMcpLis
 from agentgate.engine.model_path import default_model_path
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.key_digests import key_digest
-from tests.support.mcp_scripts import SCRIPTS, mcp_gateway
+from tests.support.mcp_scripts import FORBIDDEN_CALL_ANSWER, SCRIPTS, mcp_gateway
 from tests.support.mcp_servers import McpServers, mcp_servers
 from tests.support.scripted_engine import ScriptedGateway, served_over_http
 
@@ -120,6 +120,8 @@ def test_max_tool_rounds_ends_the_loop_with_an_answer(client: openai.OpenAI):
     kinds = [item.type for item in response.output]
     assert kinds == ["mcp_list_tools", "mcp_call", "mcp_call", "mcp_call", "message"]  # --max-tool-rounds 3
     assert response.status == "completed"
+    # the model would call again: the last round's grammar let no call open, so it answered
+    assert response.output_text == FORBIDDEN_CALL_ANSWER
 
 
 def test_a_client_function_call_ends_the_response_as_without_mcp(client: openai.OpenAI):

@@ -147,7 +147,7 @@ def gateway() -> Iterator[ScriptedGateway]:
     call, text = (tokenizer.encode(t, add_special_tokens=False) + [EOS] for t in (CALL, TEXT))
     # The model is named in the Anthropic requests ("m"): the gateway serves it under that name too.
     with scripted_gateway(
-        Settings(served_model_name=("SmolLM2", "m")), lambda rid: call if "tool" in rid else text
+        Settings(served_model_name=("SmolLM2", "m")), lambda rid, _params: call if "tool" in rid else text
     ) as gw:
         yield gw
 

@@ -47,7 +47,7 @@ def traced() -> Iterator[tuple[ScriptedGateway, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
     with scripted_gateway(
         Settings(served_model_name=("SmolLM2",)),
-        lambda rid: call if "tool" in rid else text,
+        lambda rid, _params: call if "tool" in rid else text,
         tracer=Tracer.to_exporter(exporter),
     ) as gw:
         yield gw, exporter

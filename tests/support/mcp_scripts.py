@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from agentgate.engine.model_path import default_model_path
+from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.tokenizer import load_tokenizer
 from agentgate.gateway.settings import Settings
 from tests.support.mcp_servers import McpServers
@@ -40,14 +41,26 @@ SCRIPTS = {
 }
 
 
+# What a script's model writes when its request's grammar lets no call open (tool_choice none, as
+# the round after --max-tool-rounds asks): a model that would call answers instead.
+FORBIDDEN_CALL_ANSWER = "I will answer without calling."
+
+
+def _calls_forbidden(params: SamplingParams) -> bool:
+    tag = params.structured.structural_tag if params.structured is not None else None
+    return tag is not None and json.loads(tag)["format"].get("type") == "any_text"
+
+
 def script(tokenizer) -> Script:
     encoded = {k: [tokenizer.encode(t, add_special_tokens=False) + [EOS] for t in v] for k, v in SCRIPTS.items()}
+    answer = tokenizer.encode(FORBIDDEN_CALL_ANSWER, add_special_tokens=False) + [EOS]
 
-    def reply(request_id: str) -> list[int]:
+    def reply(request_id: str, params: SamplingParams) -> list[int]:
         rounds = encoded.get(request_id.split("-")[0], encoded["add"])  # a WebSocket turn's id is a uuid
         later = re.search(r"-r(\d+)$", request_id)
         n = int(later.group(1)) if later else 0
-        return rounds[min(n, len(rounds) - 1)]
+        said = rounds[min(n, len(rounds) - 1)]
+        return answer if _calls_forbidden(params) and "<tool_call>" in tokenizer.decode(said) else said
 
     return reply
 

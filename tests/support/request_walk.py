@@ -81,7 +81,7 @@ def traced() -> tuple[tuple[Hop, ...], Judgement]:
     from tests.support.scripted_engine import scripted_gateway
 
     call = load_tokenizer(default_model_path()).encode(CALL, add_special_tokens=False) + [2]
-    with scripted_gateway(Settings(), lambda request_id: call) as gateway:
+    with scripted_gateway(Settings(), lambda request_id, _params: call) as gateway:
         hops = walk_returning_turn(gateway.client, gateway.asgi)
     return tuple(hops), judge(hops, is_edge)
 

@@ -32,6 +32,7 @@ from agentgate.engine.ipc import private_address
 from agentgate.engine.model_path import default_model_path, model_display_name
 from agentgate.engine.process import EngineServer
 from agentgate.engine.runner.null import NullRunner, _State
+from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from agentgate.gateway.embedded_redis import EmbeddedRedis
 from agentgate.gateway.http.app import EngineTarget, create_app
@@ -39,7 +40,9 @@ from agentgate.gateway.settings import Settings
 from agentgate.gateway.tracing import Tracer
 from tests.support.inprocess import _PortalTransport, _WatchedThread, _WithLifespanState
 
-Script = Callable[[str], list[int]]  # engine request id -> the tokens it replies, its end token last
+# (engine request id, its sampling parameters: a script may answer as a model under the request's
+# grammar would) -> the tokens it replies, its end token last
+Script = Callable[[str, SamplingParams], list[int]]
 
 
 class ScriptedRunner(NullRunner):
@@ -53,7 +56,7 @@ class ScriptedRunner(NullRunner):
     def execute(self, step: SchedulerOutput) -> ModelRunnerOutput:
         self.release(step.released_request_ids)
         for new in step.new_requests:
-            self._replies[new.request_id] = self.script(new.request_id)
+            self._replies[new.request_id] = self.script(new.request_id, new.params)
             self.states[new.request_id] = _State(new, list(new.token_ids), len(new.block_ids), new.num_computed_tokens)
         ids, tokens = [], []
         for row in step.scheduled:
