@@ -63,7 +63,7 @@ def test_prompt_rows_take_the_prompt_form_whatever_their_count_and_decode_rows_g
 
 def test_the_crossover_is_measured_once_then_remembered(tmp_path, monkeypatch):
     measured = []
-    monkeypatch.setattr(rc, "_measure", lambda layer: measured.append(len(layer)) or 16)
+    monkeypatch.setattr(rc, "_measure", lambda layer: measured.append(len(layer)) or (16, 0.0))
     first = tiny_int4(tmp_path).model
     choice = rc.choose_by_rows(first, torch.bfloat16, cache_dir=tmp_path / "cache")
     assert choice.crossover == 16 and choice.how == "measured" and measured == [4]  # qkv, o, gate_up, down
@@ -72,12 +72,12 @@ def test_the_crossover_is_measured_once_then_remembered(tmp_path, monkeypatch):
     assert choice.dense_bytes == sum(2 * m.in_features * m.out_features for m in chosen)
     again = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path / "cache")
     assert again.crossover == 16 and again.how == "remembered" and measured == [4]
-    entries = json.loads((tmp_path / "cache" / "crossover.json").read_text())
-    assert list(entries.values()) == [16]
+    entries = json.loads((tmp_path / "cache" / "row_choice.json").read_text())
+    assert [e["value"] for k, e in entries.items() if k.startswith("crossover|")] == [16]
 
 
 def test_no_copy_where_dense_never_wins_and_the_kept_weights_are_released(tmp_path, monkeypatch):
-    monkeypatch.setattr(rc, "_measure", lambda layer: None)
+    monkeypatch.setattr(rc, "_measure", lambda layer: (None, 0.0))
     model = tiny_int4(tmp_path).model
     choice = rc.choose_by_rows(model, torch.bfloat16, cache_dir=tmp_path)
     assert choice.crossover is None and choice.dense_bytes == 0 and "never faster" in choice.describe()
@@ -87,7 +87,7 @@ def test_no_copy_where_dense_never_wins_and_the_kept_weights_are_released(tmp_pa
 
 
 def test_a_decode_step_still_reads_the_quantized_bytes(tmp_path, monkeypatch):
-    monkeypatch.setattr(rc, "_measure", lambda layer: 4)
+    monkeypatch.setattr(rc, "_measure", lambda layer: (4, 0.0))
     plain, chosen = tiny_int4(tmp_path).model, tiny_int4(tmp_path).model
     rc.choose_by_rows(chosen, torch.bfloat16, cache_dir=tmp_path)
     assert describe(chosen) == describe(plain)
@@ -103,14 +103,14 @@ def test_a_decode_step_still_reads_the_quantized_bytes(tmp_path, monkeypatch):
     ],
 )
 def test_the_engine_keeps_copies_by_default_only(tmp_path, monkeypatch, options, expect_copies):
-    monkeypatch.setenv("AGENTGATE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(rc, "_measure", lambda layer: 4)
+    monkeypatch.setattr(rc, "_measure", lambda layer: (4, 0.0))
     config = EngineConfig(
         model=str(tiny_llama_dir(tmp_path)),
         load_format="dummy",
         quantization="int4",
         num_kv_blocks=64,
         max_model_len=128,
+        cache_dir=str(tmp_path / "cache"),
         **({"dtype": "bfloat16"} | options),
     )
     core = EngineCore(config)
@@ -126,15 +126,15 @@ def test_the_engine_keeps_copies_by_default_only(tmp_path, monkeypatch, options,
 
 @pytest.mark.parametrize("cached", ['{"k": 1}', "[1, 2]", "not json"])
 def test_a_cache_file_that_is_not_ours_means_measuring_again(tmp_path, monkeypatch, cached):
-    monkeypatch.setattr(rc, "_measure", lambda layer: 32)
-    (tmp_path / "crossover.json").write_text(cached)
+    monkeypatch.setattr(rc, "_measure", lambda layer: (32, 0.0))
+    (tmp_path / "row_choice.json").write_text(cached)
     choice = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path)
     assert choice.crossover == 32 and choice.how == "measured"
 
 
 def test_a_model_already_chosen_is_left_as_it_is(tmp_path, monkeypatch):
     """A model loaded once and handed to a second runner: its linears keep the one copy they got."""
-    monkeypatch.setattr(rc, "_measure", lambda layer: 16)
+    monkeypatch.setattr(rc, "_measure", lambda layer: (16, 0.0))
     model = tiny_int4(tmp_path).model
     rc.choose_by_rows(model, torch.bfloat16, cache_dir=tmp_path)
     assert rc.choose_by_rows(model, torch.bfloat16, cache_dir=tmp_path) is None
