@@ -140,3 +140,42 @@ def test_a_model_already_chosen_is_left_as_it_is(tmp_path, monkeypatch):
     assert rc.choose_by_rows(model, torch.bfloat16, cache_dir=tmp_path) is None
     chosen = [m for m in model.modules() if isinstance(m, rc.RowChosenLinear)]
     assert len(chosen) == 9 and not any(isinstance(m.quantized, rc.RowChosenLinear) for m in chosen)
+
+
+def test_the_prompt_row_checks_are_remembered_per_shape_and_remeasure_runs_everything_again(tmp_path, monkeypatch):
+    measured, checks = [], []
+    monkeypatch.setattr(rc, "_measure", lambda layer: measured.append(1) or (8, 0.0))
+    check = rc.is_row_invariant
+    monkeypatch.setattr(rc, "is_row_invariant", lambda *args: checks.append(args[1]) or check(*args))
+    first = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path)
+    first_checks = len(checks)
+    assert len(measured) == 1 and first_checks >= 4  # one check or more for each of the 4 layer shapes
+    second = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path)
+    assert len(measured) == 1 and len(checks) == first_checks
+    assert second.prompt_forms == first.prompt_forms and second.how == "remembered"
+    entries = json.loads((tmp_path / "row_choice.json").read_text())
+    assert sum(key.startswith("prompt rows|") for key in entries) == 4
+    before = {key: entry["measured_at"] for key, entry in entries.items()}
+    again = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path, remeasure=True)
+    assert again.how == "measured" and len(measured) == 2 and len(checks) == 2 * first_checks
+    after = json.loads((tmp_path / "row_choice.json").read_text())
+    assert after.keys() == before.keys() and all(after[k]["measured_at"] > before[k] for k in before)
+
+
+def test_the_engine_remembers_under_its_cache_dir_and_remeasures_when_told(tmp_path, monkeypatch):
+    measured = []
+    monkeypatch.setattr(rc, "_measure", lambda layer: measured.append(1) or (4, 0.0))
+    for remeasure, times in ((False, 1), (False, 1), (True, 2)):
+        config = EngineConfig(
+            model=str(tiny_llama_dir(tmp_path)),
+            load_format="dummy",
+            dtype="bfloat16",
+            quantization="int4",
+            num_kv_blocks=64,
+            max_model_len=128,
+            cache_dir=str(tmp_path / "cache"),
+            remeasure=remeasure,
+        )
+        EngineCore(config).shutdown()
+        assert len(measured) == times
+    assert (tmp_path / "cache" / "row_choice.json").is_file()
