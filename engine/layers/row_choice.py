@@ -9,7 +9,7 @@ pick by their count: below the crossover the quantized kernel, from it the
 dense packed weight (`engine.layers.cpu_linear.PackedLinear`), the same
 numbers rounded once to bf16.
 
-Prompt rows (a prompt's tokens, a recomputation's) always take the dense form,
+Prompt rows (a prompt's tokens, a recomputation's) take the dense form where kept,
 whatever their count: a retried request finds its prompt in the prefix cache
 and computes only its last few tokens, which by count would go through the
 other kernel, round differently, and could change a greedy reply. The dense
@@ -31,7 +31,10 @@ measurements (`engine.layers.row_choice_cache`), so later starts skip them;
 weight (the default model: about 270 MB beside its 85 MB of int4), so copies
 are kept only while they fit in a share of free memory, the rest staying int4
 only (`engine.layers.dense_budget`); the start-up line says how much was kept
-and why not the rest.
+and why not the rest. A linear without a copy runs every row, prompt or
+decode, through the quantized kernel as it is (PyTorch's int4 kernels give a
+row the same numbers in any batch on the CPUs `engine.layers.batch_invariant`
+was measured on; such a linear's prompt rows are not checked at load).
 """
 
 from __future__ import annotations
