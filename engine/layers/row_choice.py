@@ -143,7 +143,7 @@ def choose_by_rows(
     if remembered is None or not (remembered.value is None or _is_row_count(remembered.value)):
         crossover, noise = _measure(layer)
         cache.remember(key, crossover, noise)
-        how = "measured"
+        how = f"measured, spread {noise:.0%}"
     else:
         crossover, how = remembered.value, "remembered"
     modes: dict[tuple[int, int], tuple[str, Mode | None]] = {}  # by shape: prompt form and mode

@@ -66,7 +66,7 @@ def test_the_crossover_is_measured_once_then_remembered(tmp_path, monkeypatch):
     monkeypatch.setattr(rc, "_measure", lambda layer: measured.append(len(layer)) or (16, 0.0))
     first = tiny_int4(tmp_path).model
     choice = rc.choose_by_rows(first, torch.bfloat16, cache_dir=tmp_path / "cache")
-    assert choice.crossover == 16 and choice.how == "measured" and measured == [4]  # qkv, o, gate_up, down
+    assert choice.crossover == 16 and choice.how == "measured, spread 0%" and measured == [4]  # qkv, o, gate_up, down
     chosen = [m for m in first.modules() if isinstance(m, rc.RowChosenLinear)]
     assert len(chosen) == 2 * 4 + 1 and all(m.crossover == 16 for m in chosen)  # every projection, the LM head
     assert choice.dense_bytes == sum(2 * m.in_features * m.out_features for m in chosen)
@@ -129,7 +129,7 @@ def test_a_cache_file_that_is_not_ours_means_measuring_again(tmp_path, monkeypat
     monkeypatch.setattr(rc, "_measure", lambda layer: (32, 0.0))
     (tmp_path / "row_choice.json").write_text(cached)
     choice = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path)
-    assert choice.crossover == 32 and choice.how == "measured"
+    assert choice.crossover == 32 and choice.how == "measured, spread 0%"
 
 
 def test_a_model_already_chosen_is_left_as_it_is(tmp_path, monkeypatch):
@@ -157,7 +157,7 @@ def test_the_prompt_row_checks_are_remembered_per_shape_and_remeasure_runs_every
     assert sum(key.startswith("prompt rows|") for key in entries) == 4
     before = {key: entry["measured_at"] for key, entry in entries.items()}
     again = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path, remeasure=True)
-    assert again.how == "measured" and len(measured) == 2 and len(checks) == 2 * first_checks
+    assert again.how == "measured, spread 0%" and len(measured) == 2 and len(checks) == 2 * first_checks
     after = json.loads((tmp_path / "row_choice.json").read_text())
     assert after.keys() == before.keys() and all(after[k]["measured_at"] > before[k] for k in before)
 
