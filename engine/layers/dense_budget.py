@@ -68,8 +68,10 @@ class CopyPlan:
         if not self.leave:
             return f"{said}, all {len(self.keep)} linears within {budget}"
         left = sum(dense_bytes(m) for _, m in self.leave)
+        layers = sorted({int(name.split(".")[1]) for name, _ in self.keep if name.startswith("layers.")})
+        within = f" (decoder layers {layers[0]}-{layers[-1]})" if layers else ""
         return (
-            f"{said} for {len(self.keep)} of {len(self.keep) + len(self.leave)} linears; the other "
+            f"{said} for {len(self.keep)} of {len(self.keep) + len(self.leave)} linears{within}; the other "
             f"{len(self.leave)} ({left / 2**20:.0f} MiB more, the LM head last) would pass {budget}: int4 only"
         )
 
