@@ -78,6 +78,12 @@ class EngineConfig:
                   oneDNN is faster than the weight-only kernels; "quantized"
                   keeps the quantized kernels at every size and no copy
                   (`engine.layers.row_choice`). --deterministic implies it.
+                  Copies are kept only while they fit in half of the memory
+                  available after loading (`engine.layers.dense_budget`).
+    cache_dir:    where measurements at load are remembered between starts
+                  (the crossover, the prompt-row checks: `engine.layers.row_choice_cache`);
+                  None: ``$XDG_CACHE_HOME/agentgate``, else ``~/.cache/agentgate``.
+    remeasure:    measure them again at this start and rewrite what is remembered.
     kv_retention: "auto" (default): when a program's turn ends in tool calls, its
                   conversation's blocks stay pinned for a TTL learned from tool gaps;
                   "off"; or a fixed TTL in seconds (``engine.retention``).
@@ -100,6 +106,8 @@ class EngineConfig:
     dtype: str = "auto"
     quantization: str = "auto"
     batched_matmul: str = "auto"
+    cache_dir: str | None = None
+    remeasure: bool = False
     deterministic: bool = False
     load_format: str = "auto"
     device: str = "auto"

@@ -92,6 +92,12 @@ class Settings:
         default="auto",
         engine=True,
     )
+    cache_dir: str | None = _opt(
+        "where the engine remembers what it measures at load (default: $XDG_CACHE_HOME/agentgate)",
+        default=None,
+        engine=True,
+    )
+    remeasure: bool = _opt("measure again at this start what --cache-dir remembers", default=False, engine=True)
     speculative: str = _opt(
         "speculative decoding without a draft model: off, ngram (prompt lookup), suffix (prompt lookup and "
         "recent outputs of all requests) or auto (suffix where it pays: on a CPU while at most 4 requests "

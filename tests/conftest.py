@@ -23,9 +23,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 # Servers the tests start keep their state (embedded Redis files) under
-# XDG_STATE_HOME: a throwaway directory, not the user's home.
+# XDG_STATE_HOME and their measurements at load (engine.layers.row_choice_cache)
+# under XDG_CACHE_HOME: throwaway directories, not the user's home.
 os.environ["XDG_STATE_HOME"] = _state_home = tempfile.mkdtemp(prefix="agentgate-tests-")
+os.environ["XDG_CACHE_HOME"] = _cache_home = tempfile.mkdtemp(prefix="agentgate-tests-cache-")
 atexit.register(shutil.rmtree, _state_home, ignore_errors=True)
+atexit.register(shutil.rmtree, _cache_home, ignore_errors=True)
 
 pytest_plugins = ["tests.support.fixtures"]
 

@@ -28,6 +28,8 @@ def load_dummy(
     with torch.device("meta"):
         shapes = {name: p.shape for name, p in CausalLM(config, get_backend(device)).named_parameters()}
     generator = torch.Generator(device=device).manual_seed(seed)
+    tied = config.tie_word_embeddings
+    # Each weight quantized as it is drawn: a 7B-shaped model's dense weights (~13 GiB) are never all held at once.
     state = {}
     for name, shape in shapes.items():
         tensor = torch.empty(shape, dtype=torch_dtype, device=device)
@@ -35,8 +37,7 @@ def load_dummy(
             tensor.fill_(1.0)
         else:
             tensor.normal_(0.0, INIT_STD, generator=generator)
-        state[name] = tensor
-    state = quant.quantize_dense(state, config, quantization)
+        state[name] = quant.from_dense(tensor, quantization) if quant.is_quantizable(name, tied) else tensor
     return config, build_model(config, get_backend(device), state, device, source=str(path))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -109,7 +110,11 @@ class TorchModelRunner(ModelRunner):
             self.model.pack_for_cpu()
             dense_batches = config.batched_matmul == "auto" and not config.deterministic
             dtype = self.model.embed_tokens.weight.dtype
-            row_choice = choose_by_rows(self.model, dtype) if dense_batches else release_quantized_weights(self.model)
+            if dense_batches:
+                cache_dir = Path(config.cache_dir).expanduser() if config.cache_dir else None
+                row_choice = choose_by_rows(self.model, dtype, cache_dir, remeasure=config.remeasure)
+            else:
+                release_quantized_weights(self.model)
         if config.deterministic:
             try:
                 linears = self.model.make_batch_invariant(config.max_num_batched_tokens)

@@ -86,6 +86,16 @@ def test_the_wait_bound_is_a_flag_of_serve_and_engine_and_reaches_the_engine(mon
         _serve_args(["--max-wait", "0"], monkeypatch).engine_config()
 
 
+def test_the_cache_dir_and_remeasure_are_flags_of_serve_and_engine_and_reach_the_engine(monkeypatch, tmp_path):
+    config = _serve_args([], monkeypatch).engine_config()
+    assert (config.cache_dir, config.remeasure) == (None, False)  # None: the XDG default, at the engine
+    for command in ("serve", "engine"):
+        args = build_parser().parse_args([command, "--cache-dir", str(tmp_path), "--remeasure"])
+        config = settings_from_args(args).engine_config()
+        assert (config.cache_dir, config.remeasure) == (str(tmp_path), True)
+    assert _serve_args([], monkeypatch, {"AGENTGATE_CACHE_DIR": "/c"}).engine_config().cache_dir == "/c"
+
+
 def test_keys_stay_out_of_repr():
     assert "secret" not in repr(Settings(api_keys=("secret",), admin_key="secret"))
 

@@ -63,21 +63,21 @@ def test_prompt_rows_take_the_prompt_form_whatever_their_count_and_decode_rows_g
 
 def test_the_crossover_is_measured_once_then_remembered(tmp_path, monkeypatch):
     measured = []
-    monkeypatch.setattr(rc, "_measure", lambda layer: measured.append(len(layer)) or 16)
+    monkeypatch.setattr(rc, "_measure", lambda layer: measured.append(len(layer)) or (16, 0.0))
     first = tiny_int4(tmp_path).model
     choice = rc.choose_by_rows(first, torch.bfloat16, cache_dir=tmp_path / "cache")
-    assert choice.crossover == 16 and choice.how == "measured" and measured == [4]  # qkv, o, gate_up, down
+    assert choice.crossover == 16 and choice.how == "measured, spread 0%" and measured == [4]  # qkv, o, gate_up, down
     chosen = [m for m in first.modules() if isinstance(m, rc.RowChosenLinear)]
     assert len(chosen) == 2 * 4 + 1 and all(m.crossover == 16 for m in chosen)  # every projection, the LM head
     assert choice.dense_bytes == sum(2 * m.in_features * m.out_features for m in chosen)
     again = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path / "cache")
     assert again.crossover == 16 and again.how == "remembered" and measured == [4]
-    entries = json.loads((tmp_path / "cache" / "crossover.json").read_text())
-    assert list(entries.values()) == [16]
+    entries = json.loads((tmp_path / "cache" / "row_choice.json").read_text())
+    assert [e["value"] for k, e in entries.items() if k.startswith("crossover|")] == [16]
 
 
 def test_no_copy_where_dense_never_wins_and_the_kept_weights_are_released(tmp_path, monkeypatch):
-    monkeypatch.setattr(rc, "_measure", lambda layer: None)
+    monkeypatch.setattr(rc, "_measure", lambda layer: (None, 0.0))
     model = tiny_int4(tmp_path).model
     choice = rc.choose_by_rows(model, torch.bfloat16, cache_dir=tmp_path)
     assert choice.crossover is None and choice.dense_bytes == 0 and "never faster" in choice.describe()
@@ -87,7 +87,7 @@ def test_no_copy_where_dense_never_wins_and_the_kept_weights_are_released(tmp_pa
 
 
 def test_a_decode_step_still_reads_the_quantized_bytes(tmp_path, monkeypatch):
-    monkeypatch.setattr(rc, "_measure", lambda layer: 4)
+    monkeypatch.setattr(rc, "_measure", lambda layer: (4, 0.0))
     plain, chosen = tiny_int4(tmp_path).model, tiny_int4(tmp_path).model
     rc.choose_by_rows(chosen, torch.bfloat16, cache_dir=tmp_path)
     assert describe(chosen) == describe(plain)
@@ -103,14 +103,14 @@ def test_a_decode_step_still_reads_the_quantized_bytes(tmp_path, monkeypatch):
     ],
 )
 def test_the_engine_keeps_copies_by_default_only(tmp_path, monkeypatch, options, expect_copies):
-    monkeypatch.setenv("AGENTGATE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(rc, "_measure", lambda layer: 4)
+    monkeypatch.setattr(rc, "_measure", lambda layer: (4, 0.0))
     config = EngineConfig(
         model=str(tiny_llama_dir(tmp_path)),
         load_format="dummy",
         quantization="int4",
         num_kv_blocks=64,
         max_model_len=128,
+        cache_dir=str(tmp_path / "cache"),
         **({"dtype": "bfloat16"} | options),
     )
     core = EngineCore(config)
@@ -126,17 +126,56 @@ def test_the_engine_keeps_copies_by_default_only(tmp_path, monkeypatch, options,
 
 @pytest.mark.parametrize("cached", ['{"k": 1}', "[1, 2]", "not json"])
 def test_a_cache_file_that_is_not_ours_means_measuring_again(tmp_path, monkeypatch, cached):
-    monkeypatch.setattr(rc, "_measure", lambda layer: 32)
-    (tmp_path / "crossover.json").write_text(cached)
+    monkeypatch.setattr(rc, "_measure", lambda layer: (32, 0.0))
+    (tmp_path / "row_choice.json").write_text(cached)
     choice = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path)
-    assert choice.crossover == 32 and choice.how == "measured"
+    assert choice.crossover == 32 and choice.how == "measured, spread 0%"
 
 
 def test_a_model_already_chosen_is_left_as_it_is(tmp_path, monkeypatch):
     """A model loaded once and handed to a second runner: its linears keep the one copy they got."""
-    monkeypatch.setattr(rc, "_measure", lambda layer: 16)
+    monkeypatch.setattr(rc, "_measure", lambda layer: (16, 0.0))
     model = tiny_int4(tmp_path).model
     rc.choose_by_rows(model, torch.bfloat16, cache_dir=tmp_path)
     assert rc.choose_by_rows(model, torch.bfloat16, cache_dir=tmp_path) is None
     chosen = [m for m in model.modules() if isinstance(m, rc.RowChosenLinear)]
     assert len(chosen) == 9 and not any(isinstance(m.quantized, rc.RowChosenLinear) for m in chosen)
+
+
+def test_the_prompt_row_checks_are_remembered_per_shape_and_remeasure_runs_everything_again(tmp_path, monkeypatch):
+    measured, checks = [], []
+    monkeypatch.setattr(rc, "_measure", lambda layer: measured.append(1) or (8, 0.0))
+    check = rc.is_row_invariant
+    monkeypatch.setattr(rc, "is_row_invariant", lambda *args: checks.append(args[1]) or check(*args))
+    first = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path)
+    first_checks = len(checks)
+    assert len(measured) == 1 and first_checks >= 4  # one check or more for each of the 4 layer shapes
+    second = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path)
+    assert len(measured) == 1 and len(checks) == first_checks
+    assert second.prompt_forms == first.prompt_forms and second.how == "remembered"
+    entries = json.loads((tmp_path / "row_choice.json").read_text())
+    assert sum(key.startswith("prompt rows|") for key in entries) == 4
+    before = {key: entry["measured_at"] for key, entry in entries.items()}
+    again = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path, remeasure=True)
+    assert again.how == "measured, spread 0%" and len(measured) == 2 and len(checks) == 2 * first_checks
+    after = json.loads((tmp_path / "row_choice.json").read_text())
+    assert after.keys() == before.keys() and all(after[k]["measured_at"] > before[k] for k in before)
+
+
+def test_the_engine_remembers_under_its_cache_dir_and_remeasures_when_told(tmp_path, monkeypatch):
+    measured = []
+    monkeypatch.setattr(rc, "_measure", lambda layer: measured.append(1) or (4, 0.0))
+    for remeasure, times in ((False, 1), (False, 1), (True, 2)):
+        config = EngineConfig(
+            model=str(tiny_llama_dir(tmp_path)),
+            load_format="dummy",
+            dtype="bfloat16",
+            quantization="int4",
+            num_kv_blocks=64,
+            max_model_len=128,
+            cache_dir=str(tmp_path / "cache"),
+            remeasure=remeasure,
+        )
+        EngineCore(config).shutdown()
+        assert len(measured) == times
+    assert (tmp_path / "cache" / "row_choice.json").is_file()

@@ -1,0 +1,41 @@
+"""An engine the tests start remembers its measurements under the tests' throwaway XDG_CACHE_HOME
+(tests/conftest.py), and writes nothing into a home: `agentgate engine --remeasure` on the default
+model, with HOME an empty directory, and the real home's cache compared before and after."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from agentgate.engine.layers.row_choice_cache import FILE_NAME
+from tests.support.http import wait_for
+from tests.support.servers import launch_command
+
+
+def listing(directory: Path) -> dict[str, float]:
+    """Each file under ``directory`` and when it last changed."""
+    return {str(p): p.stat().st_mtime for p in directory.rglob("*")} if directory.is_dir() else {}
+
+
+def test_an_engine_started_by_the_tests_writes_its_cache_under_xdg_cache_home_only(tmp_path):
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "agentgate" / FILE_NAME
+    real_home_cache = listing(Path.home() / ".cache" / "agentgate")
+    home = tmp_path / "home"
+    home.mkdir()
+    started = time.time()
+    flags = ("--max-model-len", "256", "--num-kv-blocks", "64", "--max-num-seqs", "4", "--remeasure")
+    engine = launch_command(
+        tmp_path, "engine", "engine", "--address", f"ipc://{tmp_path}/e.sock", *flags, env={"HOME": str(home)}
+    )
+    try:
+        wait_for(lambda: "ready on" in engine.log(), timeout=180, message="the engine to load")
+    finally:
+        engine.stop()
+    assert "dense bf16 from" in engine.log() and "MiB of dense copies" in engine.log()
+    entries = json.loads(cache.read_text())
+    kinds = {key.split("|")[0] for key, entry in entries.items() if entry["measured_at"] >= started}
+    assert kinds == {"crossover", "prompt rows"}  # written by this engine: --remeasure rewrote them
+    assert list(home.iterdir()) == []
+    assert listing(Path.home() / ".cache" / "agentgate") == real_home_cache
