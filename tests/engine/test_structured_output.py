@@ -10,7 +10,7 @@ import pytest
 from agentgate.engine import LLM, SamplingParams
 from agentgate.engine.core import COMPILE_POLL_S
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.ipc import private_address
+from agentgate.engine.ipc import private_address, remove_socket_file
 from agentgate.engine.model_path import resolve_model_path
 from agentgate.engine.process import IDLE_POLL_MS, EngineServer
 from agentgate.engine.sampling_params import StructuredOutput
@@ -130,6 +130,7 @@ def test_an_engine_waiting_only_for_grammars_sleeps_instead_of_spinning(llm, mon
     finally:
         server.socket.close(linger=0)
         server.context.term()
+        remove_socket_file(server.address)  # never served: serve_forever's own cleanup did not run
 
 
 NOTE = {

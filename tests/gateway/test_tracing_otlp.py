@@ -114,9 +114,13 @@ def test_spans_reach_an_otlp_receiver_and_the_access_log_names_the_trace(receive
 
 
 def test_tracing_without_the_extra_is_one_clear_start_up_error(tmp_path: Path):
-    """A stand-in ``opentelemetry`` package without its SDK, first on the path: the extra is missing."""
-    (tmp_path / "opentelemetry").mkdir()
-    (tmp_path / "opentelemetry" / "__init__.py").write_text("")
+    """The extra missing: a stand-in ``opentelemetry.sdk`` that does not import, first on the path.
+    ``opentelemetry`` is a namespace package, so its API (which the ``mcp`` SDK, a dependency,
+    imports) stays importable, as it is in an install without the extra."""
+    (tmp_path / "opentelemetry" / "sdk").mkdir(parents=True)
+    (tmp_path / "opentelemetry" / "sdk" / "__init__.py").write_text(
+        "raise ImportError(\"No module named 'opentelemetry.sdk'\", name='opentelemetry.sdk')\n"
+    )
     env = clean_environment({"PYTHONPATH": str(tmp_path), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9/t"})
     result = subprocess.run(
         [sys.executable, "-m", "agentgate.gateway.cli", "gateway", "--engine", "ipc:///nowhere"],

@@ -193,10 +193,9 @@ def test_the_engine_stops_when_the_process_that_started_it_is_killed(tmp_path):
     script.write_text(
         "import sys, time\n"
         "from agentgate.engine.spawn import start_engine_process\n"
-        "from agentgate.engine.ipc import private_address\n"
         "from agentgate.engine.config import EngineConfig\n"
         "if __name__ == '__main__':\n"
-        "    p = start_engine_process(EngineConfig(runner='null', num_kv_blocks=64), private_address())\n"
+        f"    p = start_engine_process(EngineConfig(runner='null', num_kv_blocks=64), 'ipc://{tmp_path}/e.sock')\n"
         "    print(p.pid, flush=True)\n"
         "    time.sleep(600)\n"
     )
