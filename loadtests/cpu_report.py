@@ -6,7 +6,9 @@ them: greedy answers near a tie, which ``--deterministic`` mode holds, where
 int4 stops paying. This prints, in order:
 
 1. the CPU: model, cores, the ISA flags that matter, what torch, oneDNN and
-   MKL say they use, whether AMX is usable (flags, kernel permission, oneDNN);
+   MKL say they use, whether AMX is usable (flags, kernel permission, oneDNN),
+   and how fast it streams memory at torch's thread count (`loadtests.bandwidth`,
+   under 2 s: the limit every decode step time has beside it);
 2. the kernel each of the model's matmuls runs, per weight form (int4 as the
    GGUF stores it, dense bfloat16 through packed oneDNN, dense float32), at 1
    and 16 rows (from oneDNN's and MKL's own verbose lines);
@@ -16,7 +18,7 @@ int4 stops paying. This prints, in order:
    per form, and from how many rows dense bfloat16 is faster than int4.
 
     python -m agentgate.loadtests.cpu_report            # everything, on the default model (~1 min)
-    python -m agentgate.loadtests.cpu_report --brief    # part 1 only (what scripts/test.sh prints)
+    python -m agentgate.loadtests.cpu_report --brief    # part 1 only, ~2 s (what scripts/test.sh prints)
     python -m agentgate.loadtests.cpu_report --model loadtests/configs/qwen3-0.6b --load-format dummy
 """
 
@@ -41,6 +43,7 @@ from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.layers.row_choice import fastest_seconds
 from agentgate.engine.loaders import load_model
 from agentgate.engine.models.llama import CausalLM
+from agentgate.loadtests import bandwidth
 
 # (label, load_model options) of each weight form the engine can serve on a CPU.
 FORMS: tuple[tuple[str, dict[str, str]], ...] = (
@@ -228,7 +231,7 @@ def crossover_lines(forms: list[Form], repeat: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--brief", action="store_true", help="the CPU only (part 1), no model")
+    parser.add_argument("--brief", action="store_true", help="the CPU and its memory only (part 1), no model")
     parser.add_argument("--model", default=None, help="a .gguf file, an HF directory or a config (default model)")
     parser.add_argument("--load-format", default="auto", help="auto, gguf, safetensors or dummy")
     parser.add_argument("--max-rows", type=int, default=MAX_CHECKED_ROWS, help="largest batch the check tries")
@@ -236,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for line in isa_lines():
         print(line, flush=True)
+    print(bandwidth.measure().line(), flush=True)
     if args.brief:
         return
     forms = load_forms(args.model, args.load_format)

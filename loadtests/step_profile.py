@@ -16,7 +16,12 @@ and prints:
 - **threads**: torch's intra-op threads and how much of their time the step
   kept busy (CPU seconds of the process over wall seconds x threads; the
   rest is time the threads waited, on each other or on the host);
-- **per layer**: the mean time of one decoder layer and the sum over layers.
+- **per layer**: the mean time of one decoder layer and the sum over layers;
+- **the memory floor**: the weight bytes a decode step reads (the engine's
+  start-up line states them) over this machine's streaming read speed at the
+  engine's thread count (`loadtests.bandwidth`), and the step's time as a
+  multiple of that floor (near 1: bound by memory; far above: by compute
+  and per-op overhead).
 
     python -m agentgate.loadtests.step_profile
     python -m agentgate.loadtests.step_profile --batch 1 --steps 32 --quantization none --dtype bfloat16
@@ -41,6 +46,7 @@ from torch.profiler import ProfilerActivity, profile
 from agentgate.engine import LLM, SamplingParams
 from agentgate.engine.layers.row_choice import RowChosenLinear
 from agentgate.engine.runner import overlap, sync
+from agentgate.loadtests import bandwidth
 
 # Operators that are matrix products: the weight-only CPU kernels, dense GEMMs, oneDNN's packed linears.
 MATMULS = frozenset(
@@ -74,6 +80,12 @@ class StepProfile:
     layers: int
     threads: int
     thread_busy: float
+    weight_bytes: int  # read by each decode step (the engine's start-up line says so)
+    memory: bandwidth.Bandwidth  # measured right after the step times, at the thread count they ran at
+
+    @property
+    def floor_ms(self) -> float:
+        return self.memory.floor_ms(self.weight_bytes)
 
     @property
     def other_ms(self) -> float:
@@ -89,6 +101,9 @@ class StepProfile:
             "(norms, RoPE, residuals, input preparation, scheduler, Python)",
             f"  per layer {self.layer_ms:.3f} ms (x {self.layers} layers = {self.layer_ms * self.layers:.2f} ms); "
             f"threads {self.threads}, busy {self.thread_busy:.0%} of wall x threads (the rest: waiting)",
+            f"  memory floor {self.floor_ms:.3g} ms per step ({self.weight_bytes / 1e6:.2f} MB of weights / "
+            f"{self.memory.gb_per_s:.1f} GB/s streaming read at {self.memory.threads} threads); "
+            f"step = {self.step_ms / self.floor_ms:.1f} x floor",
         ]
 
 
@@ -191,6 +206,7 @@ def measure(llm: LLM, batch: int, steps: int) -> StepProfile:
         walls.append(wall / max(1, steps // 3))
         busy.append((after.user + after.system - cpu.user - cpu.system) / (wall * torch.get_num_threads()))
     step_ms = statistics.median(walls) * 1e3
+    memory = bandwidth.measure()  # at the engine's thread count now (its governor may have changed it)
     model = llm.core.runner.model
     # Operator counts, and the matmul kernels' share of the linears' time, from the profiler.
     linears = [target for target in targets(model) if target[2] == "linears"]
@@ -223,6 +239,8 @@ def measure(llm: LLM, batch: int, steps: int) -> StepProfile:
         layers=len(model.layers),
         threads=torch.get_num_threads(),
         thread_busy=statistics.median(busy),
+        weight_bytes=llm.core.runner.weight_bytes_per_step,
+        memory=memory,
     )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import torch
+
 from agentgate.loadtests import cpu_report
 from agentgate.loadtests.cpu_report import ISA_FLAGS, cpu_flags, kernels_in
 from tests.support.tiny_models import tiny_llama_dir
@@ -12,7 +14,7 @@ from tests.support.tiny_models import tiny_llama_dir
 def test_the_brief_report_names_this_cpu_and_what_the_libraries_use(capfd):
     cpu_report.main(["--brief"])
     lines = capfd.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["cpu", "isa flags", "amx", "oneDNN", "MKL"]
+    assert [line.split(":")[0] for line in lines] == ["cpu", "isa flags", "amx", "oneDNN", "MKL", "memory"]
     flags = cpu_flags()
     # Each flag as /proc/cpuinfo reports it.
     assert lines[1] == "isa flags: " + " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in ISA_FLAGS)
@@ -21,6 +23,12 @@ def test_the_brief_report_names_this_cpu_and_what_the_libraries_use(capfd):
     )
     if "amx_tile" not in flags:
         assert lines[2].startswith("amx: usable=no")
+    memory = re.fullmatch(
+        r"memory: ([\d.]+) GB/s streaming read \(512 MB tensor summed at (\d+) threads, .*\)", lines[5]
+    )
+    assert memory, lines[5]
+    # Any machine this runs on reads memory faster than 0.5 GB/s and slower than 10 TB/s.
+    assert 0.5 < float(memory.group(1)) < 10_000 and int(memory.group(2)) == torch.get_num_threads()
 
 
 def test_verbose_lines_name_the_kernels():

@@ -29,6 +29,19 @@ def test_the_profile_counts_operators_and_splits_the_step(tmp_path, capfd):
         assert parts == pytest.approx(float(wall), abs=0.05) or parts < float(wall)
     layers = re.findall(r"per layer ([\d.]+) ms \(x (\d+) layers", out)
     assert len(layers) == 2 and all(int(n) == TINY_LLAMA["num_hidden_layers"] for _, n in layers)
+    walls = [float(w) for w in re.findall(r"wall ([\d.]+) ms per step", out)]
+    floors = re.findall(
+        r"memory floor ([\d.]+) ms per step \(([\d.]+) MB of weights / ([\d.]+) GB/s streaming read "
+        r"at (\d+) threads\); step = ([\d.]+) x floor",
+        out,
+    )
+    assert len(floors) == 2, out
+    for wall, (floor, megabytes, gb_per_s, threads, ratio) in zip(walls, floors, strict=True):
+        assert float(megabytes) > 0 and float(gb_per_s) > 0 and int(threads) >= 1
+        assert float(floor) == pytest.approx(float(megabytes) / float(gb_per_s), rel=0.1)  # MB / (GB/s) is ms
+        # Nothing reads the weights faster than memory streams them.
+        assert 0 < float(floor) < wall
+        assert float(ratio) == pytest.approx(wall / float(floor), rel=0.1) and float(ratio) > 1
 
 
 def test_timers_restore_what_they_wrap():
