@@ -195,6 +195,13 @@ def run_steps(llm: LLM, steps: int) -> float:
     return time.perf_counter() - start
 
 
+def drain(llm: LLM) -> None:
+    """Abort every request and step until the engine holds none."""
+    llm.core.abort_requests(None)
+    while llm.core.has_work:
+        llm.core.step()
+
+
 def measure(llm: LLM, batch: int, steps: int) -> StepProfile:
     fill(llm, batch, steps)
     # Wall time and CPU time without the profiler: medians of a few short runs.
@@ -222,9 +229,7 @@ def measure(llm: LLM, batch: int, steps: int) -> StepProfile:
     with wrapped(targets(model), timer(totals)):
         timed_step = run_steps(llm, steps) / steps
     part = {name: seconds / steps / timed_step * step_ms for name, seconds in totals.items()}
-    llm.core.abort_requests(None)
-    while llm.core.has_work:
-        llm.core.step()
+    drain(llm)
     kernel_ms = kernel_share * part.get("linears", 0.0)
     return StepProfile(
         batch=batch,
