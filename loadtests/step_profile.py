@@ -17,11 +17,12 @@ and prints:
   kept busy (CPU seconds of the process over wall seconds x threads; the
   rest is time the threads waited, on each other or on the host);
 - **per layer**: the mean time of one decoder layer and the sum over layers;
-- **the memory floor**: the weight bytes a decode step reads (the engine's
-  start-up line states them) over this machine's streaming read speed at the
-  engine's thread count (`loadtests.bandwidth`), and the step's time as a
-  multiple of that floor (near 1: bound by memory; far above: by compute
-  and per-op overhead).
+- **the memory floor**: the weight bytes a decode step of that batch reads
+  (at batch 1 what the engine's start-up line states; from the row count
+  where the linears take their dense bf16 copies, those copies) over this
+  machine's streaming read speed at the engine's thread count
+  (`loadtests.bandwidth`), and the step's time as a multiple of that floor
+  (near 1: bound by memory; far above: by compute and per-op overhead).
 
     python -m agentgate.loadtests.step_profile
     python -m agentgate.loadtests.step_profile --batch 1 --steps 32 --quantization none --dtype bfloat16
@@ -45,6 +46,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from agentgate.engine import LLM, SamplingParams
 from agentgate.engine.layers.row_choice import RowChosenLinear
+from agentgate.engine.loaders.quantization import describe
 from agentgate.engine.runner import overlap, sync
 from agentgate.loadtests import bandwidth
 
@@ -80,7 +82,7 @@ class StepProfile:
     layers: int
     threads: int
     thread_busy: float
-    weight_bytes: int  # read by each decode step (the engine's start-up line says so)
+    weight_bytes: int  # read by each decode step of this batch (at batch 1: what the engine's start-up line says)
     memory: bandwidth.Bandwidth  # measured right after the step times, at the thread count they ran at
 
     @property
@@ -244,7 +246,7 @@ def measure(llm: LLM, batch: int, steps: int) -> StepProfile:
         layers=len(model.layers),
         threads=torch.get_num_threads(),
         thread_busy=statistics.median(busy),
-        weight_bytes=llm.core.runner.weight_bytes_per_step,
+        weight_bytes=describe(model, rows=batch)[1],
         memory=memory,
     )
 

@@ -83,22 +83,25 @@ def from_dense(weight: Tensor, mode: str) -> Tensor | QuantizedWeight:
     return weight
 
 
-def describe(model: torch.nn.Module) -> tuple[str, int]:
+def describe(model: torch.nn.Module, rows: int = 1) -> tuple[str, int]:
     """What the model's linear layers hold (e.g. ``"int4 Q4_1 x 90, int4
-    Q8_0 x 1"``) and the weight bytes one decode step reads: every linear
-    layer, the LM head and the norms, not the embedding table (a step looks
-    up a few of its rows)."""
+    Q8_0 x 1"``) and the weight bytes one decode step of ``rows`` requests
+    reads: every linear layer, the LM head and the norms, not the embedding
+    table (a step looks up a few of its rows). A linear choosing its form by
+    rows (`engine.layers.row_choice`) counts the form those rows take."""
     from agentgate.engine.layers.cpu_linear import PackedLinear
     from agentgate.engine.layers.norm import RMSNorm
     from agentgate.engine.layers.quant_linear import Int4Linear, QuantLinear, tensor_bytes
     from agentgate.engine.layers.row_choice import RowChosenLinear
 
-    # A batch-size choice holds a dense copy for large batches: a decode step reads the quantized one.
-    copies = {id(m.dense) for m in model.modules() if isinstance(m, RowChosenLinear)}
+    # A batch-size choice holds two forms: a decode step reads the one its row count takes.
+    unread = {
+        id(m.quantized if rows >= m.crossover else m.dense) for m in model.modules() if isinstance(m, RowChosenLinear)
+    }
     kinds: Counter[str] = Counter()
     total = 0
     for module in model.modules():
-        if id(module) in copies:
+        if id(module) in unread:
             continue
         if isinstance(module, QuantLinear):
             kinds[f"{'int4' if isinstance(module, Int4Linear) else 'int8'} {module.source}"] += 1

@@ -91,6 +91,19 @@ def test_a_decode_step_still_reads_the_quantized_bytes(tmp_path, monkeypatch):
     plain, chosen = tiny_int4(tmp_path).model, tiny_int4(tmp_path).model
     rc.choose_by_rows(chosen, torch.bfloat16, cache_dir=tmp_path)
     assert describe(chosen) == describe(plain)
+    assert describe(chosen, rows=3) == describe(plain, rows=3)
+
+
+def test_a_batch_from_the_crossover_reads_the_dense_copies(tmp_path, monkeypatch):
+    monkeypatch.setattr(rc, "_measure", lambda layer: (4, 0.0))
+    chosen = tiny_int4(tmp_path).model
+    rc.choose_by_rows(chosen, torch.bfloat16, cache_dir=tmp_path)
+    copies = [m.dense for m in chosen.modules() if isinstance(m, rc.RowChosenLinear)]
+    quantized = [m.quantized for m in chosen.modules() if isinstance(m, rc.RowChosenLinear)]
+    assert copies
+    below, at = describe(chosen, rows=3)[1], describe(chosen, rows=4)[1]
+    dense_bytes = sum(2 * m.out_features * m.in_features for m in copies)
+    assert at - below == dense_bytes - sum(m.nbytes for m in quantized) > 0
 
 
 @pytest.mark.parametrize(
