@@ -58,12 +58,16 @@ class EngineConfig:
     num_kv_blocks: an exact block count, overriding both (tests use tiny ones).
     max_num_batched_tokens: tokens per step; longer prompts are chunked.
     speculative:  draft tokens without a draft model and verify them
-                  (``engine.speculative``): "off" (default), "ngram"
-                  (prompt lookup), "suffix" (prompt lookup plus recent
-                  outputs of all requests) or "auto" (suffix where it
-                  pays: on a CPU while at most 4 requests decode; off with
-                  the null runner, which samples no model). Both model
-                  runners verify drafts.
+                  (``engine.speculative``): "off", "ngram" (prompt lookup),
+                  "suffix" (prompt lookup plus recent outputs of all
+                  requests) or "auto" (suffix where it pays: on a CPU while
+                  at most 4 requests decode; off with the null runner, which
+                  samples no model). Both model runners verify drafts. None
+                  (default): "auto" on the CPU, where it drafts only in the
+                  steps that compute every decode token exactly as a lone
+                  request's (`engine.step_rows`), so greedy output is the
+                  same with and without drafts; "off" on CUDA, whose kernels
+                  compute a draft's row otherwise than a decode row.
     num_speculative_tokens: the most tokens drafted per request and step.
     speculative_step_tokens: the most draft tokens one step carries over all
                   its requests; None: 8 on the CPU (each verified row costs
@@ -122,7 +126,7 @@ class EngineConfig:
     num_kv_blocks: int | None = None
     enable_prefix_caching: bool = True
     enforce_eager: bool = False
-    speculative: str = "off"
+    speculative: str | None = None
     num_speculative_tokens: int = 6
     speculative_step_tokens: int | None = None
     seed: int = 0
@@ -152,7 +156,7 @@ class EngineConfig:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
                 raise InvalidRequestError(f"{name} must be positive", name)
-        if self.speculative not in SPECULATIVE_MODES:
+        if self.speculative is not None and self.speculative not in SPECULATIVE_MODES:
             raise InvalidRequestError(
                 f"speculative must be one of {SPECULATIVE_MODES}, got {self.speculative!r}", "speculative"
             )
@@ -184,6 +188,12 @@ class EngineConfig:
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
+
+    def resolved_speculative(self) -> str:
+        """``speculative``, its default resolved by device (see the class docstring)."""
+        if self.speculative is not None:
+            return self.speculative
+        return "off" if self.resolved_device().type == "cuda" else "auto"
 
     def with_changes(self, **changes: object) -> EngineConfig:
         return replace(self, **changes)

@@ -82,8 +82,8 @@ def make_runner(config: EngineConfig) -> ModelRunner:
 def make_speculator(config: EngineConfig) -> Speculator | None:
     """The speculator ``config.speculative`` asks for (``auto``: the suffix
     proposer where it pays: on a CPU while at most `CPU_AUTO_MAX_BATCH` requests
-    decode; off with the null runner)."""
-    mode = config.speculative
+    decode; off with the null runner; None: auto on the CPU, off on CUDA)."""
+    mode = config.resolved_speculative()
     cpu = config.resolved_device().type != "cuda"
     max_batch = CPU_AUTO_MAX_BATCH if mode == "auto" and cpu else None
     if mode == "auto":

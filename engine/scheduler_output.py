@@ -88,6 +88,16 @@ class SchedulerOutput:
         return count
 
     @property
+    def num_decode_requests(self) -> int:
+        """Requests among the step's leading decode rows (`engine.step_rows.decode_rows`)."""
+        count = 0
+        for row in self.scheduled:
+            if not row.decode:
+                break
+            count += 1
+        return count
+
+    @property
     def is_empty(self) -> bool:
         return not self.scheduled
 

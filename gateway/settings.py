@@ -98,11 +98,12 @@ class Settings:
         engine=True,
     )
     remeasure: bool = _opt("measure again at this start what --cache-dir remembers", default=False, engine=True)
-    speculative: str = _opt(
+    speculative: str | None = _opt(
         "speculative decoding without a draft model: off, ngram (prompt lookup), suffix (prompt lookup and "
         "recent outputs of all requests) or auto (suffix where it pays: on a CPU while at most 4 requests "
-        "decode); verified by either runner",
-        default="off",
+        "decode, steps whose every token is computed as a lone request's, so greedy output is the same "
+        "with and without drafts); verified by either runner (default: auto on the CPU, off on CUDA)",
+        default=None,
         engine=True,
     )
     num_speculative_tokens: int = _opt("most tokens drafted per request and step", default=6, engine=True)

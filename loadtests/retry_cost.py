@@ -52,7 +52,7 @@ def one_call_attention(query, k_cache, v_cache, block_table, seq_len, scale, gro
 def by_count() -> Iterator[None]:
     """The rule before issue 35, while the block runs: no rows described as prompt rows."""
     saved = overlap.decode_rows, torch_attention._prompt_attention
-    overlap.decode_rows, torch_attention._prompt_attention = lambda count: contextlib.nullcontext(), one_call_attention
+    overlap.decode_rows, torch_attention._prompt_attention = lambda *_: contextlib.nullcontext(), one_call_attention
     try:
         yield
     finally:

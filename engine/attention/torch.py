@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from agentgate.engine.attention.base import AttentionMetadata
-from agentgate.engine.step_rows import decode_row_count
+from agentgate.engine.step_rows import decode_row_count, is_small_step
 
 
 def write_kv(
@@ -103,38 +103,40 @@ def paged_attention(
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
     scale: float,
-    decode_plan: _DecodePlan | None = None,
 ) -> torch.Tensor:
     """Causal attention of ``query`` over the paged cache (see AttentionBackend).
 
     Decode rows of one query token go through one batched call; prompt rows
-    (a prefill, a chunk, a cached prompt's last tokens, even one) and
-    multi-token decode rows (drafts) through `_prompt_attention`, one
-    sequence at a time. Which rows decode: `engine.step_rows`.
-    ``decode_plan``: a pure-decode step's `_DecodePlan`, when the caller
-    keeps one for the step's layers."""
+    (a prefill, a chunk, a cached prompt's last tokens, even one) through
+    `_prompt_attention`, one sequence at a time. A multi-token decode row (a
+    request's drafts) joins the batched call in a small step, each of its
+    tokens as a decode row of its own, and goes as prompt rows otherwise. Which
+    rows decode, and which steps are small: `engine.step_rows`."""
     num_decoding = decode_row_count(query.shape[0])
-    if meta.is_pure_decode and num_decoding == query.shape[0]:
-        plan = decode_plan or _DecodePlan.for_step(query, k_cache, meta)
-        return _decode_attention(query, k_cache, v_cache, scale, plan=plan)
+    decode = _DecodeRows.of(query, k_cache, meta, num_decoding, is_small_step())
+    return _paged_attention(query, k_cache, v_cache, meta, scale, num_decoding, decode)
+
+
+def _paged_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    num_decoding: int,
+    decode: _DecodeRows | None,
+) -> torch.Tensor:
+    """`paged_attention` with the step's decode rows worked out (`_DecodeRows.of`)."""
+    if decode is not None and decode.tokens is None:
+        return _decode_attention(query, k_cache, v_cache, scale, plan=decode.plan)
     out = torch.zeros_like(query)
+    if decode is not None:
+        out[decode.tokens] = _decode_attention(query[decode.tokens], k_cache, v_cache, scale, plan=decode.plan)
     starts = meta.query_start_loc_cpu.tolist()
-    lens = meta.seq_lens_cpu.tolist()
-    decode_rows = [
-        i for i, n in enumerate(lens) if n > 0 and starts[i + 1] - starts[i] == 1 and starts[i] < num_decoding
-    ]
-    if decode_rows:
-        rows = torch.tensor(decode_rows, device=query.device)
-        tokens = torch.tensor([starts[i] for i in decode_rows], device=query.device)
-        decoding = query[tokens]
-        longest = max(lens[i] for i in decode_rows)
-        tables, seq_lens = meta.block_tables[rows], meta.seq_lens[rows]
-        plan = _DecodePlan.build(decoding, k_cache, tables, seq_lens, longest, meta.shared_prefix_blocks, False)
-        out[tokens] = _decode_attention(decoding, k_cache, v_cache, scale, plan=plan)
     group = query.shape[1] // k_cache.shape[2]
-    for i, seq_len in enumerate(lens):
+    for i, seq_len in enumerate(meta.seq_lens_cpu.tolist()):
         begin, end = starts[i], starts[i + 1]
-        if seq_len == 0 or end == begin or (end - begin == 1 and begin < num_decoding):
+        if seq_len == 0 or end == begin or (begin < num_decoding and (end - begin == 1 or decode_expands(decode))):
             continue
         out[begin:end] = _prompt_attention(
             query[begin:end], k_cache, v_cache, meta.block_tables[i], seq_len, scale, group
@@ -212,21 +214,6 @@ class _DecodePlan(NamedTuple):
     has_empty_rows: bool  # padded rows (seq_len 0) attend to nothing: softmax gives NaN there
 
     @classmethod
-    def for_step(
-        cls, query: torch.Tensor, k_cache: torch.Tensor, meta: AttentionMetadata, has_empty_rows: bool | None = None
-    ) -> _DecodePlan:
-        """The plan of a pure-decode step; ``has_empty_rows`` as in `build`."""
-        return cls.build(
-            query,
-            k_cache,
-            meta.block_tables,
-            meta.seq_lens,
-            meta.max_seq_len,
-            meta.shared_prefix_blocks,
-            has_empty_rows=has_empty_rows,
-        )
-
-    @classmethod
     def build(
         cls,
         query: torch.Tensor,
@@ -259,6 +246,66 @@ class _DecodePlan(NamedTuple):
             ),
             has_empty_rows=bool((seq_lens == 0).any()) if has_empty_rows is None else has_empty_rows,
         )
+
+
+class _DecodeRows(NamedTuple):
+    """A step's decode rows as `_decode_attention` takes them: which query tokens (None: all of
+    them, in order: a pure-decode step) and their plan. In a small step a multi-token decode row
+    (drafts) gives one row per token, each over the context a lone decode token at its position
+    reads (the step wrote its keys first), and no row reads the shared prefix apart; then every
+    row computes what it would alone (`engine.step_rows`)."""
+
+    tokens: torch.Tensor | None
+    plan: _DecodePlan
+    expanded: bool
+
+    @classmethod
+    def of(
+        cls,
+        query: torch.Tensor,
+        k_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        num_decoding: int,
+        small: bool,
+        has_empty_rows: bool | None = None,
+    ) -> _DecodeRows | None:
+        """The decode rows of a step whose first ``num_decoding`` tokens decode; None when none
+        does. ``has_empty_rows`` as in `_DecodePlan.build`, for a pure-decode step."""
+        shared = 0 if small else meta.shared_prefix_blocks
+        if meta.is_pure_decode and num_decoding == query.shape[0]:
+            plan = _DecodePlan.build(
+                query, k_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, shared, has_empty_rows
+            )
+            return cls(None, plan, False)
+        starts = meta.query_start_loc_cpu.tolist()
+        rows, tokens, seq_lens = [], [], []
+        for i, seq_len in enumerate(meta.seq_lens_cpu.tolist()):
+            begin, end = starts[i], starts[i + 1]
+            if seq_len == 0 or end == begin or begin >= num_decoding or (end - begin > 1 and not small):
+                continue
+            for token in range(begin, end):  # keys up to the token's own position
+                rows.append(i)
+                tokens.append(token)
+                seq_lens.append(seq_len - end + token + 1)
+        if not rows:
+            return None
+        device = query.device
+        tokens_d = torch.tensor(tokens, device=device)
+        plan = _DecodePlan.build(
+            query[tokens_d],
+            k_cache,
+            meta.block_tables[torch.tensor(rows, device=device)],
+            torch.tensor(seq_lens, dtype=torch.int32, device=device),
+            max(seq_lens),
+            shared,
+            has_empty_rows=False,
+        )
+        return cls(tokens_d, plan, small)
+
+
+def decode_expands(decode: _DecodeRows | None) -> bool:
+    """Whether ``decode`` holds the step's multi-token decode rows too (a small step's)."""
+    return decode is not None and decode.expanded
 
 
 def _decode_attention(
@@ -344,7 +391,7 @@ class TorchAttentionBackend:
 
     def __init__(self) -> None:
         self._rope: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, _KvSlots]] | None = None
-        self._decode: tuple[AttentionMetadata, _DecodePlan] | None = None
+        self._decode: tuple[AttentionMetadata, _DecodeRows | None] | None = None  # the step's, by its metadata
 
     def rotary_write_kv(self, query, key, value, cos, sin, k_cache, v_cache, meta) -> torch.Tensor:
         slot_mapping = meta.slot_mapping
@@ -357,10 +404,9 @@ class TorchAttentionBackend:
         return _rotate(query, cos_full, sin_signed)
 
     def paged_attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
-        plan = None
-        if meta.is_pure_decode and decode_row_count(query.shape[0]) == query.shape[0]:
-            if self._decode is None or self._decode[0] is not meta:
-                # Eager steps have no padding rows (`AttentionMetadata.padded`): no host read of seq_lens.
-                self._decode = (meta, _DecodePlan.for_step(query, k_cache, meta, has_empty_rows=meta.padded))
-            plan = self._decode[1]
-        return paged_attention(query, k_cache, v_cache, meta, scale, decode_plan=plan)
+        num_decoding = decode_row_count(query.shape[0])
+        if self._decode is None or self._decode[0] is not meta:
+            # Eager steps have no padding rows (`AttentionMetadata.padded`): no host read of seq_lens.
+            decode = _DecodeRows.of(query, k_cache, meta, num_decoding, is_small_step(), has_empty_rows=meta.padded)
+            self._decode = (meta, decode)
+        return _paged_attention(query, k_cache, v_cache, meta, scale, num_decoding, self._decode[1])

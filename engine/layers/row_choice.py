@@ -53,7 +53,7 @@ from agentgate.engine.layers.batch_invariant import MAX_CHECKED_ROWS, Mode, RowI
 from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.layers.quant_linear import KERNEL_DTYPE, QuantLinear
 from agentgate.engine.layers.row_choice_cache import MeasurementCache, cache_key, spread
-from agentgate.engine.step_rows import decode_row_count
+from agentgate.engine.step_rows import decode_row_count, is_small_step
 
 log = logging.getLogger("agentgate.engine")
 
@@ -66,7 +66,8 @@ PROMPT_MODES: tuple[Mode, ...] = ("as is", "padded")
 class RowChosenLinear(nn.Module):
     """Prompt rows through ``prompt`` (the dense form, in a mode whose rows do not depend on their
     count; ``dense`` itself when not given); decode rows through ``quantized`` when fewer than
-    ``crossover`` of them, else ``dense`` (see the module docstring). Rows nobody described
+    ``crossover`` of them or the step is small (`engine.step_rows.is_small_step`), else ``dense``
+    (see the module docstring). Rows nobody described
     (outside `engine.step_rows.decode_rows`) go by their count."""
 
     def __init__(
@@ -87,7 +88,9 @@ class RowChosenLinear(nn.Module):
         return torch.cat((self._decode(x[:decoding]), self.prompt(x[decoding:])))
 
     def _decode(self, x: Tensor) -> Tensor:
-        return self.quantized(x) if x.shape[0] < self.crossover else self.dense(x)
+        # A small step's decode rows (drafts included) take the quantized kernel whatever their
+        # count: a lone request's decode row does (`engine.step_rows`).
+        return self.quantized(x) if x.shape[0] < self.crossover or is_small_step() else self.dense(x)
 
     def extra_repr(self) -> str:
         return f"crossover={self.crossover}"

@@ -178,7 +178,7 @@ class OverlapRunner(TorchModelRunner):
             hidden, logits_indices = self._graph_forward(batch, bucket)
         else:
             shared = count_shared_prefix_blocks([live.block_ids for live in lives]) if self.reads_shared_prefix else 0
-            with decode_rows(step.num_decode_tokens):
+            with decode_rows(step.num_decode_tokens, step.num_decode_requests):
                 hidden, logits_indices = self._eager_forward(batch, lens, seq_lens_host, shared)
 
         if not sample_rows:  # every row is a prefill chunk that does not finish its prompt
@@ -186,7 +186,8 @@ class OverlapRunner(TorchModelRunner):
             return _StepHandle([], HostOutput(torch.empty(0, dtype=torch.long), None, None, None, None))
         if drafts is not None:
             logits_indices = drafts.logits_indices.long()
-        logits = self.model.compute_logits(hidden[logits_indices])
+        with decode_rows(len(sample_rows), len(sampled_ids)):  # every sampled row as a decode row, by request
+            logits = self.model.compute_logits(hidden[logits_indices])
         if step.needs_bitmask:
             return _Deferred(logits, batch, sampling_lives, sampled_ids, drafts, verifies)
         return self._sample(logits, batch, sampling_lives, sampled_ids, None, drafts, verifies)

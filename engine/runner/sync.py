@@ -151,11 +151,12 @@ class SyncRunner(TorchModelRunner):
                 seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32),
                 shared_prefix_blocks=count_shared_prefix_blocks(tables) if self.reads_shared_prefix else 0,
             )
-            with decode_rows(step.num_decode_tokens):
+            with decode_rows(step.num_decode_tokens, step.num_decode_requests):
                 hidden = self.model(ids_d.long(), pos_d.long(), meta, self.kv_caches)
         if not sampling_rows:
             return ModelRunnerOutput([], [])
-        logits = self.model.compute_logits(hidden[rows_d.long()])
+        with decode_rows(len(sampling_rows), len(groups)):  # every sampled row as a decode row, by request
+            logits = self.model.compute_logits(hidden[rows_d.long()])
         if step.needs_bitmask:
             return _Deferred(logits, sampling_rows, groups)
         return self._sample(logits, sampling_rows, groups, None)

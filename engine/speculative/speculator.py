@@ -6,6 +6,7 @@ from __future__ import annotations
 from agentgate.engine.request import Request
 from agentgate.engine.speculative.draft_length import DraftLength
 from agentgate.engine.speculative.proposers import MAX_NGRAM, Proposer
+from agentgate.engine.step_rows import EXACT_DECODE_REQUESTS
 
 DEFAULT_MAX_DRAFT = 6
 # Draft tokens one step carries at most, across its requests (EngineConfig.speculative_step_tokens).
@@ -13,7 +14,9 @@ CPU_STEP_DRAFTS = 8  # a CPU verify row costs ~1/5 of a one-token step (int4, AV
 CUDA_STEP_DRAFTS = 256  # a GPU step reads the weights once: rows are nearly free up to a few hundred
 # --speculative auto on a CPU drafts only while this many requests decode or fewer: spec_bench (overlap
 # runner, int4, 2 cores, tool-calling agents) measured 2.01x output tok/s at 1 agent, 1.11x at 4, 0.85x at 16.
-CPU_AUTO_MAX_BATCH = 4
+# Those are the small steps, whose every decode token (drafts included) is computed as a lone
+# request's is (`engine.step_rows`): drafts verified there change no greedy token.
+CPU_AUTO_MAX_BATCH = EXACT_DECODE_REQUESTS
 
 
 class Speculator:

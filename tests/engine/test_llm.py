@@ -83,10 +83,11 @@ def test_a_shared_1000_token_prefix_is_computed_once_and_changes_nothing(llm_fp3
 
 
 def test_agents_sharing_a_prompt_prefix_decode_together_as_they_would_apart(llm_fp32, monkeypatch):
-    """Four requests admitted together share a 600-token prefix: the prefix
+    """Six requests admitted together share a 600-token prefix: the prefix
     cache holds it once, so their decode steps score it once for all rows
-    (cascade attention). Their tokens equal those of runs with the cache off,
-    where no two rows share a block."""
+    (cascade attention; steps of at most 4 decoding requests do not, as a
+    lone request's does not: `engine.step_rows`). Their tokens equal those
+    of runs with the cache off, where no two rows share a block."""
     from agentgate.engine.attention import torch as reference
 
     seen = []
@@ -99,7 +100,7 @@ def test_agents_sharing_a_prompt_prefix_decode_together_as_they_would_apart(llm_
     monkeypatch.setattr(reference, "_decode_attention", recording)
     words = ("tools: search(query) returns documents; calculator(expression) returns a number. " * 60).split()
     prefix = llm_fp32.tokenizer.encode(" ".join(words))[:600]
-    prompts = [prefix + llm_fp32.tokenizer.encode(f" Question {i}: what is {i} plus {i}?") for i in range(4)]
+    prompts = [prefix + llm_fp32.tokenizer.encode(f" Question {i}: what is {i} plus {i}?") for i in range(6)]
     greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
     shared = llm_fp32.generate(prompts, greedy)
     block = llm_fp32.config.block_size

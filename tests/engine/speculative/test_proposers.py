@@ -70,7 +70,10 @@ def test_draft_length_grows_on_success_and_stops_on_repeated_misses():
 
 
 def test_modes_resolve_per_runner_and_bad_ones_are_refused():
-    assert make_speculator(EngineConfig()) is None  # off by default
+    # By default: auto on the CPU (suffix drafts while at most 4 requests decode), off on CUDA.
+    default = make_speculator(EngineConfig(device="cpu"))
+    assert isinstance(default.proposer, SuffixProposer) and default.max_batch == 4
+    assert make_speculator(EngineConfig(device="cuda")) is None
     for runner in ("overlap", "sync"):  # both verify drafts
         assert isinstance(make_speculator(EngineConfig(runner=runner, speculative="auto")).proposer, SuffixProposer)
     assert make_speculator(EngineConfig(runner="null", speculative="auto")) is None
