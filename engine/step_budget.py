@@ -38,8 +38,9 @@ DEFAULT_CPU_STEP_MS = 60.0
 # (fixed, per decode row, per prompt token, prompt fixed) in ms: a CPU of this project's kind, on
 # the side of caution, so a first step with decodes takes a small chunk.
 PRIOR_MS = (20.0, 2.0, 1.0, 0.0)
-# How much the prior weighs, in steps of its own kind: about one.
-PRIOR_WEIGHT = 1.0
+# How much the prior weighs (a ridge toward it, per cost): a hundredth of a step's, so it settles
+# only what no recent step shows.
+PRIOR_WEIGHT = 0.01
 # Each step weighs this much less than the step after it: the fit follows the last ~30 steps.
 FORGET = 0.97
 # A step is taken as at most this many times what the fit predicted for it: one slow step (a

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
 from agentgate.engine.sampling_params import SamplingParams
@@ -173,7 +175,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     fixed, per_row, per_token, prompt_fixed = budget.costs
     print(
         f"fitted step costs: {fixed:.1f} ms + {per_row:.2f} ms per decode row + {per_token:.3f} ms per prompt "
-        f"token + {prompt_fixed:.1f} ms with prompt rows ({budget.num_observed} steps observed)"
+        f"token + {prompt_fixed:.1f} ms with prompt rows ({budget.num_observed} steps observed; "
+        f"{torch.get_num_threads()} threads now)"
     )
     core.shutdown()
 
