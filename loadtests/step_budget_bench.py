@@ -1,6 +1,6 @@
 """The step budget in time (``--max-step-ms``, `engine.step_budget`) on vs off, in one process.
 
-    python -m agentgate.loadtests.step_budget_bench [--concurrency 16] [--requests 32] [--rounds 2]
+    python -m agentgate.loadtests.step_budget_bench [--concurrency 16] [--requests 24] [--rounds 2]
 
 AIPerf's shape: ``--concurrency`` requests at a time (each one that ends is replaced, up to
 ``--requests`` per run) of about ``--prompt-tokens`` random token ids (a fixed seed; fresh prompts
@@ -8,9 +8,11 @@ in each run, so no run hits another's prefix cache) and ``--output-tokens`` out,
 (the default model unless ``--model``) runs every run, with its step budget on (``--max-step-ms``,
 default auto) and off, alternating on/off, off/on, ... for ``--rounds`` rounds after one short
 warm-up run; the budget keeps its fitted costs from one "on" run to the next. Prints, per run and
-as medians per variant: ITL p50/p99 (the gaps between a request's tokens), TTFT p50, output
-tokens/s, and the prompt tokens the steps that decoded carried (the largest and the mean); then
-the on/off ratios and the costs the budget fitted. Run it alone, under the exclusive CPU lock.
+as medians per variant: ITL p50/p99 as AIPerf reports it (per request, the time from its first
+token to its last over the tokens between; stalls behind other prompts count), the gaps between
+two tokens (p50/p99), TTFT p50, output tokens/s, and the prompt tokens the steps that decoded
+carried (the largest and the mean); then the on/off ratios and the costs the budget fitted. Run
+it alone, under the exclusive CPU lock.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ VARIANTS = ("on", "off")
 
 @dataclass
 class RunFigures:
-    itl_ms: list[float] = field(default_factory=list)
+    itl_ms: list[float] = field(default_factory=list)  # per request, as AIPerf: decode time / (tokens - 1)
+    gaps_ms: list[float] = field(default_factory=list)  # every gap between two tokens of a request
     ttft_ms: list[float] = field(default_factory=list)
     output_tokens: int = 0
     seconds: float = 0.0
@@ -48,6 +51,8 @@ class RunFigures:
         return {
             "itl_p50": percentile(self.itl_ms, 50) or 0.0,
             "itl_p99": percentile(self.itl_ms, 99) or 0.0,
+            "gap_p50": percentile(self.gaps_ms, 50) or 0.0,
+            "gap_p99": percentile(self.gaps_ms, 99) or 0.0,
             "ttft_p50": percentile(self.ttft_ms, 50) or 0.0,
             "tok_s": self.output_tokens / self.seconds if self.seconds else 0.0,
             "chunk_max": float(max(beside)),
@@ -79,6 +84,7 @@ def run(core: EngineCore, batch: Sequence[list[int]], concurrency: int, output_t
     params = SamplingParams(temperature=0.0, max_tokens=output_tokens, ignore_eos=True)
     queue = list(enumerate(batch))
     added: dict[str, float] = {}
+    first: dict[str, tuple[float, int]] = {}  # first token's time, tokens since
     last: dict[str, float] = {}
     active = 0
     start = time.perf_counter()
@@ -96,19 +102,26 @@ def run(core: EngineCore, batch: Sequence[list[int]], concurrency: int, output_t
                 previous = last.get(out.request_id)
                 if previous is None:
                     figures.ttft_ms.append(1000.0 * (now - added[out.request_id]))
+                    first[out.request_id] = (now, 0)
                 else:
-                    figures.itl_ms.append(1000.0 * (now - previous) / len(out.new_token_ids))
+                    figures.gaps_ms.append(1000.0 * (now - previous) / len(out.new_token_ids))
+                    started, count = first[out.request_id]
+                    first[out.request_id] = (started, count + len(out.new_token_ids))
                 last[out.request_id] = now
                 figures.output_tokens += len(out.new_token_ids)
             if out.finish_reason is not None:
                 active -= 1
+                started, count = first.get(out.request_id, (now, 0))
+                if count:
+                    figures.itl_ms.append(1000.0 * (last[out.request_id] - started) / count)
     figures.seconds = time.perf_counter() - start
     return figures
 
 
 def describe(name: str, s: dict[str, float]) -> str:
     return (
-        f"{name:3s}: ITL p50 {s['itl_p50']:.1f} ms, p99 {s['itl_p99']:.1f} ms; TTFT p50 {s['ttft_p50']:.0f} ms; "
+        f"{name:3s}: ITL p50 {s['itl_p50']:.1f} ms, p99 {s['itl_p99']:.1f} ms (token gaps p50 {s['gap_p50']:.1f}, "
+        f"p99 {s['gap_p99']:.1f}); TTFT p50 {s['ttft_p50']:.0f} ms; "
         f"{s['tok_s']:.1f} output tok/s; prompt tokens beside decodes max {s['chunk_max']:.0f}, "
         f"mean {s['chunk_mean']:.1f}"
     )
@@ -120,14 +133,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--load-format", default="auto", help="dummy: random weights of the model's shapes")
     p.add_argument("--max-step-ms", default="auto", help="the 'on' variant's budget")
     p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--requests", type=int, default=32, help="requests per run")
+    p.add_argument("--requests", type=int, default=24, help="requests per run (24: ~3 minutes on 2 cores)")
     p.add_argument("--prompt-tokens", type=int, default=400)
     p.add_argument("--output-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2, help="runs of each variant (at least 2)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="at least 0")
     args = p.parse_args(argv)
-    if args.rounds < 2:
-        p.error("--rounds must be at least 2")
+    if args.rounds < 2 or args.seed < 0:
+        p.error("--rounds must be at least 2 and --seed at least 0")
     core = EngineCore(EngineConfig(model=args.model, load_format=args.load_format, max_step_ms=args.max_step_ms))
     budget: StepBudget | None = core.scheduler.step_budget
     if budget is None:
@@ -140,7 +153,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"requests={args.requests} prompt~{args.prompt_tokens} output={args.output_tokens} rounds={args.rounds}",
         flush=True,
     )
-    warm = prompts(args.seed - 1, args.concurrency, args.prompt_tokens, vocab)
+    # Each run's prompts from a seed of its own (random.Random(-n) is random.Random(n): none below 0).
+    warm = prompts(1000 * args.seed, args.concurrency, args.prompt_tokens, vocab)
     run(core, warm, args.concurrency, min(8, args.output_tokens), "warm")
     results: dict[str, list[dict[str, float]]] = {name: [] for name in VARIANTS}
     for round_ in range(args.rounds):
@@ -148,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for name in order:
             core.scheduler.step_budget = budget if name == "on" else None
             steps.clear()
-            seed = args.seed + 2 * round_ + (name == "off")
+            seed = 1000 * args.seed + 1 + 2 * round_ + (name == "off")
             batch = prompts(seed, args.requests, args.prompt_tokens, vocab)
             figures = run(core, batch, args.concurrency, args.output_tokens, f"r{round_}{name}")
             figures.prompt_beside_decodes = [
@@ -169,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         return f"{on[key] / off[key]:.2f}x" if off[key] else "n/a"
 
     print(
-        f"on/off: ITL p50 {ratio('itl_p50')}, ITL p99 {ratio('itl_p99')}, TTFT p50 {ratio('ttft_p50')}, "
+        f"on/off: ITL p50 {ratio('itl_p50')}, ITL p99 {ratio('itl_p99')}, token gaps p99 {ratio('gap_p99')}, "
+        f"TTFT p50 {ratio('ttft_p50')}, "
         f"output tok/s {ratio('tok_s')}"
     )
     fixed, per_row, per_token, prompt_fixed = budget.costs

@@ -19,5 +19,9 @@ def test_the_bench_alternates_the_variants_and_prints_the_trade(tmp_path, capfd)
     assert [(r, v) for r, v, _ in runs] == [("0", "on"), ("0", "off"), ("1", "off"), ("1", "on")]
     beside = {v: int(m) for _, v, m in runs}
     assert beside["on"] == 16 and beside["off"] > 16  # off: the next prompts whole, beside the decodes
-    assert re.search(r"^on/off: ITL p50 [\d.]+x, ITL p99 [\d.]+x, TTFT p50 [\d.]+x, output tok/s [\d.]+x$", out, re.M)
+    assert re.search(
+        r"^on/off: ITL p50 [\d.]+x, ITL p99 [\d.]+x, token gaps p99 [\d.]+x, TTFT p50 [\d.]+x, output tok/s [\d.]+x$",
+        out,
+        re.M,
+    )
     assert re.search(r"^fitted step costs: .* \((\d+) steps observed", out, re.M)
