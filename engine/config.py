@@ -37,6 +37,20 @@ def parse_retention(mode: str) -> float | None:
     return seconds
 
 
+def parse_max_step_ms(setting: str) -> float | None:
+    """``--max-step-ms``: "auto" -> None (chosen by the engine: `engine.step_budget`); "off" ->
+    0.0 (no budget); "MS" -> that many milliseconds, 0 meaning off. ValueError for anything else."""
+    if setting in ("auto", "off"):
+        return None if setting == "auto" else 0.0
+    try:
+        ms = float(setting)
+    except ValueError:
+        ms = -1.0
+    if not 0 <= ms < float("inf"):
+        raise ValueError(f"max_step_ms must be auto, off or a number of milliseconds, got {setting!r}")
+    return ms
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Everything an engine needs to start.
@@ -57,6 +71,14 @@ class EngineConfig:
                   is measured from free memory and ``gpu_memory_utilization``.
     num_kv_blocks: an exact block count, overriding both (tests use tiny ones).
     max_num_batched_tokens: tokens per step; longer prompts are chunked.
+    max_step_ms:  a step budget in time: a step that carries decoding requests
+                  takes only the prompt tokens a cost model fitted to the
+                  engine's own steps says fit beside them in this many
+                  milliseconds (at least one KV block), so streams keep their
+                  pace while prompts advance in slices (``engine.step_budget``).
+                  "auto" (default): 60 ms on the CPU with a model, off on CUDA
+                  and with the null runner; "off" or "0": no budget; a number:
+                  that budget on any device.
     speculative:  draft tokens without a draft model and verify them
                   (``engine.speculative``): "off", "ngram" (prompt lookup),
                   "suffix" (prompt lookup plus recent outputs of all
@@ -121,6 +143,7 @@ class EngineConfig:
     max_model_len: int | None = None
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 1024
+    max_step_ms: str = "auto"
     gpu_memory_utilization: float = 0.85
     kv_cache_bytes: int | None = None
     num_kv_blocks: int | None = None
@@ -166,6 +189,10 @@ class EngineConfig:
             raise InvalidRequestError("steps_in_flight must be 1 or 2", "steps_in_flight")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise InvalidRequestError("num_kv_blocks must be at least 2", "num_kv_blocks")
+        try:
+            parse_max_step_ms(self.max_step_ms)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), "max_step_ms") from None
         try:
             parse_retention(self.kv_retention)
         except ValueError as exc:

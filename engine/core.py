@@ -34,6 +34,7 @@ from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from agentgate.engine.speculative import make_proposer
 from agentgate.engine.speculative.speculator import CPU_AUTO_MAX_BATCH, CPU_STEP_DRAFTS, CUDA_STEP_DRAFTS, Speculator
+from agentgate.engine.step_budget import StepBudget, resolve_max_step_ms
 from agentgate.engine.token_events import TokenEvent
 from agentgate.engine.waiting_queue import DEFAULT_MAX_WAIT_S, FcfsQueue
 
@@ -57,6 +58,7 @@ class _InFlight:
     step: SchedulerOutput
     handle: Any
     awaiting_bitmask: bool
+    launched: float  # time.perf_counter() before the runner took it
 
 
 def make_runner(config: EngineConfig) -> ModelRunner:
@@ -77,6 +79,13 @@ def make_runner(config: EngineConfig) -> ModelRunner:
     from agentgate.engine.runner.overlap import OverlapRunner
 
     return OverlapRunner(config)
+
+
+def make_step_budget(config: EngineConfig, runner: ModelRunner) -> StepBudget | None:
+    """The step budget ``config.max_step_ms`` gives on ``runner`` (``auto``: on the CPU with a
+    model; `engine.step_budget`), None for none."""
+    ms = resolve_max_step_ms(config.max_step_ms, runner.device.type, runner.architecture != "null")
+    return None if ms is None else StepBudget(ms, runner.kv_spec.block_size)
 
 
 def make_speculator(config: EngineConfig) -> Speculator | None:
@@ -115,8 +124,10 @@ class EngineCore:
             make_speculator(config),
             waiting=make_queue(config.scheduling_policy, config.max_wait),
             retention=KVRetention(kv.pool, retention, config.kv_retention_max_fraction),
+            step_budget=make_step_budget(config, self.runner),
         )
         self._in_flight: deque[_InFlight] = deque()
+        self._last_resolved = 0.0  # time.perf_counter() when the last step resolved
         self._seeds = random.Random(config.seed)
         self.engine_id = uuid.uuid4().hex[:12]
         self._grammars = None  # GrammarCompiler, made on the first constrained request
@@ -311,16 +322,29 @@ class EngineCore:
         if len(self._in_flight) < self.runner.max_steps_in_flight and self.scheduler.has_schedulable_work:
             step = self.scheduler.schedule()
             if not step.is_empty:
-                self._in_flight.append(_InFlight(step, self.runner.execute(step), step.needs_bitmask))
+                launched_at = time.perf_counter()
+                self._in_flight.append(_InFlight(step, self.runner.execute(step), step.needs_bitmask, launched_at))
                 launched = True
         if self._in_flight and (not launched or len(self._in_flight) >= self.runner.max_steps_in_flight):
             self._complete_oldest()
             oldest = self._in_flight.popleft()
             result = self.runner.wait(oldest.handle)
+            self._observe_step_time(oldest)
             outputs += self._to_outputs(self.scheduler.update_from_output(oldest.step, result), result)
         self._complete_oldest()
         self._release_if_idle()
         return outputs
+
+    def _observe_step_time(self, resolved: _InFlight) -> None:
+        """Tell the step budget how long the step just resolved took: from its launch, or, when
+        it was launched while the step before ran (two in flight), from that step's end."""
+        now = time.perf_counter()
+        started, self._last_resolved = max(resolved.launched, self._last_resolved), now
+        budget = self.scheduler.step_budget
+        if budget is not None:
+            step = resolved.step
+            decode_tokens = step.num_decode_tokens
+            budget.observe(decode_tokens, step.total_num_tokens - decode_tokens, 1000.0 * (now - started))
 
     def _complete_oldest(self) -> None:
         """Sample the oldest step in flight if it waits for a bitmask: every

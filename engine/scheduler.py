@@ -23,6 +23,7 @@ from agentgate.engine.scheduler_output import (
     SchedulerOutput,
 )
 from agentgate.engine.speculative.speculator import Speculator
+from agentgate.engine.step_budget import StepBudget
 from agentgate.engine.token_events import TokenEvent, confirm_tokens
 from agentgate.engine.waiting_queue import FcfsQueue
 
@@ -52,6 +53,10 @@ class Scheduler:
     while anything runs, then preempts the running request ranked last (itself, if it is that
     one); pins go last ranked program first.
 
+    ``step_budget``: with one, a step that decodes carries only the prompt tokens it says fit
+    beside its decoding rows in time (engine.step_budget); a step that decodes nothing takes
+    ``max_num_batched_tokens`` of prompt.
+
     A program's service (``Request.served``) counts the prompt tokens a turn computes when first
     admitted (what the prefix cache did not hold) and each token sampled; recomputing after a
     preemption is not charged to it."""
@@ -64,8 +69,10 @@ class Scheduler:
         *,
         waiting: FcfsQueue | None = None,
         retention: KVRetention | None = None,
+        step_budget: StepBudget | None = None,
     ) -> None:
         self.limits = limits
+        self.step_budget = step_budget
         self.kv = kv
         self.speculator = speculator
         self.retention = retention if retention is not None else KVRetention(kv.pool, "off")
@@ -185,39 +192,61 @@ class Scheduler:
         prefills = [r for r in self.running if r.num_computed_tokens < r.num_prompt_tokens]
         speculator = self.speculator
         draft_room = speculator.step_drafts(len(decodes)) if speculator is not None else 0
-        for request in decodes + prefills:
-            if budget == 0:
-                break
-            if request.status is not RequestStatus.RUNNING:
-                continue  # preempted earlier in this loop
-            if request.num_pending_outputs >= request.max_tokens:
-                continue  # its last token is in flight
-            wanted = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
-            draft = speculator.draft(request, draft_room) if draft_room > 0 else []
-            num_tokens = min(wanted + len(draft), budget)
-            if num_tokens <= 0:
-                continue
-            del draft[max(0, num_tokens - wanted) :]
-            while (block_ids := self.kv.allocate(request, num_tokens)) is None:
-                if self.retention.release_one(None, ranked_after=self._outranks(request)):
-                    continue
-                victim = self._victim()
-                budget += rows.pop(victim.request_id, 0)
-                drafts.pop(victim.request_id, None)
-                out.new_block_ids.pop(victim.request_id, None)
-                self._preempt(victim)
-                if victim is request:
-                    break
-            if block_ids is None:
-                continue
-            if block_ids:
-                out.new_block_ids[request.request_id] = block_ids
-            rows[request.request_id] = num_tokens
-            if draft:
-                drafts[request.request_id] = tuple(draft)
-                draft_room -= len(draft)
-            budget -= num_tokens
+        for request in decodes:
+            budget, draft_room = self._schedule_running_one(request, out, rows, drafts, budget, draft_room)
+        budget = self._prompt_budget(sum(rows.values()), budget)
+        for request in prefills:
+            budget, draft_room = self._schedule_running_one(request, out, rows, drafts, budget, draft_room)
         return budget
+
+    def _prompt_budget(self, decode_tokens: int, budget: int) -> int:
+        """The tokens left for prompts in a step whose decoding rows hold ``decode_tokens``: with
+        a step budget and rows that decode, at most what fits beside them in time."""
+        if self.step_budget is None or decode_tokens == 0:
+            return budget
+        return min(budget, self.step_budget.prompt_tokens(decode_tokens))
+
+    def _schedule_running_one(
+        self,
+        request: Request,
+        out: SchedulerOutput,
+        rows: dict[str, int],
+        drafts: dict[str, tuple[int, ...]],
+        budget: int,
+        draft_room: int,
+    ) -> tuple[int, int]:
+        """Schedule the running ``request`` within ``budget`` tokens and ``draft_room`` drafts
+        (preempting for its memory if need be); returns what is left of both."""
+        if budget == 0 or request.status is not RequestStatus.RUNNING:  # none left; preempted earlier
+            return budget, draft_room
+        if request.num_pending_outputs >= request.max_tokens:
+            return budget, draft_room  # its last token is in flight
+        speculator = self.speculator
+        wanted = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
+        draft = speculator.draft(request, draft_room) if draft_room > 0 else []
+        num_tokens = min(wanted + len(draft), budget)
+        if num_tokens <= 0:
+            return budget, draft_room
+        del draft[max(0, num_tokens - wanted) :]
+        while (block_ids := self.kv.allocate(request, num_tokens)) is None:
+            if self.retention.release_one(None, ranked_after=self._outranks(request)):
+                continue
+            victim = self._victim()
+            budget += rows.pop(victim.request_id, 0)
+            drafts.pop(victim.request_id, None)
+            out.new_block_ids.pop(victim.request_id, None)
+            self._preempt(victim)
+            if victim is request:
+                break
+        if block_ids is None:
+            return budget, draft_room
+        if block_ids:
+            out.new_block_ids[request.request_id] = block_ids
+        rows[request.request_id] = num_tokens
+        if draft:
+            drafts[request.request_id] = tuple(draft)
+            draft_room -= len(draft)
+        return budget - num_tokens, draft_room
 
     def _schedule_waiting(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> None:
         # Active programs, once per step; each admission adds its own (engine.programs.admission).

@@ -76,6 +76,13 @@ class Settings:
     max_num_batched_tokens: int | None = _opt(
         "tokens per engine step (default: the engine's)", default=None, engine=True
     )
+    max_step_ms: str = _opt(
+        "a step budget in time: a step with decoding requests carries only the prompt tokens that fit beside "
+        "them in this many ms (at least one KV block; fitted to the engine's measured steps), so streams keep "
+        "their pace and prompts advance in slices: auto (60 on the CPU with a model, off on CUDA), off, or MS",
+        default="auto",
+        engine=True,
+    )
     num_kv_blocks: int | None = _opt("exact number of KV cache blocks (default: measured)", default=None, engine=True)
     device: str = _opt("engine device: auto, cpu, cuda, cuda:N", default="auto", engine=True)
     dtype: str = _opt("engine dtype: auto, float32, float16, bfloat16", default="auto", engine=True)

@@ -86,6 +86,16 @@ def test_the_wait_bound_is_a_flag_of_serve_and_engine_and_reaches_the_engine(mon
         _serve_args(["--max-wait", "0"], monkeypatch).engine_config()
 
 
+def test_the_step_budget_is_a_flag_of_serve_and_engine_and_reaches_the_engine(monkeypatch):
+    assert _serve_args([], monkeypatch).engine_config().max_step_ms == "auto"
+    assert _serve_args(["--max-step-ms", "40"], monkeypatch).engine_config().max_step_ms == "40"
+    engine = build_parser().parse_args(["engine", "--max-step-ms", "off"])
+    assert settings_from_args(engine).engine_config().max_step_ms == "off"
+    assert _serve_args([], monkeypatch, {"AGENTGATE_MAX_STEP_MS": "25"}).engine_config().max_step_ms == "25"
+    with pytest.raises(ValueError, match="max_step_ms"):
+        _serve_args(["--max-step-ms", "soon"], monkeypatch).engine_config()
+
+
 def test_the_cache_dir_and_remeasure_are_flags_of_serve_and_engine_and_reach_the_engine(monkeypatch, tmp_path):
     config = _serve_args([], monkeypatch).engine_config()
     assert (config.cache_dir, config.remeasure) == (None, False)  # None: the XDG default, at the engine

@@ -24,6 +24,10 @@ def make_core(model_dir, runner, **overrides):
         max_num_seqs=8,
         max_num_batched_tokens=32,
         num_kv_blocks=overrides.pop("num_kv_blocks", 36),
+        # Chunks by the token budget alone: a step budget in time (engine.step_budget) would size
+        # them from measured step times, so the two runners' steps, and whether the workload
+        # preempts, would depend on the machine's load.
+        max_step_ms="off",
         **overrides,
     )
     return EngineCore(config)
