@@ -76,9 +76,14 @@ class EngineConfig:
                   engine's own steps says fit beside them in this many
                   milliseconds (at least one KV block), so streams keep their
                   pace while prompts advance in slices (``engine.step_budget``).
-                  "auto" (default): 60 ms on the CPU with a model, off on CUDA
-                  and with the null runner; "off" or "0": no budget; a number:
-                  that budget on any device.
+                  "off" (default) or "0": no budget; "auto": 60 ms on the CPU
+                  with a model, off on CUDA and with the null runner; a number:
+                  that budget on any device. Off by default because on a
+                  2-core CPU it costs agent traffic more than it gives: a prompt
+                  token costs 1.5-3 ms there, so beside 16 decoding streams
+                  (~50 ms a step) only one block of prompt fits, and 16 agents
+                  with shared prefixes went from 146 to 92 output tokens/s
+                  (loadtests/step_budget_bench.py and the README give both sides).
     speculative:  draft tokens without a draft model and verify them
                   (``engine.speculative``): "off", "ngram" (prompt lookup),
                   "suffix" (prompt lookup plus recent outputs of all
@@ -143,7 +148,7 @@ class EngineConfig:
     max_model_len: int | None = None
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 1024
-    max_step_ms: str = "auto"
+    max_step_ms: str = "off"  # auto costs agent traffic on 2 cores (see the docstring)
     gpu_memory_utilization: float = 0.85
     kv_cache_bytes: int | None = None
     num_kv_blocks: int | None = None

@@ -32,8 +32,9 @@ import numpy as np
 
 from agentgate.engine.config import parse_max_step_ms
 
-# Used when --max-step-ms is auto: on the CPU, with a model (measured: decode ITL p50 within the
-# issue's 80 ms at 16 streams; loadtests/step_budget_bench.py).
+# Used when --max-step-ms is auto (not the default: engine.config.EngineConfig says why): on the
+# CPU, with a model (measured: decode ITL p50 within the 80 ms at 16 streams;
+# loadtests/step_budget_bench.py).
 DEFAULT_CPU_STEP_MS = 60.0
 # (fixed, per decode row, per prompt token, prompt fixed) in ms: a CPU of this project's kind, on
 # the side of caution, so a first step with decodes takes a small chunk.

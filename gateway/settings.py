@@ -79,8 +79,9 @@ class Settings:
     max_step_ms: str = _opt(
         "a step budget in time: a step with decoding requests carries only the prompt tokens that fit beside "
         "them in this many ms (at least one KV block; fitted to the engine's measured steps), so streams keep "
-        "their pace and prompts advance in slices: auto (60 on the CPU with a model, off on CUDA), off, or MS",
-        default="auto",
+        "their pace and prompts advance in slices, and TTFT pays: off (default), auto (60 on the CPU with a model, "
+        "off on CUDA), or MS",
+        default="off",
         engine=True,
     )
     num_kv_blocks: int | None = _opt("exact number of KV cache blocks (default: measured)", default=None, engine=True)

@@ -87,7 +87,7 @@ def test_the_wait_bound_is_a_flag_of_serve_and_engine_and_reaches_the_engine(mon
 
 
 def test_the_step_budget_is_a_flag_of_serve_and_engine_and_reaches_the_engine(monkeypatch):
-    assert _serve_args([], monkeypatch).engine_config().max_step_ms == "auto"
+    assert _serve_args([], monkeypatch).engine_config().max_step_ms == "off"
     assert _serve_args(["--max-step-ms", "40"], monkeypatch).engine_config().max_step_ms == "40"
     engine = build_parser().parse_args(["engine", "--max-step-ms", "off"])
     assert settings_from_args(engine).engine_config().max_step_ms == "off"

@@ -15,7 +15,7 @@ LONG_PROMPT = 600  # tokens: several hundred ms of prompt on a CPU, far over a 6
 @pytest.fixture(scope="module")
 def core():
     # No prefix caching: the second run computes the long prompt again instead of hitting it.
-    engine = EngineCore(EngineConfig(enable_prefix_caching=False))
+    engine = EngineCore(EngineConfig(enable_prefix_caching=False, max_step_ms="auto"))
     yield engine
     engine.shutdown()
 
