@@ -4,11 +4,13 @@ before step N's tokens are waited for."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,8 @@ from agentgate.engine.speculative.speculator import CPU_AUTO_MAX_BATCH, CPU_STEP
 from agentgate.engine.step_budget import StepBudget, resolve_max_step_ms
 from agentgate.engine.token_events import TokenEvent
 from agentgate.engine.waiting_queue import DEFAULT_MAX_WAIT_S, FcfsQueue
+
+log = logging.getLogger("agentgate.engine")
 
 # While requests wait only for their grammars: how long a loop sleeps between looks at the compiles.
 # Stepping at once would spin, and a spinning thread holds the GIL the grammar thread needs (measured:
@@ -88,13 +92,23 @@ def make_step_budget(config: EngineConfig, runner: ModelRunner) -> StepBudget | 
     return None if ms is None else StepBudget(ms, runner.kv_spec.block_size)
 
 
-def make_speculator(config: EngineConfig) -> Speculator | None:
+def make_speculator(config: EngineConfig, batch_dependent_decode: Sequence[str] = ()) -> Speculator | None:
     """The speculator ``config.speculative`` asks for (``auto``: the suffix
     proposer where it pays: on a CPU while at most `CPU_AUTO_MAX_BATCH` requests
-    decode; off with the null runner; None: auto on the CPU, off on CUDA)."""
+    decode; off with the null runner, and where ``batch_dependent_decode`` names
+    decode linears whose rows depend on the batch here, since drafts would then
+    change greedy tokens (`engine.layers.decode_exactness`); None: auto on the
+    CPU, off on CUDA)."""
     mode = config.resolved_speculative()
     cpu = config.resolved_device().type != "cuda"
     max_batch = CPU_AUTO_MAX_BATCH if mode == "auto" and cpu else None
+    if mode == "auto" and cpu and batch_dependent_decode:
+        log.warning(
+            "speculative auto: off: drafts would change greedy tokens here, the rows of these decode "
+            "linears depend on the batch on this CPU: %s",
+            ", ".join(batch_dependent_decode),
+        )
+        return None
     if mode == "auto":
         mode = "off" if config.runner == "null" else "suffix"
     proposer = make_proposer(mode)
@@ -121,7 +135,7 @@ class EngineCore:
         self.scheduler = Scheduler(
             SchedulerLimits(config.max_num_seqs, config.max_num_batched_tokens, spec.max_model_len),
             kv,
-            make_speculator(config),
+            make_speculator(config, self.runner.batch_dependent_decode),
             waiting=make_queue(config.scheduling_policy, config.max_wait),
             retention=KVRetention(kv.pool, retention, config.kv_retention_max_fraction),
             step_budget=make_step_budget(config, self.runner),

@@ -4,7 +4,8 @@ Row choice (`engine.layers.row_choice`) measures two things at load: the row
 count from which the dense form beats the quantized kernels (the crossover,
 timed: a second or two), and how prompt rows of each layer shape run without
 depending on their company (`engine.layers.batch_invariant`'s bitwise checks:
-about 3 s of the default model's start). Both are remembered in
+about 3 s of the default model's start); `engine.layers.decode_exactness`
+checks decode rows for ``--speculative auto`` likewise. All are remembered in
 ``row_choice.json`` under the cache directory: ``--cache-dir``, by default
 ``$XDG_CACHE_HOME/agentgate``, or ``~/.cache/agentgate`` where that variable
 is unset or not absolute (the XDG rule), created (mode 0700) by the user who

@@ -13,10 +13,12 @@ import torch
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.layers.batch_invariant import NoInvariantMode
+from agentgate.engine.layers.decode_exactness import batch_dependent_decode_linears
 from agentgate.engine.layers.row_choice import choose_by_rows, release_quantized_weights
 from agentgate.engine.loaders.quantization import describe
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
 from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.engine.step_rows import EXACT_DECODE_REQUESTS
 
 if TYPE_CHECKING:
     from agentgate.engine.loaders import LoadedModel
@@ -57,6 +59,9 @@ class ModelRunner(ABC):
     quantization: str = "none"
     weights: str = ""
     weight_bytes_per_step: int = 0
+    # Decode linears whose rows depend on the batch here (`engine.layers.decode_exactness`), checked
+    # on the CPU when --speculative is auto; then auto drafts nothing (`engine.core.make_speculator`).
+    batch_dependent_decode: tuple[str, ...] = ()
     kv_spec: KVCacheSpec
     vocab_size: int
     architecture: str
@@ -106,12 +111,12 @@ class TorchModelRunner(ModelRunner):
         )
         self.model = self.loaded.model
         row_choice = None
+        cache_dir = Path(config.cache_dir).expanduser() if config.cache_dir else None
         if self.device.type == "cpu":
             self.model.pack_for_cpu()
             dense_batches = config.batched_matmul == "auto" and not config.deterministic
             dtype = self.model.embed_tokens.weight.dtype
             if dense_batches:
-                cache_dir = Path(config.cache_dir).expanduser() if config.cache_dir else None
                 row_choice = choose_by_rows(self.model, dtype, cache_dir, remeasure=config.remeasure)
             else:
                 release_quantized_weights(self.model)
@@ -122,6 +127,16 @@ class TorchModelRunner(ModelRunner):
                 raise InvalidRequestError(
                     f"--deterministic cannot be honoured on this CPU: {exc}; start without it", "deterministic"
                 ) from exc
+        if self.device.type == "cpu" and config.resolved_speculative() == "auto":
+            self.batch_dependent_decode = tuple(
+                batch_dependent_decode_linears(
+                    self.model,
+                    self.model.embed_tokens.weight.dtype,
+                    EXACT_DECODE_REQUESTS * (config.num_speculative_tokens + 1),
+                    cache_dir,
+                    remeasure=config.remeasure,
+                )
+            )
         self.quantization = self.loaded.quantization
         self.weights, self.weight_bytes_per_step = describe(self.model)
         if row_choice is not None:

@@ -36,6 +36,7 @@ def test_an_engine_started_by_the_tests_writes_its_cache_under_xdg_cache_home_on
     assert "dense bf16 from" in engine.log() and "MiB of dense copies" in engine.log()
     entries = json.loads(cache.read_text())
     kinds = {key.split("|")[0] for key, entry in entries.items() if entry["measured_at"] >= started}
-    assert kinds == {"crossover", "prompt rows"}  # written by this engine: --remeasure rewrote them
+    # Written by this engine (--remeasure rewrote them): the decode rows' verdicts are --speculative auto's.
+    assert kinds == {"crossover", "prompt rows", "decode rows<=28"}
     assert list(home.iterdir()) == []
     assert listing(Path.home() / ".cache" / "agentgate") == real_home_cache
