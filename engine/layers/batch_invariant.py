@@ -61,6 +61,10 @@ MODES: tuple[Mode, ...] = ("as is", "padded", "tiles", "per row")
 _POOL_ROWS = 256
 _OFFSETS = (0, 21, 43)
 _LARGE_OFFSETS = (0, 64, 128, 192)
+# Names this check in the verdicts remembered between starts (engine.layers.row_choice_cache): a
+# verdict of the earlier check (a 64-row pool, which missed the AMX case above) is not taken for one
+# of this check's.
+CHECK_REVISION = "pool256"
 
 
 class NoInvariantMode(RuntimeError):

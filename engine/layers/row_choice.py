@@ -49,7 +49,13 @@ import torch
 from torch import Tensor, nn
 
 from agentgate.engine.layers import dense_budget
-from agentgate.engine.layers.batch_invariant import MAX_CHECKED_ROWS, Mode, RowInvariantLinear, is_row_invariant
+from agentgate.engine.layers.batch_invariant import (
+    CHECK_REVISION,
+    MAX_CHECKED_ROWS,
+    Mode,
+    RowInvariantLinear,
+    is_row_invariant,
+)
 from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.layers.quant_linear import KERNEL_DTYPE, QuantLinear
 from agentgate.engine.layers.row_choice_cache import MeasurementCache, cache_key, spread
@@ -184,7 +190,7 @@ def _prompt_mode(quantized: QuantLinear, dense: PackedLinear, cache: Measurement
     not depend on how many run with them here, else the quantized form so, else dense as it is
     (mode None: then a retried request may compute its cached prompt's last tokens differently).
     The verdict is remembered per shape, as the crossover is."""
-    key = cache_key("prompt rows", _shapes([quantized]))
+    key = cache_key(f"prompt rows {CHECK_REVISION}", _shapes([quantized]))
     remembered = cache.recall(key)
     if remembered is not None and _is_verdict(remembered.value):
         form, mode = remembered.value

@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+from agentgate.engine.layers.batch_invariant import CHECK_REVISION
 from agentgate.engine.layers.row_choice_cache import FILE_NAME
 from tests.support.http import wait_for
 from tests.support.servers import launch_command
@@ -37,6 +38,6 @@ def test_an_engine_started_by_the_tests_writes_its_cache_under_xdg_cache_home_on
     entries = json.loads(cache.read_text())
     kinds = {key.split("|")[0] for key, entry in entries.items() if entry["measured_at"] >= started}
     # Written by this engine (--remeasure rewrote them): the decode rows' verdicts are --speculative auto's.
-    assert kinds == {"crossover", "prompt rows", "decode rows<=28"}
+    assert kinds == {"crossover", f"prompt rows {CHECK_REVISION}", "decode rows<=28"}
     assert list(home.iterdir()) == []
     assert listing(Path.home() / ".cache" / "agentgate") == real_home_cache

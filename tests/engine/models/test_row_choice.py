@@ -167,7 +167,7 @@ def test_the_prompt_row_checks_are_remembered_per_shape_and_remeasure_runs_every
     assert len(measured) == 1 and len(checks) == first_checks
     assert second.prompt_forms == first.prompt_forms and second.how == "remembered"
     entries = json.loads((tmp_path / "row_choice.json").read_text())
-    assert sum(key.startswith("prompt rows|") for key in entries) == 4
+    assert sum(key.startswith(f"prompt rows {rc.CHECK_REVISION}|") for key in entries) == 4
     before = {key: entry["measured_at"] for key, entry in entries.items()}
     again = rc.choose_by_rows(tiny_int4(tmp_path).model, torch.bfloat16, cache_dir=tmp_path, remeasure=True)
     assert again.how == "measured, spread 0%" and len(measured) == 2 and len(checks) == 2 * first_checks
