@@ -10,9 +10,8 @@ from tests.support.tiny_models import tiny_llama_dir
 
 
 def test_the_table_covers_every_form_and_comparison(tmp_path, capfd):
-    # Formatted by hand: each flag beside its value, as on a command line.
-    lm_head_quant.main(["--model", str(tiny_llama_dir(tmp_path)), "--load-format", "dummy", "--prompts", "6",
-                        "--max-tokens", "4", "--steps", "2", "--rounds", "1"])  # fmt: skip
+    flags = "--load-format dummy --prompts 6 --max-tokens 4 --steps 2 --rounds 1"
+    lm_head_quant.main(["--model", str(tiny_llama_dir(tmp_path)), *flags.split()])
     out = capfd.readouterr().out
     rows = re.findall(
         r"^(dense|Q8_0 head \(stored\)|int4 head|int4 head, Q8_0 lookup) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +\d",
