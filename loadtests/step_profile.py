@@ -261,8 +261,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, action="append", help="batch sizes (repeatable; default 1 and 16)")
     parser.add_argument("--steps", type=int, default=24, help="decode steps profiled per batch size")
     args = parser.parse_args(argv)
+    # Plain decode steps, one token per request: speculation (the CPU's default) would verify drafts in them.
     llm = LLM(
-        args.model, load_format=args.load_format, dtype=args.dtype, quantization=args.quantization, runner=args.runner
+        args.model,
+        load_format=args.load_format,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        runner=args.runner,
+        speculative="off",
     )
     print(f"step profile: {llm.core.runner.weights} | runner {args.runner}", flush=True)
     for batch in args.batch or [1, 16]:
