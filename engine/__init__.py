@@ -1,7 +1,7 @@
 """The agentgate engine: token ids in, token ids out.
 
 `LLM` and `SamplingParams` are the offline API; front ends use
-`engine.client.EngineClient` and `engine.protocol`.
+`engine.front.client.EngineClient` and `engine.front.protocol`.
 """
 
 from typing import TYPE_CHECKING

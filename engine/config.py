@@ -38,7 +38,7 @@ def parse_retention(mode: str) -> float | None:
 
 
 def parse_max_step_ms(setting: str) -> float | None:
-    """``--max-step-ms``: "auto" -> None (chosen by the engine: `engine.step_budget`); "off" ->
+    """``--max-step-ms``: "auto" -> None (chosen by the engine: `engine.scheduling.step_budget`); "off" ->
     0.0 (no budget); "MS" -> that many milliseconds, 0 meaning off. ValueError for anything else."""
     if setting in ("auto", "off"):
         return None if setting == "auto" else 0.0
@@ -75,7 +75,7 @@ class EngineConfig:
                   takes only the prompt tokens a cost model fitted to the
                   engine's own steps says fit beside them in this many
                   milliseconds (at least one KV block), so streams keep their
-                  pace while prompts advance in slices (``engine.step_budget``).
+                  pace while prompts advance in slices (``engine.scheduling.step_budget``).
                   "off" (default) or "0": no budget; "auto": 60 ms on the CPU
                   with a model, off on CUDA and with the null runner; a number:
                   that budget on any device. Off by default because on a
@@ -108,25 +108,25 @@ class EngineConfig:
                   decode batches) to a dense bf16 copy of the weights, where
                   oneDNN is faster than the weight-only kernels; "quantized"
                   keeps the quantized kernels at every size and no copy
-                  (`engine.layers.row_choice`). --deterministic implies it.
+                  (`engine.kernel_choice.row_choice`). --deterministic implies it.
                   Copies are kept only while they fit in half of the memory
-                  available after loading (`engine.layers.dense_budget`).
+                  available after loading (`engine.kernel_choice.dense_budget`).
     cache_dir:    where measurements at load are remembered between starts
-                  (the crossover, the prompt-row checks: `engine.layers.row_choice_cache`);
+                  (the crossover, the prompt-row checks: `engine.kernel_choice.row_choice_cache`);
                   None: ``$XDG_CACHE_HOME/agentgate``, else ``~/.cache/agentgate``.
     remeasure:    measure them again at this start and rewrite what is remembered.
     kv_retention: "auto" (default): when a program's turn ends in tool calls, its
                   conversation's blocks stay pinned for a TTL learned from tool gaps;
-                  "off"; or a fixed TTL in seconds (``engine.retention``).
+                  "off"; or a fixed TTL in seconds (``engine.scheduling.retention``).
     kv_retention_max_fraction: the most of the cache pins may hold.
     scheduling_policy: "program" (default: by the rank of the request's
                   program, the level of service it has had, least first
-                  (``engine.programs.table``); memory by rank too, and new programs
-                  admitted while they fit; ``engine.programs.queue``,
-                  ``engine.programs.admission``) or "fcfs" (by request).
+                  (``engine.scheduling.programs.table``); memory by rank too, and new programs
+                  admitted while they fit; ``engine.scheduling.programs.queue``,
+                  ``engine.scheduling.programs.admission``) or "fcfs" (by request).
     max_wait:     seconds after which a waiting request is overdue, under every
                   policy: it goes first, program admission does not hold it, and
-                  nothing after it is admitted before it (``engine.waiting_queue``).
+                  nothing after it is admitted before it (``engine.scheduling.waiting_queue``).
     deterministic: greedy output (and seeded sampling) that does not depend
                   on what else is in the batch: attention one token at a
                   time, row-invariant linears, a fixed thread count (CPU

@@ -18,9 +18,7 @@ from typing import Any
 from agentgate.engine import cpu_threads
 from agentgate.engine.config import SCHEDULING_POLICIES, EngineConfig
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.kv_cache_manager import KVCacheManager
-from agentgate.engine.programs.queue import ProgramQueue
-from agentgate.engine.protocol import (
+from agentgate.engine.front.protocol import (
     PAUSE_MODES,
     EngineCoreOutput,
     EngineInfo,
@@ -28,17 +26,19 @@ from agentgate.engine.protocol import (
     SchedulerStats,
     TokenLogprobs,
 )
+from agentgate.engine.kv.kv_cache_manager import KVCacheManager
 from agentgate.engine.request import FinishReason, Request
-from agentgate.engine.retention import KVRetention
 from agentgate.engine.runner.base import ModelRunner
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.scheduler import PauseState, Scheduler, SchedulerLimits
-from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.engine.scheduling.programs.queue import ProgramQueue
+from agentgate.engine.scheduling.retention import KVRetention
+from agentgate.engine.scheduling.scheduler import PauseState, Scheduler, SchedulerLimits
+from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.engine.scheduling.step_budget import StepBudget, resolve_max_step_ms
+from agentgate.engine.scheduling.waiting_queue import DEFAULT_MAX_WAIT_S, FcfsQueue
 from agentgate.engine.speculative import make_proposer
 from agentgate.engine.speculative.speculator import CPU_AUTO_MAX_BATCH, CPU_STEP_DRAFTS, CUDA_STEP_DRAFTS, Speculator
-from agentgate.engine.step_budget import StepBudget, resolve_max_step_ms
 from agentgate.engine.token_events import TokenEvent
-from agentgate.engine.waiting_queue import DEFAULT_MAX_WAIT_S, FcfsQueue
 
 log = logging.getLogger("agentgate.engine")
 
@@ -49,7 +49,8 @@ COMPILE_POLL_S = 0.002
 
 
 def make_queue(policy: str, max_wait: float = DEFAULT_MAX_WAIT_S) -> FcfsQueue:
-    """The waiting queue of ``--scheduling-policy`` (``engine.waiting_queue``, ``engine.programs.queue``)."""
+    """The waiting queue of ``--scheduling-policy`` (``engine.scheduling.waiting_queue``,
+    ``engine.scheduling.programs.queue``)."""
     if policy == "fcfs":
         return FcfsQueue(max_wait)
     if policy == "program":
@@ -87,7 +88,7 @@ def make_runner(config: EngineConfig) -> ModelRunner:
 
 def make_step_budget(config: EngineConfig, runner: ModelRunner) -> StepBudget | None:
     """The step budget ``config.max_step_ms`` gives on ``runner`` (``auto``: on the CPU with a
-    model; `engine.step_budget`), None for none."""
+    model; `engine.scheduling.step_budget`), None for none."""
     ms = resolve_max_step_ms(config.max_step_ms, runner.device.type, runner.architecture != "null")
     return None if ms is None else StepBudget(ms, runner.kv_spec.block_size)
 
@@ -97,7 +98,7 @@ def make_speculator(config: EngineConfig, batch_dependent_decode: Sequence[str] 
     proposer where it pays: on a CPU while at most `CPU_AUTO_MAX_BATCH` requests
     decode; off with the null runner, and where ``batch_dependent_decode`` names
     decode linears whose rows depend on the batch here, since drafts would then
-    change greedy tokens (`engine.layers.decode_exactness`); None: auto on the
+    change greedy tokens (`engine.kernel_choice.decode_exactness`); None: auto on the
     CPU, off on CUDA)."""
     mode = config.resolved_speculative()
     cpu = config.resolved_device().type != "cuda"
@@ -203,8 +204,8 @@ class EngineCore:
 
     def _grammar_compiler(self):
         if self._grammars is None:
-            from agentgate.engine.model_path import resolve_model_path
-            from agentgate.engine.structured_output import GrammarCompiler
+            from agentgate.engine.model_files.model_path import resolve_model_path
+            from agentgate.engine.structured.structured_output import GrammarCompiler
 
             if self.config.runner == "null":
                 raise InvalidRequestError("structured outputs need a model with a tokenizer", "structured")
@@ -216,7 +217,7 @@ class EngineCore:
         could not be compiled."""
         if not self._compiling:
             return []
-        from agentgate.engine.structured_output import RequestGrammar
+        from agentgate.engine.structured.structured_output import RequestGrammar
 
         failed, waiting = [], []
         for request, future in self._compiling:
@@ -365,7 +366,7 @@ class EngineCore:
         step before it has resolved, so its grammars are current."""
         if not self._in_flight or not self._in_flight[0].awaiting_bitmask:
             return
-        from agentgate.engine.structured_output import new_bitmask
+        from agentgate.engine.structured.structured_output import new_bitmask
 
         entry = self._in_flight[0]
         step = entry.step

@@ -20,11 +20,11 @@ from typing import Any
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import COMPILE_POLL_S, EngineCore
 from agentgate.engine.errors import EngineError, InvalidRequestError
-from agentgate.engine.model_path import resolve_model_path
-from agentgate.engine.output_processor import OutputProcessor
-from agentgate.engine.protocol import TokenLogprobs
+from agentgate.engine.front.protocol import TokenLogprobs
+from agentgate.engine.model_files.model_path import resolve_model_path
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
+from agentgate.engine.text.output_processor import OutputProcessor
+from agentgate.engine.text.tokenizer import Tokenizer, load_tokenizer
 
 Prompt = str | list[int]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 import time
 
-from agentgate.engine.programs.table import ProgramRecord
-from agentgate.engine.protocol import ProgramTag, RequestTimings
+from agentgate.engine.front.protocol import ProgramTag, RequestTimings
 from agentgate.engine.sampling_params import SamplingParams
+from agentgate.engine.scheduling.programs.table import ProgramRecord
 
 
 class RequestStatus(enum.Enum):

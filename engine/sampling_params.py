@@ -23,7 +23,7 @@ class StructuredOutput(msgspec.Struct, omit_defaults=True, kw_only=True):
     grammar: str | None = None
     structural_tag: str | None = None
     # The reply must end whole within this many tokens (the request's max_tokens): the grammar
-    # never starts what it cannot close and closes in time (engine/structured_output.py). Set for
+    # never starts what it cannot close and closes in time (engine/structured/structured_output.py). Set for
     # a reply that is nothing but the structure (a forced tool call, a response_format).
     max_tokens: int | None = None
 

@@ -4,7 +4,7 @@ A decode row computes one token past its prompt (with its drafts, when speculati
 row is a prompt row (a prompt's tokens, a chunk of it, a recomputation). A prompt row's numbers
 must not depend on how many rows run with it, or on how much of its prompt the prefix cache held,
 so a retried greedy request repeats itself (issue 35): the linears run prompt rows in a
-row-invariant form (`engine.layers.row_choice`) and the CPU attention runs them in aligned tiles
+row-invariant form (`engine.kernel_choice.row_choice`) and the CPU attention runs them in aligned tiles
 (`engine.attention.torch`). Decode rows may take whatever is fastest for their count, except in
 a small step.
 

@@ -1,5 +1,5 @@
 """What a step's sampled tokens do to a request: confirmed up to the first that ends it, and
-handed on as one :class:`TokenEvent` per request (``engine.scheduler`` confirms them, with the
+handed on as one :class:`TokenEvent` per request (``engine.scheduling.scheduler`` confirms them, with the
 KV and the speculator's part; ``engine.core`` turns them into outputs)."""
 
 from __future__ import annotations

@@ -8,24 +8,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.dispatch import Dispatcher
 from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.mcp import McpHost
-from agentgate.gateway.metrics import Metrics
-from agentgate.gateway.requests_in_flight import RequestRegistry
+from agentgate.gateway.observation.metrics import Metrics
 from agentgate.gateway.served_model import ServedModel
-from agentgate.gateway.settings import Settings
+from agentgate.gateway.state.requests_in_flight import RequestRegistry
 
 if TYPE_CHECKING:
     from agentgate.gateway.admission.rate_limits import RateLimiter
-    from agentgate.gateway.auth import KeyChecker
-    from agentgate.gateway.cluster import Cluster
     from agentgate.gateway.engines.discovery import EngineDiscovery
     from agentgate.gateway.engines.supervisor import EngineSupervisor
     from agentgate.gateway.programs.turn_tokens import TurnTokens
-    from agentgate.gateway.redis_state import SharedState
     from agentgate.gateway.responses_api.store import ResponseStore
-    from agentgate.gateway.sessions import SessionStore
+    from agentgate.gateway.state.auth import KeyChecker
+    from agentgate.gateway.state.cluster import Cluster
+    from agentgate.gateway.state.redis_state import SharedState
+    from agentgate.gateway.state.sessions import SessionStore
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 generation and API-neutral reply pieces out.
 
 An API module translates its wire request into a
-:class:`~gateway.schemas.ChatCompletionRequest` (OpenAI's chat completions
+:class:`~gateway.api_types.openai.ChatCompletionRequest` (OpenAI's chat completions
 need no translation; the Responses and Anthropic Messages APIs map their
 items and content blocks onto messages, tools and tool_choice), calls
 :func:`start_chat`, and writes what a :class:`~gateway.replies.ReplyReader`
@@ -27,6 +27,7 @@ import anyio
 import msgspec
 
 from agentgate.gateway.admission.bounds import OFF_LOOP_CHARS, check_prompt_chars, message_chars
+from agentgate.gateway.api_types.openai import ChatCompletionRequest
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Dispatcher, dispatch
 from agentgate.gateway.generation import Generation
@@ -43,7 +44,6 @@ from agentgate.gateway.prompts import (
     sampling_params,
     tool_plan,
 )
-from agentgate.gateway.schemas import ChatCompletionRequest
 from agentgate.gateway.served_model import ServedModel
 
 

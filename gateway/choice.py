@@ -16,14 +16,14 @@ from typing import Protocol
 
 import msgspec
 
-from agentgate.engine.client import EngineClient, RequestStream
-from agentgate.engine.output_processor import OutputProcessor
-from agentgate.engine.protocol import EngineCoreOutput, ProgramTag, RequestTimings, TokenLogprobs
+from agentgate.engine.front.client import EngineClient, RequestStream
+from agentgate.engine.front.protocol import EngineCoreOutput, ProgramTag, RequestTimings, TokenLogprobs
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.tokenizer import Tokenizer
+from agentgate.engine.text.output_processor import OutputProcessor
+from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.waiting import Ticket
 from agentgate.gateway.events import ChoiceEvent
-from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.observation.metrics import Metrics
 
 
 class Owner(Protocol):

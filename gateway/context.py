@@ -5,7 +5,7 @@ key's digest, rate limits checked, the ``X-Session-Id`` session opened) and
 leaves it in the ASGI scope; the route reads it with
 :func:`~gateway.http.middleware.context_of` and hands it down to dispatch,
 which routes on its session engine (affinity) and files the request under its
-key and session. The key's digest is made in :mod:`gateway.key_digests`.
+key and session. The key's digest is made in :mod:`gateway.state.key_digests`.
 
 A leaf: it imports nothing of the gateway.
 """

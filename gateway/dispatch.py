@@ -22,12 +22,12 @@ One call, one way down, nothing called back up; the engine has the request when 
    and the reply), the program's turn (its engine and end, and its tokens for
    the next turn: ``Job.turn``), the key's tokens for its rate limit;
 4. **register**: the request id and its engine request ids
-   (``gateway.requests_in_flight``: 409 for an id in flight; the entry shows the
+   (``gateway.state.requests_in_flight``: 409 for an id in flight; the entry shows the
    generation's progress to operators);
 5. **submit**: every choice's ``AddRequest`` goes to the engine now, before the
    route returns (as vLLM's ``AsyncLLM.add_request`` and mini-sglang's API
    server do), and, for a session, the request is filed among its requests
-   and the session bound to the engine (``gateway.sessions``).
+   and the session bound to the engine (``gateway.state.sessions``).
 
 The services it uses are a :class:`Dispatcher`, built once by the lifespan.
 """
@@ -41,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from agentgate.engine.tokenizer import Tokenizer
+from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.bounds import check_engine_requests
 from agentgate.gateway.admission.rate_limits import RateLimiter
 from agentgate.gateway.admission.waiting import Admission
@@ -50,10 +50,10 @@ from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.job import Job
 from agentgate.gateway.lease import Lease
-from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.observation.metrics import Metrics
 from agentgate.gateway.programs.last_turns import ProgramStore
-from agentgate.gateway.requests_in_flight import RequestRegistry
-from agentgate.gateway.sessions import SessionStore
+from agentgate.gateway.state.requests_in_flight import RequestRegistry
+from agentgate.gateway.state.sessions import SessionStore
 
 __all__ = ["Dispatcher", "Job", "dispatch"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
-from agentgate.engine.protocol import TokenLogprobs
+from agentgate.engine.front.protocol import TokenLogprobs
 from agentgate.engine.sampling_params import SamplingParams
 
 

@@ -26,19 +26,19 @@ from contextlib import aclosing
 
 import anyio
 
-from agentgate.engine.client import EngineClient
 from agentgate.engine.errors import EngineError, InvalidRequestError
+from agentgate.engine.front.client import EngineClient
 from agentgate.engine.sampling_params import parse_budget_error
-from agentgate.engine.tokenizer import Tokenizer
+from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.waiting import Ticket
+from agentgate.gateway.api_types.openai import AssistantMessage, PromptTokensDetails, Usage
 from agentgate.gateway.choice import Choice, choice_params, engine_request_ids
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.job import Job
 from agentgate.gateway.lease import Lease
-from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.observation.metrics import Metrics
+from agentgate.gateway.observation.tracing import current_span
 from agentgate.gateway.programs.tags import reply_tools
-from agentgate.gateway.schemas import AssistantMessage, PromptTokensDetails, Usage
-from agentgate.gateway.tracing import current_span
 
 
 class Generation:

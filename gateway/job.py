@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentgate.engine.protocol import ProgramTag
+from agentgate.engine.front.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.gateway.programs.turn_tokens import TurnStart
 

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentgate.gateway.admission.rate_limits import RateLimiter
+from agentgate.gateway.api_types.openai import AssistantMessage
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.programs.last_turns import ProgramStore
 from agentgate.gateway.programs.turn_tokens import TurnStart
-from agentgate.gateway.requests_in_flight import RequestRegistry
-from agentgate.gateway.schemas import AssistantMessage
-from agentgate.gateway.sessions import SessionStore
+from agentgate.gateway.state.requests_in_flight import RequestRegistry
+from agentgate.gateway.state.sessions import SessionStore
 
 
 class Lease:

@@ -15,12 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgate.engine.sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutput
-from agentgate.engine.tokenizer import Tokenizer
+from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.bounds import check_depth
+from agentgate.gateway.api_types.openai import (
+    MAX_N,
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    SamplingFields,
+)
+from agentgate.gateway.config.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
 from agentgate.gateway.errors import BadRequestError, GatewayError
 from agentgate.gateway.programs.turn_tokens import TurnTokens
-from agentgate.gateway.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
-from agentgate.gateway.schemas import MAX_N, ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 from agentgate.gateway.tools import (
     StreamingToolParser,
     render_chat_prompt,
@@ -123,7 +129,7 @@ class ToolPlan:
     ``constraint_param``: the request field that constraint comes from;
     ``forced``: the reply is nothing but the structure (a forced call, the JSON
     of a response_format), so it must end whole within max_tokens (the engine
-    closes it in time: :mod:`engine.structured_output`).
+    closes it in time: :mod:`engine.structured.structured_output`).
     """
 
     parser: type[StreamingToolParser] | None = None
@@ -265,7 +271,7 @@ def sampling_params(
     defaults: SamplingDefaults = OPENAI_DEFAULTS,
 ) -> SamplingParams:
     """The engine's SamplingParams for ``request``, validated (400 naming the field); the fields
-    it leaves unset come from ``defaults`` (see :mod:`gateway.sampling_defaults`)."""
+    it leaves unset come from ``defaults`` (see :mod:`gateway.config.sampling_defaults`)."""
     stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
 
     def pick(name: str) -> Any:

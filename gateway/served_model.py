@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from agentgate.engine.tokenizer import Tokenizer
+from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.output_budget import OutputBudget
+from agentgate.gateway.config.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
 from agentgate.gateway.errors import NotFoundError
-from agentgate.gateway.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
 
 
 @dataclass(frozen=True)

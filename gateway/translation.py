@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
+from agentgate.gateway.api_types.openai import ChatCompletionRequest, ChatMessage
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.schemas import ChatCompletionRequest, ChatMessage
 
 
 def new_id(prefix: str) -> str:

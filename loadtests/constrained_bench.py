@@ -35,9 +35,9 @@ import time
 import torch
 
 from agentgate.engine.core import EngineCore
-from agentgate.engine.model_path import resolve_model_path
+from agentgate.engine.model_files.model_path import resolve_model_path
 from agentgate.engine.sampling_params import SamplingParams, StructuredOutput
-from agentgate.engine.tokenizer import load_tokenizer
+from agentgate.engine.text.tokenizer import load_tokenizer
 from agentgate.loadtests.runner_bench import make_core
 
 RUNNERS = ("sync", "overlap")

@@ -38,9 +38,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from agentgate.engine.kernel_choice.row_choice import fastest_seconds
 from agentgate.engine.layers.batch_invariant import MAX_CHECKED_ROWS, choose_mode
 from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
-from agentgate.engine.layers.row_choice import fastest_seconds
 from agentgate.engine.loaders import load_model
 from agentgate.engine.models.llama import CausalLM
 from agentgate.loadtests import bandwidth

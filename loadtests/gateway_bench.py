@@ -242,7 +242,8 @@ def main() -> int:
     try:
         # Formatted by hand: each flag beside its value, as on a command line.
         servers.append(start(
-            [sys.executable, "-m", "agentgate.gateway.cli", "serve", "--runner", "null", "--port", str(gateway_port),
+            [sys.executable, "-m", "agentgate.gateway.command.cli", "serve", "--runner", "null",
+             "--port", str(gateway_port),
              "--max-num-seqs", str(max(args.streams, 64)), "--max-model-len", "2048", "--max-waiting", "0",
              "--log-level", "warning"],
             gateway_port, f"GET http://127.0.0.1:{gateway_port}/health",

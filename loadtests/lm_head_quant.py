@@ -73,9 +73,9 @@ import torch
 from torch import nn
 
 from agentgate.engine import LLM, SamplingParams
+from agentgate.engine.kernel_choice.row_choice import fastest_seconds
 from agentgate.engine.layers.cpu_linear import PackedLinear
 from agentgate.engine.layers.quant_linear import QuantLinear, tensor_bytes
-from agentgate.engine.layers.row_choice import fastest_seconds
 from agentgate.loadtests.step_profile import drain, fill, run_steps
 
 # (label, --quantization) of each form, the reference first.

@@ -88,10 +88,10 @@ def prompt_logits(llm: LLM, prompt: list[int]) -> torch.Tensor:
 def print_scale_rounding(model: str | None) -> None:
     """How far rounding a GGUF file's scales to the kernel's dtype moves its
     weights, over every tensor the int4 path keeps."""
-    from agentgate.engine.gguf_file import read_gguf
     from agentgate.engine.layers.quant_linear import kernel_error
     from agentgate.engine.loaders import gguf_blocks
-    from agentgate.engine.model_path import resolve_model_path
+    from agentgate.engine.model_files.gguf_file import read_gguf
+    from agentgate.engine.model_files.model_path import resolve_model_path
 
     path = resolve_model_path(model)
     if path.suffix != ".gguf":

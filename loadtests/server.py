@@ -139,9 +139,9 @@ def launch(
     env: Mapping[str, str] | None = None,
     cls: type[Server] = Server,
 ) -> Server:
-    """``python -m agentgate.gateway.cli ARGS`` in the background, its output appended to
+    """``python -m agentgate.gateway.command.cli ARGS`` in the background, its output appended to
     ``log_path`` (not waited for: see :func:`wait_healthy`); ``env``: its whole environment."""
-    command = [sys.executable, "-m", "agentgate.gateway.cli", *args]
+    command = [sys.executable, "-m", "agentgate.gateway.command.cli", *args]
     environment = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a") as log:

@@ -18,7 +18,7 @@ from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
 from agentgate.engine.runner.null import NullRunner
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, SchedulerOutput
 
 
 class SimulatedDeviceRunner(NullRunner):

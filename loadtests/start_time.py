@@ -4,7 +4,7 @@ Each start is ``EngineCore(EngineConfig(...))`` in a fresh process (imports
 apart: the clock runs around the constructor only), on the default model,
 with one cache directory for the whole run: a **first** start measures
 (``--remeasure``: the crossover and the prompt-row checks), a **second** one
-starts next, under the cache's rule (`engine.layers.row_choice_cache`: the
+starts next, under the cache's rule (`engine.kernel_choice.row_choice_cache`: the
 prompt-row checks are remembered; a crossover measured noisily, as on a busy
 machine, is measured again, up to 3 times). Alternating rounds; then, once
 the crossover too is remembered, ``--rounds`` **remembered** starts. Prints
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from agentgate.engine.layers.row_choice_cache import NOISY_TRIES
+from agentgate.engine.kernel_choice.row_choice_cache import NOISY_TRIES
 
 CHILD = """
 import sys, time

@@ -1,4 +1,4 @@
-"""The step budget in time (``--max-step-ms``, `engine.step_budget`) on vs off, in one process.
+"""The step budget in time (``--max-step-ms``, `engine.scheduling.step_budget`) on vs off, in one process.
 
     python -m agentgate.loadtests.step_budget_bench [--concurrency 16] [--requests 24] [--rounds 2]
 
@@ -29,8 +29,8 @@ import torch
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.scheduler_output import SchedulerOutput
-from agentgate.engine.step_budget import StepBudget
+from agentgate.engine.scheduling.scheduler_output import SchedulerOutput
+from agentgate.engine.scheduling.step_budget import StepBudget
 from agentgate.loadtests.metrics import percentile
 
 VARIANTS = ("on", "off")

@@ -45,7 +45,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
 from agentgate.engine import LLM, SamplingParams
-from agentgate.engine.layers.row_choice import RowChosenLinear
+from agentgate.engine.kernel_choice.row_choice import RowChosenLinear
 from agentgate.engine.loaders.quantization import describe
 from agentgate.engine.runner import overlap, sync
 from agentgate.loadtests import bandwidth

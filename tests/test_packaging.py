@@ -80,7 +80,7 @@ def test_the_wheel_installs_only_agentgate_and_imports_beside_the_agents_sdk(tmp
     # Both import in one interpreter, from a folder outside the repository: the SDK from
     # site-packages, ours from the installed wheel.
     code = (
-        "import agents, agentgate.agents, agentgate.engine.protocol\n"
+        "import agents, agentgate.agents, agentgate.engine.front.protocol\n"
         "from agents import Runner, Agent\n"
         "from agentgate.agents import AsyncClient\n"
         "print(agents.__file__)\nprint(agentgate.agents.__file__)\n"

@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentgate.gateway.cli import build_parser
-from agentgate.gateway.flags import settings_from_args
+from agentgate.gateway.command.cli import build_parser
+from agentgate.gateway.config.flags import settings_from_args
 from tests.support.answers import reference_chat
 from tests.support.servers import clean_environment
 

@@ -42,7 +42,7 @@ def int4_scale_and_zero(groups: Int4Groups) -> Tensor:
 
 class _KeepsItsWeight:
     """The quantized weight a linear was built from, kept until the loader's last step has made
-    what it wants of it (a dense copy for large batches, `engine.layers.row_choice`)."""
+    what it wants of it (a dense copy for large batches, `engine.kernel_choice.row_choice`)."""
 
     _weight: Int4Groups | Int8Channels | None
 

@@ -20,7 +20,7 @@ from agentgate.engine.loaders import quantization as quant
 from agentgate.engine.loaders.dummy import load_dummy
 from agentgate.engine.loaders.gguf import load_gguf
 from agentgate.engine.loaders.hf import load_hf
-from agentgate.engine.model_path import resolve_model_path
+from agentgate.engine.model_files.model_path import resolve_model_path
 from agentgate.engine.models.config import ModelConfig
 from agentgate.engine.models.llama import CausalLM
 

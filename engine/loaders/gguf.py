@@ -2,7 +2,7 @@
 quantized ones the kernels read as they are (`engine.loaders.quantization`)
 and dequantize the rest.
 
-The file itself is read by `engine.gguf_file`.
+The file itself is read by `engine.model_files.gguf_file`.
 
 llama.cpp's converter permutes the rows of Q and K for llama-arch models so
 that its interleaved ("normal") RoPE matches HF's rotate-half RoPE; we undo
@@ -18,9 +18,9 @@ import torch
 
 from agentgate.engine.attention.select import get_backend
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.gguf_file import GGUFFile, read_gguf
 from agentgate.engine.layers.quantized import QuantizedWeight, permute_rows
 from agentgate.engine.loaders import quantization as quant
+from agentgate.engine.model_files.gguf_file import GGUFFile, read_gguf
 from agentgate.engine.models.config import ModelConfig, config_from_gguf, resolve_dtype
 from agentgate.engine.models.llama import CausalLM, build_model, fuse_hf_weights
 

@@ -88,11 +88,11 @@ def describe(model: torch.nn.Module, rows: int = 1) -> tuple[str, int]:
     Q8_0 x 1"``) and the weight bytes one decode step of ``rows`` requests
     reads: every linear layer, the LM head and the norms, not the embedding
     table (a step looks up a few of its rows). A linear choosing its form by
-    rows (`engine.layers.row_choice`) counts the form those rows take."""
+    rows (`engine.kernel_choice.row_choice`) counts the form those rows take."""
+    from agentgate.engine.kernel_choice.row_choice import RowChosenLinear
     from agentgate.engine.layers.cpu_linear import PackedLinear
     from agentgate.engine.layers.norm import RMSNorm
     from agentgate.engine.layers.quant_linear import Int4Linear, QuantLinear, tensor_bytes
-    from agentgate.engine.layers.row_choice import RowChosenLinear
 
     # A batch-size choice holds two forms: a decode step reads the one its row count takes.
     unread = {

@@ -12,12 +12,12 @@ import torch
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.kernel_choice.decode_exactness import batch_dependent_decode_linears
+from agentgate.engine.kernel_choice.row_choice import choose_by_rows, release_quantized_weights
 from agentgate.engine.layers.batch_invariant import NoInvariantMode
-from agentgate.engine.layers.decode_exactness import batch_dependent_decode_linears
-from agentgate.engine.layers.row_choice import choose_by_rows, release_quantized_weights
 from agentgate.engine.loaders.quantization import describe
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
-from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from agentgate.engine.step_rows import EXACT_DECODE_REQUESTS
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class ModelRunner(ABC):
     quantization: str = "none"
     weights: str = ""
     weight_bytes_per_step: int = 0
-    # Decode linears whose rows depend on the batch here (`engine.layers.decode_exactness`), checked
+    # Decode linears whose rows depend on the batch here (`engine.kernel_choice.decode_exactness`), checked
     # on the CPU when --speculative is auto; then auto drafts nothing (`engine.core.make_speculator`).
     batch_dependent_decode: tuple[str, ...] = ()
     kv_spec: KVCacheSpec

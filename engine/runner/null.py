@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from agentgate.engine.runner.base import KVCacheSpec, ModelRunner
-from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 from agentgate.engine.speculative.verify import emitted_tokens
 
 

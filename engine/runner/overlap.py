@@ -43,7 +43,7 @@ from agentgate.engine.runner.slot_state import SlotState
 from agentgate.engine.runner.staging import StepStaging
 from agentgate.engine.runner.step_batch import StepBatch, StepInputs
 from agentgate.engine.runner.step_drafts import DraftPlan, StepDrafts, post_update_drafts, write_drafts
-from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 from agentgate.engine.speculative.verify import emitted_tokens
 from agentgate.engine.step_rows import decode_rows
 

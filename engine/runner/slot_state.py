@@ -8,7 +8,7 @@ import torch
 from agentgate.engine.runner.noise import as_int64
 from agentgate.engine.runner.sampling_batch import SamplingBatch, SamplingFlags
 from agentgate.engine.sampling_params import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
-from agentgate.engine.scheduler_output import NewRequestData
+from agentgate.engine.scheduling.scheduler_output import NewRequestData
 
 # Stop ids plus the model's EOS ids, suppressed together under min_tokens.
 MAX_STOP_IDS = MAX_STOP_TOKEN_IDS + 16

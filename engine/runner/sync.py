@@ -17,7 +17,7 @@ from agentgate.engine.runner.base import TorchModelRunner
 from agentgate.engine.runner.host_sampling import SamplingRow, build_sampling_batch
 from agentgate.engine.runner.sampler import sample
 from agentgate.engine.runner.staging import StepStaging
-from agentgate.engine.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
+from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 from agentgate.engine.speculative.verify import emitted_tokens
 from agentgate.engine.step_rows import decode_rows
 

@@ -30,8 +30,8 @@ import math
 from collections.abc import Iterable
 
 from agentgate.gateway.errors import GatewayError
-from agentgate.gateway.key_digests import key_digest
-from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
+from agentgate.gateway.state.key_digests import key_digest
+from agentgate.gateway.state.redis_state import RedisUnavailableError, SharedState
 
 log = logging.getLogger("agentgate.ratelimit")
 

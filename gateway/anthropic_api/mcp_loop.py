@@ -16,6 +16,7 @@ from agentgate.engine.errors import EngineError
 from agentgate.gateway.anthropic_api.mcp_connector import open_connector, result_block, use_block
 from agentgate.gateway.anthropic_api.translate import to_chat
 from agentgate.gateway.anthropic_api.types import Message, MessagesRequest
+from agentgate.gateway.api_types.openai import ChatMessage, Usage
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
@@ -31,7 +32,6 @@ from agentgate.gateway.responses_api.mcp_rounds import (
     round_items,
     run_reply,
 )
-from agentgate.gateway.schemas import ChatMessage, Usage
 from agentgate.gateway.tools import ParsedOutput
 
 

@@ -5,7 +5,7 @@ assistant's turns, ``tool_result`` in the user's; the MCP connector's ``mcp_tool
 ``mcp_tool_result`` alike), ``tools`` with
 ``input_schema``, ``tool_choice`` (``auto``/``any``/``tool``/``none``, with
 ``disable_parallel_tool_use``) and ``stop_sequences`` become a
-:class:`~gateway.schemas.ChatCompletionRequest`: ``any`` is OpenAI's
+:class:`~gateway.api_types.openai.ChatCompletionRequest`: ``any`` is OpenAI's
 ``required`` and ``tool`` a named function, enforced by the same grammar.
 (What goes out, content blocks and stop reasons, is :mod:`gateway.formats.anthropic`'s.)
 """
@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentgate.gateway.api_types.openai import ChatCompletionRequest
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.schemas import ChatCompletionRequest
 from agentgate.gateway.translation import chat_request, new_id, text_of
 
 TEXT_BLOCKS = frozenset({"text"})

@@ -29,13 +29,13 @@ from collections.abc import Awaitable, Callable
 import anyio
 import anyio.abc
 
-from agentgate.engine.client import EngineClient
-from agentgate.engine.curve import GatewayKeys
 from agentgate.engine.errors import EngineDeadError
+from agentgate.engine.front.client import EngineClient
+from agentgate.engine.front.socket_keys import GatewayKeys
 from agentgate.gateway.engines.identity import GatewayModel, mismatch
 from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.engines.registry import ENGINE_TTL_S, EngineRecord, registered_engines
-from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
+from agentgate.gateway.state.redis_state import RedisUnavailableError, SharedState
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -49,7 +49,7 @@ class EngineDiscovery:
     fatal: str | None = None  # never gives up (read by the server like EngineSupervisor.fatal)
 
     def __init__(self, shared: SharedState, *, startup_timeout: float, curve: GatewayKeys | None = None) -> None:
-        """``curve``: this gateway's keys for engines whose peers authenticate (``engine.curve``)."""
+        """``curve``: this gateway's keys for engines whose peers authenticate (``engine.front.socket_keys``)."""
         self.shared = shared
         self.startup_timeout = startup_timeout
         self.curve = curve

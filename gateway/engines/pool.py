@@ -32,9 +32,9 @@ from pathlib import Path
 
 import anyio
 
-from agentgate.engine.client import EngineClient
 from agentgate.engine.errors import EngineDeadError
-from agentgate.engine.protocol import EngineInfo, SchedulerStats
+from agentgate.engine.front.client import EngineClient
+from agentgate.engine.front.protocol import EngineInfo, SchedulerStats
 
 log = logging.getLogger("agentgate.gateway")
 

@@ -1,5 +1,5 @@
 """Engines found through Redis: each ``agentgate engine`` given ``--redis-url`` announces itself
-under ``P:engine:{address}`` and in the sorted set ``P:engines`` (``gateway.redis_state``), and
+under ``P:engine:{address}`` and in the sorted set ``P:engines`` (``gateway.state.redis_state``), and
 gateways started without ``--engine`` read the announcements (``gateway.engines.discovery``).
 
 An announcement is a JSON :class:`EngineRecord`: the address gateways dial (``--advertise-address``,
@@ -33,11 +33,11 @@ import msgspec
 import redis
 from redis.exceptions import RedisError
 
-from agentgate.gateway.redis_state import SOCKET_TIMEOUT_S, Keys, redact_url
+from agentgate.gateway.state.redis_state import SOCKET_TIMEOUT_S, Keys, redact_url
 
 if TYPE_CHECKING:
-    from agentgate.engine.protocol import EngineInfo
-    from agentgate.gateway.redis_state import SharedState
+    from agentgate.engine.front.protocol import EngineInfo
+    from agentgate.gateway.state.redis_state import SharedState
 
 log = logging.getLogger("agentgate.engine")
 
@@ -95,7 +95,7 @@ def undialable(address: str) -> str | None:
 
 
 class EngineAnnouncer:
-    """Keeps this engine's record in Redis (a :class:`~engine.process.Lifecycle`)."""
+    """Keeps this engine's record in Redis (a :class:`~engine.front.process.Lifecycle`)."""
 
     def __init__(self, redis_url: str, prefix: str, address: str, vocab_digest: Callable[[], str]) -> None:
         """``vocab_digest``: reads the model's tokenizer's digest (called once, when the engine is ready)."""

@@ -4,7 +4,7 @@ brought back when it dies.
     supervisor = EngineSupervisor(targets, policy=RestartPolicy.from_settings(settings), ...)
     pool = await tasks.start(supervisor.run)   # every engine connected (start-up errors raise)
 
-One task per engine holds its :class:`~engine.client.EngineClient`. The
+One task per engine holds its :class:`~engine.front.client.EngineClient`. The
 client notices a death at once (the process watch, or five seconds without a
 heartbeat) and fails the engine's streams; the task then logs it at ERROR
 (exit code and signal), marks the engine down in the pool (routing skips it,
@@ -19,7 +19,7 @@ heartbeat) and fails the engine's streams; the task then logs it at ERROR
   ``--gateway-workers``) is re-attached: the task reconnects to its address
   until it answers again.
 
-The supervisor process of ``--gateway-workers`` (``gateway.gateway_workers``)
+The supervisor process of ``--gateway-workers`` (``gateway.command.workers``)
 restarts the engines it spawned with the same policy, from its polling loop
 (:class:`EngineRestarts`); its workers re-attach to them.
 """
@@ -38,11 +38,11 @@ from dataclasses import dataclass
 import anyio
 import anyio.abc
 
-from agentgate.engine.client import EngineClient
-from agentgate.engine.curve import GatewayKeys
 from agentgate.engine.errors import EngineDeadError
-from agentgate.engine.ipc import remove_socket_file
-from agentgate.engine.spawn import stop_engine_process
+from agentgate.engine.front.addresses import remove_socket_file
+from agentgate.engine.front.client import EngineClient
+from agentgate.engine.front.socket_keys import GatewayKeys
+from agentgate.engine.front.spawn import stop_engine_process
 from agentgate.gateway.engines.pool import EnginePool, EngineTarget, WatchedPid
 
 log = logging.getLogger("agentgate.gateway")
@@ -108,7 +108,7 @@ class EngineSupervisor:
         startup_timeout: float,
         curve: GatewayKeys | None = None,
     ) -> None:
-        """``curve``: this gateway's keys for engines whose peers authenticate (``engine.curve``)."""
+        """``curve``: this gateway's keys for engines whose peers authenticate (``engine.front.socket_keys``)."""
         self.targets = list(targets)
         self.policy = policy
         self.startup_timeout = startup_timeout
@@ -227,7 +227,7 @@ class EngineSupervisor:
 
 
 class EngineRestarts:
-    """The engines of the ``--gateway-workers`` supervisor (``gateway.gateway_workers``), restarted
+    """The engines of the ``--gateway-workers`` supervisor (``gateway.command.workers``), restarted
     at their address when they die (the workers re-attach to them), with the same restart policy as
     :class:`EngineSupervisor`; polled from the supervisor's loop, no event loop needed."""
 
@@ -267,6 +267,6 @@ class EngineRestarts:
 
 def spawner(config, address: str) -> Callable[[], multiprocessing.process.BaseProcess]:
     """What starts the engine of ``config`` at ``address`` again (``EngineTarget.start``)."""
-    from agentgate.engine.spawn import start_engine_process
+    from agentgate.engine.front.spawn import start_engine_process
 
     return lambda: start_engine_process(config, address)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from agentgate.gateway.api_types.openai import AssistantMessage, Usage
 from agentgate.gateway.events import ChoiceEvent
-from agentgate.gateway.schemas import AssistantMessage, Usage
 
 
 class StreamFormat(Protocol):

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentgate.gateway.anthropic_api.types import AnthropicError, AnthropicErrorInfo, Message, MessageUsage
+from agentgate.gateway.api_types.openai import AssistantMessage, Usage
 from agentgate.gateway.errors import error_parts
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.framing import named_event
@@ -29,7 +30,6 @@ from agentgate.gateway.prompts import ToolPlan
 from agentgate.gateway.replies import ReplyReader, recorded_reply
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api import mcp_items as mcp
-from agentgate.gateway.schemas import AssistantMessage, Usage
 from agentgate.gateway.tools import ParsedOutput, ToolCall
 
 ERROR_TYPES = {

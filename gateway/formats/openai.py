@@ -16,14 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentgate.engine.protocol import TokenLogprobs
-from agentgate.engine.tokenizer import Tokenizer
-from agentgate.gateway.errors import error_json
-from agentgate.gateway.events import ChoiceEvent, FinishedChoice
-from agentgate.gateway.formats.framing import DONE, sse
-from agentgate.gateway.prompts import ToolPlan
-from agentgate.gateway.replies import ReplyReader, recorded_reply, text_reply
-from agentgate.gateway.schemas import (
+from agentgate.engine.front.protocol import TokenLogprobs
+from agentgate.engine.text.tokenizer import Tokenizer
+from agentgate.gateway.api_types.openai import (
     AssistantMessage,
     ChatChoice,
     ChatChunkChoice,
@@ -39,6 +34,11 @@ from agentgate.gateway.schemas import (
     Usage,
     encode,
 )
+from agentgate.gateway.errors import error_json
+from agentgate.gateway.events import ChoiceEvent, FinishedChoice
+from agentgate.gateway.formats.framing import DONE, sse
+from agentgate.gateway.prompts import ToolPlan
+from agentgate.gateway.replies import ReplyReader, recorded_reply, text_reply
 from agentgate.gateway.tools import Delta as ToolDelta
 
 _EMPTY_DELTA = Delta()

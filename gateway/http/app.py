@@ -5,7 +5,7 @@
 The lifespan loads the tokenizer, connects to every engine (waiting for it
 to load its model), connects to Redis when ``settings.redis_url`` is set
 (sessions, request registry, pause state, rate limits, the control channel:
-``gateway.redis_state``, ``gateway.cluster``), pauses its engines if the
+``gateway.state.redis_state``, ``gateway.state.cluster``), pauses its engines if the
 cluster is paused, and yields the :class:`~gateway.app_state.GatewayState` the
 routes read as ``request.state.gateway``. On shutdown it flushes what it
 still has to write to Redis, disconnects and stops the engine processes it
@@ -14,7 +14,7 @@ owns.
 Middleware, outermost first: request id (and a last-resort 500 with an
 OpenAI body), Anthropic error bodies on the Anthropic routes, CORS (when
 origins are configured), API keys (when keys are configured, or the server
-listens off loopback: ``gateway.exposure``), body size limit, request context
+listens off loopback: ``gateway.command.exposure``), body size limit, request context
 (rate limits and sessions of generation requests). All pure ASGI.
 """
 
@@ -29,22 +29,23 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
-from agentgate.engine.curve import GatewayKeys
-from agentgate.engine.ipc import remove_socket_file
-from agentgate.engine.model_path import model_display_name, resolve_model_path
-from agentgate.engine.tokenizer import load_tokenizer
+from agentgate.engine.front.addresses import remove_socket_file
+from agentgate.engine.front.socket_keys import GatewayKeys
+from agentgate.engine.model_files.model_path import model_display_name, resolve_model_path
+from agentgate.engine.text.tokenizer import load_tokenizer
 from agentgate.gateway.admission.output_budget import OutputBudget
 from agentgate.gateway.admission.rate_limits import RateLimiter, parse_key_limits
 from agentgate.gateway.admission.waiting import Admission
 from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.auth import KeyChecker
-from agentgate.gateway.cluster import Cluster
+from agentgate.gateway.command.exposure import auth_summary, exposure_warnings
+from agentgate.gateway.config.sampling_defaults import FIELDS as SAMPLING_FIELDS
+from agentgate.gateway.config.sampling_defaults import sampling_defaults
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.dispatch import Dispatcher
 from agentgate.gateway.engines.discovery import EngineDiscovery
 from agentgate.gateway.engines.identity import GatewayModel
 from agentgate.gateway.engines.pool import EngineTarget
 from agentgate.gateway.engines.supervisor import EngineSupervisor, RestartPolicy
-from agentgate.gateway.exposure import auth_summary, exposure_warnings
 from agentgate.gateway.http.anthropic_errors import AnthropicErrorMiddleware
 from agentgate.gateway.http.errors import EXCEPTION_HANDLERS
 from agentgate.gateway.http.forwarded import ForwardedMiddleware
@@ -59,20 +60,19 @@ from agentgate.gateway.http.routes import anthropic, dashboard, openai, ops, pla
 from agentgate.gateway.http.routes import responses as responses_routes
 from agentgate.gateway.http.routes import sessions as sessions_routes
 from agentgate.gateway.http.tracing import TracingMiddleware
-from agentgate.gateway.key_digests import use_digest_secret
 from agentgate.gateway.mcp import McpHost
-from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.observation.metrics import Metrics
+from agentgate.gateway.observation.tracing import Tracer, traces_endpoint
 from agentgate.gateway.programs.last_turns import ProgramStore
 from agentgate.gateway.programs.turn_tokens import TurnTokens
-from agentgate.gateway.redis_state import ReplicaInfo, SharedState, make_replica_id
-from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.responses_api.store import ResponseStore
-from agentgate.gateway.sampling_defaults import FIELDS as SAMPLING_FIELDS
-from agentgate.gateway.sampling_defaults import sampling_defaults
 from agentgate.gateway.served_model import ServedModel
-from agentgate.gateway.sessions import SessionStore
-from agentgate.gateway.settings import Settings
-from agentgate.gateway.tracing import Tracer, traces_endpoint
+from agentgate.gateway.state.auth import KeyChecker
+from agentgate.gateway.state.cluster import Cluster
+from agentgate.gateway.state.key_digests import use_digest_secret
+from agentgate.gateway.state.redis_state import ReplicaInfo, SharedState, make_replica_id
+from agentgate.gateway.state.requests_in_flight import RequestRegistry
+from agentgate.gateway.state.sessions import SessionStore
 
 log = logging.getLogger("agentgate.gateway")
 
@@ -82,7 +82,7 @@ __all__ = ["EngineTarget", "create_app"]
 def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: Tracer | None = None) -> Starlette:
     """The gateway in front of ``engines`` (connected by the lifespan). ``tracer``: where its
     generation requests' spans go (default: the OTLP endpoint the settings or the environment
-    name, if any: ``gateway.tracing``)."""
+    name, if any: ``gateway.observation.tracing``)."""
     if not engines and settings.redis_url is None:
         raise ValueError("create_app needs engines (engines=[EngineTarget(...)]), or a redis_url to find them in")
     settings.check_shared_state()

@@ -1,6 +1,6 @@
 """Who called, behind a reverse proxy: ``Forwarded`` (RFC 7239) and ``X-Forwarded-For`` are
 honoured only from the peers ``--trusted-proxies`` names (CIDRs), and whether the caller is on
-this machine decides what the operator routes ask of it (``gateway.auth``).
+this machine decides what the operator routes ask of it (``gateway.state.auth``).
 
 :class:`ForwardedMiddleware` (pure ASGI) leaves ``scope["state"]["remote"]``: True when the caller
 is not on loopback as far as this server can tell. That is the case when the peer is a trusted
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agentgate.gateway.exposure import is_loopback
-from agentgate.gateway.setting_values import parse_networks
+from agentgate.gateway.command.exposure import is_loopback
+from agentgate.gateway.config.setting_values import parse_networks
 
 _FORWARDED_FOR = re.compile(r'for="?\[?([^\]";,]+)', re.IGNORECASE)
 

@@ -1,6 +1,6 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware: it would buffer and slow the streams).
 
-- AuthMiddleware: the API keys (:class:`gateway.auth.KeyChecker` says which key each
+- AuthMiddleware: the API keys (:class:`gateway.state.auth.KeyChecker` says which key each
   route group needs), read from ``Authorization: Bearer`` or ``x-api-key``.
 - WebSocketOriginMiddleware: a WebSocket handshake whose ``Origin`` is not one of
   ``--allowed-origins`` gets 403 (CORS does not cover WebSockets: without it any page the
@@ -38,7 +38,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from agentgate.gateway.admission.rate_limits import RateLimiter
-from agentgate.gateway.auth import KeyChecker, route_access
 from agentgate.gateway.context import NO_CONTEXT, RequestContext
 from agentgate.gateway.errors import (
     BadRequestError,
@@ -50,8 +49,9 @@ from agentgate.gateway.errors import (
 )
 from agentgate.gateway.http.errors import error_response
 from agentgate.gateway.http.forwarded import is_remote
-from agentgate.gateway.key_digests import key_digest
-from agentgate.gateway.sessions import SessionStore
+from agentgate.gateway.state.auth import KeyChecker, route_access
+from agentgate.gateway.state.key_digests import key_digest
+from agentgate.gateway.state.sessions import SessionStore
 
 REQUEST_ID_HEADER = b"x-request-id"
 SESSION_HEADER = b"x-session-id"

@@ -16,11 +16,11 @@ import socket
 import uvicorn
 from sse_starlette.sse import AppStatus
 
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.engines.pool import EngineTarget
 from agentgate.gateway.http.app import create_app
 from agentgate.gateway.http.slow_clients import guarded_protocol
 from agentgate.gateway.http.tracing import TraceIdLogFilter
-from agentgate.gateway.settings import Settings
 
 
 def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[socket.socket] | None = None) -> int:

@@ -46,12 +46,12 @@ from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
 from agentgate.engine.errors import EngineError
+from agentgate.gateway.api_types.openai import AssistantMessage, Usage
 from agentgate.gateway.choice import Choice
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats import StreamFormat
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.http.errors import error_response
-from agentgate.gateway.schemas import AssistantMessage, Usage
 
 log = logging.getLogger("agentgate.gateway")
 

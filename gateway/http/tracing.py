@@ -1,4 +1,4 @@
-"""The ASGI side of tracing (``gateway.tracing``): a span around each generation request,
+"""The ASGI side of tracing (``gateway.observation.tracing``): a span around each generation request,
 its trace id in the ``x-trace-id`` response header, and on uvicorn's access log line.
 
 Pure ASGI, as the other middleware: the span opens when the request arrives (continuing its
@@ -14,7 +14,7 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentgate.gateway.http.middleware import GENERATION_PATHS
-from agentgate.gateway.tracing import TRACE_ID_HEADER, Tracer, current_span
+from agentgate.gateway.observation.tracing import TRACE_ID_HEADER, Tracer, current_span
 
 _HEADER = TRACE_ID_HEADER.encode()
 

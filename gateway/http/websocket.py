@@ -21,7 +21,7 @@ its response, with no output, is the one to continue from.
 A bad event, or a turn refused before it starts, is answered with an error
 event in OpenAI's WebSocket envelope, ``{"type": "error", "status": 400,
 "error": {"type", "code", "message", "param"}}``, and the connection stays
-open. The API key is checked at the handshake (``gateway.auth``), and so is the ``Origin``
+open. The API key is checked at the handshake (``gateway.state.auth``), and so is the ``Origin``
 header (``gateway.http.middleware.WebSocketOriginMiddleware``). A client that goes away aborts
 the turn running.
 
@@ -41,6 +41,7 @@ import msgspec
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agentgate.engine.errors import EngineError
+from agentgate.gateway.api_types.openai import decode_body
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLargeError, error_parts
 from agentgate.gateway.formats.responses import Event
@@ -50,7 +51,6 @@ from agentgate.gateway.responses_api import tool_loop
 from agentgate.gateway.responses_api.store import StoredResponse
 from agentgate.gateway.responses_api.turn import Turn, start_turn
 from agentgate.gateway.responses_api.types import WebSocketCreate
-from agentgate.gateway.schemas import decode_body
 
 KEPT = 16  # responses a connection keeps for continuations
 INBOX_EVENTS = 8  # events that may wait behind the running turn

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.mcp.allowlist import McpAllowlist
 from agentgate.gateway.mcp.calls import CallLimits
 from agentgate.gateway.mcp.tool_lists import ToolLists
-from agentgate.gateway.settings import Settings
 
 
 @dataclass(frozen=True)

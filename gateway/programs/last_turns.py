@@ -1,6 +1,6 @@
 """Agent programs in Redis: where a program's last turn ran and when it ended, so that any
 gateway replica sends its next turn to the engine that holds its conversation's KV (pinned
-there while its tools run, ``engine.retention``) and tells that engine when the previous
+there while its tools run, ``engine.scheduling.retention``) and tells that engine when the previous
 turn ended (``ProgramTag.previous_turn_end``, a tool gap).
 
 One hash per program (``gateway.programs.tags`` says what a program is), ``P:program:{id}``::
@@ -15,7 +15,7 @@ path). It expires ``--session-ttl`` seconds after the last turn ended.
 The record is a hint, never a condition: while Redis is unreachable the read answers
 :data:`UNKNOWN` (no affinity, no previous end), at once when Redis is known to be away
 (``SharedState.up``; its heartbeat notices the return), and the outage is logged once by
-``gateway.redis_state``. A session's turns keep their session's engine.
+``gateway.state.redis_state``. A session's turns keep their session's engine.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
+from agentgate.gateway.state.redis_state import RedisUnavailableError, SharedState
 
 
 class LastTurn(NamedTuple):

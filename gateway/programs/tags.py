@@ -18,9 +18,9 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from agentgate.engine.protocol import ProgramTag
+from agentgate.engine.front.protocol import ProgramTag
+from agentgate.gateway.api_types.openai import AssistantMessage
 from agentgate.gateway.context import RequestContext
-from agentgate.gateway.schemas import AssistantMessage
 
 
 def program_id(context: RequestContext, prompt_cache_key: str | None, user: str | None) -> str | None:

@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 import msgspec
 
 from agentgate.engine.byte_lru import ByteLRU, str_bytes
-from agentgate.engine.tokenizer import Tokenizer
-from agentgate.gateway.schemas import AssistantMessage
+from agentgate.engine.text.tokenizer import Tokenizer
+from agentgate.gateway.api_types.openai import AssistantMessage
 from agentgate.gateway.tools.json_scanner import canonical_arguments
 from agentgate.gateway.tools.schema import to_builtins
 

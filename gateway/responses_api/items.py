@@ -3,7 +3,7 @@
 In: ``input`` (a string, or items: messages with text parts, ``function_call``,
 ``function_call_output``, ``compaction``), ``instructions``, function ``tools``,
 ``tool_choice`` and ``text.format`` become a
-:class:`~gateway.schemas.ChatCompletionRequest` (400s name the ``input[i]``
+:class:`~gateway.api_types.openai.ChatCompletionRequest` (400s name the ``input[i]``
 field they are about). Out: a reply as the core parsed it becomes output
 items (an assistant ``message`` with ``output_text``, a ``function_call`` per
 call), and back into the chat message a later turn replays.

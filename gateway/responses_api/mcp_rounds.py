@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agentgate.gateway.api_types.openai import PromptTokensDetails, Usage
 from agentgate.gateway.chat import ChatRun
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.mcp import McpHost
@@ -24,7 +25,6 @@ from agentgate.gateway.mcp.toolset import McpToolset, list_servers, resolve_serv
 from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api import mcp_items as mcp
-from agentgate.gateway.schemas import PromptTokensDetails, Usage
 from agentgate.gateway.tools import ParsedOutput
 
 # (messages, tool_choice, max_tokens) -> the next reply's chat turn, started

@@ -23,7 +23,7 @@ host lost) would leave it ``in_progress`` for ever; every replica sweeps that
 index at start and every :data:`ORPHAN_SWEEP_S` seconds, and marks the
 responses of replicas that are gone ``failed``, with an error that says so
 (:meth:`ResponseStore.resolve_orphans`). A replica is gone when its heartbeat key has lapsed
-(``gateway.redis_state``: ``REPLICA_TTL_S`` after its last beat), so a response is failed within
+(``gateway.state.redis_state``: ``REPLICA_TTL_S`` after its last beat), so a response is failed within
 ``REPLICA_TTL_S + ORPHAN_SWEEP_S`` (15 s) of its replica's death, and never while it runs. A
 record that does not decode (another version's) is logged once and left alone; the sweep goes on.
 """
@@ -37,8 +37,8 @@ import anyio
 import msgspec
 
 from agentgate.gateway.errors import BadRequestError, NotFoundError
-from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
 from agentgate.gateway.responses_api.types import ResponseError, ResponseObject
+from agentgate.gateway.state.redis_state import RedisUnavailableError, SharedState
 
 log = logging.getLogger("agentgate.responses")
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentgate.gateway.api_types.openai import AssistantMessage, Usage
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
@@ -51,7 +52,6 @@ from agentgate.gateway.responses_api.types import (
     ResponseUsage,
     TextConfig,
 )
-from agentgate.gateway.schemas import AssistantMessage, Usage
 from agentgate.gateway.tools import ParsedOutput
 from agentgate.gateway.translation import chat_request, new_id
 

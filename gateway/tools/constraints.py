@@ -49,7 +49,7 @@ the chat core gives the engine the request's ``max_tokens`` with it
 (``StructuredOutput.max_tokens``): the engine's grammar then never starts what it
 cannot close, closes in time and ends the reply on its end token, so the reply
 is whole calls (finish reason ``tool_calls``), and a budget below the shortest
-call is a 400 naming ``max_tokens`` and the minimum (``engine/structured_output.py``).
+call is a 400 naming ``max_tokens`` and the minimum (``engine/structured/structured_output.py``).
 
 Schemas are checked against their JSON Schema metaschema before anything
 reaches the engine (a 400 naming the problem); what is valid JSON Schema but

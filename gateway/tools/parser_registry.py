@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentgate.engine.chat_template import template_supports_tools
+from agentgate.engine.text.chat_template import template_supports_tools
 from agentgate.gateway.tools.hermes import HermesToolParser
 from agentgate.gateway.tools.llama3_json import Llama3JsonToolParser
 from agentgate.gateway.tools.parser_base import StreamingToolParser

@@ -14,7 +14,7 @@ rewritten first, in the Hermes/Qwen style the ``hermes`` parser reads back:
   ``<tool_call>{"name": …, "arguments": …}</tool_call>``; after the
   conversation's own system message, or after the template's default system
   prompt when the conversation has none (found by rendering the template, see
-  :func:`engine.chat_template.default_system_prompt`), so SmolLM2 keeps being "SmolLM";
+  :func:`engine.text.chat_template.default_system_prompt`), so SmolLM2 keeps being "SmolLM";
 - assistant tool calls become ``<tool_call>`` blocks after the message's text;
 - tool results become ``<tool_response>…</tool_response>`` blocks in a **user**
   turn, consecutive results sharing one turn (as Qwen2.5/3 render them). Not a
@@ -24,7 +24,7 @@ rewritten first, in the Hermes/Qwen style the ``hermes`` parser reads back:
 - null content becomes ``""`` and text parts are joined.
 
 What a template supports, and its default system prompt, are read off it in
-:mod:`engine.chat_template`, beside the renderer.
+:mod:`engine.text.chat_template`, beside the renderer.
 """
 
 from __future__ import annotations
@@ -33,17 +33,17 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentgate.engine.chat_template import (
+from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.text.chat_template import (
     default_system_prompt,
     render_chat,
     renders_string_arguments,
     template_supports_tools,
 )
-from agentgate.engine.errors import InvalidRequestError
 from agentgate.gateway.tools.schema import resolve_tool_choice, to_builtins, validate_tools
 
 if TYPE_CHECKING:
-    from agentgate.engine.tokenizer import Tokenizer
+    from agentgate.engine.text.tokenizer import Tokenizer
 
 
 def render_chat_prompt(

@@ -116,7 +116,7 @@ def test_unreachable_server(capsys):
 def test_the_agentgate_console_script_dispatches_ops(null):
     env = dict(os.environ, AGENTGATE_ADMIN_KEY=ADMIN_KEY, AGENTGATE_URL=null.url)
     done = subprocess.run(
-        [sys.executable, "-m", "agentgate.gateway.cli", "ops", "status", "--json"],
+        [sys.executable, "-m", "agentgate.gateway.command.cli", "ops", "status", "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -126,7 +126,11 @@ def test_the_agentgate_console_script_dispatches_ops(null):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["healthy"] is True
     helped = subprocess.run(
-        [sys.executable, "-m", "agentgate.gateway.cli", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
+        [sys.executable, "-m", "agentgate.gateway.command.cli", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert "ops" in helped.stdout
 

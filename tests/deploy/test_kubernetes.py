@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agentgate.engine.curve import EngineKeys, GatewayKeys, make_keys
+from agentgate.engine.front.socket_keys import EngineKeys, GatewayKeys, make_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -222,7 +222,7 @@ def test_waiting_queue_example_scales_the_engines():
     assert example["spec"]["scaleTargetRef"]["name"] == "agentgate-engine"
     assert example["spec"]["metrics"][0]["external"]["metric"]["name"] == "agentgate_requests_waiting"
     # the gauge each gateway exports (tests/gateway/test_gateway_routes.py reads it from a live /metrics)
-    assert '"agentgate_requests_waiting"' in (ROOT / "gateway" / "metrics.py").read_text()
+    assert '"agentgate_requests_waiting"' in (ROOT / "gateway" / "observation" / "metrics.py").read_text()
 
 
 def test_containerfile_targets_run_unprivileged_with_a_healthcheck():

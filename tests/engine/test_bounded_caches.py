@@ -4,11 +4,11 @@ keys than its bound holds, it keeps within the bound, the most recent entries ke
 import json
 
 from agentgate.engine.byte_lru import ENTRY_OVERHEAD_BYTES, ByteLRU
-from agentgate.engine.model_path import resolve_model_path
-from agentgate.engine.programs.table import ProgramTable
+from agentgate.engine.model_files.model_path import resolve_model_path
 from agentgate.engine.sampling_params import StructuredOutput
-from agentgate.engine.structured_output import GrammarCompiler
-from agentgate.engine.tool_gaps import ToolGaps
+from agentgate.engine.scheduling.programs.table import ProgramTable
+from agentgate.engine.scheduling.tool_gaps import ToolGaps
+from agentgate.engine.structured.structured_output import GrammarCompiler
 
 
 def test_byte_lru_forgets_the_least_recently_used_past_its_bound():

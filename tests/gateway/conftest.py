@@ -20,9 +20,9 @@ from collections.abc import Iterator
 import pytest
 
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.model_path import default_model_path
-from agentgate.engine.tokenizer import Tokenizer, load_tokenizer
-from agentgate.gateway.settings import Settings
+from agentgate.engine.model_files.model_path import default_model_path
+from agentgate.engine.text.tokenizer import Tokenizer, load_tokenizer
+from agentgate.gateway.config.settings import Settings
 from tests.support.fixtures import idle_around
 from tests.support.inprocess import InProcessGateway
 from tests.support.servers import (

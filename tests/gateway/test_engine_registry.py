@@ -11,9 +11,9 @@ from typing import TypeVar
 import pytest
 import redis
 
-from agentgate.engine.protocol import EngineInfo
+from agentgate.engine.front.protocol import EngineInfo
 from agentgate.gateway.engines.registry import ENGINE_TTL_S, EngineAnnouncer, registered_engines
-from agentgate.gateway.redis_state import SharedState
+from agentgate.gateway.state.redis_state import SharedState
 
 pytestmark = pytest.mark.anyio
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from agentgate.gateway.auth import Access, KeyChecker, Role, route_access
 from agentgate.gateway.errors import AuthenticationError, PermissionDeniedError
+from agentgate.gateway.state.auth import Access, KeyChecker, Role, route_access
 from tests.support.servers import ADMIN_KEY, ALLOWED_ORIGIN, USER_KEY, USER_KEY_2
 
 USER_ROUTES = [

@@ -26,7 +26,7 @@ def test_importing_the_app_loads_no_torch_and_no_engine_core():
 
 
 def test_importing_the_cli_loads_no_torch():
-    assert _loaded_after("import agentgate.gateway.cli") == []
+    assert _loaded_after("import agentgate.gateway.command.cli") == []
 
 
 def test_the_check_itself_sees_torch_when_it_is_imported():

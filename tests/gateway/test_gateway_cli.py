@@ -18,7 +18,7 @@ def test_generate_prints_the_completion():
         [
             sys.executable,
             "-m",
-            "agentgate.gateway.cli",
+            "agentgate.gateway.command.cli",
             "generate",
             prompt["content"],
             "--runner",
@@ -44,7 +44,7 @@ def test_generate_prints_the_completion():
 
 def test_help_lists_the_serve_flags():
     out = subprocess.run(
-        [sys.executable, "-m", "agentgate.gateway.cli", "serve", "--help"],
+        [sys.executable, "-m", "agentgate.gateway.command.cli", "serve", "--help"],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -133,10 +133,10 @@ def test_tools_tool_choice_and_response_format_are_accepted(gateway):
 
 
 def test_tools_reach_the_chat_template_whatever_tool_choice_says():
-    from agentgate.engine.model_path import default_model_path
-    from agentgate.engine.tokenizer import load_tokenizer
+    from agentgate.engine.model_files.model_path import default_model_path
+    from agentgate.engine.text.tokenizer import load_tokenizer
+    from agentgate.gateway.api_types.openai import ChatCompletionRequest, decode_body
     from agentgate.gateway.prompts import chat_prompt
-    from agentgate.gateway.schemas import ChatCompletionRequest, decode_body
 
     tokenizer = load_tokenizer(default_model_path())
     tools = [{"type": "function", "function": {"name": "f"}}]

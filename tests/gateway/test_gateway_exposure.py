@@ -13,16 +13,16 @@ import httpx
 import pytest
 
 from agentgate.engine.errors import EngineDeadError
-from agentgate.engine.model_path import resolve_model_path
-from agentgate.gateway.cli import build_parser, settings_from_args
+from agentgate.engine.model_files.model_path import resolve_model_path
+from agentgate.gateway.command.cli import build_parser, settings_from_args
+from agentgate.gateway.command.exposure import exposure_warnings, is_loopback
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.errors import error_parts, redact_paths
-from agentgate.gateway.exposure import exposure_warnings, is_loopback
-from agentgate.gateway.settings import Settings
 from tests.gateway.test_gateway_auth_cors import ADMIN_ROUTES
 from tests.support.inprocess import InProcessGateway
 from tests.support.servers import ADMIN_KEY, USER_KEY, bearer
 
-# Every operator route (method, path, body, status when allowed): the admin group of gateway/auth.py,
+# Every operator route (method, path, body, status when allowed): the admin group of gateway/state/auth.py,
 # the admin session routes (they need Redis), and the dashboard page.
 OPS_ROUTES = [
     *ADMIN_ROUTES,

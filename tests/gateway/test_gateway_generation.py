@@ -7,11 +7,12 @@ import dataclasses
 
 import pytest
 
-from agentgate.engine.model_path import default_model_path
-from agentgate.engine.protocol import EngineCoreOutput, TokenLogprobs
+from agentgate.engine.front.protocol import EngineCoreOutput, TokenLogprobs
+from agentgate.engine.model_files.model_path import default_model_path
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.tokenizer import load_tokenizer
+from agentgate.engine.text.tokenizer import load_tokenizer
 from agentgate.gateway.admission.waiting import Admission
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Dispatcher, Job, dispatch
 from agentgate.gateway.engines.pool import EnginePool
@@ -19,10 +20,9 @@ from agentgate.gateway.errors import BadRequestError, ConflictError, QueueFullEr
 from agentgate.gateway.formats.openai import ChatFormat
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.http.sse import _chunks
-from agentgate.gateway.metrics import Metrics
+from agentgate.gateway.observation.metrics import Metrics
 from agentgate.gateway.prompts import NO_TOOLS
-from agentgate.gateway.requests_in_flight import RequestRegistry
-from agentgate.gateway.settings import Settings
+from agentgate.gateway.state.requests_in_flight import RequestRegistry
 
 pytestmark = pytest.mark.anyio
 

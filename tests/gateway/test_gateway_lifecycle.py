@@ -126,7 +126,7 @@ def test_start_up_fails_cleanly_on_a_missing_model(tmp_path):
         [
             sys.executable,
             "-m",
-            "agentgate.gateway.cli",
+            "agentgate.gateway.command.cli",
             "serve",
             "--runner",
             "sync",

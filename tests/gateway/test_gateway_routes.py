@@ -6,9 +6,9 @@ import re
 
 from starlette.routing import Mount
 
+from agentgate.gateway.api_types.openai import REQUEST_TYPES
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.http.app import EngineTarget, create_app
-from agentgate.gateway.schemas import REQUEST_TYPES
-from agentgate.gateway.settings import Settings
 from tests.support.http import chat_body, metrics
 
 METRIC_NAMES = [

@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
-from agentgate.gateway.cli import build_parser, settings_from_args
-from agentgate.gateway.setting_values import env_name, flag_name
-from agentgate.gateway.settings import COMMANDS, Settings
+from agentgate.gateway.command.cli import build_parser, settings_from_args
+from agentgate.gateway.config.setting_values import env_name, flag_name
+from agentgate.gateway.config.settings import COMMANDS, Settings
 
 
 def _serve_args(argv, monkeypatch, env=None):

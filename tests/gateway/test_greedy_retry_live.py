@@ -2,7 +2,7 @@
 
 The second sending of a prompt finds most of it in the prefix cache and computes only its last
 tokens, with fewer rows than the first sending computed; on the default int4 weights with row
-choice (``engine.layers.row_choice``) those rows must still go through the same kernel, in a
+choice (``engine.kernel_choice.row_choice``) those rows must still go through the same kernel, in a
 form whose numbers do not depend on how many rows run, or a greedy reply changes its mind.
 """
 

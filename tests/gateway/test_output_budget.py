@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from agentgate.gateway.admission.output_budget import DEFAULT_MAX_TOKENS, OutputBudget
-from agentgate.gateway.cli import build_parser, settings_from_args
+from agentgate.gateway.command.cli import build_parser, settings_from_args
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.http.app import startup_line
-from agentgate.gateway.settings import Settings
 from tests.support.inprocess import InProcessGateway
 
 DEFAULT, CAP = 6, 40

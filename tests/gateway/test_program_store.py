@@ -15,17 +15,17 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from agentgate.engine.model_path import default_model_path
-from agentgate.engine.protocol import ProgramTag
+from agentgate.engine.front.protocol import ProgramTag
+from agentgate.engine.model_files.model_path import default_model_path
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.tokenizer import load_tokenizer
+from agentgate.engine.text.tokenizer import load_tokenizer
 from agentgate.gateway.admission.waiting import Admission
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.programs.last_turns import UNKNOWN, ProgramStore
-from agentgate.gateway.redis_state import SharedState
+from agentgate.gateway.state.redis_state import SharedState
 from tests.gateway.test_gateway_generation import StubEngine, _gateway
 from tests.support.servers import RedisServer, free_port
 

@@ -17,14 +17,14 @@ import pytest
 
 from agentgate.gateway.admission.rate_limits import RateLimitedError, RateLimiter, parse_key_limits
 from agentgate.gateway.context import RequestContext
-from agentgate.gateway.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
 from agentgate.gateway.errors import NotFoundError
-from agentgate.gateway.key_digests import key_digest, use_digest_secret
-from agentgate.gateway.redis_state import RedisUnavailableError, SharedState
-from agentgate.gateway.requests_in_flight import RequestRegistry
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.responses_api.types import ResponseObject
-from agentgate.gateway.sessions import SessionStore
+from agentgate.gateway.state.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
+from agentgate.gateway.state.key_digests import key_digest, use_digest_secret
+from agentgate.gateway.state.redis_state import RedisUnavailableError, SharedState
+from agentgate.gateway.state.requests_in_flight import RequestRegistry
+from agentgate.gateway.state.sessions import SessionStore
 
 pytestmark = pytest.mark.anyio
 

@@ -15,8 +15,8 @@ def test_the_request_walks_one_way_but_for_the_one_documented_return():
     assert undocumented(judgement) == [], "\n".join(map(str, undocumented(judgement)))
     assert [(v.kind, v.caller, v.callee) for v in judgement.verdicts] == [DOCUMENTED]
     walked = set(judgement.walk)
-    spine = ("gateway/chat.py", "gateway/dispatch.py", "engine/client.py", "gateway/programs/turn_tokens.py")
-    for module in ("gateway/http/routes/openai.py", *spine, "gateway/sessions.py", "gateway/formats/openai.py"):
+    spine = ("gateway/chat.py", "gateway/dispatch.py", "engine/front/client.py", "gateway/programs/turn_tokens.py")
+    for module in ("gateway/http/routes/openai.py", *spine, "gateway/state/sessions.py", "gateway/formats/openai.py"):
         assert module in walked, f"the walk missed {module}: the traced request is not the one the doc walks"
 
 

@@ -21,9 +21,9 @@ import pytest
 import redis
 from openai.types.responses import ResponseMcpCallCompletedEvent, ResponseMcpListToolsInProgressEvent
 
-from agentgate.engine.model_path import default_model_path
-from agentgate.engine.tokenizer import load_tokenizer
-from agentgate.gateway.key_digests import key_digest
+from agentgate.engine.model_files.model_path import default_model_path
+from agentgate.engine.text.tokenizer import load_tokenizer
+from agentgate.gateway.state.key_digests import key_digest
 from tests.support.mcp_scripts import FORBIDDEN_CALL_ANSWER, SCRIPTS, mcp_gateway
 from tests.support.mcp_servers import McpServers, mcp_servers
 from tests.support.scripted_engine import ScriptedGateway, served_over_http

@@ -8,8 +8,8 @@ import json
 import threading
 import time
 
-from agentgate.gateway.embedded_redis import EmbeddedRedis
-from agentgate.gateway.settings import Settings
+from agentgate.gateway.config.settings import Settings
+from agentgate.gateway.state.embedded_redis import EmbeddedRedis
 from tests.support.inprocess import InProcessGateway
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
+from agentgate.gateway.api_types.openai import ChatCompletionRequest, ChatMessage
+from agentgate.gateway.config.sampling_defaults import GGUF_DEFAULTS, OPENAI_DEFAULTS, sampling_defaults
 from agentgate.gateway.prompts import sampling_params
-from agentgate.gateway.sampling_defaults import GGUF_DEFAULTS, OPENAI_DEFAULTS, sampling_defaults
-from agentgate.gateway.schemas import ChatCompletionRequest, ChatMessage
 
 NO_FLAGS = {"temperature": None, "top_p": None, "top_k": None, "min_p": None, "repetition_penalty": None}
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from agentgate.engine.model_path import default_model_path
-from agentgate.engine.tokenizer import load_tokenizer
-from agentgate.gateway.settings import Settings
+from agentgate.engine.model_files.model_path import default_model_path
+from agentgate.engine.text.tokenizer import load_tokenizer
+from agentgate.gateway.config.settings import Settings
 from tests.support.scripted_engine import ScriptedGateway, scripted_gateway
 
 RECORDING = Path(__file__).with_name("stream_bytes.json")

@@ -11,11 +11,11 @@ import jsonschema
 import pytest
 
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.model_path import default_model_path
+from agentgate.engine.model_files.model_path import default_model_path
 from agentgate.engine.sampling_params import StructuredOutput
+from agentgate.gateway.api_types.openai import ChatCompletionRequest, decode_body
 from agentgate.gateway.prompts import ToolPlan, tool_plan
 from agentgate.gateway.replies import ReplyReader
-from agentgate.gateway.schemas import ChatCompletionRequest, decode_body
 from agentgate.gateway.tools import (
     HermesToolParser,
     Llama3JsonToolParser,
@@ -49,13 +49,13 @@ TIME_CALL = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
 
 @pytest.fixture(scope="module")
 def compiler():
-    from agentgate.engine.structured_output import GrammarCompiler
+    from agentgate.engine.structured.structured_output import GrammarCompiler
 
     try:
         path = default_model_path()
     except Exception as e:  # noqa: BLE001 - no default model here
         pytest.skip(str(e))
-    from agentgate.engine.tokenizer import load_tokenizer
+    from agentgate.engine.text.tokenizer import load_tokenizer
 
     return GrammarCompiler(path, load_tokenizer(path).vocab_size)
 
@@ -281,7 +281,7 @@ def _instance(schema, rng):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from agentgate.engine.tokenizer import load_tokenizer
+    from agentgate.engine.text.tokenizer import load_tokenizer
 
     try:
         return load_tokenizer(default_model_path())
@@ -327,8 +327,8 @@ def test_parallel_false_keeps_the_first_call_only():
 
 
 def test_tool_call_parser_setting(monkeypatch):
-    from agentgate.gateway.cli import build_parser, settings_from_args
-    from agentgate.gateway.settings import Settings
+    from agentgate.gateway.command.cli import build_parser, settings_from_args
+    from agentgate.gateway.config.settings import Settings
 
     monkeypatch.delenv("AGENTGATE_TOOL_CALL_PARSER", raising=False)
     args = build_parser().parse_args(["serve", "--tool-call-parser", "llama3_json"])
@@ -362,7 +362,7 @@ def _decode(compiler, grammar, rng: random.Random, prefer: str = "") -> tuple[li
     """A reply written by a 'model' that takes any token the bitmask allows, at random (strings
     that never end, containers opened wherever they may be), a token starting with ``prefer``
     whenever one is allowed: (tokens, ended on an end token)."""
-    from agentgate.engine.structured_output import new_bitmask
+    from agentgate.engine.structured.structured_output import new_bitmask
 
     tokens: list[int] = []
     stop = set(grammar.matcher.stop_token_ids)
@@ -386,8 +386,8 @@ def test_a_budgeted_reply_always_ends_whole_within_its_budget(compiler, seed):
     takes any allowed token at random still ends with a whole call that validates, on an
     end token, within max_tokens; a budget below the shortest call is refused."""
     from agentgate.engine.sampling_params import parse_budget_error
-    from agentgate.engine.structured_output import RequestGrammar
-    from agentgate.engine.tokenizer import load_tokenizer
+    from agentgate.engine.structured.structured_output import RequestGrammar
+    from agentgate.engine.text.tokenizer import load_tokenizer
 
     tool = random_tool(seed)
     tokenizer = load_tokenizer(default_model_path())
@@ -418,8 +418,8 @@ def test_parallel_calls_never_start_one_they_cannot_close(compiler, seed):
     random writer takes another whenever it may, and the reply still ends whole, on an end token."""
     import msgspec
 
-    from agentgate.engine.structured_output import RequestGrammar
-    from agentgate.engine.tokenizer import load_tokenizer
+    from agentgate.engine.structured.structured_output import RequestGrammar
+    from agentgate.engine.text.tokenizer import load_tokenizer
 
     tool = random_tool(seed)
     tokenizer = load_tokenizer(default_model_path())
@@ -458,8 +458,8 @@ def test_a_budgeted_response_format_ends_as_valid_json(compiler, seed):
     ended on an end token within max_tokens."""
     import msgspec
 
-    from agentgate.engine.structured_output import RequestGrammar
-    from agentgate.engine.tokenizer import load_tokenizer
+    from agentgate.engine.structured.structured_output import RequestGrammar
+    from agentgate.engine.text.tokenizer import load_tokenizer
 
     schema = random_tool(seed)["function"]["parameters"]
     rf = parse_response_format({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
@@ -475,7 +475,7 @@ def test_a_budgeted_response_format_ends_as_valid_json(compiler, seed):
 def test_the_closing_is_offered_as_drafts_and_each_draft_row_allows_its_next_token(compiler):
     """Speculation: once a budgeted reply writes its closing, jump-forward drafts it whole, and the
     bitmask rows of those drafts allow exactly the closing's next tokens (so several arrive a step)."""
-    from agentgate.engine.structured_output import RequestGrammar, new_bitmask
+    from agentgate.engine.structured.structured_output import RequestGrammar, new_bitmask
 
     budgeted = _budgeted(compiler, WEATHER, _budgeted(compiler, WEATHER, 400).result().minimum).result()
     grammar = RequestGrammar(budgeted)

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (``gateway.tracing``, ``gateway.http.tracing``), seen by the SDK's
+"""OpenTelemetry traces (``gateway.observation.tracing``, ``gateway.http.tracing``), seen by the SDK's
 in-memory exporter in this process: one SERVER span per generation request with the GenAI
 semantic-convention attributes, continuing the caller's ``traceparent``; the engine's queue,
 prefill and decode as its children, from the timings of its last output; Redis calls as
@@ -17,10 +17,10 @@ from opentelemetry.sdk.trace import ReadableSpan  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 from opentelemetry.trace import SpanKind  # noqa: E402
 
-from agentgate.engine.model_path import default_model_path  # noqa: E402
-from agentgate.engine.tokenizer import load_tokenizer  # noqa: E402
-from agentgate.gateway.settings import Settings  # noqa: E402
-from agentgate.gateway.tracing import Tracer, traces_endpoint  # noqa: E402
+from agentgate.engine.model_files.model_path import default_model_path  # noqa: E402
+from agentgate.engine.text.tokenizer import load_tokenizer  # noqa: E402
+from agentgate.gateway.config.settings import Settings  # noqa: E402
+from agentgate.gateway.observation.tracing import Tracer, traces_endpoint  # noqa: E402
 from tests.support.scripted_engine import ScriptedGateway, scripted_gateway  # noqa: E402
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

@@ -123,7 +123,7 @@ def test_tracing_without_the_extra_is_one_clear_start_up_error(tmp_path: Path):
     )
     env = clean_environment({"PYTHONPATH": str(tmp_path), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9/t"})
     result = subprocess.run(
-        [sys.executable, "-m", "agentgate.gateway.cli", "gateway", "--engine", "ipc:///nowhere"],
+        [sys.executable, "-m", "agentgate.gateway.command.cli", "gateway", "--engine", "ipc:///nowhere"],
         capture_output=True,
         text=True,
         timeout=60,

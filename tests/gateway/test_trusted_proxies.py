@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.http.forwarded import forwarded_chain
-from agentgate.gateway.settings import Settings
 from tests.support.inprocess import InProcessGateway
 from tests.support.servers import ADMIN_KEY, bearer
 

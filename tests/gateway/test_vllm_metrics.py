@@ -1,4 +1,4 @@
-"""vLLM's metric names on the gateway's /metrics (``gateway.vllm_metrics``): each is served with
+"""vLLM's metric names on the gateway's /metrics (``gateway.observation.vllm_metrics``): each is served with
 vLLM's type, buckets and labels, and moves when requests run (in this process, a null engine
 small enough that requests queue); every metric the Grafana dashboard in ``deploy/grafana``
 reads is served."""
@@ -16,8 +16,8 @@ import pytest
 
 from agentgate.agents import prometheus
 from agentgate.engine.config import EngineConfig
-from agentgate.gateway.settings import Settings
-from agentgate.gateway.vllm_metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+from agentgate.gateway.config.settings import Settings
+from agentgate.gateway.observation.vllm_metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
 from tests.support.inprocess import InProcessGateway
 
 # Two sequences at a time and a small cache: four requests make a queue and a visible KV usage.

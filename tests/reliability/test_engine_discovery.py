@@ -2,7 +2,7 @@
 the engines registered in Redis, adds one that starts later and drops one that leaves, without a
 restart; an engine's SIGTERM marks its record draining, refuses new work, lets short streams
 finish, aborts the rest at ``--drain-seconds`` and exits 0 (``gateway.engines.registry``,
-``gateway.engines.discovery``, ``engine.process``)."""
+``gateway.engines.discovery``, ``engine.front.process``)."""
 
 from __future__ import annotations
 

@@ -31,8 +31,8 @@ import httpx
 import pytest
 import redis
 
-from agentgate.engine.client import HEARTBEAT_TIMEOUT_S
-from agentgate.engine.curve import make_keys
+from agentgate.engine.front.client import HEARTBEAT_TIMEOUT_S
+from agentgate.engine.front.socket_keys import make_keys
 from agentgate.gateway.engines.registry import ENGINE_TTL_S
 from agentgate.loadtests.server import launch
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for

@@ -15,7 +15,7 @@ from agentgate.gateway.engines import discovery as discovery_module
 from agentgate.gateway.engines.discovery import EngineDiscovery
 from agentgate.gateway.engines.identity import GatewayModel
 from agentgate.gateway.engines.registry import EngineRecord
-from agentgate.gateway.redis_state import RedisUnavailableError
+from agentgate.gateway.state.redis_state import RedisUnavailableError
 
 A, B = "tcp://10.0.0.1:5555", "tcp://10.0.0.2:5555"
 

@@ -1,4 +1,4 @@
-"""Gateway replicas are alive while their Redis heartbeat is (``gateway.redis_state``), on live
+"""Gateway replicas are alive while their Redis heartbeat is (``gateway.state.redis_state``), on live
 processes: two gateways with one hostname, each pid 1 of its own PID namespace (containers with
 host networking), do not fail each other's background responses; once one is killed, its
 responses are failed within the stated bound; a stored record that does not decode is logged
@@ -18,8 +18,8 @@ import httpx
 import pytest
 import redis
 
-from agentgate.gateway.redis_state import HEARTBEAT_S, REPLICA_TTL_S
 from agentgate.gateway.responses_api.store import ORPHAN_SWEEP_S
+from agentgate.gateway.state.redis_state import HEARTBEAT_S, REPLICA_TTL_S
 from agentgate.loadtests.server import Server, children
 from tests.support.http import wait_for
 from tests.support.servers import RedisServer, clean_environment, free_port, launch_command, stop_all, wait_healthy
@@ -42,7 +42,7 @@ def _gateway_in_own_pid_namespace(log_dir: Path, name: str, *flags: str) -> Serv
     """``agentgate gateway FLAGS`` as pid 1 of a new PID namespace (same hostname, same network)."""
     port = free_port()
     unshare = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
-    command = [*unshare, sys.executable, "-m", "agentgate.gateway.cli", "gateway", "--port", str(port), *flags]
+    command = [*unshare, sys.executable, "-m", "agentgate.gateway.command.cli", "gateway", "--port", str(port), *flags]
     log_path = log_dir / f"{name}.log"
     with open(log_path, "a") as log:
         process = subprocess.Popen(

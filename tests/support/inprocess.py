@@ -28,14 +28,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
-from agentgate.engine.ipc import private_address
-from agentgate.engine.model_path import model_display_name
-from agentgate.engine.process import EngineServer
+from agentgate.engine.front.addresses import private_address
+from agentgate.engine.front.process import EngineServer
+from agentgate.engine.model_files.model_path import model_display_name
 from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.embedded_redis import EmbeddedRedis
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.http.app import EngineTarget, create_app
-from agentgate.gateway.settings import Settings
-from agentgate.gateway.tracing import Tracer
+from agentgate.gateway.observation.tracing import Tracer
+from agentgate.gateway.state.embedded_redis import EmbeddedRedis
 
 # The live null server's engine: a few ms a step, room for many sequences.
 NULL_ENGINE = EngineConfig(

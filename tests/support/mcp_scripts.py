@@ -14,10 +14,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from agentgate.engine.model_path import default_model_path
+from agentgate.engine.model_files.model_path import default_model_path
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.tokenizer import load_tokenizer
-from agentgate.gateway.settings import Settings
+from agentgate.engine.text.tokenizer import load_tokenizer
+from agentgate.gateway.config.settings import Settings
 from tests.support.mcp_servers import McpServers
 from tests.support.scripted_engine import Script, ScriptedGateway, scripted_gateway
 

@@ -75,9 +75,9 @@ def walk_returning_turn(client: Any, transport: Any) -> list[Hop]:
 @functools.cache
 def traced() -> tuple[tuple[Hop, ...], Judgement]:
     """The hops of the returning turn and their judgement (run once per process)."""
-    from agentgate.engine.model_path import default_model_path
-    from agentgate.engine.tokenizer import load_tokenizer
-    from agentgate.gateway.settings import Settings
+    from agentgate.engine.model_files.model_path import default_model_path
+    from agentgate.engine.text.tokenizer import load_tokenizer
+    from agentgate.gateway.config.settings import Settings
     from tests.support.scripted_engine import scripted_gateway
 
     call = load_tokenizer(default_model_path()).encode(CALL, add_special_tokens=False) + [2]

@@ -28,16 +28,16 @@ import uvicorn
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
-from agentgate.engine.ipc import private_address
-from agentgate.engine.model_path import default_model_path, model_display_name
-from agentgate.engine.process import EngineServer
+from agentgate.engine.front.addresses import private_address
+from agentgate.engine.front.process import EngineServer
+from agentgate.engine.model_files.model_path import default_model_path, model_display_name
 from agentgate.engine.runner.null import NullRunner, _State
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from agentgate.gateway.embedded_redis import EmbeddedRedis
+from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.http.app import EngineTarget, create_app
-from agentgate.gateway.settings import Settings
-from agentgate.gateway.tracing import Tracer
+from agentgate.gateway.observation.tracing import Tracer
+from agentgate.gateway.state.embedded_redis import EmbeddedRedis
 from tests.support.inprocess import _PortalTransport, _WatchedThread, _WithLifespanState
 
 # (engine request id, its sampling parameters: a script may answer as a model under the request's
@@ -103,7 +103,7 @@ def scripted_gateway(
     settings: Settings, script: Script, *, redis: bool = True, tracer: Tracer | None = None
 ) -> Iterator[ScriptedGateway]:
     """``create_app`` in this process over a :class:`ScriptedRunner` engine (and an embedded Redis);
-    ``tracer``: the app's (``gateway.tracing``)."""
+    ``tracer``: the app's (``gateway.observation.tracing``)."""
     with contextlib.ExitStack() as stack:
         runner = ScriptedRunner(script, num_blocks=SCRIPTED_ENGINE.num_kv_blocks, max_model_len=1024)
         address = private_address()

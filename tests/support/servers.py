@@ -42,7 +42,7 @@ def clean_environment(env: dict[str, str] | None = None) -> dict[str, str]:
 def run_agentgate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``agentgate ARGS`` run to its end from the repository root, in a clean environment; its output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "agentgate.gateway.cli", *args],
+        [sys.executable, "-m", "agentgate.gateway.command.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

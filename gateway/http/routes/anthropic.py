@@ -6,7 +6,7 @@ The request is translated onto a chat request
 like any chat completion (same prompt, tool plan, grammar and parsing), and
 written back as Anthropic content blocks and events
 (:mod:`gateway.formats.anthropic`). Keys come as ``x-api-key`` or Bearer
-(``gateway.auth``); errors are Anthropic-shaped
+(``gateway.state.auth``); errors are Anthropic-shaped
 (:mod:`gateway.http.anthropic_errors`).
 """
 
@@ -23,6 +23,7 @@ from starlette.routing import Route
 from agentgate.gateway.anthropic_api.mcp_loop import start_connector
 from agentgate.gateway.anthropic_api.translate import to_chat
 from agentgate.gateway.anthropic_api.types import CountTokensRequest, Message, MessagesRequest, TokenCount
+from agentgate.gateway.api_types.openai import decode_body, encode
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
 from agentgate.gateway.formats.anthropic import MessagesStream, content_blocks, message_usage, stop_reason
@@ -30,7 +31,6 @@ from agentgate.gateway.http.middleware import context_of, request_id_of
 from agentgate.gateway.http.sse import collect_or_raise, stream_generation, stream_rounds, until_disconnect
 from agentgate.gateway.prompts import chat_prompt
 from agentgate.gateway.replies import ReplyReader, recorded_reply
-from agentgate.gateway.schemas import decode_body, encode
 from agentgate.gateway.translation import new_id
 
 JSON = "application/json"

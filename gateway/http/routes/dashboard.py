@@ -1,6 +1,6 @@
 """The operator dashboard: ``GET /dashboard`` serves the page (open, like the
 playground: it holds no secret, the admin key is typed into it) and
-``GET /dashboard/stats`` its numbers (admin key; :mod:`gateway.dashboard_stats`).
+``GET /dashboard/stats`` its numbers (admin key; :mod:`gateway.observation.dashboard_stats`).
 The page pauses, resumes and aborts through the existing operator routes."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.gateway.api_types.openai import encode
 from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.dashboard_stats import dashboard_stats
 from agentgate.gateway.http.routes.playground import static_page
-from agentgate.gateway.schemas import encode
+from agentgate.gateway.observation.dashboard_stats import dashboard_stats
 
 
 async def stats(request: Request) -> Response:

@@ -20,6 +20,14 @@ from starlette.routing import Route
 
 from agentgate.gateway.admission.bounds import OFF_LOOP_CHARS, check_prompt_chars
 from agentgate.gateway.admission.output_budget import COMPLETIONS_DEFAULT
+from agentgate.gateway.api_types.openai import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    decode_body,
+    encode,
+)
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
 from agentgate.gateway.dispatch import Job, dispatch
@@ -29,14 +37,6 @@ from agentgate.gateway.generation import Generation
 from agentgate.gateway.http.middleware import context_of, request_id_of
 from agentgate.gateway.http.sse import collect_or_raise, stream_generation
 from agentgate.gateway.prompts import check_n, completion_prompts, sampling_params
-from agentgate.gateway.schemas import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    ModelCard,
-    ModelList,
-    decode_body,
-    encode,
-)
 
 JSON = "application/json"
 

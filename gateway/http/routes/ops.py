@@ -1,6 +1,6 @@
 """Operational routes: pause/resume/abort (admin), health, metrics, version, OpenAPI.
 
-Pause, resume and aborts apply to every replica through Redis (``gateway.cluster``):
+Pause, resume and aborts apply to every replica through Redis (``gateway.state.cluster``):
 pause or resume through any gateway reaches every engine; an abort reaches
 the replica that holds the request. ``/abort_requests`` takes
 ``{"request_ids": [...], "session_id": "...", "api_key": "..."}`` (any of
@@ -14,15 +14,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from agentgate.engine.protocol import PAUSE_MODES
+from agentgate.engine.front.protocol import PAUSE_MODES
 from agentgate.gateway import package_version
+from agentgate.gateway.api_types.openai import AbortRequestsRequest, AbortResponse, PauseResponse, decode_body, encode
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.engines.discovery import EngineDiscovery
 from agentgate.gateway.errors import BadRequestError, NotFoundError, ServiceUnavailableError, redact_paths
-from agentgate.gateway.key_digests import key_digest
-from agentgate.gateway.metrics import CONTENT_TYPE_LATEST
-from agentgate.gateway.openapi import openapi_json
-from agentgate.gateway.schemas import AbortRequestsRequest, AbortResponse, PauseResponse, decode_body, encode
+from agentgate.gateway.http.openapi import openapi_json
+from agentgate.gateway.observation.metrics import CONTENT_TYPE_LATEST
+from agentgate.gateway.state.key_digests import key_digest
 
 JSON = "application/json"
 

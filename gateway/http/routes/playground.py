@@ -3,7 +3,7 @@
 the public API, and an operator strip for pause/resume and the engine gauges.
 
 ``/`` and ``/playground`` serve the page, ``/static/...`` its assets. They are
-open (see :mod:`gateway.auth`): the page holds no secret, the keys are typed
+open (see :mod:`gateway.state.auth`): the page holds no secret, the keys are typed
 into it and sent by the browser as ``Authorization: Bearer`` to the API.
 """
 

@@ -23,20 +23,20 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import Receive
 
+from agentgate.gateway.api_types.openai import decode_body, encode
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.formats.responses import sse_error_fields
 from agentgate.gateway.http.middleware import bearer_token, context_of, request_id_of
 from agentgate.gateway.http.sse import close, collect_or_raise, stream_generation, stream_rounds, until_disconnect
 from agentgate.gateway.http.websocket import responses_socket
-from agentgate.gateway.key_digests import key_digest
 from agentgate.gateway.replies import ReplyReader, recorded_reply
 from agentgate.gateway.responses_api import tool_loop
 from agentgate.gateway.responses_api.compact import compacted, conversation, start_compaction
 from agentgate.gateway.responses_api.store import RUNNING
 from agentgate.gateway.responses_api.turn import Turn, TurnStream, need_store, start_turn
 from agentgate.gateway.responses_api.types import CompactRequest, DeletedResponse, InputItemList, ResponsesRequest
-from agentgate.gateway.schemas import decode_body, encode
+from agentgate.gateway.state.key_digests import key_digest
 
 JSON = "application/json"
 

@@ -22,13 +22,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.gateway.api_types.openai import encode
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError, ServiceUnavailableError
 from agentgate.gateway.http.forwarded import is_remote
 from agentgate.gateway.http.middleware import bearer_token
-from agentgate.gateway.key_digests import key_digest
-from agentgate.gateway.schemas import encode
-from agentgate.gateway.sessions import owner_label
+from agentgate.gateway.state.key_digests import key_digest
+from agentgate.gateway.state.sessions import owner_label
 
 JSON = "application/json"
 

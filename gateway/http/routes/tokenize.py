@@ -6,10 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.prompts import render_messages
-from agentgate.gateway.schemas import (
+from agentgate.gateway.api_types.openai import (
     DetokenizeRequest,
     DetokenizeResponse,
     TokenizeRequest,
@@ -17,6 +14,9 @@ from agentgate.gateway.schemas import (
     decode_body,
     encode,
 )
+from agentgate.gateway.app_state import GatewayState
+from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.prompts import render_messages
 
 JSON = "application/json"
 

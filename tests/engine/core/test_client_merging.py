@@ -10,8 +10,8 @@ from contextlib import aclosing
 import anyio
 import pytest
 
-from agentgate.engine.client import EngineClient
 from agentgate.engine.config import EngineConfig
+from agentgate.engine.front.client import EngineClient
 from agentgate.engine.sampling_params import SamplingParams
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

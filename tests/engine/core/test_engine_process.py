@@ -11,9 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agentgate.engine.client import EngineClient
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import EngineDeadError, InvalidRequestError
+from agentgate.engine.front.client import EngineClient
 from agentgate.engine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.anyio
@@ -136,9 +136,9 @@ async def test_a_failed_start_is_reported_with_its_cause(tmp_path):
 
 
 async def test_an_engine_connected_by_address_alone_is_declared_dead_when_it_stops_answering():
-    from agentgate.engine.client import HEARTBEAT_TIMEOUT_S
-    from agentgate.engine.ipc import private_address, remove_socket_file
-    from agentgate.engine.spawn import start_engine_process, stop_engine_process
+    from agentgate.engine.front.addresses import private_address, remove_socket_file
+    from agentgate.engine.front.client import HEARTBEAT_TIMEOUT_S
+    from agentgate.engine.front.spawn import start_engine_process, stop_engine_process
 
     address = private_address()
     process = start_engine_process(SLOW_NULL, address)
@@ -169,9 +169,9 @@ async def test_an_engine_connected_by_address_alone_is_declared_dead_when_it_sto
 async def test_an_engine_busy_with_a_step_longer_than_the_heartbeat_timeout_is_alive(monkeypatch):
     """Heartbeats come from a thread of their own: a step that outlasts the front end's timeout (a long
     prefill on a busy CPU) does not get a working engine declared dead (here a 2.5 s step, a 1 s timeout)."""
-    from agentgate.engine import client as client_module
-    from agentgate.engine.client import start_engine_process, stop_engine_process
-    from agentgate.engine.ipc import private_address, remove_socket_file
+    from agentgate.engine.front import client as client_module
+    from agentgate.engine.front.addresses import private_address, remove_socket_file
+    from agentgate.engine.front.client import start_engine_process, stop_engine_process
 
     monkeypatch.setattr(client_module, "HEARTBEAT_TIMEOUT_S", 1.0)
     address = private_address()
@@ -192,7 +192,7 @@ def test_the_engine_stops_when_the_process_that_started_it_is_killed(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys, time\n"
-        "from agentgate.engine.spawn import start_engine_process\n"
+        "from agentgate.engine.front.spawn import start_engine_process\n"
         "from agentgate.engine.config import EngineConfig\n"
         "if __name__ == '__main__':\n"
         f"    p = start_engine_process(EngineConfig(runner='null', num_kv_blocks=64), 'ipc://{tmp_path}/e.sock')\n"

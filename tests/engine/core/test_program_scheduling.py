@@ -8,12 +8,12 @@ import random
 import pytest
 
 from agentgate.engine.core import make_queue
-from agentgate.engine.programs.admission import DECAY, HALF_LIFE_S, ProgramAdmission
-from agentgate.engine.programs.table import SERVICE_QUANTUM
-from agentgate.engine.protocol import ProgramTag
+from agentgate.engine.front.protocol import ProgramTag
 from agentgate.engine.request import Request, RequestStatus
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.waiting_queue import DEFAULT_MAX_WAIT_S
+from agentgate.engine.scheduling.programs.admission import DECAY, HALF_LIFE_S, ProgramAdmission
+from agentgate.engine.scheduling.programs.table import SERVICE_QUANTUM
+from agentgate.engine.scheduling.waiting_queue import DEFAULT_MAX_WAIT_S
 from tests.engine.core.test_retention import BLOCK, Clock, check_accounting, history, make_core, run, turn
 
 

@@ -3,7 +3,7 @@
 
 import time
 
-from agentgate.engine.protocol import EngineCoreOutput, EngineOutputs, decode_from_engine, encode
+from agentgate.engine.front.protocol import EngineCoreOutput, EngineOutputs, decode_from_engine, encode
 from agentgate.engine.sampling_params import SamplingParams
 from tests.engine.core.test_scheduler import make_core
 

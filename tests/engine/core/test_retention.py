@@ -8,11 +8,11 @@ import pytest
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
-from agentgate.engine.protocol import ProgramTag
-from agentgate.engine.retention import GRACE_S
+from agentgate.engine.front.protocol import ProgramTag
 from agentgate.engine.runner.null import NullRunner
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.tool_gaps import PRIOR, GapLaw
+from agentgate.engine.scheduling.retention import GRACE_S
+from agentgate.engine.scheduling.tool_gaps import PRIOR, GapLaw
 
 VOCAB = 1000
 BLOCK = 4

@@ -11,7 +11,7 @@ from agentgate.engine.core import EngineCore
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.runner.null import NullRunner
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.step_budget import OUTLIER_FACTOR, StepBudget, resolve_max_step_ms
+from agentgate.engine.scheduling.step_budget import OUTLIER_FACTOR, StepBudget, resolve_max_step_ms
 from tests.engine.core.test_scheduler import VOCAB, assert_clean, prompt, run_all
 
 COSTS = (10.0, 1.5, 0.4, 8.0)  # fixed, per decode row, per prompt token, with prompt rows

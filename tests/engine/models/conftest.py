@@ -15,7 +15,7 @@ import torch
 from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.loaders import load_model
 from agentgate.engine.loaders.gguf import read_gguf_checkpoint
-from agentgate.engine.model_path import default_model_path
+from agentgate.engine.model_files.model_path import default_model_path
 from agentgate.engine.models.config import ModelConfig
 from agentgate.engine.models.llama import CausalLM
 

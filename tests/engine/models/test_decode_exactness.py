@@ -12,12 +12,12 @@ from torch import nn
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore, make_speculator
+from agentgate.engine.kernel_choice.decode_exactness import batch_dependent_decode_linears, decode_linears
+from agentgate.engine.kernel_choice.row_choice import RowChosenLinear
 from agentgate.engine.layers.batch_invariant import RowInvariantLinear
 from agentgate.engine.layers.cpu_linear import PackedLinear
-from agentgate.engine.layers.decode_exactness import batch_dependent_decode_linears, decode_linears
 from agentgate.engine.layers.quant_linear import Int4Linear, kernels_work
 from agentgate.engine.layers.quantized import quantize_int4
-from agentgate.engine.layers.row_choice import RowChosenLinear
 
 
 class BatchDependentLinear(nn.Linear):

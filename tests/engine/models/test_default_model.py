@@ -8,9 +8,9 @@ import torch
 
 from agentgate.engine.attention.torch import TorchAttentionBackend
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.gguf_file import read_gguf
 from agentgate.engine.loaders import load_model
-from agentgate.engine.model_path import default_model_path
+from agentgate.engine.model_files.gguf_file import read_gguf
+from agentgate.engine.model_files.model_path import default_model_path
 from agentgate.engine.models.config import ModelConfig
 from agentgate.engine.models.llama import build_model, fuse_hf_weights
 

@@ -1,4 +1,4 @@
-"""Dense copies only while they fit (`engine.layers.dense_budget`): a fake MemAvailable decides how
+"""Dense copies only while they fit (`engine.kernel_choice.dense_budget`): a fake MemAvailable decides how
 many of a tiny model's linears keep a bf16 copy; the rest stay int4 only, and the output is still
 the model's."""
 
@@ -9,8 +9,8 @@ import torch
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
-from agentgate.engine.layers import dense_budget
-from agentgate.engine.layers import row_choice as rc
+from agentgate.engine.kernel_choice import dense_budget
+from agentgate.engine.kernel_choice import row_choice as rc
 from agentgate.engine.layers.cpu_linear import can_pack
 from agentgate.engine.layers.quant_linear import Int4Linear, kernels_work
 from agentgate.engine.loaders import load_model

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.gguf_file import read_gguf
 from agentgate.engine.loaders import load_model
-from agentgate.engine.model_path import default_model_path
+from agentgate.engine.model_files.gguf_file import read_gguf
+from agentgate.engine.model_files.model_path import default_model_path
 
 PROMPT = [(5 * i + 1) % 256 for i in range(21)]
 

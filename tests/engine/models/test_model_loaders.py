@@ -9,7 +9,7 @@ from safetensors.torch import save_file
 
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.loaders import load_model
-from agentgate.engine.model_path import default_model_path
+from agentgate.engine.model_files.model_path import default_model_path
 
 PROMPT = [(3 * i + 2) % 256 for i in range(17)]
 QWEN3_DIR = Path(__file__).parents[3] / "loadtests/configs/qwen3-0.6b"

@@ -11,7 +11,7 @@ import torch
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
-from agentgate.engine.layers import row_choice as rc
+from agentgate.engine.kernel_choice import row_choice as rc
 from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.layers.quant_linear import Int4Linear, kernels_work
 from agentgate.engine.layers.quantized import quantize_int4

@@ -1,4 +1,4 @@
-"""What row choice remembers between starts (`engine.layers.row_choice_cache`): where (``--cache-dir``,
+"""What row choice remembers between starts (`engine.kernel_choice.row_choice_cache`): where (``--cache-dir``,
 XDG), for how long, what a noisy measurement buys, ``--remeasure``, and the crossover's noise from
 its timings. A fake clock and fake timings: nothing here is timed."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from agentgate.engine.layers import row_choice as rc
-from agentgate.engine.layers import row_choice_cache as cache_module
-from agentgate.engine.layers.row_choice_cache import MAX_AGE_S, NOISY_SPREAD, NOISY_TRIES, MeasurementCache
+from agentgate.engine.kernel_choice import row_choice as rc
+from agentgate.engine.kernel_choice import row_choice_cache as cache_module
+from agentgate.engine.kernel_choice.row_choice_cache import MAX_AGE_S, NOISY_SPREAD, NOISY_TRIES, MeasurementCache
 
 DAY = 86400.0
 QUIET, NOISY = NOISY_SPREAD / 2, NOISY_SPREAD * 2

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.mcp.allowlist import McpAllowlist, McpServer
 from agentgate.gateway.mcp.toolset import REDACTED, echoed, resolve_servers
-from agentgate.gateway.settings import Settings
 
 
 def test_no_server_is_allowed_by_default():

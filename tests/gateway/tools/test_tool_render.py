@@ -9,9 +9,9 @@ import json
 import msgspec
 import pytest
 
-from agentgate.engine.chat_template import template_supports_tools
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.tokenizer import Tokenizer
+from agentgate.engine.text.chat_template import template_supports_tools
+from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.tools.hermes import HermesToolParser
 from agentgate.gateway.tools.render import render_chat_prompt
 from agentgate.gateway.tools.schema import ToolChoice, resolve_tool_choice, validate_tools

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from agentgate.gateway.auth import Access, route_access
+from agentgate.gateway.state.auth import Access, route_access
 from tests.support.answers import CAPITAL_CHAT, reference_chat
 from tests.support.browser import (
     STEP_SECONDS,

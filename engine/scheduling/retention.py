@@ -1,0 +1,245 @@
+"""KV retention for agent programs waiting on their tools.
+
+When a turn that was offered tools finishes, the registered blocks of its conversation
+are *pinned*: the pin holds a reference on each, so the prefix cache's LRU cannot evict
+them. The pin is provisional (``GRACE_S``) until the gateway, having read the reply,
+says whether it called tools (``TurnEnded``): no call releases it, calls give it the
+TTL of the gap law of (program, tools) (``engine.scheduling.tool_gaps``; ``--kv-retention
+SECONDS``: that fixed TTL). It is released when the program's next turn is admitted
+(its blocks then held by that turn), at its TTL, or under pressure.
+
+Bounds and order. Blocks held by pins never exceed ``max_fraction`` of the cache: a pin
+that would pass it releases pins, new one included, in release order until it fits.
+Release order (bound and pressure): pins whose next turn has not arrived before pins
+whose turn waits to be admitted; among them, ``by_service`` (the program scheduling
+policy), the program ranked last first (``ProgramRecord.rank``); else the least likely to return within
+``HORIZON_S`` first (``GapLaw.return_soon``); then the oldest turn end. Releasing drops
+only the pin's references: blocks a running request shares are never taken from it.
+
+Programs' accounts (``engine.scheduling.programs.table``) live here too: each arriving turn is given its
+program's record, whose service the scheduler counts. A program away longer than its
+retention (the TTL its pin would get: the fixed one, else its gap law's) starts again as
+new: its service goes back to 0, at level 0 as of its return.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agentgate.engine.config import parse_retention
+from agentgate.engine.front.protocol import RetentionStats
+from agentgate.engine.kv.block_pool import Block, BlockPool
+from agentgate.engine.request import Request
+from agentgate.engine.scheduling.programs.table import ProgramRecord, ProgramTable
+from agentgate.engine.scheduling.tool_gaps import ToolGaps, tool_key
+
+# Seconds a pin lives before the gateway says whether its turn called tools.
+GRACE_S = 5.0
+
+
+@dataclass(slots=True)
+class Pin:
+    program_id: str
+    request_id: str  # the turn that ended
+    blocks: list[Block]
+    ended: float  # monotonic
+    expires: float
+    served: ProgramRecord  # its program's account (the program policy ranks by it)
+    tools: str | None = None  # set once TurnEnded says what was called
+    claimed_by: str | None = None  # the id of its next turn, waiting to be admitted
+
+
+class KVRetention:
+    """Pins, their bound and release order, tool gaps and the figures on /metrics."""
+
+    def __init__(
+        self,
+        pool: BlockPool,
+        mode: str = "auto",
+        max_fraction: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.pool = pool
+        self.fixed_ttl = parse_retention(mode)
+        self.enabled = self.fixed_ttl != 0.0
+        self.max_held_blocks = int(max_fraction * pool.num_blocks)
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.gaps = ToolGaps()
+        self.programs = ProgramTable()
+        self.pins: dict[str, Pin] = {}
+        self.held_blocks = 0
+        self.counts = RetentionStats(max_held_blocks=self.max_held_blocks)
+        self.by_service = False  # release the pins of programs ranked last first (set by the program policy)
+
+    # -- a program's turns -----------------------------------------------------------
+    def on_arrival(self, request: Request) -> None:
+        """A turn arrived: give it its program's account (its service back to 0 after an absence
+        longer than its retention), learn the tool gap it ends, claim its pin."""
+        tag = request.program
+        if tag is None:
+            return
+        now = self.clock()
+        record = request.served = self.programs.touch(tag.program_id, now)
+        if record.in_flight == 0 and record.idle_since is not None:
+            if now - record.idle_since > self.retention_seconds(tag.program_id, record.last_tools):
+                record.start_again(now)
+        record.in_flight += 1
+        record.idle_since = None
+        if tag.after_tool_calls:
+            self._observe_gap(tag, record.last_end, record.last_tools, now)
+        pin = self.pins.get(tag.program_id)
+        if pin is not None and pin.claimed_by is None:
+            pin.claimed_by = request.request_id
+
+    def _observe_gap(self, tag, last_end: float | None, last_tools: str | None, now: float) -> None:
+        if last_end is not None:
+            gap = now - last_end
+        elif tag.previous_turn_end > 0:  # ended on another engine: the gateway's clock
+            gap = self.wall_clock() - tag.previous_turn_end
+        else:
+            return
+        tools = last_tools if last_tools is not None else tool_key(tag.tool_names)
+        self.gaps.observe(tag.program_id, tools, max(gap, 0.0))
+
+    def on_admitted(self, request: Request, num_cached: int) -> None:
+        """A turn was admitted (its prefix hits already referenced): its program's pin goes."""
+        tag = request.program
+        if tag is None:
+            return
+        if tag.after_tool_calls and not request.ever_scheduled:
+            self.counts.returning_turns += 1
+            self.counts.returning_queries_tokens += request.num_tokens
+            self.counts.returning_hits_tokens += num_cached
+        pin = self.pins.get(tag.program_id)
+        if pin is not None:
+            self._release(pin, "returned")
+
+    def on_left(self, request: Request) -> None:
+        """A request left the engine (finished or aborted): its program may fall idle."""
+        record = request.served
+        record.in_flight = max(record.in_flight - 1, 0)
+        if record.in_flight == 0:
+            record.idle_since = self.clock()
+
+    def retention_seconds(self, program_id: str, tools: str | None) -> float:
+        """How long a program's conversation is kept for it after a turn ending in ``tools``: the fixed
+        TTL, else its gap law's (with retention off too: how long a program may be away and still be
+        the same program)."""
+        if self.fixed_ttl:
+            return self.fixed_ttl
+        return self.gaps.law(program_id, tools).ttl()
+
+    def on_abort(self, request: Request) -> None:
+        """A waiting turn was aborted: the pin it claimed waits for no one now."""
+        if request.program is None:
+            return
+        pin = self.pins.get(request.program.program_id)
+        if pin is not None and pin.claimed_by == request.request_id:
+            pin.claimed_by = None
+
+    def on_finished(self, request: Request, blocks: Callable[[Request], list[Block]]) -> bool:
+        """A turn finished (not aborted). Returns True when it was pinned: ``blocks(request)``
+        handed its kept blocks over with their references; else the caller frees them."""
+        tag = request.program
+        if tag is None:
+            return False
+        now = self.clock()
+        record = self.programs.touch(tag.program_id, now)
+        record.last_end, record.last_tools = now, None
+        if not (self.enabled and tag.tools_offered):
+            return False
+        old = self.pins.get(tag.program_id)
+        if old is not None:
+            self._release(old, "returned")
+        kept = blocks(request)
+        if not kept:
+            return True
+        pin = Pin(tag.program_id, request.request_id, kept, now, now + GRACE_S, request.served)
+        self.pins[tag.program_id] = pin
+        for block in kept:
+            block.pins += 1
+            if block.pins == 1:
+                self.held_blocks += 1
+        self.counts.pinned_total += 1
+        while self.held_blocks > self.max_held_blocks and self.release_one(None, "pressure"):
+            pass
+        return True
+
+    def on_turn_ended(self, program_id: str, request_id: str, tool_names: list[str]) -> None:
+        """The gateway read the reply of ``request_id``: it called ``tool_names``."""
+        record = self.programs.get(program_id)
+        key = tool_key(tool_names) if tool_names else None
+        if record is not None:
+            record.last_tools = key
+        pin = self.pins.get(program_id)
+        if pin is None or pin.request_id != request_id:
+            return
+        if key is None:
+            self._release(pin, "no_tool_call")
+            return
+        pin.tools = key
+        ttl = self.fixed_ttl if self.fixed_ttl is not None else self.gaps.law(program_id, key).ttl()
+        pin.expires = pin.ended + ttl
+
+    # -- releasing -------------------------------------------------------------------
+    def expire(self) -> None:
+        """Release the pins past their TTL whose next turn has not arrived."""
+        now = self.clock()
+        for pin in [p for p in self.pins.values() if p.expires <= now and p.claimed_by is None]:
+            self._release(pin, "expired")
+
+    def release_order(self, exclude: str | None = None, ranked_after: tuple[int, float] | None = None) -> list[Pin]:
+        """Pins (but ``exclude``'s, and only those of programs ranked after ``ranked_after`` when given)
+        in the order pressure releases them."""
+        now = self.clock()
+
+        def key(pin: Pin) -> tuple[bool, tuple[float, float], float]:
+            if self.by_service:
+                level, since = pin.served.rank
+                return (pin.claimed_by is not None, (-level, -since), pin.ended)
+            law = self.gaps.law(pin.program_id, pin.tools)
+            return (pin.claimed_by is not None, (law.return_soon(now - pin.ended), 0.0), pin.ended)
+
+        candidates = (
+            p
+            for p in self.pins.values()
+            if p.program_id != exclude and (ranked_after is None or p.served.rank > ranked_after)
+        )
+        return sorted(candidates, key=key)
+
+    def release_one(
+        self, exclude: str | None, reason: str = "pressure", ranked_after: tuple[int, float] | None = None
+    ) -> bool:
+        """Release the first pin in release order (not ``exclude``'s; only a program's ranked after
+        ``ranked_after`` when given); False: none left."""
+        order = self.release_order(exclude, ranked_after)
+        if not order:
+            return False
+        self._release(order[0], reason)
+        return True
+
+    def release_all(self) -> None:
+        for pin in list(self.pins.values()):
+            self._release(pin, "expired")
+
+    def _release(self, pin: Pin, reason: str) -> None:
+        del self.pins[pin.program_id]
+        for block in pin.blocks:
+            block.pins -= 1
+            if block.pins == 0:
+                self.held_blocks -= 1
+        self.pool.free(pin.blocks[::-1])
+        name = f"released_{reason}"
+        setattr(self.counts, name, getattr(self.counts, name) + 1)
+
+    def stats(self) -> RetentionStats:
+        counts = self.counts
+        counts.pins = len(self.pins)
+        counts.held_blocks = self.held_blocks
+        counts.tool_gaps = self.gaps.count
+        counts.tool_gap_seconds_sum = self.gaps.seconds_sum
+        return RetentionStats(*(getattr(counts, f) for f in counts.__struct_fields__))

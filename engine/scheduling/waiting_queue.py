@@ -1,0 +1,68 @@
+"""The scheduler's waiting queue in first-come-first-served order (``--scheduling-policy
+fcfs``: by request; a preempted request goes back first), and the wait bound every policy
+keeps. The program policy's order is ``engine.scheduling.programs.queue.ProgramQueue``, built on this one;
+``engine.core.make_queue`` picks the queue for the policy.
+
+The bound, under both: a request is *overdue* once ``max_wait`` seconds (``--max-wait``) have
+passed since a request that arrived after it was first admitted ahead of it (the scheduler marks
+``Request.passed_since``). Overdue requests go ahead of every other request (among them, by
+arrival), program admission does not hold them back, nothing after them is admitted while the
+first of them waits (engine.scheduler), and they may release the pins of programs ranked after
+their own, any pin once nothing runs. So no request waits more than ``max_wait`` behind
+requests that came after it; then it waits only for the memory and the sequence slots that
+requests admitted before that moment hold. A request that waits for memory while nothing passes
+it is not overdue: in a slow queue, order is kept, not turned into arrival order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+
+from agentgate.engine.request import Request
+
+# Seconds after which a waiting request is served by arrival, whatever the policy.
+DEFAULT_MAX_WAIT_S = 10.0
+
+
+class FcfsQueue:
+    def __init__(self, max_wait: float = DEFAULT_MAX_WAIT_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._queue: deque[Request] = deque()
+        self.max_wait = max_wait
+        self.clock = clock
+
+    def overdue(self, request: Request, now: float | None = None) -> bool:
+        """Whether ``request`` has waited ``max_wait`` seconds since it was first passed (see the
+        module docstring)."""
+        passed = request.passed_since
+        return passed is not None and (self.clock() if now is None else now) - passed >= self.max_wait
+
+    def mark_passed(self, latest_arrival: float) -> None:
+        """Requests admitted now arrived as late as ``latest_arrival``: the waiting requests that
+        arrived before it have been passed (their wait bound starts, if it had not)."""
+        now = self.clock()
+        for request in self._queue:
+            if request.passed_since is None and request.arrival_time < latest_arrival:
+                request.passed_since = now
+
+    def peek(self) -> Request:
+        return self._queue[0]
+
+    def push(self, request: Request) -> None:
+        self._queue.append(request)
+
+    def push_preempted(self, request: Request) -> None:
+        self._queue.appendleft(request)
+
+    def remove(self, request: Request) -> None:
+        self._queue.remove(request)
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def __bool__(self) -> bool:
+        return bool(self._queue)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._queue)

@@ -1,0 +1,344 @@
+"""Constrained decoding with xgrammar: grammars compiled off the step loop,
+one matcher per request, and the token bitmask the sampler applies.
+
+Grammars compile on a thread pool (xgrammar releases the GIL), so a request
+waits for its grammar without stalling the engine loop; compiled grammars
+are cached by their spec, least recently used first out past
+:data:`GRAMMAR_CACHE_BYTES` (specs are the clients': each entry counts its
+spec and its compiled grammar's own size; xgrammar's own cache is off). A
+request's matcher accepts each token as the step that sampled it resolves.
+
+**Replies that fit their budget.** A spec with ``max_tokens`` (a forced tool
+call, a response_format: the reply is nothing but the structure) must end whole
+within that many tokens. The engine knows, at every step, a way to close the
+structure from where it is: ``engine.structured.grammar_closing.Closer`` finds one (a
+JSON-aware greedy walk over characters on a fork of the matcher: close the
+string, the container, the required keys with their shortest values, the markup
+the grammar forces) and spells it in the model's tokens, the end-of-sequence
+token included. Then:
+
+- admission: a budget below the closing of the empty reply (the shortest
+  reply: one minimal call) is refused before anything runs
+  (:func:`~engine.sampling_params.budget_error`);
+- caution: within :data:`CAUTION` tokens of the closing, tokens that hold a
+  character opening a container or another member (``{``, ``[``, ``,``; inside
+  a string too: ``","`` ends one member and starts the next) are masked unless
+  the closing itself starts with one, so the closing cannot grow by more than
+  a few tokens a step (never start what cannot close);
+- closing: within :data:`MARGIN` tokens of it, the closing is forced, one token
+  a step (offered as jump-forward drafts too), and the reply ends on the end
+  token, whole, before ``max_tokens``.
+
+**Said to be cut.** Wherever the budget narrowed what the grammar allowed at a token the reply
+took (the closing forced, or tokens masked for caution), the reply may not be what the model
+would have written: a value or call the budget closed. :attr:`RequestGrammar.budget_cut` says
+so, and the engine ends such a reply with ``length``, not ``stop`` (``engine.scheduling.scheduler``): the
+front ends report it as cut (``length``, Responses ``incomplete``, Anthropic ``max_tokens``), its
+arguments whole JSON all the same. A reply the budget never narrowed keeps ``stop`` and its
+calls are the model's own. ``tests/gateway/test_tools_live.py`` checks both ways against the
+same requests with room to spare; ``loadtests/forced_budget_sweep.py`` counts them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cached_property
+from pathlib import Path
+
+import torch
+import xgrammar as xgr
+
+from agentgate.engine.byte_lru import ByteLRU, str_bytes
+from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.sampling_params import StructuredOutput, budget_error
+from agentgate.engine.structured.grammar_closing import Budgeted, Closer, JsonStringState
+
+GRAMMAR_CACHE_BYTES = 256 << 20
+"""Compiled grammars kept, by spec: spec text and compiled size counted."""
+MINIMUM_CACHE_BYTES = 16 << 20
+"""Shortest-reply lengths kept, by spec: spec text counted."""
+
+MARGIN = 4
+"""Tokens beyond the closing's own at which a budgeted reply starts writing it: room for the
+closing to grow by a token's worth (a key begun, a string escaped) between two looks."""
+CAUTION = 16
+"""Tokens beyond ``MARGIN`` within which nothing that opens a container or another member is
+started unless the closing needs it."""
+_LOOK_EVERY = 8
+"""Tokens between two looks at the closing while the budget is far from it."""
+_MAX_CHECKED = 64
+"""Most allowed risky tokens checked one by one (more: inside a string, where they are content)."""
+
+
+class GrammarCompiler:
+    """Compiles StructuredOutput specs for one tokenizer/vocabulary."""
+
+    def __init__(
+        self,
+        tokenizer_path: Path,
+        vocab_size: int,
+        max_threads: int = 2,
+        *,
+        cache_bytes: int = GRAMMAR_CACHE_BYTES,
+        minimum_bytes: int = MINIMUM_CACHE_BYTES,
+    ) -> None:
+        self.tokenizer_path = tokenizer_path
+        self.vocab_size = vocab_size
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar")
+        self._max_threads = max_threads
+        # Used by the engine's thread (submit) and the worker (a compile done): under the lock.
+        self._lock = threading.Lock()
+        self._cache: ByteLRU[tuple[str, str], Future[xgr.CompiledGrammar]] = ByteLRU(cache_bytes)
+        # Tokens of the shortest reply, per spec; the worker's alone.
+        self._minimum: ByteLRU[tuple[str, str], int] = ByteLRU(minimum_bytes)
+
+    @cached_property
+    def _compiler(self) -> xgr.GrammarCompiler:
+        from agentgate.engine.text.tokenizer import load_tokenizer
+
+        tokenizer = self._tokenizer = load_tokenizer(self.tokenizer_path)
+        vocab_type = {
+            "byte_level": xgr.VocabType.BYTE_LEVEL,
+            "byte_fallback": xgr.VocabType.BYTE_FALLBACK,
+        }.get(tokenizer.vocab_type, xgr.VocabType.RAW)
+        info = self._info = xgr.TokenizerInfo(
+            tokenizer.encoded_vocab,
+            vocab_type,
+            vocab_size=self.vocab_size,
+            stop_token_ids=sorted(tokenizer.eos_token_ids),
+            add_prefix_space=tokenizer.add_prefix_space,
+        )
+        return xgr.GrammarCompiler(info, max_threads=self._max_threads, cache_enabled=False)
+
+    def submit(self, spec: StructuredOutput) -> Future[xgr.CompiledGrammar | Budgeted]:
+        """The compiled grammar (cached by spec); with ``spec.max_tokens`` a :class:`Budgeted` one,
+        or InvalidRequestError when the budget cannot hold the shortest reply."""
+        key = spec.kind()
+        with self._lock:
+            future = self._cache.get(key)
+            compile_now = future is None or (future.done() and future.exception() is not None)
+            if compile_now:
+                future = self._pool.submit(self._compile, *key)
+                self._cache.put(key, future, _compiled_bytes(key, future))
+        if compile_now:  # outside the lock: a compile already done calls back at once, here
+            future.add_done_callback(lambda done: self._recount(key, done))
+        if spec.max_tokens is None:
+            return future
+        return self._pool.submit(self._budgeted, key, future, spec.max_tokens)  # after the compile, same worker
+
+    def _recount(self, key: tuple[str, str], done: Future[xgr.CompiledGrammar]) -> None:
+        """A compile ended: its cache entry counts the compiled grammar's size now (a failed one goes)."""
+        with self._lock:
+            if self._cache.peek(key) is done:
+                if done.exception() is None:
+                    self._cache.put(key, done, _compiled_bytes(key, done))
+                else:
+                    self._cache.pop(key)
+
+    def _budgeted(self, key: tuple[str, str], compiled: Future[xgr.CompiledGrammar], budget: int) -> Budgeted:
+        grammar = compiled.result()
+        closer = self.closer
+        minimum = self._minimum.get(key)
+        if minimum is None:
+            path = closer.closing(xgr.GrammarMatcher(grammar), JsonStringState())
+            minimum = len(path) if path is not None else 0
+            self._minimum.put(key, minimum, str_bytes(*key) + sys.getsizeof(minimum))
+        if minimum > budget:
+            raise InvalidRequestError(budget_error(budget, minimum), "max_tokens")
+        return Budgeted(grammar, budget, closer, minimum)
+
+    @cached_property
+    def closer(self) -> Closer:
+        """How budgeted replies close, for this vocabulary."""
+        self._compiler  # noqa: B018 - loads the tokenizer
+        return Closer(self._tokenizer, self._info.decoded_vocab, self.vocab_size)
+
+    def _compile(self, kind: str, spec: str) -> xgr.CompiledGrammar:
+        compiler = self._compiler
+        try:
+            if kind == "json_schema":
+                return compiler.compile_json_schema(spec, any_whitespace=False)
+            if kind == "json_object":  # OpenAI's json_object: an object, not any JSON value
+                return compiler.compile_json_schema('{"type": "object"}', any_whitespace=False)
+            if kind == "regex":
+                return compiler.compile_regex(spec)
+            if kind == "grammar":
+                return compiler.compile_grammar(spec)
+            return compiler.compile_structural_tag(json.loads(spec))
+        except Exception as exc:
+            raise InvalidRequestError(f"invalid {kind.replace('_', ' ')}: {exc}", "structured") from exc
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _compiled_bytes(key: tuple[str, str], future: Future[xgr.CompiledGrammar]) -> int:
+    """An entry's size: its spec, and its grammar once compiled."""
+    compiled = future.result() if future.done() and future.exception() is None else None
+    return str_bytes(*key) + (compiled.memory_size_bytes if compiled is not None else 0)
+
+
+class RequestGrammar:
+    """One request's position in its grammar (and, budgeted, how far it is from its end)."""
+
+    def __init__(self, compiled: xgr.CompiledGrammar | Budgeted) -> None:
+        self.budget: int | None = None
+        if isinstance(compiled, Budgeted):
+            self.budget, self.closer, self.minimum = compiled.budget, compiled.closer, compiled.minimum
+            self._closing_len = compiled.minimum  # tokens of the closing when last looked at
+            compiled = compiled.compiled
+        self.matcher = xgr.GrammarMatcher(compiled)
+        self.num_accepted = 0
+        self._state = JsonStringState()
+        self._closing: list[int] | None = None  # being written: the rest of the closing
+        self.num_closing_tokens = 0  # tokens the closing wrote (not the model's choice)
+        # Positions (tokens accepted before them) whose last fill the budget narrowed.
+        self._narrowed: set[int] = set()
+        self.budget_cut = False  # the budget narrowed a token the reply took (module docstring)
+
+    def accept(self, token: int) -> bool:
+        """Advance past a sampled token; False if the grammar forbids it."""
+        if self.matcher.is_terminated():
+            return True  # the grammar is done; the request ends on this token
+        if not self.matcher.accept_token(token):
+            return False
+        if self.num_accepted in self._narrowed:
+            self.budget_cut = True
+        self.num_accepted += 1
+        if self.budget is not None:
+            self._state.feed(self.closer.texts[token])
+            if self._closing:
+                if self._closing[0] == token:
+                    self._closing.pop(0)
+                    self.num_closing_tokens += 1
+                else:
+                    self._closing = None  # cannot happen: the bitmask allows its next token only
+        return True
+
+    def fill(self, bitmask: torch.Tensor, row: int, drafts: tuple[int, ...] = ()) -> None:
+        """Fill ``bitmask[row]`` with the tokens allowed next and, for each
+        draft the grammar admits, the following row with those allowed after
+        it (the matcher is rolled back after). Rows past a draft the grammar
+        forbids stay as they are: that draft cannot match the target's
+        token, so nothing after it is accepted."""
+        self._fill_one(bitmask, row)
+        state = self._state.copy() if self.budget is not None else None
+        if state is not None:
+            self._narrowed.clear()
+            self._fit_noting(bitmask, row, 0, state)
+        advanced = 0
+        for offset, token in enumerate(drafts, 1):
+            if self.matcher.is_terminated() or not self.matcher.accept_token(token):
+                break
+            advanced += 1
+            self._fill_one(bitmask, row + offset)
+            if state is not None:
+                state.feed(self.closer.texts[token])
+                self._fit_noting(bitmask, row + offset, offset, state)
+        if advanced:
+            self.matcher.rollback(advanced)
+
+    def _fit_noting(self, bitmask: torch.Tensor, row: int, offset: int, state: JsonStringState) -> None:
+        """`_fit`, noting the position when it took a token the grammar allowed there."""
+        before = bitmask[row].clone()
+        self._fit(bitmask, row, offset, state)
+        if not torch.equal(before, bitmask[row]):
+            self._narrowed.add(self.num_accepted + offset)
+
+    def _fit(self, bitmask: torch.Tensor, row: int, offset: int, state: JsonStringState) -> None:
+        """Narrow ``bitmask[row]`` (the token after ``offset`` drafts) so the reply ends within its
+        budget: the closing's next token once the budget is down to it, nothing that opens more
+        a little before (see the module docstring)."""
+        if self.matcher.is_terminated():
+            return
+        left = self.budget - self.num_accepted - offset  # tokens left, this one included
+        if self._closing is not None:
+            if offset < len(self._closing):
+                _only(bitmask, row, self._closing[offset])
+            return
+        near = left <= self._closing_len + MARGIN + CAUTION + self.minimum + _LOOK_EVERY  # another call: minimum
+        if not near and (self.num_accepted + offset) % _LOOK_EVERY:
+            return
+        closing = self.closer.closing(self.matcher, state)
+        if closing is None:
+            return  # no way to close found: the grammar alone decides (a cut reply is dropped whole)
+        if offset == 0:
+            self._closing_len = len(closing)
+        if left <= len(closing) + MARGIN:
+            _only(bitmask, row, closing[0])
+            if offset == 0:
+                self._closing = closing
+            return
+        first = bitmask[row, closing[0] >> 5].item() & _bit(closing[0])
+        if left <= len(closing) + MARGIN + CAUTION:
+            bitmask[row] &= self.closer.allowed_unless_opening
+        if left <= len(closing) + MARGIN + CAUTION + self.minimum:  # a new call (the shortest reply) may not fit
+            self._drop_unclosable(bitmask, row, left, state)
+        bitmask[row, closing[0] >> 5] |= first
+
+    def _drop_unclosable(self, bitmask: torch.Tensor, row: int, left: int, state: JsonStringState) -> None:
+        """Mask each allowed token that may open a member or another call (a separator) after which
+        the reply could not close within ``left`` tokens, checked one by one when they are few."""
+        risky = _tokens(bitmask[row] & self.closer.risky)
+        if len(risky) > _MAX_CHECKED:
+            return
+        stop = set(self.matcher.stop_token_ids)
+        may_end = self.matcher.is_completed()  # where whitespace may be a separator: another call
+        for token in risky:
+            if token in stop or (not may_end and not self.closer.texts[token].strip()):
+                continue  # the end; or whitespace inside the structure, which closes as it stood
+            fork = self.matcher.fork()
+            if not fork.accept_token(token):
+                continue
+            after = state.copy()
+            after.feed(self.closer.texts[token])
+            closing = self.closer.closing(fork, after)
+            if closing is None or 1 + len(closing) + MARGIN > left:
+                bitmask[row, token >> 5] &= ~_bit(token)
+
+    def forced_tokens(self, limit: int) -> list[int]:
+        """Jump-forward: up to ``limit`` tokens spelling the continuation the
+        grammar forces from here (none when it admits more than one). They
+        are drafts, verified like any other: the output stays what decoding
+        token by token gives, whatever tokenization of the forced text the
+        model itself prefers."""
+        if limit <= 0 or self.matcher.is_terminated():
+            return []
+        if self._closing:
+            return self._closing[:limit]  # the closing being written is forced too
+        return self.matcher.find_jump_forward_tokens()[:limit]
+
+    def _fill_one(self, bitmask: torch.Tensor, row: int) -> None:
+        if self.matcher.is_terminated():
+            bitmask[row].fill_(-1)
+        else:
+            self.matcher.fill_next_token_bitmask(bitmask, row)
+
+
+def new_bitmask(num_rows: int, vocab_size: int, pinned: bool) -> torch.Tensor:
+    """An all-allowed bitmask (every bit set) for ``num_rows`` rows."""
+    words = (vocab_size + 31) // 32
+    return torch.full((num_rows, words), -1, dtype=torch.int32, pin_memory=pinned)
+
+
+def _bit(token: int) -> int:
+    """``token``'s bit in its int32 bitmask word (xgrammar's layout), as a signed int32."""
+    bit = 1 << (token & 31)
+    return bit - (1 << 32) if bit >= 1 << 31 else bit
+
+
+def _tokens(words: torch.Tensor) -> list[int]:
+    """The tokens whose bits are set in one bitmask row."""
+    if not bool(words.any()):
+        return []
+    bits = (words.to(torch.int64)[:, None] >> torch.arange(32)) & 1
+    return bits.flatten().nonzero().flatten().tolist()
+
+
+def _only(bitmask: torch.Tensor, row: int, token: int) -> None:
+    """Allow ``token`` alone in ``bitmask[row]``."""
+    bitmask[row].zero_()
+    bitmask[row, token >> 5] = _bit(token)

@@ -1,0 +1,139 @@
+"""vLLM's metric names on the gateway's /metrics, beside agentgate's own.
+
+Dashboards, autoscalers and routers built for vLLM (its Grafana dashboard, the
+production-stack's KEDA recipes, the Gateway API Inference Extension's endpoint
+picker) read ``vllm:*`` series. They are served with vLLM's names, types, units,
+buckets and labels (``vllm/v1/metrics/loggers.py``): every series carries
+``model_name`` (the first served model name) and ``engine`` (vLLM's engine
+index; here the engine's address, as agentgate's per-engine series have it),
+and ``vllm:request_success_total`` adds ``finished_reason``.
+
+Which process serves them: the gateway. The engine process speaks ZMQ only and
+has no HTTP /metrics; the gateway reads the engines' scheduler stats when
+/metrics is scraped (running, waiting, KV usage, prefix cache: the engines'
+own figures, the same from every gateway replica) and observes latencies and
+token counts as its requests run (this replica's requests only).
+``docs/metrics.md`` maps each name to agentgate's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from agentgate.engine.front.protocol import SchedulerStats
+
+EngineStats = Callable[[], list[tuple[str, SchedulerStats | None]]]
+
+LABELS = ("model_name", "engine")
+# agentgate's ends as vLLM's FinishReason names them (stop, length, abort, error, repetition):
+# a client that went away (None) is an abort to the engine.
+FINISHED_REASON = {None: "abort", "stop": "stop", "length": "length", "abort": "abort", "error": "error"}
+
+# vLLM's buckets, written as one string each: tables of numbers, not one bound per line.
+TTFT_BUCKETS = tuple(
+    float(b)
+    for b in "0.001 0.005 0.01 0.02 0.04 0.06 0.08 0.1 0.25 0.5 0.75 1 2.5 5 7.5 10 20 40 80 160 640 2560".split()
+)
+ITL_BUCKETS = tuple(
+    float(b) for b in "0.01 0.025 0.05 0.075 0.1 0.15 0.2 0.3 0.4 0.5 0.75 1 2.5 5 7.5 10 20 40 80".split()
+)
+REQUEST_LATENCY_BUCKETS = tuple(
+    float(b) for b in "0.3 0.5 0.8 1 1.5 2 2.5 5 10 15 20 30 40 50 60 120 240 480 960 1920 7680".split()
+)
+
+
+# vLLM's scheduler series: (name, family, help, the field of an engine's SchedulerStats).
+_SCHEDULER_SERIES: tuple[tuple[str, type[GaugeMetricFamily | CounterMetricFamily], str, str], ...] = (
+    ("vllm:num_requests_running", GaugeMetricFamily, "Number of requests in model execution batches.", "num_running"),
+    ("vllm:num_requests_waiting", GaugeMetricFamily, "Number of requests waiting to be processed.", "num_waiting"),
+    ("vllm:kv_cache_usage_perc", GaugeMetricFamily, "KV-cache usage. 1 means 100 percent usage.", "kv_usage"),
+    (
+        "vllm:prefix_cache_queries",
+        CounterMetricFamily,
+        "Prefix cache queries, in terms of number of queried tokens.",
+        "prefix_queries_tokens",
+    ),
+    (
+        "vllm:prefix_cache_hits",
+        CounterMetricFamily,
+        "Prefix cache hits, in terms of number of cached tokens.",
+        "prefix_hits_tokens",
+    ),
+    (
+        "vllm:num_preemptions",
+        CounterMetricFamily,
+        "Cumulative number of preemption from the engine.",
+        "num_preemptions",
+    ),
+)
+
+
+class _SchedulerSeries(Collector):
+    """vLLM's scheduler series, per engine, read from the engines' stats at scrape time."""
+
+    def __init__(self, model_name: str, engines: EngineStats) -> None:
+        self._model, self._engines = model_name, engines
+
+    def collect(self) -> Iterator[Metric]:
+        known = [(address, stats) for address, stats in self._engines() if stats is not None]  # none: no series yet
+        for name, family, doc, field in _SCHEDULER_SERIES:
+            metric = family(name, doc, labels=LABELS)
+            for address, stats in known:
+                metric.add_metric([self._model, address], getattr(stats, field))
+            yield metric
+
+
+class VllmMetrics:
+    """The request series vLLM observes per request; ``gateway.observation.metrics.Metrics`` observes them as
+    the gateway's requests run (there, so the request path calls no module more than before)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.model_name = ""  # set by :meth:`watch`, before the first request
+        self._registry = r = registry
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            LABELS,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            LABELS,
+            buckets=ITL_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            LABELS,
+            buckets=REQUEST_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_time = Histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            LABELS,
+            buckets=REQUEST_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", LABELS, registry=r)
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", LABELS, registry=r
+        )
+        self.success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            (*LABELS, "finished_reason"),
+            registry=r,
+        )
+
+    def watch(self, model_name: str, engines: EngineStats) -> None:
+        """Label every series with ``model_name``; publish the engines' scheduler series."""
+        self.model_name = model_name
+        self._registry.register(_SchedulerSeries(model_name, engines))
