@@ -15,18 +15,27 @@ said it may:
 A URL with credentials in it (``user:pass@host``), a query, a fragment or a scheme
 other than http(s) is refused whatever the lists say. With neither flag no MCP tool
 is allowed. A refused tool is a 400 naming its URL and the field.
+
+A path is matched, and connected to, as the HTTP client would send it: normalized first
+(RFC 3986: percent-escapes of unreserved characters decoded, dot segments removed), so
+``/mcp/../admin`` is ``/admin`` and matches no ``/mcp/*``. A path that hides a separator
+or a dot segment in an escape (``%2F``, ``%5C``, ``%2E%2E``) or holds a backslash is
+refused: servers and proxies disagree on what those mean.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 from agentgate.gateway.errors import BadRequestError
 
 SCHEMES = ("http", "https")
+UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +46,45 @@ class McpServer:
     url: str
 
 
+def _decode_unreserved(path: str) -> str | None:
+    """``path`` with the escapes of unreserved characters decoded (uppercase hex for the rest), or
+    None when an escape hides a separator (``/``, ``\\``) or a segment that would be a dot segment."""
+
+    def decode(match: re.Match[str]) -> str:
+        char = chr(int(match.group(1), 16))
+        return char if char in UNRESERVED else "%" + match.group(1).upper()
+
+    segments = path.split("/")
+    decoded = [ESCAPE.sub(decode, s) for s in segments]
+    if any("%2F" in s or "%5C" in s for s in decoded):
+        return None
+    if any(d in (".", "..") and s != d for s, d in zip(segments, decoded, strict=True)):
+        return None
+    return "/".join(decoded)
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 section 5.2.4 for an absolute path: ``.`` segments dropped, ``..`` pops one."""
+    out: list[str] = []
+    segments = path.split("/")[1:] if path.startswith("/") else path.split("/")
+    for index, segment in enumerate(segments):
+        last = index == len(segments) - 1
+        if segment == ".":
+            if last:
+                out.append("")
+        elif segment == "..":
+            if out:
+                out.pop()
+            if last:
+                out.append("")
+        else:
+            out.append(segment)
+    return "/" + "/".join(out)
+
+
 def _parts(url: str) -> SplitResult | None:
-    """``url`` split, or None when it is no plain http(s) URL (see the module doc)."""
+    """``url`` split with its path normalized, or None when it is no plain http(s) URL (see the
+    module doc)."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (a port that is no number raises here)
@@ -46,7 +92,18 @@ def _parts(url: str) -> SplitResult | None:
         return None
     if parts.scheme not in SCHEMES or not parts.hostname or "@" in parts.netloc or parts.query or parts.fragment:
         return None
-    return parts
+    if "\\" in parts.path:
+        return None
+    path = _decode_unreserved(parts.path or "/")
+    if path is None:
+        return None
+    return parts._replace(path=_remove_dot_segments(path))
+
+
+def normalized(url: str) -> str | None:
+    """``url`` as the gateway connects to it (see the module doc), or None when it is refused."""
+    parts = _parts(url)
+    return None if parts is None else urlunsplit(parts)
 
 
 def _origin(parts: SplitResult) -> tuple[str, str, int]:
@@ -76,15 +133,15 @@ class McpAllowlist:
         return not self.servers and not self.patterns
 
     def allows(self, url: str) -> bool:
-        """Whether ``url`` is a configured server's or matches a pattern."""
+        """Whether ``url`` is a configured server's or matches a pattern, once normalized."""
         if url in self.servers.values():
             return True
         parts = _parts(url)
         if parts is None:
             return False
-        return any(
-            _origin(parts) == _origin(p) and fnmatchcase(parts.path or "/", p.path or "/") for p in self.patterns
-        )
+        if urlunsplit(parts) in self.servers.values():
+            return True
+        return any(_origin(parts) == _origin(p) and fnmatchcase(parts.path, p.path) for p in self.patterns)
 
     def resolve(
         self,
@@ -114,4 +171,4 @@ class McpAllowlist:
                 param=f"{param}.{url_field}",
                 code="mcp_server_not_allowed",
             )
-        return McpServer(label, url)
+        return McpServer(label, url if url in self.servers.values() else urlunsplit(_parts(url)))

@@ -26,6 +26,12 @@ from agentgate.gateway.translation import new_id
 
 FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 REDACTED = "<redacted>"
+# Headers a request's ``headers`` may not set on the gateway's connection to an MCP server: the
+# host (it would pick another virtual host behind the allowed origin) and the hop-by-hop ones
+# (the HTTP client frames the request itself). Dropped, compared without case.
+CONNECTION_HEADERS = frozenset(
+    ("host", "connection", "content-length", "transfer-encoding", "te", "trailer", "upgrade", "keep-alive")
+)
 
 
 def _matches(rule: Any, tool: dict[str, Any]) -> bool:
@@ -137,6 +143,7 @@ def resolve_servers(tools: list[tuple[int, dict[str, Any]]], allowlist: McpAllow
         headers = tool.get("headers") or {}
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise BadRequestError("`headers` must map header names to strings", param=f"{param}.headers")
+        headers = {name: value for name, value in headers.items() if name.lower() not in CONNECTION_HEADERS}
         authorization = tool.get("authorization")
         if authorization is not None:
             if not isinstance(authorization, str):

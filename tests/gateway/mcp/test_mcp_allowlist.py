@@ -7,7 +7,7 @@ import pytest
 
 from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.mcp.allowlist import McpAllowlist, McpServer
+from agentgate.gateway.mcp.allowlist import McpAllowlist, McpServer, normalized
 from agentgate.gateway.mcp.toolset import REDACTED, echoed, resolve_servers
 
 
@@ -97,3 +97,49 @@ def test_malformed_mcp_tools_are_400s_naming_the_field(field: str, value: object
     with pytest.raises(BadRequestError) as refused:
         resolve_servers([(2, tool)], McpAllowlist(["calc=http://tools.internal/mcp"]))
     assert refused.value.param == f"tools[2].{field}"
+
+
+@pytest.mark.parametrize(
+    ("url", "connects_to"),
+    [
+        ("https://tools.internal/mcp/../admin", None),  # the client would send /admin
+        ("https://tools.internal/mcp/./x/../../admin", None),
+        ("https://tools.internal/mcp/a/../b", "https://tools.internal/mcp/b"),
+        ("https://tools.internal/mcp/./search", "https://tools.internal/mcp/search"),
+        ("https://tools.internal/%6Dcp/search", "https://tools.internal/mcp/search"),  # unreserved escape decoded
+        ("https://tools.internal/mcp/%2E%2E/admin", None),  # an escaped dot segment: refused
+        ("https://tools.internal/mcp/%2e/x", None),
+        ("https://tools.internal/mcp/a%2Fb", None),  # an escaped separator: refused
+        ("https://tools.internal/mcp/a%5c..%5cadmin", None),
+        ("https://tools.internal/mcp/a\\..\\admin", None),  # a backslash: refused
+        ("https://tools.internal/mcp/na%C3%AFve", "https://tools.internal/mcp/na%C3%AFve"),  # others kept escaped
+    ],
+)
+def test_paths_are_matched_and_connected_to_as_the_client_sends_them(url: str, connects_to: str | None):
+    allowlist = McpAllowlist(patterns=["https://tools.internal/mcp/*"])
+    assert allowlist.allows(url) is (connects_to is not None)
+    if connects_to is None:
+        with pytest.raises(BadRequestError) as refused:
+            allowlist.resolve("t", url, "tools[0]")
+        assert refused.value.code == "mcp_server_not_allowed"
+    else:
+        assert allowlist.resolve("t", url, "tools[0]").url == connects_to
+
+
+def test_the_normalized_path_is_what_an_http_client_sends():
+    """The rule above is the one httpx applies: the path it puts on the wire for the raw URL."""
+    import httpx
+
+    for raw in ("https://tools.internal/mcp/../admin", "https://tools.internal/mcp/a/./b/../c"):
+        sent = httpx.Request("GET", raw).url.raw_path.decode()
+        assert sent == normalized(raw).removeprefix("https://tools.internal")
+
+
+def test_a_client_cannot_set_the_host_or_framing_of_the_connection():
+    tool = {
+        "type": "mcp",
+        "server_label": "calc",
+        "headers": {"Host": "admin.internal", "transfer-Encoding": "chunked", "X-Trace": "t-1"},
+    }
+    [server] = resolve_servers([(0, tool)], McpAllowlist(["calc=http://tools.internal:8080/mcp"]))
+    assert dict(server.endpoint.headers) == {"X-Trace": "t-1"}
