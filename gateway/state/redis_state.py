@@ -27,7 +27,7 @@ Keys (``P`` is ``--redis-prefix``, default ``agentgate``)::
     P:session:{id}            hash: owner, created, last_activity, turns, prompt_tokens,
                               completion_tokens, engine, messages (JSON); TTL --session-ttl
     P:session:{id}:requests   set of request ids in flight (same TTL)
-    P:sessions                zset: session id -> last activity (listing; pruned lazily)
+    P:sessions                zset: session id -> last activity (listing; trimmed by age on every open)
     P:program:{id}            hash: engine, ended (an agent program's last turn: the engine it ran on, its
                               wall-clock end); TTL --session-ttl (gateway.programs.last_turns)
     P:request:{rid}           hash: replica, engine, session, key, started, engine_ids (gateway.requests_in_flight)

@@ -38,7 +38,8 @@ from agentgate.gateway.errors import NotFoundError
 from agentgate.gateway.state.redis_state import SharedState
 from agentgate.gateway.state.requests_in_flight import RequestRegistry
 
-# KEYS: session hash, sessions index. ARGV: session id, owner digest, now, ttl, '1' when the caller is admin
+# KEYS: session hash, sessions index. ARGV: session id, owner digest, now, ttl, '1' when the caller is admin,
+# horizon (entries last active before it are dropped from the index: their sessions have expired)
 _OPEN = """
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if not owner then
@@ -50,6 +51,7 @@ end
 redis.call('HSET', KEYS[1], 'last_activity', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[6])
 return {'ok', redis.call('HGET', KEYS[1], 'engine') or ''}
 """
 
@@ -92,6 +94,9 @@ return 1
 """
 
 
+INDEX_SKEW_S = 60.0  # the clock skew between gateway replicas the index tolerates
+
+
 def owner_label(digest: str) -> str:
     return digest if digest == ANONYMOUS else f"key:{digest[:16]}"
 
@@ -108,6 +113,12 @@ class SessionStore:
         self._bind = client.register_script(_BIND)
         self._turn = client.register_script(_TURN)
 
+    def _horizon(self) -> float:
+        """Index entries last active before this have expired: the index (``P:sessions``) holds at most
+        the sessions active within the TTL and a minute of clock skew between replicas, trimmed on
+        every open, so client-chosen ids never grow it past the sessions alive."""
+        return time.time() - self.ttl - INDEX_SKEW_S
+
     async def open(self, session_id: str, key: str, admin: bool) -> str | None:
         """Create or touch the session for a request; returns its engine (None: not bound yet)."""
         status, engine = await self.shared.guard(
@@ -120,6 +131,7 @@ class SessionStore:
                     f"{time.time():.3f}",
                     self.ttl,
                     "1" if admin else "0",
+                    f"{self._horizon():.3f}",
                 ],
             ),
         )
@@ -149,8 +161,7 @@ class SessionStore:
         client = self.shared.client
 
         async def read() -> list[dict[str, Any]]:
-            horizon = time.time() - self.ttl - 60
-            await client.zremrangebyscore(self.keys.sessions, "-inf", horizon)
+            await client.zremrangebyscore(self.keys.sessions, "-inf", self._horizon())
             ids = await client.zrevrange(self.keys.sessions, offset, offset + limit - 1)
             if not ids:
                 return []

@@ -24,7 +24,7 @@ from agentgate.gateway.state.embedded_redis import EmbeddedRedis, EmbeddedRedisE
 from agentgate.gateway.state.key_digests import key_digest, use_digest_secret
 from agentgate.gateway.state.redis_state import RedisUnavailableError, SharedState
 from agentgate.gateway.state.requests_in_flight import RequestRegistry
-from agentgate.gateway.state.sessions import SessionStore
+from agentgate.gateway.state.sessions import INDEX_SKEW_S, SessionStore
 
 pytestmark = pytest.mark.anyio
 
@@ -265,3 +265,13 @@ async def test_a_stored_record_that_does_not_decode_is_skipped_and_the_sweep_goe
     [logged] = [r.getMessage() for r in caplog.records if "resp_corrupt" in r.getMessage()]  # once, two sweeps
     assert logged.startswith("left alone: stored response resp_corrupt does not decode (JSON is malformed")
     assert await shared.client.hget(corrupt, "record") == "{another version"
+
+
+async def test_the_sessions_index_is_trimmed_by_age_on_every_open_not_only_when_listed(shared):
+    """Client-chosen session ids never grow P:sessions past the sessions alive (issue 50)."""
+    store = SessionStore(shared, RequestRegistry(shared))
+    expired = time.time() - shared.session_ttl - INDEX_SKEW_S - 1
+    await shared.client.zadd(shared.keys.sessions, {f"old-{i}": expired for i in range(50)})
+    await shared.client.zadd(shared.keys.sessions, {"recent": time.time() - shared.session_ttl / 2})
+    await store.open("new", "owner", admin=False)
+    assert set(await shared.client.zrange(shared.keys.sessions, 0, -1)) == {"recent", "new"}
