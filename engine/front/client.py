@@ -187,7 +187,7 @@ class EngineClient:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         send, receive = anyio.create_memory_object_stream[EngineCoreOutput | BaseException](math.inf)
         self._streams[request_id] = send
-        add = AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), time.monotonic(), program)
+        add = AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), program)
         self._socket.send(encode(add))
         return RequestStream(self, request_id, send, receive)
 

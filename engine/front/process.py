@@ -217,8 +217,7 @@ class EngineServer:
                 message.prompt_token_ids,
                 message.params,
                 frozenset(message.eos_token_ids),
-                message.arrival_time or None,
-                message.program,
+                program=message.program,
             )
         except EngineError as exc:
             failed = EngineCoreOutput(message.request_id, [], "error", error=str(exc), invalid=True)

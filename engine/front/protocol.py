@@ -46,11 +46,13 @@ class ProgramTag(msgspec.Struct, array_like=True, omit_defaults=True):
 
 
 class AddRequest(msgspec.Struct, tag="add", array_like=True, omit_defaults=True):
+    """A request for the engine. It carries no time: the engine stamps its arrival with its own
+    clock, so no front end's clock (another host's) is compared inside the engine."""
+
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
     eos_token_ids: list[int] = []
-    arrival_time: float = 0.0
     program: ProgramTag | None = None
 
 

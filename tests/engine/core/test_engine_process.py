@@ -222,3 +222,17 @@ def test_the_engine_stops_when_the_process_that_started_it_is_killed(tmp_path):
             raise AssertionError("the engine outlived its parent")
     finally:
         parent.kill()
+
+
+async def test_the_engine_stamps_arrival_with_its_own_clock(monkeypatch):
+    """A front end whose monotonic clock reads far from the engine's (another host's) does not move
+    the engine's queue times or wait bounds: the wire carries no time (issue 50)."""
+    async with EngineClient.spawn(NULL) as client:
+        real = time.monotonic
+        monkeypatch.setattr(time, "monotonic", lambda: real() - 10_000.0)  # this process only
+        first = None
+        async with aclosing(client.generate("skewed", [1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True))) as s:
+            async for out in s:
+                first = out if first is None else first
+        monkeypatch.setattr(time, "monotonic", real)
+    assert first is not None and first.queue_time is not None and 0.0 <= first.queue_time < 5.0
