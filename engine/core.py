@@ -177,9 +177,12 @@ class EngineCore:
         eos_token_ids: frozenset[int] | list[int] = frozenset(),
         arrival_time: float | None = None,
         program: ProgramTag | None = None,
+        tenant: str = "",
+        cache_salt: str = "",
     ) -> None:
         """Validate and queue a request; InvalidRequestError leaves no trace. ``program``: the
-        agent program it is a turn of (KV retention, program scheduling)."""
+        agent program it is a turn of (KV retention, program scheduling); ``tenant`` and
+        ``cache_salt``: see ``engine.front.protocol.AddRequest``."""
         self.validate_request(request_id, prompt_token_ids, params)
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
         request = Request(
@@ -191,6 +194,8 @@ class EngineCore:
             max_model_len=self.max_model_len,
             arrival_time=arrival_time,
             program=program,
+            tenant=tenant,
+            cache_salt=cache_salt,
         )
         if params.structured is None:
             self.scheduler.add_request(request)

@@ -6,6 +6,7 @@ import enum
 import time
 
 from agentgate.engine.front.protocol import ProgramTag, RequestTimings
+from agentgate.engine.kv.prefix_cache import salted_root
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduling.programs.table import ProgramRecord
 
@@ -58,6 +59,8 @@ class Request:
         "program",
         "served",
         "passed_since",
+        "tenant",
+        "cache_root",
     )
 
     def __init__(
@@ -71,6 +74,8 @@ class Request:
         max_model_len: int,
         arrival_time: float | None = None,
         program: ProgramTag | None = None,
+        tenant: str = "",
+        cache_salt: str = "",
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
@@ -100,6 +105,11 @@ class Request:
         # When a request that arrived after it was first admitted while it waited (the wait
         # bound counts from there: engine.waiting_queue); None: never passed.
         self.passed_since: float | None = None
+        # Its API key's digest (as the gateway names it; "" for an engine driven directly): drafts
+        # come only from the same tenant's outputs (engine.speculative.proposers).
+        self.tenant = tenant
+        # The key of the block before its first: requests with another salt share no cached KV.
+        self.cache_root = salted_root(cache_salt)
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -179,15 +179,19 @@ class EngineClient:
         params: SamplingParams,
         eos_token_ids: frozenset[int] | list[int] = frozenset(),
         program: ProgramTag | None = None,
+        *,
+        tenant: str = "",
+        cache_salt: str = "",
     ) -> RequestStream:
         """Submit a request (its ``AddRequest`` is sent now, without waiting: ZMQ queues it)
-        and return the stream of its outputs. ``program``: the agent program it is a turn of."""
+        and return the stream of its outputs. ``program``: the agent program it is a turn of;
+        ``tenant`` and ``cache_salt``: see :class:`AddRequest`."""
         self._check_alive()
         if request_id in self._streams:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         send, receive = anyio.create_memory_object_stream[EngineCoreOutput | BaseException](math.inf)
         self._streams[request_id] = send
-        add = AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), program)
+        add = AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), program, tenant, cache_salt)
         self._socket.send(encode(add))
         return RequestStream(self, request_id, send, receive)
 

@@ -218,6 +218,8 @@ class EngineServer:
                 message.params,
                 frozenset(message.eos_token_ids),
                 program=message.program,
+                tenant=message.tenant,
+                cache_salt=message.cache_salt,
             )
         except EngineError as exc:
             failed = EngineCoreOutput(message.request_id, [], "error", error=str(exc), invalid=True)

@@ -47,13 +47,17 @@ class ProgramTag(msgspec.Struct, array_like=True, omit_defaults=True):
 
 class AddRequest(msgspec.Struct, tag="add", array_like=True, omit_defaults=True):
     """A request for the engine. It carries no time: the engine stamps its arrival with its own
-    clock, so no front end's clock (another host's) is compared inside the engine."""
+    clock, so no front end's clock (another host's) is compared inside the engine. ``tenant``: its
+    API key's digest (drafts never cross tenants); ``cache_salt``: requests with another salt share
+    no cached KV (``engine.kv.prefix_cache``)."""
 
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
     eos_token_ids: list[int] = []
     program: ProgramTag | None = None
+    tenant: str = ""
+    cache_salt: str = ""
 
 
 class TurnEnded(msgspec.Struct, tag="turn_ended", array_like=True):

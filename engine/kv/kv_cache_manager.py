@@ -39,7 +39,7 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return []
         token_ids = request.all_token_ids
-        extend_block_hashes(request.block_hashes, token_ids, len(token_ids), self.block_size)
+        extend_block_hashes(request.block_hashes, token_ids, len(token_ids), self.block_size, request.cache_root)
         max_blocks = (len(token_ids) - 1) // self.block_size
         hits: list[Block] = []
         for index, key in enumerate(request.block_hashes[:max_blocks]):
@@ -104,7 +104,9 @@ class KVCacheManager:
         if num_full <= offered:
             return
         token_ids = request.all_token_ids
-        extend_block_hashes(request.block_hashes, token_ids, num_full * self.block_size, self.block_size)
+        extend_block_hashes(
+            request.block_hashes, token_ids, num_full * self.block_size, self.block_size, request.cache_root
+        )
         for index in range(offered, num_full):
             start = index * self.block_size
             self.pool.register(held[index], request.block_hashes[index], token_ids[start : start + self.block_size])

@@ -84,25 +84,26 @@ class KVRetention:
             return
         now = self.clock()
         record = request.served = self.programs.touch(tag.program_id, now)
+        record.tenant = request.tenant
         if record.in_flight == 0 and record.idle_since is not None:
             if now - record.idle_since > self.retention_seconds(tag.program_id, record.last_tools):
                 record.start_again(now)
         record.in_flight += 1
         record.idle_since = None
         if tag.after_tool_calls:
-            self._observe_gap(tag, record.last_end, record.last_tools, now)
+            self._observe_gap(tag, record.last_end, record.last_tools, now, request.tenant)
         pin = self.pins.get(tag.program_id)
         if pin is not None and pin.claimed_by is None:
             pin.claimed_by = request.request_id
 
-    def _observe_gap(self, tag, last_end: float | None, last_tools: str | None, now: float) -> None:
+    def _observe_gap(self, tag, last_end: float | None, last_tools: str | None, now: float, tenant: str) -> None:
         if last_end is not None:
             gap = now - last_end
         elif tag.previous_turn_end > 0:  # ended on another engine: the gateway's clock
             gap = self.wall_clock() - tag.previous_turn_end
         else:
             return
-        tools = last_tools if last_tools is not None else tool_key(tag.tool_names)
+        tools = last_tools if last_tools is not None else tool_key(tag.tool_names, tenant)
         self.gaps.observe(tag.program_id, tools, max(gap, 0.0))
 
     def on_admitted(self, request: Request, num_cached: int) -> None:
@@ -172,7 +173,7 @@ class KVRetention:
     def on_turn_ended(self, program_id: str, request_id: str, tool_names: list[str]) -> None:
         """The gateway read the reply of ``request_id``: it called ``tool_names``."""
         record = self.programs.get(program_id)
-        key = tool_key(tool_names) if tool_names else None
+        key = tool_key(tool_names, record.tenant if record is not None else "") if tool_names else None
         if record is not None:
             record.last_tools = key
         pin = self.pins.get(program_id)

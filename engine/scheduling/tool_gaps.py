@@ -95,9 +95,12 @@ class _Moments:
 _MOMENTS_BYTES = sys.getsizeof(_Moments()) + 3 * sys.getsizeof(0.0)
 
 
-def tool_key(tool_names: list[str] | tuple[str, ...]) -> str:
-    """One key for the tools a turn called (several: the set, in name order)."""
-    return "+".join(sorted(set(tool_names)))
+def tool_key(tool_names: list[str] | tuple[str, ...], tenant: str = "") -> str:
+    """One key for the tools a turn called (several: the set, in name order), scoped by the
+    tenant (its API key's digest): tool names are the client's, so two keys' ``search`` are two
+    tools with laws of their own (the global law, all gaps pooled, is still every tool's prior)."""
+    names = "+".join(sorted(set(tool_names)))
+    return f"{tenant}/{names}" if tenant else names
 
 
 class ToolGaps:

@@ -47,7 +47,7 @@ class Speculator:
         self.num_forced_tokens = 0  # drafted by grammar jump-forward
 
     def start(self, request: Request) -> None:
-        self.proposer.start(request.request_id, request.all_token_ids)
+        self.proposer.start(request.request_id, request.all_token_ids, request.tenant)
         self._lengths[request.request_id] = DraftLength(self.max_draft)
 
     def step_drafts(self, num_decoding: int) -> int:

@@ -44,6 +44,7 @@ class ProgramRecord:
     idle_since: float | None = None  # monotonic: when its last request left; None: one is in, or none came
     last_end: float | None = None  # monotonic: when its last turn finished
     last_tools: str | None = None  # the tool key its last turn called; None: unknown or no call
+    tenant: str = ""  # the API key's digest its turns came with (tool keys are scoped by it)
 
     @property
     def rank(self) -> tuple[int, float]:

@@ -70,20 +70,20 @@ def run(core: EngineCore, max_steps=10_000) -> dict[str, tuple[list[int], int]]:
     return finished
 
 
-def turn(core, rid, prompt, program=None, *, after=False, tools=True, max_tokens=3):
+def turn(core, rid, prompt, program=None, *, after=False, tools=True, max_tokens=3, tenant=""):
     tag = ProgramTag(program, tools_offered=tools, after_tool_calls=after) if program else None
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    core.add_request(rid, prompt, params, arrival_time=core.clock(), program=tag)
+    core.add_request(rid, prompt, params, arrival_time=core.clock(), program=tag, tenant=tenant)
 
 
 def history(rng, n):
     return [rng.randrange(3, VOCAB) for _ in range(n)]
 
 
-def first_turn(core, rng, program, n=40, tools=("search",)):
+def first_turn(core, rng, program, n=40, tools=("search",), tenant=""):
     """A program's first turn, run to its end, the gateway telling what it called."""
     prompt = history(rng, n)
-    turn(core, f"{program}-1", prompt, program)
+    turn(core, f"{program}-1", prompt, program, tenant=tenant)
     out = run(core)[f"{program}-1"]
     core.turn_ended(program, f"{program}-1", list(tools))
     return prompt + out[0]
@@ -168,6 +168,28 @@ def test_auto_ttl_starts_from_the_prior_and_learns_per_program_and_tool():
     first_turn(core, rng, "b", n=8, tools=("fetch",))
     assert retention.pins["b"].expires - core.clock.now == pytest.approx(retention.gaps.law(None, "fetch").ttl())
     assert core.stats().retention.tool_gaps == 6
+
+
+def test_tool_gap_laws_are_keyed_by_tenant_and_tool():
+    """Issue 50: two keys' tools of the same name are two tools: one key's habits with its tool form
+    no law another key's pins are given (the global law, everyone's gaps pooled, stays the prior of all)."""
+    rng = random.Random(6)
+    core = make_core(num_blocks=256)
+    retention = core.scheduler.retention
+    conversation = first_turn(core, rng, "a", n=8, tools=("fetch",), tenant="key-a")
+    for i in range(2, 8):  # key-a's program always returns 20 s after calling fetch
+        core.clock.now += 20.0
+        turn(core, f"a-{i}", conversation + history(rng, 2), "a", after=True, tenant="key-a")
+        conversation = conversation + history(rng, 2) + run(core)[f"a-{i}"][0]
+        core.turn_ended("a", f"a-{i}", ["fetch"])
+    learned = retention.gaps.law(None, "key-a/fetch").ttl()
+    assert learned > PRIOR.ttl()
+    first_turn(core, rng, "b", n=8, tools=("fetch",), tenant="key-b")  # another key's fetch
+    assert retention.pins["b"].expires - core.clock.now == pytest.approx(retention.gaps.law(None, "key-b/fetch").ttl())
+    assert retention.gaps._tools.peek("key-b/fetch") is None  # no law of key-a's fetch serves key-b
+    assert retention.pins["b"].expires - core.clock.now != pytest.approx(learned)
+    first_turn(core, rng, "c", n=8, tools=("fetch",), tenant="key-a")  # the same key's fetch
+    assert retention.pins["c"].expires - core.clock.now == pytest.approx(learned)
 
 
 def test_pins_stay_within_the_bound_releasing_the_least_likely_to_return_first():

@@ -263,6 +263,22 @@ def test_max_num_seqs_and_token_budget_are_respected():
     assert seen_running == 3
 
 
+def test_a_cache_salt_keeps_requests_from_sharing_cached_kv():
+    """Issue 50: the same tokens under another salt (another key with --prefix-cache-isolation
+    key, or vLLM's cache_salt) hit nothing; under the same salt they hit as unsalted ones do."""
+    rng = random.Random(5)
+    shared = prompt(rng, 256)
+    core = make_core(block_size=16, max_num_batched_tokens=512)
+    hits = []
+    for rid, salt in (("a", "key-a"), ("b", "key-b"), ("c", ""), ("d", "key-a")):
+        before = core.stats().prefix_hits_tokens
+        core.add_request(rid, shared + prompt(rng, 5), SamplingParams(temperature=0, max_tokens=2), cache_salt=salt)
+        run_all(core)
+        hits.append(core.stats().prefix_hits_tokens - before)
+    assert hits == [0, 0, 0, 256]
+    assert_clean(core)
+
+
 def test_requests_admitted_together_share_a_prefix_computed_in_that_same_step():
     rng = random.Random(5)
     shared = prompt(rng, 64)  # 16 blocks of 4

@@ -20,7 +20,7 @@ class OracleProposer(Proposer):
         self.known: dict[str, list[int]] = {}
         self.num_proposals = 0
 
-    def start(self, request_id: str, prompt_token_ids: Sequence[int]) -> None:
+    def start(self, request_id: str, prompt_token_ids: Sequence[int], tenant: str = "") -> None:
         self.known[request_id] = list(prompt_token_ids)
 
     def extend(self, request_id: str, token_ids: Sequence[int]) -> None:

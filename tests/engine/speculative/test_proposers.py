@@ -85,3 +85,26 @@ def test_modes_resolve_per_runner_and_bad_ones_are_refused():
     ):
         with pytest.raises(InvalidRequestError):
             EngineConfig(**bad)
+
+
+def test_drafts_come_only_from_the_same_tenants_outputs():
+    """Issue 50: another key's replies never reach a request's drafts (nor their acceptance timing)."""
+    proposer = SuffixProposer()
+    secret = [60, 61, 62, 63, 64]
+    proposer.start("theirs", [1, 2, 10, 11], tenant="key-a")
+    proposer.extend("theirs", secret)
+    proposer.finish("theirs")
+    proposer.start("mine", [7, 8, 10, 11], tenant="key-b")
+    assert proposer.propose("mine", [7, 8, 10, 11], 4) == []
+    proposer.start("same-key", [5, 6, 10, 11], tenant="key-a")
+    assert proposer.propose("same-key", [5, 6, 10, 11], 4) == secret[:4]
+
+
+def test_tenant_indexes_are_bounded_in_all_and_the_least_recently_active_goes():
+    proposer = SuffixProposer(global_max_tokens=50, all_tenants_max_tokens=100)
+    for n in range(10):
+        proposer.start(f"r{n}", [1, 2, 3], tenant=f"key-{n}")
+        proposer.extend(f"r{n}", list(range(100 + 10 * n, 130 + 10 * n)))
+        proposer.finish(f"r{n}")
+    assert sum(index.num_tokens for index in proposer._tenants.values()) <= 100
+    assert "key-9" in proposer._tenants and "key-0" not in proposer._tenants
