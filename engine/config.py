@@ -16,7 +16,7 @@ RUNNERS: tuple[str, ...] = ("overlap", "sync", "null")
 DTYPES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATIONS: tuple[str, ...] = ("auto", "none", "int8", "int4")
 BATCHED_MATMULS: tuple[str, ...] = ("auto", "quantized")
-# The choices of --scheduling-policy (engine.core.make_queue), kept here so front ends import this module
+# The choices of --scheduling-policy (engine.core_parts.make_queue), kept here so front ends import this module
 # without the engine.
 SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "program")
 # engine.speculative.SPECULATIVE_MODES, kept here so front ends import this module without the engine.

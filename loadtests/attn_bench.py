@@ -29,7 +29,7 @@ import torch.nn.functional as F
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any @triton.jit runs
 
-from agentgate.engine.attention import torch as reference  # noqa: E402
+from agentgate.engine.attention import torch_rotary as reference  # noqa: E402
 from agentgate.engine.attention.base import AttentionMetadata  # noqa: E402
 from agentgate.engine.attention.triton import TritonAttentionBackend  # noqa: E402
 

@@ -13,7 +13,7 @@ int4 stops paying. This prints, in order:
    GGUF stores it, dense bfloat16 through packed oneDNN, dense float32), at 1
    and 16 rows (from oneDNN's and MKL's own verbose lines);
 3. the ``--deterministic`` mode the load-time check chooses for each, with its
-   cost (`engine.layers.batch_invariant`);
+   cost (`engine.kernel_choice.row_invariance`);
 4. the int4 / dense crossover: one decoder layer's projections at 1-256 rows
    per form, and from how many rows dense bfloat16 is faster than int4.
 
@@ -39,7 +39,8 @@ import torch
 from torch import nn
 
 from agentgate.engine.kernel_choice.row_choice import fastest_seconds
-from agentgate.engine.layers.batch_invariant import MAX_CHECKED_ROWS, choose_mode
+from agentgate.engine.kernel_choice.row_invariance import choose_mode
+from agentgate.engine.layers.batch_invariant import MAX_CHECKED_ROWS
 from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.loaders import load_model
 from agentgate.engine.models.llama import CausalLM

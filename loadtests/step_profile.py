@@ -160,7 +160,7 @@ def profiler_range(original: Callable[..., Any], bucket: str) -> Callable[..., A
 def targets(model: torch.nn.Module) -> list[tuple[Any, str, str]]:
     """What `measure` times: every linear (any module with in/out features, the LM head included), attention's
     two calls, the sampler (as each runner calls it), and each decoder layer."""
-    # A linear choosing its form by rows (engine.layers.row_choice) is timed once, not again inside.
+    # A linear choosing its form by rows (engine.kernel_choice.row_choice) is timed once, not again inside.
     inner = {id(form) for m in model.modules() if isinstance(m, RowChosenLinear) for form in (m.quantized, m.dense)}
     linears = [
         m for m in model.modules() if hasattr(m, "in_features") and hasattr(m, "out_features") and id(m) not in inner

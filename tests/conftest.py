@@ -23,7 +23,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 # Servers the tests start keep their state (embedded Redis files) under
-# XDG_STATE_HOME and their measurements at load (engine.layers.row_choice_cache)
+# XDG_STATE_HOME and their measurements at load (engine.kernel_choice.row_choice_cache)
 # under XDG_CACHE_HOME: throwaway directories, not the user's home.
 os.environ["XDG_STATE_HOME"] = _state_home = tempfile.mkdtemp(prefix="agentgate-tests-")
 os.environ["XDG_CACHE_HOME"] = _cache_home = tempfile.mkdtemp(prefix="agentgate-tests-cache-")

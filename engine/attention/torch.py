@@ -1,4 +1,5 @@
-"""Plain-torch paged attention: the CPU path and the reference the Triton kernels are tested against."""
+"""Plain-torch paged attention: the CPU path and the reference the Triton kernels are tested against
+(RoPE and the KV-cache write: `engine.attention.torch_rotary`)."""
 
 from __future__ import annotations
 
@@ -8,83 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from agentgate.engine.attention.base import AttentionMetadata
+from agentgate.engine.attention.torch_rotary import KvSlots, rope_factors, rotate, write_kv_at
 from agentgate.engine.step_rows import decode_row_count, is_small_step
-
-
-def write_kv(
-    key: torch.Tensor,
-    value: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-) -> None:
-    """Scatter a step's keys/values into their cache slots (slot -1 = skip)."""
-    _write_kv(key, value, k_cache, v_cache, _KvSlots.of(slot_mapping))
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` [tokens, heads, head_dim] by ``cos``/``sin`` [tokens,
-    head_dim / 2] (rows of `engine.layers.rope.rope_tables` gathered at the
-    tokens' positions), neox layout: element ``i`` pairs with ``i +
-    head_dim / 2``. Computed in float32, returned in ``x``'s dtype."""
-    return _rotate(x, *_rope_factors(cos, sin))
-
-
-def rotary_write_kv(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-) -> torch.Tensor:
-    """RoPE on the query and the keys, the keys and values stored at their
-    slots; returns the rotated query (see `AttentionBackend.rotary_write_kv`)."""
-    cos_full, sin_signed = _rope_factors(cos, sin)
-    _write_kv(_rotate(key, cos_full, sin_signed), value, k_cache, v_cache, _KvSlots.of(slot_mapping))
-    return _rotate(query, cos_full, sin_signed)
-
-
-def _rope_factors(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos``/``sin`` [tokens, head_dim / 2] → [tokens, 1, head_dim] float32 factors ``(cos | cos)``
-    and ``(-sin | sin)``: the rotation is then ``x * cos_full + swap_halves(x) * sin_signed``."""
-    return torch.cat((cos, cos), -1)[:, None, :], torch.cat((-sin, sin), -1)[:, None, :]
-
-
-def _rotate(x: torch.Tensor, cos_full: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
-    """`apply_rope` with the factors of `_rope_factors`, in few operator calls (it runs twice a
-    layer on the CPU's eager path): one float32 copy, the halves swapped by a flip, a multiply and
-    an ``addcmul`` in place, one copy back."""
-    xf = torch.empty(x.shape, dtype=torch.float32, device=x.device).copy_(x)
-    swapped = xf.view(*x.shape[:-1], 2, x.shape[-1] // 2).flip(-2).view(x.shape)
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(xf.mul_(cos_full).addcmul_(swapped, sin_signed))
-
-
-class _KvSlots(NamedTuple):
-    """Where a step's keys and values go: ``slots`` [n] int64, and ``rows`` (a boolean mask of the
-    step's tokens) when some tokens have slot -1 (padding) and are skipped; None when all are written."""
-
-    slots: torch.Tensor
-    rows: torch.Tensor | None
-
-    @classmethod
-    def of(cls, slot_mapping: torch.Tensor) -> _KvSlots:
-        valid = slot_mapping >= 0
-        if bool(valid.all()):
-            return cls(slot_mapping, None)
-        return cls(slot_mapping[valid], valid)
-
-
-def _write_kv(
-    key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, at: _KvSlots
-) -> None:
-    for new, cache in ((key, k_cache), (value, v_cache)):
-        new = new if at.rows is None else new[at.rows]
-        cache.view(-1, *cache.shape[2:]).index_copy_(
-            0, at.slots, new if new.dtype == cache.dtype else new.to(cache.dtype)
-        )
 
 
 def gather_context(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -380,7 +306,7 @@ def _block_diagonal(query: torch.Tensor, num_kv_heads: int, spread: torch.Tensor
 
 
 class TorchAttentionBackend:
-    """The reference backend: `rotary_write_kv` and `paged_attention` above, with what a step's
+    """The reference backend: `torch_rotary.rotary_write_kv` and `paged_attention` above, with what a step's
     layers share worked out by the first layer and reused by the others: the RoPE factors, the
     KV slots and the decode plan. A step is recognised by the objects every layer receives
     (the same ``cos`` tensor, the same `AttentionMetadata`); each is held until the next step's
@@ -390,18 +316,18 @@ class TorchAttentionBackend:
     reads_shared_prefix = True
 
     def __init__(self) -> None:
-        self._rope: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, _KvSlots]] | None = None
+        self._rope: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, KvSlots]] | None = None
         self._decode: tuple[AttentionMetadata, _DecodeRows | None] | None = None  # the step's, by its metadata
 
     def rotary_write_kv(self, query, key, value, cos, sin, k_cache, v_cache, meta) -> torch.Tensor:
         slot_mapping = meta.slot_mapping
         if self._rope is None or self._rope[0] is not cos or self._rope[1] is not slot_mapping:
             # An eager step writes every token: its slots are used as they are, without a host read.
-            slots = _KvSlots.of(slot_mapping) if meta.padded else _KvSlots(slot_mapping, None)
-            self._rope = (cos, slot_mapping, (*_rope_factors(cos, sin), slots))
+            slots = KvSlots.of(slot_mapping) if meta.padded else KvSlots(slot_mapping, None)
+            self._rope = (cos, slot_mapping, (*rope_factors(cos, sin), slots))
         cos_full, sin_signed, slots = self._rope[2]
-        _write_kv(_rotate(key, cos_full, sin_signed), value, k_cache, v_cache, slots)
-        return _rotate(query, cos_full, sin_signed)
+        write_kv_at(rotate(key, cos_full, sin_signed), value, k_cache, v_cache, slots)
+        return rotate(query, cos_full, sin_signed)
 
     def paged_attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
         num_decoding = decode_row_count(query.shape[0])

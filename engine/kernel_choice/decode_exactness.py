@@ -6,7 +6,7 @@ step every decode token, each draft's included, is computed as a lone request's
 their kernel computes a row alike in batches of any size. PyTorch's int4/int8 weight-only CPU
 kernels do on the CPUs this project has measured, a dense BLAS matmul does not (MKL and oneDNN
 change their blocking with the row count). So the engine checks each decode linear's shape here,
-bitwise, at load (`engine.layers.batch_invariant.is_row_invariant`, up to the rows a small step
+bitwise, at load (`engine.kernel_choice.row_invariance.is_row_invariant`, up to the rows a small step
 carries), remembers the verdict per shape, CPU, thread count and torch under ``--cache-dir``
 (`engine.kernel_choice.row_choice_cache`), and ``auto`` drafts only where every shape passes. On the
 default model (five int4 shapes, the LM head's the costly one, up to 28 rows) the check took 1.3 s
@@ -23,7 +23,7 @@ from torch import nn
 
 from agentgate.engine.kernel_choice.row_choice import RowChosenLinear
 from agentgate.engine.kernel_choice.row_choice_cache import MeasurementCache, cache_key
-from agentgate.engine.layers.batch_invariant import is_row_invariant
+from agentgate.engine.kernel_choice.row_invariance import is_row_invariant
 
 
 def decode_linears(module: nn.Module) -> Iterator[nn.Module]:

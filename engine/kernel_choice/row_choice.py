@@ -14,7 +14,7 @@ whatever their count: a retried request finds its prompt in the prefix cache
 and computes only its last few tokens, which by count would go through the
 other kernel, round differently, and could change a greedy reply. The dense
 form runs them in the cheapest mode whose rows do not depend on how many rows
-run with them, checked at load (`engine.layers.batch_invariant`; measured on
+run with them, checked at load (`engine.kernel_choice.row_invariance`; measured on
 an AMD EPYC: oneDNN gives a row the same numbers in every batch of two rows or
 more, at any offset and thread count, but one row alone goes another way for
 the 1536-wide down projection, so those are padded), and a cached and an
@@ -33,7 +33,7 @@ are kept only while they fit in a share of free memory, the rest staying int4
 only (`engine.kernel_choice.dense_budget`); the start-up line says how much was kept
 and why not the rest. A linear without a copy runs every row, prompt or
 decode, through the quantized kernel as it is (PyTorch's int4 kernels give a
-row the same numbers in any batch on the CPUs `engine.layers.batch_invariant`
+row the same numbers in any batch on the CPUs `engine.kernel_choice.row_invariance`
 was measured on; such a linear's prompt rows are not checked at load).
 """
 
@@ -50,13 +50,8 @@ from torch import Tensor, nn
 
 from agentgate.engine.kernel_choice import dense_budget
 from agentgate.engine.kernel_choice.row_choice_cache import MeasurementCache, cache_key, spread
-from agentgate.engine.layers.batch_invariant import (
-    CHECK_REVISION,
-    MAX_CHECKED_ROWS,
-    Mode,
-    RowInvariantLinear,
-    is_row_invariant,
-)
+from agentgate.engine.kernel_choice.row_invariance import CHECK_REVISION, is_row_invariant
+from agentgate.engine.layers.batch_invariant import MAX_CHECKED_ROWS, Mode, RowInvariantLinear
 from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.layers.quant_linear import KERNEL_DTYPE, QuantLinear
 from agentgate.engine.step_rows import decode_row_count, is_small_step

@@ -3,7 +3,7 @@
 Row choice (`engine.kernel_choice.row_choice`) measures two things at load: the row
 count from which the dense form beats the quantized kernels (the crossover,
 timed: a second or two), and how prompt rows of each layer shape run without
-depending on their company (`engine.layers.batch_invariant`'s bitwise checks:
+depending on their company (`engine.kernel_choice.row_invariance`'s bitwise checks:
 about 3 s of the default model's start); `engine.kernel_choice.decode_exactness`
 checks decode rows for ``--speculative auto`` likewise. All are remembered in
 ``row_choice.json`` under the cache directory: ``--cache-dir``, by default

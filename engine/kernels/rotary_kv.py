@@ -1,7 +1,7 @@
 """Triton kernel: rotary position embeddings on a step's queries and keys,
 fused with storing the keys and values into the paged KV cache. One launch
 replaces the reference's two RoPEs (nine ops each) and the cache scatter
-(`engine.attention.torch.rotary_write_kv`: the same contract and roundings).
+(`engine.attention.torch_rotary.rotary_write_kv`: the same contract and roundings).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class Int4Linear(_KeepsItsWeight, nn.Module):
         self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(groups.codes.to(torch.int32), 1)
         self.scale_and_zero = int4_scale_and_zero(groups)
         self.bias = None if bias is None else bias.detach()
-        self._weight: Int4Groups | None = groups  # until `release_weight` (engine.layers.row_choice)
+        self._weight: Int4Groups | None = groups  # until `release_weight` (engine.kernel_choice.row_choice)
 
     @property
     def nbytes(self) -> int:
@@ -102,7 +102,7 @@ class Int8Linear(_KeepsItsWeight, nn.Module):
         self.codes = channels.codes.contiguous()
         self.scales = channels.scales.to(KERNEL_DTYPE)
         self.bias = None if bias is None else bias.detach()
-        self._weight: Int8Channels | None = channels  # until `release_weight` (engine.layers.row_choice)
+        self._weight: Int8Channels | None = channels  # until `release_weight` (engine.kernel_choice.row_choice)
 
     @property
     def nbytes(self) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from agentgate.engine.errors import ModelLoadError
+from agentgate.engine.layers.rope import RopeScaling
 
 #: HF `architectures` entries we run, and the family each one belongs to.
 HF_ARCHITECTURES = {
@@ -23,16 +24,6 @@ HF_ARCHITECTURES = {
 GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """Llama 3.1-style RoPE frequency scaling (HF ``rope_type: llama3``)."""
-
-    factor: float
-    low_freq_factor: float
-    high_freq_factor: float
-    original_max_position_embeddings: int
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ so it can be captured in a CUDA graph.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 
 import torch
@@ -19,7 +18,6 @@ from torch import Tensor, nn
 
 from agentgate.engine.attention.base import AttentionBackend, AttentionMetadata
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.layers.batch_invariant import make_rows_invariant
 from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack, pack_linears
 from agentgate.engine.layers.norm import RMSNorm
 from agentgate.engine.layers.quant_linear import make_quant_linear
@@ -134,7 +132,14 @@ class CausalLM(nn.Module):
         )
         # Built on the CPU explicitly, so a model constructed on the meta
         # device still gets real tables (moved along by `.to(device)`).
-        cos, sin = rope_tables(config, device="cpu")
+        cos, sin = rope_tables(
+            config.head_dim,
+            config.max_position_embeddings,
+            config.rope_theta,
+            scaling=config.rope_scaling,
+            freq_factors=config.rope_freq_factors,
+            device="cpu",
+        )
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
@@ -171,22 +176,19 @@ class CausalLM(nn.Module):
             self.lm_head = PackedLinear(self.embed_tokens.weight, None)
         return True
 
-    def make_batch_invariant(self, max_rows: int) -> Counter[str]:
+    def make_batch_invariant(self) -> None:
         """For ``--deterministic`` (CPU): every token's result depends on its
         own sequence alone, whatever else the batch holds. Attention runs one
         query token at a time over exactly its context
-        (`BatchInvariantTorchBackend`); linears, the tied LM head included,
-        are made row-invariant where their kernel is not
-        (`engine.layers.batch_invariant`), checked for batches up to
-        ``max_rows`` rows. Returns the linears per mode; raises
-        `NoInvariantMode` when this CPU offers none for some linear."""
+        (`BatchInvariantTorchBackend`), and a tied LM head becomes a linear of
+        its own, so that the load makes it row-invariant with the other
+        linears where their kernel is not (`engine.kernel_choice.row_invariance`)."""
         from agentgate.engine.attention.batch_invariant import BatchInvariantTorchBackend
 
         self.attention = BatchInvariantTorchBackend()
         for layer in self.layers:
             layer.self_attn.attention = self.attention
         self.lm_head = self.head_linear()
-        return make_rows_invariant(self, self.embed_tokens.weight.dtype, max_rows)
 
     def head_linear(self) -> nn.Module:
         """The LM head as a linear module: its own, or, when tied, one over

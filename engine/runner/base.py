@@ -14,7 +14,7 @@ from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.kernel_choice.decode_exactness import batch_dependent_decode_linears
 from agentgate.engine.kernel_choice.row_choice import choose_by_rows, release_quantized_weights
-from agentgate.engine.layers.batch_invariant import NoInvariantMode
+from agentgate.engine.kernel_choice.row_invariance import NoInvariantMode, make_rows_invariant
 from agentgate.engine.loaders.quantization import describe
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
 from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, SchedulerOutput
@@ -60,7 +60,7 @@ class ModelRunner(ABC):
     weights: str = ""
     weight_bytes_per_step: int = 0
     # Decode linears whose rows depend on the batch here (`engine.kernel_choice.decode_exactness`), checked
-    # on the CPU when --speculative is auto; then auto drafts nothing (`engine.core.make_speculator`).
+    # on the CPU when --speculative is auto; then auto drafts nothing (`engine.core_parts.make_speculator`).
     batch_dependent_decode: tuple[str, ...] = ()
     kv_spec: KVCacheSpec
     vocab_size: int
@@ -122,7 +122,9 @@ class TorchModelRunner(ModelRunner):
                 release_quantized_weights(self.model)
         if config.deterministic:
             try:
-                linears = self.model.make_batch_invariant(config.max_num_batched_tokens)
+                self.model.make_batch_invariant()
+                dtype = self.model.embed_tokens.weight.dtype
+                linears = make_rows_invariant(self.model, dtype, config.max_num_batched_tokens)
             except NoInvariantMode as exc:
                 raise InvalidRequestError(
                     f"--deterministic cannot be honoured on this CPU: {exc}; start without it", "deterministic"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from agentgate.engine.front.protocol import SchedulerStats
 from agentgate.engine.kv.kv_cache_manager import KVCacheManager
 from agentgate.engine.request import FinishReason, Request, RequestStatus
+from agentgate.engine.scheduling.memory_pressure import MemoryPressure
 from agentgate.engine.scheduling.programs.admission import ProgramAdmission
 from agentgate.engine.scheduling.retention import KVRetention
 from agentgate.engine.scheduling.scheduler_output import (
@@ -45,13 +46,8 @@ class Scheduler:
     """``waiting``: the queue's order is the scheduling policy (engine.programs.queue); with it,
     the program policy preempts the running request whose program ranks last (engine.programs.table:
     by the level of service it has had, then by when it entered it). ``retention``: pins of
-    programs waiting on tools (engine.retention). A waiting head may release pins for its memory
-    when it is a returning turn, resumes, or is overdue (it has waited ``--max-wait``), and any
-    pin when nothing runs; a new program's turn waits for memory instead. By fcfs, any pin, and a
-    pin is released before any running request is preempted. By program, memory goes by rank,
-    pinned or running: a request may release only the pins of programs ranked after its own
-    while anything runs, then preempts the running request ranked last (itself, if it is that
-    one); pins go last ranked program first.
+    programs waiting on tools (engine.retention). Who gives way when blocks run out, a pin or a
+    running request: `engine.scheduling.memory_pressure`.
 
     ``step_budget``: with one, a step that decodes carries only the prompt tokens it says fit
     beside its decoding rows in time (engine.step_budget); a step that decodes nothing takes
@@ -81,11 +77,11 @@ class Scheduler:
         self.num_sampled_tokens = 0
         self.requests: dict[str, Request] = {}
         self.waiting = waiting if waiting is not None else FcfsQueue()
-        self.preempt_by_program = type(self.waiting) is not FcfsQueue
-        self.retention.by_service = self.preempt_by_program
+        by_program = type(self.waiting) is not FcfsQueue
+        self.memory = MemoryPressure(kv, self.retention, self.waiting, by_program)
         self.admission = (
             ProgramAdmission(kv.pool.num_blocks, kv.block_size, clock=lambda: self.waiting.clock())
-            if self.preempt_by_program
+            if by_program
             else None
         )
         self.running: list[Request] = []
@@ -229,9 +225,9 @@ class Scheduler:
             return budget, draft_room
         del draft[max(0, num_tokens - wanted) :]
         while (block_ids := self.kv.allocate(request, num_tokens)) is None:
-            if self.retention.release_one(None, ranked_after=self._outranks(request)):
+            if self.retention.release_one(None, ranked_after=self.memory.ranked_after(request)):
                 continue
-            victim = self._victim()
+            victim = self.memory.victim(self.running)
             budget += rows.pop(victim.request_id, 0)
             drafts.pop(victim.request_id, None)
             out.new_block_ids.pop(victim.request_id, None)
@@ -258,7 +254,7 @@ class Scheduler:
                 break
             if self.pause_state is PauseState.PAUSED_NEW and not request.ever_scheduled:
                 break
-            num_cached, num_tokens = self._allocate_waiting(request, budget)
+            num_cached, num_tokens = self.memory.allocate_waiting(request, budget, bool(self.running))
             if num_tokens is None:
                 break
             self.waiting.remove(request)
@@ -297,31 +293,6 @@ class Scheduler:
         if latest_arrival is not None and self.waiting:
             self.waiting.mark_passed(latest_arrival)
 
-    def _allocate_waiting(self, request: Request, budget: int) -> tuple[int, int | None]:
-        """Allocate the waiting ``request``'s blocks (prefix hits, then up to ``budget`` tokens):
-        its cached token count and tokens to compute, None when memory is short. Pins are
-        released for it (never its own program's): any when nothing runs; else when it returns
-        after tool calls, resumes after a preemption or is overdue: by fcfs any, by program those
-        of programs ranked after its own. (An overdue request holds the queue until it fits, so
-        what runs drains, and then any pin is its to release.)"""
-        program = request.program
-        ranked_after = self._outranks(request) if self.running else None
-        may_release = (
-            not self.running
-            or request.ever_scheduled
-            or (program is not None and program.after_tool_calls)
-            or self.waiting.overdue(request)
-        )
-        while True:
-            hits = self.kv.find_cached_prefix(request)
-            num_cached = len(hits) * self.kv.block_size
-            num_tokens = min(request.num_tokens - num_cached, budget)
-            if self.kv.allocate(request, num_tokens, hits) is not None:
-                return num_cached, num_tokens
-            exclude = program.program_id if program is not None else None
-            if not (may_release and self.retention.release_one(exclude, ranked_after=ranked_after)):
-                return num_cached, None
-
     def _next_waiting(self, active: set[str] | None) -> Request | None:
         """The head of the queue; by program, the first in its order that program admission
         lets start (engine.programs.admission) given the ``active`` programs, None when it lets
@@ -340,19 +311,6 @@ class Scheduler:
             if r.program is not None and (r.ever_scheduled or r.program.after_tool_calls)
         )
         return active | self.retention.pins.keys()
-
-    def _outranks(self, request: Request) -> tuple[int, float] | None:
-        """Whose pins ``request`` may release for memory: by program, only those of programs ranked
-        after its own (the pins of programs ranked before outrank its needs: the running request
-        ranked last is preempted instead, itself included); by fcfs, any (None)."""
-        return request.served.rank if self.preempt_by_program else None
-
-    def _victim(self) -> Request:
-        """The running request to preempt: the last admitted (fcfs), or the last admitted of
-        the programs ranked last (program policy)."""
-        if not self.preempt_by_program:
-            return self.running[-1]
-        return max(reversed(self.running), key=lambda r: r.served.rank)
 
     def _preempt(self, request: Request) -> None:
         """Free the request's blocks and requeue it first in line; it is

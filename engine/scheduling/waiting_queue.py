@@ -1,7 +1,7 @@
 """The scheduler's waiting queue in first-come-first-served order (``--scheduling-policy
 fcfs``: by request; a preempted request goes back first), and the wait bound every policy
 keeps. The program policy's order is ``engine.scheduling.programs.queue.ProgramQueue``, built on this one;
-``engine.core.make_queue`` picks the queue for the policy.
+``engine.core_parts.make_queue`` picks the queue for the policy.
 
 The bound, under both: a request is *overdue* once ``max_wait`` seconds (``--max-wait``) have
 passed since a request that arrived after it was first admitted ahead of it (the scheduler marks

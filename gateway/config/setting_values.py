@@ -1,15 +1,34 @@
-"""A setting as text: the flag and the ``AGENTGATE_*`` variable a
-:class:`~gateway.config.settings.Settings` field is given by, its kind, and its value parsed
-from a flag or a variable (``gateway.config.flags`` builds the command line from them)."""
+"""A setting as text: the field a :class:`~gateway.config.settings.Settings` setting is declared
+with (`setting`: its help, flag and commands), the flag and the ``AGENTGATE_*`` variable it is
+given by, its kind, and its value parsed from a flag or a variable (``gateway.config.flags``
+builds the command line from them)."""
 
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 ENV_PREFIX = "AGENTGATE_"
+COMMANDS = ("serve", "gateway", "engine")
+
+
+def setting(
+    help: str,
+    *,
+    flag: str | None = None,
+    secret: bool = False,
+    engine: bool = False,
+    commands: tuple[str, ...] | None = None,
+    **kw: Any,
+) -> Any:
+    """A field with its CLI help; ``flag`` overrides the derived flag name; ``secret``: kept out of
+    ``repr``; ``commands``: the commands that take it (default: by ``engine``)."""
+    if commands is None:
+        commands = ("serve", "engine") if engine else ("serve", "gateway")
+    metadata = {"help": help, "flag": flag, "engine": engine, "commands": commands}
+    return dataclasses.field(metadata=metadata, repr=not secret, **kw)
 
 
 def flag_name(f: dataclasses.Field) -> str:
@@ -31,6 +50,11 @@ def field_kind(f: dataclasses.Field) -> str:
 
 def optional(f: dataclasses.Field) -> bool:
     return "None" in str(f.type)
+
+
+def env_values(fields: Iterable[dataclasses.Field], environ: Mapping[str, str]) -> dict[str, Any]:
+    """The values ``environ``'s ``AGENTGATE_*`` variables give ``fields``, by field name."""
+    return {f.name: parse_value(f, environ[env_name(f)]) for f in fields if env_name(f) in environ}
 
 
 def parse_value(f: dataclasses.Field, raw: str) -> Any:

@@ -14,69 +14,49 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentgate.gateway.config.setting_values import env_name, parse_value
-from agentgate.gateway.config.settings_checks import check_settings
+from agentgate.gateway.config.setting_values import COMMANDS, env_values, setting
+from agentgate.gateway.config.settings_checks import check_settings, check_shared_state
 
 if TYPE_CHECKING:
     from agentgate.engine.config import EngineConfig
-
-COMMANDS = ("serve", "gateway", "engine")
-RATE_LIMIT_REDIS_DOWN = ("allow", "reject")
-
-
-def _opt(
-    help: str,
-    *,
-    flag: str | None = None,
-    secret: bool = False,
-    engine: bool = False,
-    commands: tuple[str, ...] | None = None,
-    **kw: Any,
-) -> Any:
-    """A field with its CLI help; ``flag`` overrides the derived flag name;
-    ``commands``: the commands that take it (default: by ``engine``)."""
-    if commands is None:
-        commands = ("serve", "engine") if engine else ("serve", "gateway")
-    metadata = {"help": help, "flag": flag, "engine": engine, "commands": commands}
-    return field(metadata=metadata, repr=not secret, **kw)
 
 
 @dataclass(frozen=True)
 class Settings:
     # -- the model and the engine -------------------------------------------------
-    model: str | None = _opt(
+    model: str | None = setting(
         "model: a .gguf file or an HF directory (default: the default model); a gateway reads its tokenizer",
         default=None,
         engine=True,
         commands=COMMANDS,
     )
-    served_model_name: tuple[str, ...] = _opt(
+    served_model_name: tuple[str, ...] = setting(
         "name(s) the model is served under (default: derived from --model); the first is reported",
         default=(),
     )
-    runner: str = _opt(
+    runner: str = setting(
         "engine runner: overlap, sync or null (no model, for benchmarks)",
         default="overlap",
         engine=True,
     )
-    steps_in_flight: int | None = _opt(
+    steps_in_flight: int | None = setting(
         "overlap runner: steps launched before the oldest is waited for (default: 2 on CUDA, 1 on the CPU)",
         default=None,
         engine=True,
     )
-    max_num_seqs: int = _opt("most sequences the engine runs at once", default=64, engine=True)
-    max_model_len: int | None = _opt(
+    max_num_seqs: int = setting("most sequences the engine runs at once", default=64, engine=True)
+    max_model_len: int | None = setting(
         "context length (default: the model's, capped on CPU)",
         default=None,
         engine=True,
     )
-    max_num_batched_tokens: int | None = _opt(
+    max_num_batched_tokens: int | None = setting(
         "tokens per engine step (default: the engine's)", default=None, engine=True
     )
-    max_step_ms: str = _opt(
+    max_step_ms: str = setting(
         "a step budget in time: a step with decoding requests carries only the prompt tokens that fit beside "
         "them in this many ms (at least one KV block; fitted to the engine's measured steps), so streams keep "
         "their pace and prompts advance in slices, and TTFT pays: off (default), auto (60 on the CPU with a model, "
@@ -84,29 +64,31 @@ class Settings:
         default="off",
         engine=True,
     )
-    num_kv_blocks: int | None = _opt("exact number of KV cache blocks (default: measured)", default=None, engine=True)
-    device: str = _opt("engine device: auto, cpu, cuda, cuda:N", default="auto", engine=True)
-    dtype: str = _opt("engine dtype: auto, float32, float16, bfloat16", default="auto", engine=True)
-    quantization: str = _opt(
+    num_kv_blocks: int | None = setting(
+        "exact number of KV cache blocks (default: measured)", default=None, engine=True
+    )
+    device: str = setting("engine device: auto, cpu, cuda, cuda:N", default="auto", engine=True)
+    dtype: str = setting("engine dtype: auto, float32, float16, bfloat16", default="auto", engine=True)
+    quantization: str = setting(
         "CPU weights: auto (a GGUF file's Q4_0/Q4_1/Q4_K/Q8_0 weights as stored), none (dense), "
         "int8 or int4 (at most that many bits per weight, quantizing at load what is wider)",
         default="auto",
         engine=True,
     )
-    batched_matmul: str = _opt(
+    batched_matmul: str = setting(
         "CPU, quantized weights: auto (batches from a measured row count, such as prefill chunks, through a "
         "dense bf16 copy of the weights where oneDNN beats the weight-only kernels; the copy costs 2 bytes per "
         "weight) or quantized (the quantized kernels at every size, no copy)",
         default="auto",
         engine=True,
     )
-    cache_dir: str | None = _opt(
+    cache_dir: str | None = setting(
         "where the engine remembers what it measures at load (default: $XDG_CACHE_HOME/agentgate)",
         default=None,
         engine=True,
     )
-    remeasure: bool = _opt("measure again at this start what --cache-dir remembers", default=False, engine=True)
-    speculative: str | None = _opt(
+    remeasure: bool = setting("measure again at this start what --cache-dir remembers", default=False, engine=True)
+    speculative: str | None = setting(
         "speculative decoding without a draft model: off, ngram (prompt lookup), suffix (prompt lookup and "
         "recent outputs of all requests) or auto (suffix where it pays: on a CPU while at most 4 requests "
         "decode, steps whose every token is computed as a lone request's, so greedy output is the same "
@@ -114,165 +96,173 @@ class Settings:
         default=None,
         engine=True,
     )
-    num_speculative_tokens: int = _opt("most tokens drafted per request and step", default=6, engine=True)
-    speculative_step_tokens: int | None = _opt(
+    num_speculative_tokens: int = setting("most tokens drafted per request and step", default=6, engine=True)
+    speculative_step_tokens: int | None = setting(
         "most draft tokens per step over all requests (default: 8 on the CPU, 256 on CUDA)", default=None, engine=True
     )
-    deterministic: bool = _opt(
+    deterministic: bool = setting(
         "CPU: output that does not depend on what else is in the batch (attention one token at a time, "
         "row-invariant matmuls, fixed threads); slower",
         default=False,
         engine=True,
     )
-    null_step_seconds: float = _opt("null runner only: seconds each step takes", default=0.0, engine=True)
-    cpu_threads: int | None = _opt(
+    null_step_seconds: float = setting("null runner only: seconds each step takes", default=0.0, engine=True)
+    cpu_threads: int | None = setting(
         "CPU threads for the engine's math (default: every core other busy processes leave free, "
         "re-measured every 2 s; a fixed count turns that off)",
         default=None,
         engine=True,
     )
-    enforce_eager: bool = _opt(
+    enforce_eager: bool = setting(
         "overlap runner on CUDA: run every step eagerly, no CUDA graphs", default=False, engine=True
     )
-    gpu_memory_utilization: float = _opt(
+    gpu_memory_utilization: float = setting(
         "CUDA: fraction of the GPU's memory the engine may use (the KV cache takes what is left)",
         default=0.85,
         engine=True,
     )
-    enable_prefix_caching: bool = _opt(
+    enable_prefix_caching: bool = setting(
         "reuse the KV of shared prompt prefixes (turn off with --no-enable-prefix-caching)",
         default=True,
         engine=True,
     )
     # -- agents as programs (issue 26) ----------------------------------------------------
-    kv_retention: str = _opt(
+    kv_retention: str = setting(
         "keep a program's KV while its tools run: auto (TTL learned from tool gaps), off, or SECONDS",
         default="auto",
         engine=True,
     )
-    kv_retention_max_fraction: float = _opt("most of the KV cache retention may hold", default=0.5, engine=True)
-    scheduling_policy: str = _opt(
+    kv_retention_max_fraction: float = setting("most of the KV cache retention may hold", default=0.5, engine=True)
+    scheduling_policy: str = setting(
         "program (by the service a program has had, least first, in levels: queue, memory and preemption; "
         "new programs while they fit) or fcfs (by request)",
         default="program",
         engine=True,
     )
-    max_wait: float = _opt(
+    max_wait: float = setting(
         "seconds a request may wait while requests that came after it are admitted, under every policy; "
         "then it goes first",
         default=10.0,
         engine=True,
     )
     # -- HTTP -----------------------------------------------------------------------
-    host: str = _opt("address to listen on", default="127.0.0.1")
-    port: int = _opt("port to listen on", default=8000)
-    max_waiting: int = _opt(
+    host: str = setting("address to listen on", default="127.0.0.1")
+    port: int = setting("port to listen on", default=8000)
+    max_waiting: int = setting(
         "most requests waiting for their first token; more get 429 with Retry-After (0: unbounded)",
         default=1024,
     )
-    max_engine_requests_per_request: int = _opt(
+    max_engine_requests_per_request: int = setting(
         "most generations (n x prompts) one request may ask for; more get 400. --max-waiting and rate limits "
         "count generations too",
         default=128,
     )
-    max_body_bytes: int = _opt(
+    max_body_bytes: int = setting(
         "largest request body accepted; larger ones get 413 before they are read", default=4 * 1024 * 1024
     )
-    header_timeout: float = _opt("seconds a request's headers may take to arrive; slower gets 408", default=10.0)
-    body_timeout: float = _opt("seconds a request body may stall between two chunks; longer gets 408", default=30.0)
-    max_connections: int = _opt(
+    header_timeout: float = setting("seconds a request's headers may take to arrive; slower gets 408", default=10.0)
+    body_timeout: float = setting("seconds a request body may stall between two chunks; longer gets 408", default=30.0)
+    max_connections: int = setting(
         "open HTTP connections per gateway process; more get 503 and are closed (0: no cap)", default=4096
     )
-    sse_send_timeout: float = _opt(
+    sse_send_timeout: float = setting(
         "seconds an SSE write may wait on a client that stopped reading; then the stream is aborted "
         "(its engine request and KV blocks freed)",
         default=30.0,
     )
-    tool_call_parser: str | None = _opt(
+    tool_call_parser: str | None = setting(
         "how tool calls are read from the model's text: hermes (<tool_call> blocks) or llama3_json "
         "(default: chosen from the chat template)",
         default=None,
     )
-    default_temperature: float | None = _opt(
+    default_temperature: float | None = setting(
         "temperature of requests that leave it unset (default: the model's generation_config.json; "
         "for a GGUF without one, 0.2)",
         default=None,
     )
-    default_top_p: float | None = _opt("top_p of requests that leave it unset (as --default-temperature)", default=None)
-    default_top_k: int | None = _opt("top_k of requests that leave it unset (as --default-temperature)", default=None)
-    default_min_p: float | None = _opt("min_p of requests that leave it unset (as --default-temperature)", default=None)
-    default_repetition_penalty: float | None = _opt(
+    default_top_p: float | None = setting(
+        "top_p of requests that leave it unset (as --default-temperature)", default=None
+    )
+    default_top_k: int | None = setting(
+        "top_k of requests that leave it unset (as --default-temperature)", default=None
+    )
+    default_min_p: float | None = setting(
+        "min_p of requests that leave it unset (as --default-temperature)", default=None
+    )
+    default_repetition_penalty: float | None = setting(
         "repetition_penalty of requests that leave it unset (as --default-temperature)", default=None
     )
-    max_forced_tool_calls: int = _opt(
+    max_forced_tool_calls: int = setting(
         "most tool calls in one reply under tool_choice required (Anthropic any) with parallel calls; "
         "enforced by the grammar, so a model that would repeat its call stops",
         default=4,
     )
-    max_tokens_default: int = _opt(
+    max_tokens_default: int = setting(
         "output budget (tokens) of a request that sets none (max_tokens, max_completion_tokens, "
         "max_output_tokens), never more than the context leaves; 0: up to the context. /v1/completions keeps "
         "OpenAI's 16 when that is smaller",
         default=2048,
     )
-    max_tokens_cap: int | None = _opt(
+    max_tokens_cap: int | None = setting(
         "most output tokens one request may ask for; more is a 400 naming the parameter (default: no cap but "
         "the context)",
         default=None,
     )
     # -- hosted MCP tools (POST /v1/responses: gateway.mcp) ---------------------------
-    mcp_servers: tuple[str, ...] = _opt(
+    mcp_servers: tuple[str, ...] = setting(
         "an MCP server requests may use, LABEL=URL (repeatable); an mcp tool names it by its label or URL. "
         "With neither this nor --mcp-allow-url no mcp tool is allowed (400)",
         flag="mcp-server",
         default=(),
     )
-    mcp_allow_urls: tuple[str, ...] = _opt(
+    mcp_allow_urls: tuple[str, ...] = setting(
         "URL pattern of MCP servers requests may name (repeatable): scheme and host:port exact, the path a "
         "glob (https://tools.internal/mcp/*); any other server_url is a 400 naming it",
         flag="mcp-allow-url",
         default=(),
     )
-    max_tool_rounds: int = _opt(
+    max_tool_rounds: int = setting(
         "rounds of server-run (MCP) tool calls in one response; after the last the model answers without tools",
         default=8,
     )
-    mcp_call_timeout: float = _opt("seconds one MCP tool call may take; then it is an mcp_call error", default=30.0)
-    mcp_result_bytes: int = _opt(
+    mcp_call_timeout: float = setting("seconds one MCP tool call may take; then it is an mcp_call error", default=30.0)
+    mcp_result_bytes: int = setting(
         "largest MCP tool result fed back, in bytes; larger is an mcp_call error", default=65536
     )
-    mcp_tool_budget: float = _opt(
+    mcp_tool_budget: float = setting(
         "seconds all MCP tool calls of one response may take together; calls past it are mcp_call errors",
         default=120.0,
     )
-    mcp_list_ttl: float = _opt("seconds an MCP server's tool list is cached, per server and credentials", default=300.0)
+    mcp_list_ttl: float = setting(
+        "seconds an MCP server's tool list is cached, per server and credentials", default=300.0
+    )
     # -- auth and CORS ----------------------------------------------------------
-    api_keys: tuple[str, ...] = _opt(
+    api_keys: tuple[str, ...] = setting(
         "API key for /v1/*, /tokenize, /detokenize (repeatable; none: open)",
         flag="api-key",
         secret=True,
         default=(),
     )
-    admin_key: str | None = _opt(
+    admin_key: str | None = setting(
         "key for /pause, /resume, /is_paused, /abort_requests, DELETE /v1/requests/{id}, the dashboard's stats "
         "and the request, session and replica listings; required for them whenever any key is set, or the "
         "server listens off loopback (unless --allow-unauthenticated-ops)",
         secret=True,
         default=None,
     )
-    allow_unauthenticated_ops: bool = _opt(
+    allow_unauthenticated_ops: bool = setting(
         "off loopback, serve /metrics without a key and, with no --admin-key, the operator routes and the "
         "dashboard to anyone who reaches the port, instead of refusing them (403): a private network only "
         "(logged at WARNING)",
         default=False,
     )
-    trusted_proxies: tuple[str, ...] = _opt(
+    trusted_proxies: tuple[str, ...] = setting(
         "addresses or CIDRs of reverse proxies whose Forwarded / X-Forwarded-For headers are honoured "
         "(repeatable; none: no such header is honoured, and a request that carries one counts as from off "
         "loopback for the operator routes)",
         default=(),
     )
-    engine_curve_dir: str | None = _opt(
+    engine_curve_dir: str | None = setting(
         "directory of CurveZMQ keys (agentgate keys DIR makes them; docs/deploy.md): an engine's key pair "
         "(engine.key_secret) and the public keys of the gateways it accepts (gateway.key, any *.key), a "
         "gateway's key pair (gateway.key_secret) and the engines' public key (engine.key); every engine "
@@ -280,67 +270,67 @@ class Settings:
         default=None,
         commands=("gateway", "engine"),
     )
-    insecure_engine_socket: bool = _opt(
+    insecure_engine_socket: bool = setting(
         "bind the engine off loopback without --engine-curve-dir: anyone who reaches the port can submit, "
         "abort and read every request (logged at WARNING); a private network only",
         default=False,
         commands=("engine",),
     )
-    key_digest_secret: str | None = _opt(
+    key_digest_secret: str | None = setting(
         "secret keying the digests of API keys stored in Redis (HMAC-SHA256); every gateway sharing a Redis "
         "needs the same one (default: one made once per machine in the state directory)",
         secret=True,
         default=None,
     )
-    allowed_origins: tuple[str, ...] = _opt("CORS origins allowed (repeatable; none: no CORS headers)", default=())
-    allowed_methods: tuple[str, ...] = _opt("CORS methods allowed (repeatable)", default=("*",))
-    allowed_headers: tuple[str, ...] = _opt("CORS request headers allowed (repeatable)", default=("*",))
-    allow_credentials: bool = _opt("CORS: allow credentials", default=False)
+    allowed_origins: tuple[str, ...] = setting("CORS origins allowed (repeatable; none: no CORS headers)", default=())
+    allowed_methods: tuple[str, ...] = setting("CORS methods allowed (repeatable)", default=("*",))
+    allowed_headers: tuple[str, ...] = setting("CORS request headers allowed (repeatable)", default=("*",))
+    allow_credentials: bool = setting("CORS: allow credentials", default=False)
     # -- operations -----------------------------------------------------------------
-    drain_seconds: float = _opt(
+    drain_seconds: float = setting(
         "on SIGTERM/SIGINT, seconds requests in flight get to finish before they are aborted (agentgate "
         "engine: refusing new ones, its registry entry saying draining; then it exits 0)",
         default=5.0,
         commands=COMMANDS,
     )
-    log_level: str = _opt("log level: debug, info, warning, error", default="info", commands=COMMANDS)
-    access_log: bool = _opt(
+    log_level: str = setting("log level: debug, info, warning, error", default="info", commands=COMMANDS)
+    access_log: bool = setting(
         "log every request (uvicorn's access log; a traced request's line ends in its trace id)", default=False
     )
-    otlp_traces_endpoint: str | None = _opt(
+    otlp_traces_endpoint: str | None = setting(
         "OpenTelemetry traces of generation requests, exported over OTLP/HTTP to this URL (e.g. "
         "http://collector:4318/v1/traces); the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or "
         "OTEL_EXPORTER_OTLP_ENDPOINT turns them on too; needs pip install 'agentgate[otel]' (default: off)",
         default=None,
     )
-    startup_timeout: float = _opt("seconds to wait for the engine to load its model", default=600.0)
-    on_engine_death: str = _opt(
+    startup_timeout: float = setting("seconds to wait for the engine to load its model", default=600.0)
+    on_engine_death: str = setting(
         "when an engine dies: restart (one this command spawned is started again with backoff; one "
         "started apart is re-attached when it answers) or exit (the gateway exits non-zero)",
         default="restart",
     )
-    engine_max_restarts: int = _opt(
+    engine_max_restarts: int = setting(
         "restarts of one engine allowed within --engine-restart-window; one more death and the gateway "
         "exits non-zero (for an outer supervisor)",
         default=5,
     )
-    engine_restart_window: float = _opt("seconds over which --engine-max-restarts counts", default=300.0)
-    health_degraded_status: int = _opt(
+    engine_restart_window: float = setting("seconds over which --engine-max-restarts counts", default=300.0)
+    health_degraded_status: int = setting(
         "HTTP status of /health when degraded (an engine of several down, Redis unreachable): 200 or 503",
         default=200,
     )
     # -- processes ------------------------------------------------------------------
-    engines: int = _opt(
+    engines: int = setting(
         "serve: engine processes to start on this machine",
         default=1,
         commands=("serve",),
     )
-    gateway_workers: int = _opt(
+    gateway_workers: int = setting(
         "gateway processes sharing the port (SO_REUSEPORT; 1: the gateway runs in this process)",
         default=1,
     )
     # -- shared state (Redis) -----------------------------------------------------------
-    redis_url: str | None = _opt(
+    redis_url: str | None = setting(
         "Redis shared by every replica (redis://HOST:PORT/DB, unix:///PATH); default: an embedded "
         "redis-server on a private unix socket, started and stopped with agentgate. agentgate engine: the "
         "registry it announces itself in; agentgate gateway without --engine: the registry it finds engines in",
@@ -348,25 +338,27 @@ class Settings:
         secret=True,
         commands=COMMANDS,
     )
-    redis_dir: str | None = _opt(
+    redis_dir: str | None = setting(
         "embedded Redis: data directory (sessions survive restarts); default ~/.local/state/agentgate/redis-PORT "
         "(a temporary one with --port 0)",
         default=None,
     )
-    redis_prefix: str = _opt(
+    redis_prefix: str = setting(
         "prefix of every Redis key and channel of agentgate", default="agentgate", commands=COMMANDS
     )
-    session_ttl: float = _opt("seconds a session lives after its last activity", default=3600.0)
-    response_ttl: float = _opt("seconds a stored /v1/responses response (and its chain) is kept", default=30 * 86400.0)
-    rate_limit_rpm: int = _opt("requests per minute per API key (0: unlimited)", default=0)
-    rate_limit_tpm: int = _opt("tokens (prompt + completion) per minute per API key (0: unlimited)", default=0)
-    key_rate_limits: tuple[str, ...] = _opt(
+    session_ttl: float = setting("seconds a session lives after its last activity", default=3600.0)
+    response_ttl: float = setting(
+        "seconds a stored /v1/responses response (and its chain) is kept", default=30 * 86400.0
+    )
+    rate_limit_rpm: int = setting("requests per minute per API key (0: unlimited)", default=0)
+    rate_limit_tpm: int = setting("tokens (prompt + completion) per minute per API key (0: unlimited)", default=0)
+    key_rate_limits: tuple[str, ...] = setting(
         "limits of one key, KEY:RPM:TPM (repeatable; 0: unlimited); overrides --rate-limit-rpm/-tpm for it",
         flag="key-rate-limit",
         secret=True,
         default=(),
     )
-    rate_limit_redis_down: str = _opt(
+    rate_limit_redis_down: str = setting(
         "rate-limited requests while Redis is unreachable: allow (serve them unlimited) or reject (503)",
         default="allow",
     )
@@ -376,12 +368,7 @@ class Settings:
 
     def check_shared_state(self) -> None:
         """ValueError for shared-state settings a gateway cannot run with (checked when one starts)."""
-        if self.rate_limit_redis_down not in RATE_LIMIT_REDIS_DOWN:
-            raise ValueError(f"rate_limit_redis_down must be one of {RATE_LIMIT_REDIS_DOWN}")
-        if self.key_rate_limits:
-            from agentgate.gateway.admission.rate_limits import parse_key_limits
-
-            parse_key_limits(self.key_rate_limits)
+        check_shared_state(self)
 
     def engine_config(self) -> EngineConfig:
         """The EngineConfig these settings describe (the engine's own defaults where unset)."""
@@ -398,10 +385,4 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from ``AGENTGATE_*`` variables, then ``overrides``."""
         environ = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            raw = environ.get(env_name(f))
-            if raw is not None:
-                values[f.name] = parse_value(f, raw)
-        values.update(overrides)
-        return cls(**values)
+        return cls(**(env_values(dataclasses.fields(cls), environ) | overrides))

@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from agentgate.gateway.config.setting_values import parse_networks
+from agentgate.gateway.mcp.allowlist import McpAllowlist
 
 RUNNERS = ("overlap", "sync", "null")
+RATE_LIMIT_REDIS_DOWN = ("allow", "reject")
 ON_ENGINE_DEATH = ("restart", "exit")
 
 
@@ -55,6 +57,15 @@ def check_settings(settings: Any) -> None:
         raise ValueError("max_tool_rounds and mcp_result_bytes must be positive")
     if min(settings.mcp_call_timeout, settings.mcp_tool_budget) <= 0 or settings.mcp_list_ttl < 0:
         raise ValueError("mcp_call_timeout and mcp_tool_budget must be positive, mcp_list_ttl 0 (no cache) or more")
-    from agentgate.gateway.mcp.allowlist import McpAllowlist
-
     McpAllowlist(settings.mcp_servers, settings.mcp_allow_urls)  # ValueError naming a malformed entry
+
+
+def check_shared_state(settings: Any) -> None:
+    """ValueError for the shared-state values of ``settings`` (a Settings) a gateway cannot run
+    with, checked when one starts."""
+    if settings.rate_limit_redis_down not in RATE_LIMIT_REDIS_DOWN:
+        raise ValueError(f"rate_limit_redis_down must be one of {RATE_LIMIT_REDIS_DOWN}")
+    if settings.key_rate_limits:
+        from agentgate.gateway.admission.rate_limits import parse_key_limits
+
+        parse_key_limits(settings.key_rate_limits)

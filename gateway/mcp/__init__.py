@@ -4,7 +4,7 @@
 - :mod:`~gateway.mcp.allowlist`: which servers a request may name (``--mcp-server``,
   ``--mcp-allow-url``); any other is a 400, so the gateway is no proxy into its network.
 - :mod:`~gateway.mcp.client`: one server's tool list and one tool call, with the ``mcp`` SDK
-  (streamable HTTP or SSE).
+  (streamable HTTP or SSE), which only :mod:`~gateway.mcp.sdk` imports, on the first call.
 - :mod:`~gateway.mcp.tool_lists`: tool lists cached per server and credentials.
 - :mod:`~gateway.mcp.toolset`: a request's servers, their tools offered to the model, approvals.
 - :mod:`~gateway.mcp.calls`: a response's calls within their limits.
@@ -12,12 +12,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.mcp.allowlist import McpAllowlist
 from agentgate.gateway.mcp.calls import CallLimits
 from agentgate.gateway.mcp.tool_lists import ToolLists
+
+
+class McpFlags(Protocol):
+    """The flags a host is built from (the gateway's ``Settings`` has them): this package reads
+    them and never imports the configuration, which checks ``--mcp-server`` with
+    :mod:`~gateway.mcp.allowlist`."""
+
+    mcp_servers: Sequence[str]
+    mcp_allow_urls: Sequence[str]
+    mcp_list_ttl: float
+    mcp_call_timeout: float
+    mcp_result_bytes: int
+    mcp_tool_budget: float
+    max_tool_rounds: int
 
 
 @dataclass(frozen=True)
@@ -30,7 +45,7 @@ class McpHost:
     max_rounds: int  # --max-tool-rounds
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> McpHost:
+    def from_settings(cls, settings: McpFlags) -> McpHost:
         """The host of ``--mcp-server``, ``--mcp-allow-url``, ``--max-tool-rounds`` and the ``--mcp-*`` limits."""
         return cls(
             McpAllowlist(settings.mcp_servers, settings.mcp_allow_urls),

@@ -15,23 +15,19 @@ item in OpenAI's shapes (``openai.types.responses.McpToolCallError``): an HTTP s
 (``http_error``), a JSON-RPC error or a limit of this gateway (``mcp_protocol_error``:
 -32001 a timeout, -32000 anything else), or a result the tool marked as an error
 (``mcp_tool_execution_error`` with its content). Never an exception to the caller's caller.
+
+The SDK itself is :mod:`gateway.mcp.sdk`, imported by the first operation: a gateway that
+never talks to an MCP server never loads it (it is most of the gateway's imports).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import httpx2
-from mcp.client.session import ClientSession
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp.types import PaginatedRequestParams
 
 from agentgate.gateway.mcp.allowlist import McpServer
 
@@ -73,51 +69,35 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def failure_of(exc: BaseException, label: str) -> McpFailure:
     """``exc`` (raised talking to server ``label``) as an :class:`McpFailure`."""
+    from agentgate.gateway.mcp import sdk  # loaded already: ``exc`` came from talking to the server
+
     exc = _leaf(exc)
     if isinstance(exc, McpFailure):
         return exc
-    if isinstance(exc, httpx2.HTTPStatusError):
-        status = exc.response.status_code
+    if (status := sdk.http_status(exc)) is not None:
         return McpFailure({"type": "http_error", "code": status, "message": f"MCP server {label!r} answered {status}"})
-    if isinstance(exc, MCPError):
-        return McpFailure.protocol(exc.code, exc.message)
+    if (error := sdk.rpc_error(exc)) is not None:
+        return McpFailure.protocol(*error)
     if isinstance(exc, TimeoutError):
         return McpFailure.protocol(TIMEOUT, f"MCP server {label!r} did not answer in time")
     return McpFailure.protocol(SERVER_ERROR, f"could not talk to MCP server {label!r}: {type(exc).__name__}")
-
-
-@asynccontextmanager
-async def _session(endpoint: McpEndpoint, timeout: float) -> AsyncIterator[ClientSession]:
-    headers = dict(endpoint.headers)
-    if endpoint.is_sse:
-        transport = sse_client(endpoint.server.url, headers=headers, timeout=timeout, sse_read_timeout=timeout)
-        async with transport as (read, write), ClientSession(read, write, read_timeout_seconds=timeout) as session:
-            await session.initialize()
-            yield session
-        return
-    client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout))  # redirects: the SDK's rule
-    async with (
-        client,
-        streamable_http_client(endpoint.server.url, http_client=client) as (read, write),
-        ClientSession(read, write, read_timeout_seconds=timeout) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 async def list_tools(endpoint: McpEndpoint, timeout: float) -> list[dict[str, Any]]:
     """The server's tools as ``mcp_list_tools`` lists them (``name``, ``description``,
     ``input_schema``, ``annotations``), within ``timeout`` seconds in all; at most
     :data:`MAX_LIST_PAGES` pages of them."""
+    from agentgate.gateway.mcp import sdk
+
     try:
         with anyio.fail_after(timeout):
-            async with _session(endpoint, timeout) as session:
-                result = await session.list_tools()
+            async with sdk.session(endpoint.server.url, endpoint.headers, timeout, sse=endpoint.is_sse) as session:
+                result = await sdk.list_page(session, None)
                 tools = list(result.tools)
                 for _ in range(MAX_LIST_PAGES - 1):
                     if result.next_cursor is None:
                         break
-                    result = await session.list_tools(params=PaginatedRequestParams(cursor=result.next_cursor))
+                    result = await sdk.list_page(session, result.next_cursor)
                     tools += result.tools
     except Exception as exc:  # noqa: BLE001 (any failure is the list's error, never the request's)
         raise failure_of(exc, endpoint.server.label) from None
@@ -137,10 +117,12 @@ async def call_tool(
 ) -> str:
     """Run tool ``name`` within ``timeout`` seconds (connecting included); its output as text,
     at most ``max_bytes`` bytes of UTF-8."""
+    from agentgate.gateway.mcp import sdk
+
     label = endpoint.server.label
     try:
         with anyio.fail_after(timeout):
-            async with _session(endpoint, timeout) as session:
+            async with sdk.session(endpoint.server.url, endpoint.headers, timeout, sse=endpoint.is_sse) as session:
                 result = await session.call_tool(name, arguments, read_timeout_seconds=timeout)
     except TimeoutError:
         raise McpFailure.protocol(TIMEOUT, f"tool {name!r} took longer than {timeout:g} s") from None

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from agentgate.engine.attention.base import AttentionMetadata, count_shared_prefix_blocks
-from agentgate.engine.attention.torch import paged_attention, write_kv
+from agentgate.engine.attention.torch import paged_attention
+from agentgate.engine.attention.torch_rotary import write_kv
 from agentgate.engine.step_rows import decode_rows
 
 

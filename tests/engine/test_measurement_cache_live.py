@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from agentgate.engine.kernel_choice.row_choice_cache import FILE_NAME
-from agentgate.engine.layers.batch_invariant import CHECK_REVISION
+from agentgate.engine.kernel_choice.row_invariance import CHECK_REVISION
 from tests.support.http import wait_for
 from tests.support.servers import launch_command
 

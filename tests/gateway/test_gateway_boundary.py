@@ -33,6 +33,32 @@ def test_the_check_itself_sees_torch_when_it_is_imported():
     assert "torch" in _loaded_after("import agentgate.engine.core")
 
 
+def _sdk_loaded_after(statement: str) -> list[str]:
+    """The modules of the ``mcp`` SDK (and its HTTP client) loaded after ``statement``, in a fresh interpreter."""
+    code = f"import sys\n{statement}\nprint(','.join(m for m in sys.modules if m.split('.')[0] in ('mcp', 'httpx2')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return [m for m in out.stdout.strip().split(",") if m]
+
+
+def test_an_app_with_no_mcp_server_configured_loads_no_mcp_sdk():
+    """The SDK is most of the gateway's imports; only a first MCP call loads it (gateway.mcp.sdk)."""
+    app = "create_app(Settings(), engines=[EngineTarget('ipc:///unused')])"
+    imports = "from agentgate.gateway.config.settings import Settings\n"
+    imports += "from agentgate.gateway.http.app import EngineTarget, create_app\n"
+    assert _sdk_loaded_after(imports + app) == []
+    assert _sdk_loaded_after("import agentgate.gateway.command.cli") == []
+
+
+def test_the_check_sees_the_sdk_once_an_mcp_server_is_called():
+    call = (
+        "import anyio\nfrom agentgate.gateway.mcp.allowlist import McpServer\n"
+        "from agentgate.gateway.mcp.client import McpEndpoint, McpFailure, list_tools\n"
+        "try:\n    anyio.run(list_tools, McpEndpoint(McpServer('closed', 'http://127.0.0.1:9/mcp')), 5.0)\n"
+        "except McpFailure:\n    pass"
+    )
+    assert "mcp.client.session" in _sdk_loaded_after(call)
+
+
 def _gateway_imports() -> dict[str, set[str]]:
     return package_imports("agentgate.gateway")
 

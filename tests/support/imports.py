@@ -9,8 +9,11 @@ from pathlib import Path
 
 
 def package_imports(package: str) -> dict[str, set[str]]:
-    """Each module of ``package`` (e.g. ``agentgate.gateway``) -> the package's modules it names in an import:
-    at the top, in a function, or under TYPE_CHECKING (``from package import module`` names the module)."""
+    """Each module of ``package`` (e.g. ``agentgate.gateway``) -> the package's modules it imports: at the
+    top, in a function, or under TYPE_CHECKING (``from package import module`` names the module). Importing
+    ``a.b.c`` runs ``a/b/__init__`` first, so it counts as an import of each package above ``c`` too, except
+    the importing module's own packages (already loaded when it runs): a function-local import of
+    ``mcp.allowlist`` in ``config/settings_checks.py`` imports ``mcp/__init__`` and all it imports."""
     root = Path(importlib.import_module(package).__file__).parent
     modules = {package} | {info.name for info in pkgutil.walk_packages([str(root)], prefix=f"{package}.")}
     depth = package.count(".") + 1
@@ -29,8 +32,15 @@ def package_imports(package: str) -> dict[str, set[str]]:
                     for a in node.names
                 ]
             edges |= {t for t in targets if t in modules and t != name}
-        graph[name] = edges
+        parents = {p for t in edges for p in _packages_above(t) if p in modules} - _packages_above(name)
+        graph[name] = edges | parents
     return graph
+
+
+def _packages_above(module: str) -> set[str]:
+    """The packages Python loads before ``module``, ``module`` included: ``a.b.c`` -> {a, a.b, a.b.c}."""
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

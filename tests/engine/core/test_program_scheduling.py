@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from agentgate.engine.core import make_queue
+from agentgate.engine.core_parts import make_queue
 from agentgate.engine.front.protocol import ProgramTag
 from agentgate.engine.request import Request, RequestStatus
 from agentgate.engine.sampling_params import SamplingParams

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from agentgate.engine.attention import torch as reference
+from agentgate.engine.attention import torch_rotary
 from agentgate.engine.attention import triton as attention_backend
 from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.attention.triton import TritonAttentionBackend
@@ -80,7 +81,7 @@ def make_batch(specs, num_heads, num_kv_heads, head_dim, block_size, dtype, devi
         new_v.append(torch.randn(q_len, num_kv_heads, head_dim, generator=gen))
     slot_mapping = torch.cat(slots)
     new_k, new_v = torch.cat(new_k), torch.cat(new_v)
-    reference.write_kv(new_k, new_v, k_cache, v_cache, slot_mapping)
+    torch_rotary.write_kv(new_k, new_v, k_cache, v_cache, slot_mapping)
 
     q_lens = torch.tensor([q for _, q in lens])
     qsl = torch.cat([torch.zeros(1, dtype=torch.int32), q_lens.cumsum(0).to(torch.int32)])
@@ -204,7 +205,7 @@ def test_backend_rotates_writes_then_attends(device, dtype):
     angles = torch.rand(query.shape[0], 8, generator=torch.Generator().manual_seed(5)) * 6.3
     cos, sin = angles.cos().to(device), angles.sin().to(device)
     want_k, want_v = k_cache.clone(), v_cache.clone()
-    want_q = reference.rotary_write_kv(query, new_k, new_v, cos, sin, want_k, want_v, meta.slot_mapping)
+    want_q = torch_rotary.rotary_write_kv(query, new_k, new_v, cos, sin, want_k, want_v, meta.slot_mapping)
     backend = TritonAttentionBackend()
     got_q = backend.rotary_write_kv(query.clone(), new_k, new_v, cos, sin, k_cache, v_cache, meta)
     assert_close(got_q, want_q)

@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from agentgate.engine.attention import torch as reference
+from agentgate.engine.attention import torch_rotary as reference
 from agentgate.engine.kernels.rms_norm import rms_norm as triton_rms_norm
 from agentgate.engine.kernels.rotary_kv import rotary_write_kv
 from agentgate.engine.layers.norm import RMSNorm, rms_norm

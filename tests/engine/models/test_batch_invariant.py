@@ -24,15 +24,14 @@ from agentgate.engine.attention.torch import paged_attention
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
 from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.layers import batch_invariant
-from agentgate.engine.layers.batch_invariant import (
-    MODES,
+from agentgate.engine.kernel_choice import row_invariance as row_check
+from agentgate.engine.kernel_choice.row_invariance import (
     NoInvariantMode,
-    RowInvariantLinear,
     make_rows_invariant,
     probe_sizes,
     row_invariance,
 )
+from agentgate.engine.layers.batch_invariant import MODES, RowInvariantLinear
 from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.sampling_params import SamplingParams
 
@@ -170,7 +169,7 @@ def test_no_invariant_mode_is_an_error_and_deterministic_refuses_to_start(tmp_pa
     with pytest.raises(NoInvariantMode, match="every mode"):
         row_invariance(_Noisy(), torch.float32)
     # The engine refuses --deterministic with a clear error rather than serving output that moves with the batch.
-    monkeypatch.setattr(batch_invariant, "MODES", ())
+    monkeypatch.setattr(row_check, "MODES", ())
     (tmp_path / "config.json").write_text(json.dumps(TINY_SMOLLM))
     config = EngineConfig(
         model=str(tmp_path),

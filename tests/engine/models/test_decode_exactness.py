@@ -1,5 +1,5 @@
 """--speculative auto drafts only where the decode linears give a row the same bits in any batch
-here (engine.layers.decode_exactness): which modules are checked, what the check reports, that a
+here (engine.kernel_choice.decode_exactness): which modules are checked, what the check reports, that a
 verdict is remembered, and that a batch-dependent linear turns auto off with a log line."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from agentgate.engine.config import EngineConfig
-from agentgate.engine.core import EngineCore, make_speculator
+from agentgate.engine.core import EngineCore
+from agentgate.engine.core_parts import make_speculator
 from agentgate.engine.kernel_choice.decode_exactness import batch_dependent_decode_linears, decode_linears
 from agentgate.engine.kernel_choice.row_choice import RowChosenLinear
 from agentgate.engine.layers.batch_invariant import RowInvariantLinear

@@ -1,7 +1,5 @@
 """Our decoder against transformers on tiny random models of each family."""
 
-from dataclasses import replace
-
 import pytest
 import torch
 
@@ -77,7 +75,10 @@ def test_rope_errors_would_show(tmp_path, tiny_hf, paged_runner):
     tiny_hf(tmp_path, "llama")
     ours = load_model(tmp_path, dtype="float32")
     right = paged_runner(ours.model, ours.config).step([(0, PROMPT_A)])
-    wrong_cos, wrong_sin = rope_tables(replace(ours.config, rope_theta=100.0))
+    c = ours.config
+    wrong_cos, wrong_sin = rope_tables(
+        c.head_dim, c.max_position_embeddings, 100.0, scaling=c.rope_scaling, freq_factors=c.rope_freq_factors
+    )
     ours.model.rope_cos.copy_(wrong_cos)
     ours.model.rope_sin.copy_(wrong_sin)
     wrong = paged_runner(ours.model, ours.config).step([(0, PROMPT_A)])

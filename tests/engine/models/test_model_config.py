@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from agentgate.engine.errors import ModelLoadError
-from agentgate.engine.models.config import RopeScaling, config_from_hf, read_hf_config, resolve_dtype
+from agentgate.engine.layers.rope import RopeScaling
+from agentgate.engine.models.config import config_from_hf, read_hf_config, resolve_dtype
 
 QWEN3_CONFIG = Path(__file__).parents[3] / "loadtests/configs/qwen3-0.6b/config.json"
 

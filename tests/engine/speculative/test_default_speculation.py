@@ -9,7 +9,7 @@ make-up (the dense copy past the crossover, the shared prefix read apart), and i
 the timing of the run (requests overdue under load go first), with or without drafts.
 
 One engine under the defaults; its runs without speculation take its speculator away between
-calls, which is what ``--speculative off`` builds (`engine.core.make_speculator` gives None)."""
+calls, which is what ``--speculative off`` builds (`engine.core_parts.make_speculator` gives None)."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager

@@ -3,7 +3,7 @@
 import pytest
 
 from agentgate.engine.config import EngineConfig
-from agentgate.engine.core import make_speculator
+from agentgate.engine.core_parts import make_speculator
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.speculative import DraftLength, NgramProposer, SuffixProposer
 from agentgate.engine.speculative.continuation_index import ContinuationIndex

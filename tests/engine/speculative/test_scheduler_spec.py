@@ -8,7 +8,8 @@ import random
 import pytest
 
 from agentgate.engine.config import EngineConfig
-from agentgate.engine.core import EngineCore, make_speculator
+from agentgate.engine.core import EngineCore
+from agentgate.engine.core_parts import make_speculator
 from agentgate.engine.runner.null import NullRunner, null_next_token
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.speculative.speculator import CPU_AUTO_MAX_BATCH, Speculator
