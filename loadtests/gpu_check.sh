@@ -32,7 +32,7 @@
 # may take together, PYTHON the interpreter. GPU_CHECK_SMOKE=1 runs the
 # default steps on this CPU on a tiny model, the GPU tests only collected
 # (skipped without CUDA): every step's imports and calls, no figures that mean
-# anything (tests/loadtests/test_gpu_check_steps.py; a dry run:
+# anything (tests/loadtests/test_gpu_check.py; a dry run:
 # loadtests/lent_image.py simulates the lent machine's packages).
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -51,7 +51,7 @@ IMAGE = frozenset(
 
 # What the GPU steps import that the image lacks: the engine's protocol (msgspec). The rest of
 # what agentgate uses (gguf, pyzmq, xgrammar, the gateway's servers) no GPU step imports;
-# tests/loadtests/test_gpu_imports.py keeps it so. The version is the one this project's tests run with.
+# tests/loadtests/test_gpu_check.py keeps it so. The version is the one this project's tests run with.
 CARRIED = ("msgspec==0.23.0",)
 
 

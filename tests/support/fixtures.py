@@ -6,7 +6,7 @@
 
 The servers' modules (uvicorn, the ``mcp`` SDK, the gateway) are imported inside the fixtures:
 this plugin loads for every test, also on the lent GPU machine, which has none of them
-(``tests/loadtests/test_gpu_imports.py``).
+(``tests/loadtests/test_gpu_check.py``).
 """
 
 from __future__ import annotations
