@@ -9,7 +9,8 @@ causal prefill at a few lengths (TFLOP/s), each for a SmolLM2-135M-like
 shape (9 q / 3 kv heads, dim 64) and a Qwen3-0.6B-like one (16 q / 8 kv,
 dim 128). Each figure is one line with both times and triton/sdpa (below 1
 means the Triton kernel is faster), plus the largest difference between the
-two outputs. Timing: CUDA events around ``iters`` calls after a warm-up.
+two outputs, printed as a FIGURE line (`gpu_check.sh` gathers them). Timing:
+CUDA events around ``iters`` calls after a warm-up.
 
 Without CUDA it says so and runs a tiny smoke of the same code under the
 Triton interpreter, whose times mean nothing.
@@ -119,12 +120,15 @@ def dense(cache: torch.Tensor, tables: torch.Tensor, context: int) -> torch.Tens
     return blocks.reshape(batch, -1, *cache.shape[2:])[:, :context].transpose(1, 2).contiguous()
 
 
-def metadata(q_lens: list[int], seq_lens: list[int], tables: torch.Tensor) -> AttentionMetadata:
+def metadata(
+    q_lens: list[int], seq_lens: list[int], tables: torch.Tensor, slots: torch.Tensor | None = None
+) -> AttentionMetadata:
+    """The step's layout; ``slots``: where its keys and values are written (default: nowhere, -1)."""
     device = tables.device
     qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
     lens = torch.tensor(seq_lens, dtype=torch.int32)
     return AttentionMetadata(
-        slot_mapping=torch.full((sum(q_lens),), -1, device=device),
+        slot_mapping=torch.full((sum(q_lens),), -1, device=device) if slots is None else slots,
         query_start_loc=qsl.to(device),
         seq_lens=lens.to(device),
         block_tables=tables,
@@ -137,7 +141,7 @@ def metadata(q_lens: list[int], seq_lens: list[int], tables: torch.Tensor) -> At
 
 def report(label: str, triton_ms: float, sdpa_ms: float, extra: str, max_diff: float) -> None:
     print(
-        f"{label}: triton {triton_ms:.4f} ms, sdpa {sdpa_ms:.4f} ms, "
+        f"FIGURE {label}: triton {triton_ms:.4f} ms, sdpa {sdpa_ms:.4f} ms, "
         f"triton/sdpa {triton_ms / sdpa_ms:.2f}x{extra}, max |diff| {max_diff:.3g}",
         flush=True,
     )
@@ -148,9 +152,10 @@ def bench_rotary_kv(backend: TritonAttentionBackend, shape: Shape, plan: Plan) -
     the keys and values stored in the cache: the fused kernel against the
     reference's rotations and scatter."""
     for num_tokens in (plan.decode_batches[0], plan.prefill_lengths[-1]):
-        k_cache, v_cache, _ = paged_cache(1, 2 * num_tokens, shape, plan)
+        k_cache, v_cache, tables = paged_cache(1, 2 * num_tokens, shape, plan)
         num_slots = k_cache.shape[0] * BLOCK_SIZE
         slots = torch.randperm(num_slots, device=plan.device)[:num_tokens]
+        meta = metadata([num_tokens], [num_tokens], tables, slots)
         new = dict(device=plan.device, dtype=plan.dtype)
         query = torch.randn(num_tokens, shape.num_heads, shape.head_dim, **new)
         key = torch.randn(num_tokens, shape.num_kv_heads, shape.head_dim, **new)
@@ -160,7 +165,7 @@ def bench_rotary_kv(backend: TritonAttentionBackend, shape: Shape, plan: Plan) -
         ref_k, ref_v = k_cache.clone(), v_cache.clone()
 
         def run_triton() -> None:
-            backend.rotary_write_kv(query, key, value, cos, sin, k_cache, v_cache, slots)
+            backend.rotary_write_kv(query, key, value, cos, sin, k_cache, v_cache, meta)
 
         def run_torch() -> None:
             reference.rotary_write_kv(query, key, value, cos, sin, ref_k, ref_v, slots)
@@ -170,7 +175,7 @@ def bench_rotary_kv(backend: TritonAttentionBackend, shape: Shape, plan: Plan) -
         diff = (k_cache.float() - ref_k.float()).abs().max().item()
         moved = 2 * (query.numel() + 2 * key.numel()) * key.element_size()  # read and write q, k, v
         print(
-            f"rotary+kv_write {shape.name} tokens={num_tokens}: triton {triton_ms:.4f} ms "
+            f"FIGURE rotary+kv_write {shape.name} tokens={num_tokens}: triton {triton_ms:.4f} ms "
             f"({moved / triton_ms / 1e6:.0f} GB/s), torch {torch_ms:.4f} ms, "
             f"triton/torch {triton_ms / torch_ms:.2f}x, max |diff| {diff:.3g}",
             flush=True,

@@ -7,28 +7,40 @@
 # every step and every FIGURE line the steps printed. Exits non-zero when any
 # step failed, timed out or did not run.
 #
-# That machine lacks a few of the wheels the steps import. Fetch them here
-# first into .whl/ (ignored by git), then carry .whl:
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#     --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 \
-#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl msgspec pyyaml
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
-#     gguf pytest pluggy iniconfig pygments pytest-timeout packaging
-# and run, from the repository root:  bash loadtests/gpu_check.sh
+# That machine lacks a wheel the steps import (loadtests/lent_image.py says
+# which). Here, first, fetch it into .whl/ (ignored by git):
+#   bash loadtests/gpu_wheels.sh
+# then carry .whl and run, from the repository root:  bash loadtests/gpu_check.sh
 # (a wheel is unpacked, not installed, and only when this Python lacks what
 # it holds: no pip, no network, nothing written outside /tmp and $OUT).
 # agentgate.* imports from this checkout through a folder of links put first
-# on PYTHONPATH.
+# on PYTHONPATH. When the environment step finds a module missing (or fails
+# otherwise), the GPU steps are skipped: one failure that names the cause.
+#
+# Time: the steps' limits add up to 280 of the 285 s budget (the rest is the
+# set-up, about a second): environment 20 (imports torch, triton, the engine;
+# first CUDA call), gpu-tests 90 (about 70 Triton variants compiled cold, at
+# roughly a second each on one core: four workers, whole files each, share
+# them out), runner-smollm2 and runner-qwen3 50 each (four engines built,
+# Triton kernels and CUDA graphs for each batch size, 4 x 3 runs of 64 tokens;
+# a FIGURE line per batch size as it is measured, so a killed step keeps what
+# it finished), kernels-smollm2 and kernels-qwen3 20 each (one engine, one
+# step), attention 30 (16 figures, each kernel compiled once).
 #
 # For tests of this script: GPU_CHECK_STEPS names a file that replaces the
 # step list below (it calls `step`), GPU_CHECK_BUDGET the seconds all steps
-# may take together, PYTHON the interpreter.
+# may take together, PYTHON the interpreter. GPU_CHECK_SMOKE=1 runs the
+# default steps on this CPU on a tiny model, the GPU tests only collected
+# (skipped without CUDA): every step's imports and calls, no figures that mean
+# anything (tests/loadtests/test_gpu_check.py; a dry run:
+# loadtests/lent_image.py simulates the lent machine's packages).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 py=${PYTHON:-python3}
 out=${OUT:-/tmp/agentgate-gpu-check}
 budget=${GPU_CHECK_BUDGET:-285}
+smoke=${GPU_CHECK_SMOKE:-0}
 mkdir -p "$out"
 started=$(date +%s)
 
@@ -56,7 +68,7 @@ export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDO
 echo "agentgate from $root through $site"
 
 names=() statuses=() seconds=() logs=()
-gpu_ok=1
+gpu_ok=1 skip_reason="no CUDA device"
 failed=0
 
 record() {  # record NAME STATUS SECONDS
@@ -70,7 +82,7 @@ step() {  # step NAME LIMIT_SECONDS [gpu] -- COMMAND...
   if [ "$1" = gpu ]; then needs_gpu=1; shift; fi
   [ "$1" = -- ] && shift
   if [ "$needs_gpu" = 1 ] && [ "$gpu_ok" = 0 ]; then
-    record "$name" "skipped: no CUDA device" 0; return
+    record "$name" "skipped: $skip_reason" 0; return
   fi
   local left=$((budget - ($(date +%s) - started)))
   if [ "$left" -lt 5 ]; then
@@ -93,15 +105,24 @@ step() {  # step NAME LIMIT_SECONDS [gpu] -- COMMAND...
 }
 
 default_steps() {
-  step environment 40 -- "$py" -m agentgate.loadtests.gpu_env
-  case $? in 3) gpu_ok=0 ;; esac
-  step gpu-tests 100 gpu -- "$py" -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors \
-    tests/engine/kernels tests/engine/runner
-  step runner-smollm2 80 gpu -- "$py" -m agentgate.loadtests.runner_bench --model smollm2-dummy --batch-sizes 1,4,16,64
-  step kernels-smollm2 30 gpu -- "$py" -m agentgate.loadtests.kernel_count --model smollm2-dummy
-  step runner-qwen3 80 gpu -- "$py" -m agentgate.loadtests.runner_bench --model qwen3 --batch-sizes 1,4,16,64
-  step kernels-qwen3 30 gpu -- "$py" -m agentgate.loadtests.kernel_count --model qwen3
-  step attention 40 gpu -- "$py" -m agentgate.loadtests.attn_bench
+  local models=(smollm2-dummy qwen3) bench=(--batch-sizes 1,4,16,64) workers=4 env=()
+  if [ "$smoke" = 1 ]; then  # workers 0: the plugin and its options, no worker processes
+    models=(tiny) bench=(--batch-sizes 1,2 --prompt-len 8 --output-len 4 --repeats 1) workers=0 env=(--cpu)
+  fi
+  step environment 20 -- "$py" -m agentgate.loadtests.gpu_env "${env[@]}"
+  case $? in
+    0) ;;
+    3) gpu_ok=0 ;;
+    *) gpu_ok=0 skip_reason="the environment step failed" ;;
+  esac
+  step gpu-tests 90 gpu -- "$py" -m pytest -q -m gpu -p no:cacheprovider -n "$workers" --dist loadfile \
+    --continue-on-collection-errors tests/engine/kernels tests/engine/runner
+  local model
+  for model in "${models[@]}"; do
+    step "runner-${model%-dummy}" 50 gpu -- "$py" -m agentgate.loadtests.runner_bench --model "$model" "${bench[@]}"
+    step "kernels-${model%-dummy}" 20 gpu -- "$py" -m agentgate.loadtests.kernel_count --model "$model"
+  done
+  step attention 30 gpu -- "$py" -m agentgate.loadtests.attn_bench
 }
 
 if [ -n "${GPU_CHECK_STEPS:-}" ]; then
@@ -113,9 +134,9 @@ fi
 
 echo
 echo "== summary ($(($(date +%s) - started))s; logs in $out)"
-printf '%-20s %-34s %s\n' step status seconds
+printf '%-20s %-40s %s\n' step status seconds
 for i in "${!names[@]}"; do
-  printf '%-20s %-34s %s\n' "${names[$i]}" "${statuses[$i]}" "${seconds[$i]}"
+  printf '%-20s %-40s %s\n' "${names[$i]}" "${statuses[$i]}" "${seconds[$i]}"
 done
 figures=$(for log in ${logs[@]+"${logs[@]}"}; do grep -h '^FIGURE ' "$log"; done | sed 's/^FIGURE /  /')
 if [ -n "$figures" ]; then

@@ -30,7 +30,8 @@ if not torch.cuda.is_available():  # before any Triton kernel is defined
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 CONFIGS = Path(__file__).parent / "configs"
-MODELS = {"smollm2-dummy": CONFIGS / "smollm2-135m", "qwen3": CONFIGS / "qwen3-0.6b"}
+# tiny: 2 layers, for gpu_check.sh's CPU smoke.
+MODELS = {"smollm2-dummy": CONFIGS / "smollm2-135m", "qwen3": CONFIGS / "qwen3-0.6b", "tiny": CONFIGS / "tiny-llama"}
 # Operators that allocate or relabel memory without launching anything.
 NO_LAUNCH = {
     "empty",

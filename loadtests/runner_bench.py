@@ -8,7 +8,9 @@ size; prints output tokens/s of each runner and the ratios. Every core gets
 the same, explicitly sized KV cache (sizing from free memory would let the
 first core take the device). Runs rotate between the runners and the best
 of ``--repeats`` is kept, after one untimed run per batch size that compiles
-whatever that size needs. On a CPU only the eager rows run.
+whatever that size needs. On a CPU only the eager rows run. Each batch
+size's ratio is printed as a FIGURE line as soon as it is measured, so a run
+stopped at a time limit keeps the sizes it finished.
 
 On CUDA it then measures, for each runner at batch 1, the device's idle
 share between decode steps with CUDA events (`step_timing`), and the batch-1
@@ -16,6 +18,7 @@ step time against back-to-back replays of the same graph.
 
     python -m agentgate.loadtests.runner_bench --model smollm2-dummy   # the default model's shapes, random weights
     python -m agentgate.loadtests.runner_bench --model qwen3            # Qwen3-0.6B's shapes
+    python -m agentgate.loadtests.runner_bench --model tiny             # 2 layers: gpu_check.sh's CPU smoke
     python -m agentgate.loadtests.runner_bench                          # the default model
 """
 
@@ -35,7 +38,11 @@ from agentgate.engine.sampling_params import SamplingParams
 
 CONFIGS = Path(__file__).parent / "configs"
 # Random weights of real shapes: the same work per step as the real model.
-DUMMY_MODELS = {"qwen3": CONFIGS / "qwen3-0.6b", "smollm2-dummy": CONFIGS / "smollm2-135m"}
+DUMMY_MODELS = {
+    "qwen3": CONFIGS / "qwen3-0.6b",
+    "smollm2-dummy": CONFIGS / "smollm2-135m",
+    "tiny": CONFIGS / "tiny-llama",
+}
 # (runner, CUDA graphs): sync+graphs is the headline's denominator.
 VARIANTS = (("sync", False), ("sync", True), ("overlap", False), ("overlap", True))
 BLOCK_SIZE = 16
@@ -137,7 +144,7 @@ def main() -> None:
     parser.add_argument(
         "--model",
         default="default",
-        help="'default', 'qwen3', 'smollm2-dummy' (random weights of real shapes) or a path",
+        help="'default', 'qwen3', 'smollm2-dummy' (random weights of real shapes), 'tiny' or a path",
     )
     parser.add_argument("--batch-sizes", default="1,4,16,64")
     parser.add_argument("--prompt-len", type=int, default=32)
@@ -177,10 +184,10 @@ def main() -> None:
         for v in variants:
             rates[v].append(best[v])
         row = "  ".join(f"{label(*v)} {best[v]:9.1f}" for v in variants)
-        ratio = best[("overlap", False)] / best[("sync", False)]
-        if cuda:
-            ratio = best[("overlap", True)] / best[("sync", True)]
+        top, bottom = (("overlap", True), ("sync", True)) if cuda else (("overlap", False), ("sync", False))
+        ratio = best[top] / best[bottom]
         print(f"batch {batch:3d} tok/s: {row}  overlap/sync {ratio:.3f}")
+        print(f"FIGURE {label(*top)} / {label(*bottom)}, {args.model} b{batch}: {ratio:.3f} ({best[top]:.1f} tok/s)")
     print()
     pairs = [(("overlap", False), ("sync", False), "overlap+eager / sync+eager")]
     if cuda:

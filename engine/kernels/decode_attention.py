@@ -14,6 +14,8 @@ of context in eager decode).
 
 Both matrix products take their operands in the cache dtype (fp16/bf16
 tensor cores) and accumulate in fp32; the softmax runs in fp32, in base 2.
+A float32 cache's products are full fp32 (``input_precision="ieee"``), not
+TF32, so they match the CPU's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import functools
 import torch
 import triton
 import triton.language as tl
+
+from agentgate.engine.kernels import dot_precision
 
 BLOCK_N = 64  # keys per inner tile
 MAX_SPLITS = 64  # bounds the merge kernel's [splits, head_dim] tile
@@ -53,6 +57,7 @@ def _decode_split_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_kv_heads, num_splits)``.
 
@@ -99,13 +104,13 @@ def _decode_split_kernel(
         k = tl.load(k_cache_ptr + kv_off, mask=kv_mask, other=0.0)
         v = tl.load(v_cache_ptr + kv_off, mask=kv_mask, other=0.0)
 
-        qk = tl.dot(q, tl.trans(k)) * qk_scale
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
         qk = tl.where(key_mask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         p = tl.exp2(qk - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
@@ -226,6 +231,7 @@ def decode_attention(
         BLOCK_H=max(16, triton.next_power_of_2(num_heads // num_kv_heads)),
         BLOCK_N=block_n,
         BLOCK_D=block_d,
+        DOT_PRECISION=dot_precision(k_cache.dtype),
     )
     _decode_merge_kernel[(num_seqs, num_heads)](
         part_out,

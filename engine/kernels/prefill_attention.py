@@ -8,6 +8,8 @@ step's own keys and values).
 
 Both matrix products take their operands in the cache dtype (fp16/bf16
 tensor cores) and accumulate in fp32; the softmax runs in fp32, in base 2.
+A float32 cache's products are full fp32 (``input_precision="ieee"``), not
+TF32, so they match the CPU's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from agentgate.engine.kernels import dot_precision
 
 BLOCK_M = 128  # rows (query token x head of a GQA group) per program
 BLOCK_N = 64  # keys per inner tile
@@ -49,6 +53,7 @@ def _prefill_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     """Grid ``(cdiv(max_query_len, BLOCK_Q), num_seqs, num_kv_heads)``.
 
@@ -101,14 +106,14 @@ def _prefill_kernel(
         k = tl.load(k_cache_ptr + kv_off, mask=kv_mask, other=0.0)
         v = tl.load(v_cache_ptr + kv_off, mask=kv_mask, other=0.0)
 
-        qk = tl.dot(q, tl.trans(k)) * qk_scale
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
         qk = tl.where(pos[None, :] <= q_pos[:, None], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw nothing yet
         p = tl.exp2(qk - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
@@ -166,6 +171,7 @@ def prefill_attention(
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        DOT_PRECISION=dot_precision(k_cache.dtype),
         num_warps=NUM_WARPS,
     )
     return out

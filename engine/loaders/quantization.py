@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from typing import TYPE_CHECKING
 
-import gguf
 import numpy as np
 import torch
 from torch import Tensor
@@ -28,8 +28,10 @@ from agentgate.engine.config import QUANTIZATIONS
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.layers.quant_linear import kernels_work
 from agentgate.engine.layers.quantized import GROUP_SIZE, QuantizedWeight, quantize_int4, quantize_int8
-from agentgate.engine.loaders import gguf_blocks
 from agentgate.engine.models.config import ModelConfig
+
+if TYPE_CHECKING:
+    import gguf
 
 log = logging.getLogger("agentgate.engine")
 
@@ -61,6 +63,8 @@ def is_quantizable(hf_name: str, tied: bool) -> bool:
 
 def from_gguf(raw: np.ndarray, qtype: gguf.GGMLQuantizationType, rows: int, mode: str) -> QuantizedWeight | None:
     """The file's blocks kept as they are when ``mode`` allows, else None."""
+    from agentgate.engine.loaders import gguf_blocks  # imports `gguf`: only where a GGUF file is read
+
     if mode == "none" or qtype not in gguf_blocks.INT4_TYPES:
         return None
     if mode in _BITS and gguf_blocks.CODE_BITS[qtype] > _BITS[mode]:

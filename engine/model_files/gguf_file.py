@@ -4,7 +4,9 @@ the tokenizer (and the gateway) can read GGUF metadata too.
 The header is parsed here rather than by `gguf.GGUFReader`: the reader builds
 a numpy view per metadata string, which costs ~2 s on the default model's
 98k-entry vocabulary and merges (this parser: ~0.1 s). Tensor types, sizes
-and dequantization come from the `gguf` package.
+and dequantization come from the `gguf` package, imported only where a file
+is read: the engine runs dummy and safetensors weights without it (the lent
+GPU machine has no `gguf`).
 """
 
 from __future__ import annotations
@@ -13,27 +15,37 @@ import math
 import mmap
 import struct
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
 import numpy as np
 
 from agentgate.engine.errors import ModelLoadError
 
-_SCALARS: dict[int, str] = {
-    gguf.GGUFValueType.UINT8: "<B",
-    gguf.GGUFValueType.INT8: "<b",
-    gguf.GGUFValueType.UINT16: "<H",
-    gguf.GGUFValueType.INT16: "<h",
-    gguf.GGUFValueType.UINT32: "<I",
-    gguf.GGUFValueType.INT32: "<i",
-    gguf.GGUFValueType.UINT64: "<Q",
-    gguf.GGUFValueType.INT64: "<q",
-    gguf.GGUFValueType.FLOAT32: "<f",
-    gguf.GGUFValueType.FLOAT64: "<d",
-    gguf.GGUFValueType.BOOL: "<?",
-}
+if TYPE_CHECKING:
+    import gguf
+
+
+@cache
+def _scalar_formats() -> dict[int, str]:
+    """struct formats of the metadata's scalar value types."""
+    import gguf
+
+    types = gguf.GGUFValueType
+    return {
+        types.UINT8: "<B",
+        types.INT8: "<b",
+        types.UINT16: "<H",
+        types.INT16: "<h",
+        types.UINT32: "<I",
+        types.INT32: "<i",
+        types.UINT64: "<Q",
+        types.INT64: "<q",
+        types.FLOAT32: "<f",
+        types.FLOAT64: "<d",
+        types.BOOL: "<?",
+    }
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,8 @@ class GGUFFile:
 
     def dequantize(self, name: str) -> np.ndarray:
         """One tensor as float32 in numpy order."""
+        import gguf
+
         info = self.tensors[name]
         raw = self.raw(name).reshape(*info.shape[:-1], -1)
         try:
@@ -94,7 +108,10 @@ class _Cursor:
     """Sequential little-endian reads with bounds checks."""
 
     def __init__(self, buffer: mmap.mmap) -> None:
+        import gguf
+
         self.buffer, self.pos = buffer, 0
+        self.types, self.formats = gguf.GGUFValueType, _scalar_formats()
 
     def scalar(self, fmt: str) -> Any:
         size = struct.calcsize(fmt)
@@ -114,17 +131,17 @@ class _Cursor:
         return text
 
     def value(self, vtype: int) -> Any:
-        if vtype in _SCALARS:
-            return self.scalar(_SCALARS[vtype])
-        if vtype == gguf.GGUFValueType.STRING:
+        if vtype in self.formats:
+            return self.scalar(self.formats[vtype])
+        if vtype == self.types.STRING:
             return self.string()
-        if vtype != gguf.GGUFValueType.ARRAY:
+        if vtype != self.types.ARRAY:
             raise ValueError(f"unknown metadata value type {vtype}")
         item_type, count = self.scalar("<I"), self.scalar("<Q")
         if count > len(self.buffer) - self.pos:  # every item takes at least a byte
             raise ValueError(f"array of {count} items runs past the end of the file")
-        if item_type in _SCALARS and item_type != gguf.GGUFValueType.BOOL:
-            dtype = np.dtype(_SCALARS[item_type])
+        if item_type in self.formats and item_type != self.types.BOOL:
+            dtype = np.dtype(self.formats[item_type])
             items = np.frombuffer(self.buffer, dtype=dtype, count=count, offset=self.pos)
             self.pos += items.nbytes
             return items.tolist()
@@ -132,6 +149,8 @@ class _Cursor:
 
 
 def _parse(path: Path, buffer: mmap.mmap) -> GGUFFile:
+    import gguf
+
     cur = _Cursor(buffer)
     if cur.scalar("<I") != gguf.GGUF_MAGIC:
         raise ValueError("bad magic number")

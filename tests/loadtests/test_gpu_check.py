@@ -2,17 +2,22 @@
 and its failure paths (a failing step, a timed-out step, a step out of
 budget, GPU steps without a GPU) all end in one summary and a non-zero exit.
 The GPU steps themselves are replaced by stubs (GPU_CHECK_STEPS), except in
-the last test, which runs the real step list on this GPU-less machine."""
+the tests of the real step list: on this GPU-less machine as it is, and, with
+the lent machine's package set simulated, its failed environment step and
+its CPU smoke (GPU_CHECK_SMOKE=1: every step on a tiny model)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from agentgate.loadtests import lent_image
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -122,3 +127,68 @@ def test_the_real_steps_on_a_machine_without_a_gpu(checkout, tmp_path):
     assert table and set(table.values()) == {"skipped: no CUDA device"}
     assert "no CUDA device: the GPU steps are skipped" in result.stdout
     assert f"agentgate.engine from {REPO}" in result.stdout
+
+
+# -- the lent machine's package set, simulated (loadtests/lent_image.py) -----------------------
+
+
+@pytest.fixture(scope="module")
+def lent_python(tmp_path_factory) -> dict[str, str]:
+    """Interpreters that see only the lent image's packages: ``bare`` as the image is, ``carried``
+    with the wheels gpu_check.sh carries there (here: this machine's own copies of them)."""
+    root = tmp_path_factory.mktemp("lent-image")
+    return {
+        "bare": str(lent_image.simulate(root / "bare")),
+        "carried": str(lent_image.simulate(root / "carried", with_carried=True)),
+    }
+
+
+def test_the_simulated_image_lacks_what_the_lent_machine_lacks(lent_python):
+    probe = "import importlib.util as u; print(*(u.find_spec(m) is not None for m in {}))"
+    wanted = ("torch", "triton", "pytest", "xdist", "uvicorn", "mcp", "gguf", "zmq", "msgspec", "agentgate")
+    for image, msgspec in (("bare", "False"), ("carried", "True")):
+        found = subprocess.run(
+            [lent_python[image], "-c", probe.format(wanted)], capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert found == ["True"] * 4 + ["False"] * 4 + [msgspec, "False"], image
+
+
+def test_dummy_weights_load_without_gguf():
+    """gguf is imported only where a GGUF file is read (the lent image has none)."""
+    script = (
+        "import sys; from agentgate.engine.loaders import load_model; "
+        f"load_model({str(REPO / 'loadtests/configs/tiny-llama')!r}, load_format='dummy'); "
+        "print('gguf' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.split()[-1] == "False"
+
+
+def test_without_the_carried_wheel_the_gpu_steps_are_skipped_naming_the_cause(checkout, tmp_path, lent_python):
+    # The smoke mode would run every step on this CPU: only the failed environment step stops them.
+    result = run_check(checkout, tmp_path, None, PYTHON=lent_python["bare"], GPU_CHECK_SMOKE="1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    table = summary(result)
+    assert table.pop("environment") == "failed (exit 2)"
+    assert table and set(table.values()) == {"skipped: the environment step failed"}
+    assert "MISSING modules: msgspec" in result.stdout and "gpu_wheels.sh" in result.stdout
+
+
+@pytest.mark.slow
+def test_every_default_step_runs_on_the_cpu_on_the_lent_image(tmp_path, lent_python):
+    """gpu_check.sh's own step list (GPU_CHECK_SMOKE=1: a tiny model, the GPU tests collected
+    and skipped), run with the lent image's packages: an import the image cannot serve, or an API
+    change in a benchmark, fails here rather than on the first lent GPU."""
+    result = run_check(REPO, tmp_path, None, PYTHON=lent_python["carried"], GPU_CHECK_SMOKE="1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = summary(result)
+    assert table == dict.fromkeys(("environment", "gpu-tests", "runner-tiny", "kernels-tiny", "attention"), "ok")
+    # The GPU tests were all collected (any import error fails the step) and skipped here.
+    collected = (tmp_path / "out" / "gpu-tests.log").read_text()
+    assert int(re.search(r"(\d+) skipped", collected).group(1)) > 50 and "error" not in collected
+    figures = result.stdout.split("figures:", 1)[1]
+    for figure in ("tiny b1: ", "tiny b2: ", "(geomean ", "kernels per layer, tiny: ", "kernels per decode step"):
+        assert figure in figures, figure
+    attention = re.findall(r"^  (rotary\+kv_write|decode|prefill) .* max \|diff\| (\S+)$", figures, re.M)
+    assert sorted({kind for kind, _ in attention}) == ["decode", "prefill", "rotary+kv_write"]
+    assert all(float(diff) < 1e-2 for _, diff in attention), attention  # the kernels agree with the references
