@@ -39,6 +39,7 @@ from agentgate.gateway.metrics import Metrics
 from agentgate.gateway.programs.tags import reply_tools
 from agentgate.gateway.schemas import AssistantMessage, PromptTokensDetails, Usage
 from agentgate.gateway.tracing import current_span
+from agentgate.gateway.vllm_metrics import FinishedChoice
 
 
 class Generation:
@@ -191,6 +192,7 @@ class Generation:
             sum(c.num_tokens for c in self.choices),
             reasons,
             time.monotonic() - self.arrival,
+            [FinishedChoice(len(c.prompt_ids), c.num_tokens, c.timings) for c in self.choices],
         )
 
     def _trace_end(self, reply: AssistantMessage | None, usage: Usage, reasons: list[str | None]) -> None:
