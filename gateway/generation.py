@@ -38,6 +38,7 @@ from agentgate.gateway.job import Job
 from agentgate.gateway.lease import Lease
 from agentgate.gateway.observation.metrics import Metrics
 from agentgate.gateway.observation.tracing import current_span
+from agentgate.gateway.observation.vllm_metrics import FinishedChoice
 from agentgate.gateway.programs.tags import reply_tools
 
 
@@ -191,6 +192,7 @@ class Generation:
             sum(c.num_tokens for c in self.choices),
             reasons,
             time.monotonic() - self.arrival,
+            [FinishedChoice(len(c.prompt_ids), c.num_tokens, c.timings) for c in self.choices],
         )
 
     def _trace_end(self, reply: AssistantMessage | None, usage: Usage, reasons: list[str | None]) -> None:

@@ -5,9 +5,12 @@
     python -m agentgate.loadtests --mode open --rate 2 --duration 30             # Poisson arrivals, 2 conversations/s
     python -m agentgate.loadtests --abort-every 5 --abort-fraction 0.3           # abort storms (client disconnects)
     python -m agentgate.loadtests --pause-at 20:5:keep                           # pause at 20 s for 5 s, then resume
+    python -m agentgate.loadtests --save-result --metric-percentiles 50,90,99   # also vLLM bench's result JSON
 
 Writes ``report.json``, ``latency_cdf.png`` and ``throughput.png`` to
-``--out`` (default ``loadtests/out/<time>``) and prints a summary table. The
+``--out`` (default ``loadtests/out/<time>``) and prints a summary table; with
+``--save-result``, also the JSON ``vllm bench serve --save-result`` writes
+(:mod:`loadtests.vllm_bench`: its keys, names and percentiles). The
 workload is described in :mod:`loadtests.workload`, the figures in
 :mod:`loadtests.metrics`, the run in :mod:`loadtests.driver`.
 """
@@ -27,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentgate.loadtests import report as reporting
+from agentgate.loadtests import vllm_bench
 from agentgate.loadtests.driver import Pause, RunConfig, Runner, RunState
 from agentgate.loadtests.metrics import SLO, percentile, summarize
 from agentgate.loadtests.server import machine_busy_seconds, start_server, tree_cpu_seconds
@@ -129,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--profile", action="store_true", help="cProfile the load generator into profile.txt")
     out.add_argument("--metrics-interval", type=float, default=2.0, help="seconds between /metrics scrapes")
     out.add_argument("--timeout", type=float, default=600.0, help="seconds per request (connect/read/write)")
+    bench = p.add_argument_group("vLLM bench's result JSON (loadtests/vllm_bench.py)")
+    bench.add_argument("--save-result", action="store_true", help="write it to --out, named as vLLM bench names it")
+    bench.add_argument("--result-filename", default=None, help="its file name instead")
+    bench.add_argument(
+        "--percentile-metrics", default=",".join(vllm_bench.DEFAULT_PERCENTILE_METRICS), help="of ttft,tpot,itl,e2el"
+    )
+    bench.add_argument("--metric-percentiles", default="99", help='comma-separated, e.g. "50,90,99"')
     return p
 
 
@@ -298,6 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             (out / "profile.txt").write_text(stream.getvalue())
             profiler.dump_stats(out / "profile.pstats")
             report["profile"] = str(out / "profile.txt")
+        if args.save_result:
+            report["vllm_bench_result"] = str(save_vllm_bench(args, records, end, config, out))
         plots = [] if args.no_plots else reporting.plot(report, records, state.samples, out)
         report["plots"] = [str(p) for p in plots]
         path = reporting.write_json(report, records, out)
@@ -308,6 +322,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
+
+
+def save_vllm_bench(args: argparse.Namespace, records: list, duration: float, config: RunConfig, out: Path) -> Path:
+    """vLLM bench's result JSON of this run (the model as the server's /v1/models names it first)."""
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    models = httpx.get(f"{config.url}/v1/models", headers=headers, timeout=30).json()["data"]
+    metrics = [m for m in args.percentile_metrics.split(",") if m]
+    unknown = set(metrics) - set(vllm_bench.METRICS)
+    if unknown:
+        raise SystemExit(f"--percentile-metrics: unknown {sorted(unknown)}; known: {', '.join(vllm_bench.METRICS)}")
+    result = vllm_bench.result_json(
+        records,
+        duration,
+        config.slo,
+        model_id=models[0]["id"],
+        request_rate=args.rate if args.mode == "open" else None,
+        max_concurrency=args.max_concurrency if args.mode == "open" else args.agents,
+        percentile_metrics=metrics,
+        percentiles=[float(p) for p in args.metric_percentiles.split(",") if p],
+    )
+    return vllm_bench.save(result, out, args.result_filename)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ Latencies are measured by the client, per request:
 - ITL: the gaps between consecutive content tokens (each SSE chunk of the
   gateway carries one token; chunks that arrive in one network read share
   one timestamp, so their gaps are 0, which is what the client saw);
-- TPOT: (last token - first token) / (tokens - 1), per request;
-- end-to-end: from sending to the end of the stream.
+- TPOT: (end-to-end - TTFT) / (output tokens - 1), per request with two tokens or more, as
+  vLLM bench computes it (``loadtests.vllm_bench``: its names, figures and result JSON);
+- end-to-end (vLLM bench's E2EL): from sending to the end of the stream.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ class RequestRecord:
 
     @property
     def tpot(self) -> float | None:
-        times = self.token_times
-        if len(times) < 2:
+        """vLLM bench's time per output token after the first; None below two tokens."""
+        if self.ttft is None or self.completion_tokens < 2:
             return None
-        return (times[-1] - times[0]) / (len(times) - 1)
+        return (self.e2e - self.ttft) / (self.completion_tokens - 1)
 
     def itls(self) -> list[float]:
         times = self.token_times

@@ -83,7 +83,7 @@ def latency_table(report: dict[str, Any]) -> Table:
         ("TTFT", "ttft", "s"),
         ("ITL", "itl", "ms"),
         ("TPOT", "tpot", "ms"),
-        ("end-to-end", "e2e", "s"),
+        ("E2EL", "e2e", "s"),
     ):
         d = lat[key]
         table.add_row(name, *(_fmt(d[q], unit) for q in ("p50", "p90", "p99", "mean", "max")))
@@ -181,7 +181,7 @@ def plot(
         "TTFT (s)": [r.ttft for r in ok if r.ttft is not None],
         "ITL (ms)": [g * 1000 for r in ok for g in r.itls()],
         "TPOT (ms)": [t * 1000 for r in ok if (t := r.tpot) is not None],
-        "end-to-end (s)": [r.e2e for r in ok],
+        "E2EL (s)": [r.e2e for r in ok],
     }
     slo = report["summary"]["goodput"]["slo"]
     for ax, (name, values) in zip(axes.flat, series.items()):

@@ -203,6 +203,30 @@ class RetentionStats(msgspec.Struct, array_like=True):
     tool_gap_seconds_sum: float = 0.0
 
 
+# vLLM's buckets for its KV residency histograms (``vllm/v1/metrics/loggers.py``), in seconds.
+KV_RESIDENCY_BUCKETS: tuple[float, ...] = tuple(
+    float(b) for b in "0.001 0.002 0.005 0.01 0.02 0.05 0.1 0.2 0.5 1 2 5 10 20 30 60 120 300 600 1200 1800".split()
+)
+
+
+class HistogramCounts(msgspec.Struct, array_like=True):
+    """Observations since start: how many fell in each bucket of `KV_RESIDENCY_BUCKETS` (each
+    bucket's own, not cumulative; one more for above the last bound) and their sum."""
+
+    counts: list[int]
+    total: float = 0.0
+
+
+class KvResidencyStats(msgspec.Struct, array_like=True):
+    """vLLM's KV residency figures, observed when a block is taken for new content (its last
+    life ends): seconds from its allocation (``lifetime``) and from its last access
+    (``idle_before_evict``), and the gaps between its last accesses (prefix-cache hits)."""
+
+    lifetime: HistogramCounts
+    idle_before_evict: HistogramCounts
+    reuse_gap: HistogramCounts
+
+
 class SchedulerStats(msgspec.Struct, array_like=True):
     num_running: int
     num_waiting: int
@@ -220,6 +244,7 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     retention: RetentionStats | None = None
     # Replies a grammar's budget closed (a value or call the model did not finish: ended as length).
     num_budget_closed: int = 0
+    kv_residency: KvResidencyStats | None = None
 
 
 class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):

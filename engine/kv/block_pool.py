@@ -1,10 +1,17 @@
 """The pool of fixed-size KV blocks: reference counts, an LRU of free blocks,
-and the map from block hash to the cached block that holds it."""
+the map from block hash to the cached block that holds it, and how long blocks
+keep their content (vLLM's KV residency histograms)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import bisect
+import time
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+
+from agentgate.engine.front.protocol import KV_RESIDENCY_BUCKETS, HistogramCounts, KvResidencyStats
+
+REUSE_HISTORY = 4  # accesses a block remembers for its reuse gaps, as vLLM's ring buffer
 
 
 class Block:
@@ -12,7 +19,7 @@ class Block:
     block's contents are registered in the prefix cache. ``pins``: how many of
     its references are retention pins (engine.retention), not requests."""
 
-    __slots__ = ("block_id", "ref_count", "block_hash", "token_ids", "pins")
+    __slots__ = ("block_id", "ref_count", "block_hash", "token_ids", "pins", "born", "accesses")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
@@ -20,6 +27,38 @@ class Block:
         self.pins = 0
         self.block_hash: int | None = None
         self.token_ids: tuple[int, ...] | None = None
+        self.born: float | None = None  # when it was last allocated (None: never)
+        self.accesses: deque[float] = deque(maxlen=REUSE_HISTORY)  # its prefix-cache hits since
+
+
+class Residency:
+    """vLLM's KV residency histograms (``vllm:kv_block_*``), every block observed (vLLM samples
+    a share, ``--kv-cache-metrics-sample``): when a block is taken for new content, its last life
+    ends: seconds since its allocation, since its last access (allocation or hit), and between
+    its last hits."""
+
+    def __init__(self) -> None:
+        self._histograms = [HistogramCounts([0] * (len(KV_RESIDENCY_BUCKETS) + 1)) for _ in range(3)]
+
+    def life_ended(self, block: Block, now: float) -> None:
+        if block.born is None:
+            return
+        lifetime, idle, reuse = self._histograms
+        last = block.accesses[-1] if block.accesses else block.born
+        _observe(lifetime, now - block.born)
+        _observe(idle, now - last)
+        history = list(block.accesses)
+        for earlier, later in zip(history, history[1:], strict=False):
+            _observe(reuse, later - earlier)
+
+    def stats(self) -> KvResidencyStats:
+        lifetime, idle, reuse = (HistogramCounts(list(h.counts), h.total) for h in self._histograms)
+        return KvResidencyStats(lifetime, idle, reuse)
+
+
+def _observe(histogram: HistogramCounts, seconds: float) -> None:
+    histogram.counts[bisect.bisect_left(KV_RESIDENCY_BUCKETS, seconds)] += 1  # le: a bound holds its equal
+    histogram.total += seconds
 
 
 class BlockPool:
@@ -35,6 +74,7 @@ class BlockPool:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self._free: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
         self._cached: dict[int, Block] = {}
+        self.residency = Residency()
 
     @property
     def num_free_blocks(self) -> int:
@@ -51,10 +91,14 @@ class BlockPool:
         if count > len(self._free):
             return None
         taken = []
+        now = time.monotonic()
         for _ in range(count):
             _, block = self._free.popitem(last=False)
+            self.residency.life_ended(block, now)
             self._evict(block)
             block.ref_count = 1
+            block.born = now
+            block.accesses.clear()
             taken.append(block)
         return taken
 
@@ -70,6 +114,7 @@ class BlockPool:
         if block.ref_count == 0:
             del self._free[block.block_id]
         block.ref_count += 1
+        block.accesses.append(time.monotonic())
 
     def register(self, block: Block, block_hash: int, token_ids: Sequence[int]) -> None:
         """Record a full block's content so later requests can hit it. A hash

@@ -136,6 +136,7 @@ class Scheduler:
             num_draft_tokens=self.speculator.num_drafted_tokens if self.speculator else 0,
             num_accepted_tokens=self.speculator.num_accepted_tokens if self.speculator else 0,
             retention=self.retention.stats(),
+            kv_residency=self.kv.pool.residency.stats(),
         )
 
     # -- one step -----------------------------------------------------------

@@ -148,6 +148,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
                 lambda: registry.num_requests,
                 lambda: admission.waiting,
                 lambda: pool.num_live,
+                info.max_model_len,
             )
             state = GatewayState(
                 settings=settings,

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from agentgate.engine.front.protocol import SchedulerStats
 from agentgate.gateway.observation.retention_metrics import retention_metrics
-from agentgate.gateway.observation.vllm_metrics import FINISHED_REASON, EngineStats, VllmMetrics
+from agentgate.gateway.observation.vllm_metrics import FINISHED_REASON, EngineStats, FinishedChoice, VllmMetrics
 
 if TYPE_CHECKING:
     from agentgate.gateway.admission.rate_limits import RateLimiter
@@ -200,11 +200,13 @@ class Metrics:
         in_flight: Callable[[], int],
         waiting: Callable[[], int],
         engines_alive: Callable[[], int],
+        max_model_len: int,
     ) -> None:
         """Publish the engines' stats (each engine's address and its last stats) and gateway
-        state read through these callables; vLLM's series are labelled ``model_name``."""
+        state read through these callables; vLLM's series are labelled ``model_name`` (its token
+        histograms' buckets end at ``max_model_len``)."""
         self.registry.register(_EngineCollector(lambda: [s for _, s in engines()], in_flight, waiting, engines_alive))
-        self.vllm.watch(model_name, engines)
+        self.vllm.watch(model_name, engines, max_model_len)
 
     def first_token(self, engine: str, seconds: float, queue_time: float | None = None) -> None:
         """A request's time to first token on ``engine`` (its address), and the seconds it
@@ -226,11 +228,18 @@ class Metrics:
             vllm.observe(gap)
 
     def request_ended(
-        self, engine: str, prompt_tokens: int, generated: int, reasons: list[str | None], seconds: float
+        self,
+        engine: str,
+        prompt_tokens: int,
+        generated: int,
+        reasons: list[str | None],
+        seconds: float,
+        choices: list[FinishedChoice],
     ) -> None:
         """A request on ``engine`` (its address) ended: its prompt and generated tokens, each
-        choice's finish reason (None: the client went away) and its end-to-end seconds. vLLM
-        counts each of n choices as a request of its own (it runs them as n requests)."""
+        choice's finish reason (None: the client went away) and its end-to-end seconds, and each
+        choice's figures for vLLM's per-request histograms. vLLM counts each of n choices as a
+        request of its own (it runs them as n requests)."""
         self.prompt_tokens.inc(prompt_tokens)
         self.generation_tokens.inc(generated)
         self.engine_generation_tokens.labels(engine).inc(generated)
@@ -243,6 +252,16 @@ class Metrics:
             self._finish(reason)
             vllm.success.labels(*labels, FINISHED_REASON.get(reason, reason)).inc()
             e2e.observe(seconds)
+        tokens, phases = vllm.request_tokens, vllm.phases
+        for choice in choices:  # vLLM's per-request histograms: an engine request each
+            if tokens:
+                tokens["prompt"].labels(*labels).observe(choice.prompt_tokens)
+                tokens["generation"].labels(*labels).observe(choice.generation_tokens)
+            if choice.timings is not None:  # the engine's own durations; a phase never reached took none
+                prefill, decode = choice.timings.prefill or 0.0, choice.timings.decode or 0.0
+                phases["prefill"].labels(*labels).observe(prefill)
+                phases["decode"].labels(*labels).observe(decode)
+                phases["inference"].labels(*labels).observe(prefill + decode)
 
     def watch_shared_state(self, shared: SharedState, limiter: RateLimiter | None) -> None:
         """Publish Redis's health and the rate limiter's refusals."""

@@ -8,6 +8,12 @@ buckets and labels (``vllm/v1/metrics/loggers.py``): every series carries
 index; here the engine's address, as agentgate's per-engine series have it),
 and ``vllm:request_success_total`` adds ``finished_reason``.
 
+The engine's side of a request's time (queued, prefill, decode: the durations each
+finished engine request reports) and its token counts fill vLLM's per-request
+histograms; the engines' block pools fill the KV residency histograms, which vLLM
+serves only with ``--kv-cache-metrics`` and from a sample of blocks, and
+agentgate always, from every block.
+
 Which process serves them: the gateway. The engine process speaks ZMQ only and
 has no HTTP /metrics; the gateway reads the engines' scheduler stats when
 /metrics is scraped (running, waiting, KV usage, prefix cache: the engines'
@@ -19,12 +25,14 @@ token counts as its requests run (this replica's requests only).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-from agentgate.engine.front.protocol import SchedulerStats
+from agentgate.engine.front.protocol import KV_RESIDENCY_BUCKETS, HistogramCounts, RequestTimings, SchedulerStats
 
 EngineStats = Callable[[], list[tuple[str, SchedulerStats | None]]]
 
@@ -45,6 +53,47 @@ REQUEST_LATENCY_BUCKETS = tuple(
     float(b) for b in "0.3 0.5 0.8 1 1.5 2 2.5 5 10 15 20 30 40 50 60 120 240 480 960 1920 7680".split()
 )
 
+
+def build_1_2_5_buckets(max_value: int) -> tuple[float, ...]:
+    """vLLM's token-count buckets: 1, 2, 5, 10, 20, 50... up to ``max_value`` (the engine's
+    max_model_len), as its ``build_1_2_5_buckets``."""
+    buckets, scale = [], 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > max_value:
+                return tuple(float(b) for b in buckets)
+            buckets.append(mantissa * scale)
+        scale *= 10
+
+
+class FinishedChoice(NamedTuple):
+    """One finished engine request (a choice), as vLLM's per-request histograms count it: its
+    prompt and generated tokens and the engine's timings (None: its end was never reported)."""
+
+    prompt_tokens: int
+    generation_tokens: int
+    timings: RequestTimings | None
+
+
+# vLLM's KV residency histograms: (name, help, the field of an engine's KvResidencyStats).
+_RESIDENCY_SERIES = (
+    (
+        "vllm:kv_block_lifetime_seconds",
+        "Histogram of KV cache block lifetime from allocation to eviction. Every block (vLLM samples).",
+        "lifetime",
+    ),
+    (
+        "vllm:kv_block_idle_before_evict_seconds",
+        "Histogram of idle time before KV cache block eviction. Every block (vLLM samples).",
+        "idle_before_evict",
+    ),
+    (
+        "vllm:kv_block_reuse_gap_seconds",
+        "Histogram of time gaps between consecutive KV cache block accesses. Only the most recent "
+        "accesses are recorded (ring buffer). Every block (vLLM samples).",
+        "reuse_gap",
+    ),
+)
 
 # vLLM's scheduler series: (name, family, help, the field of an engine's SchedulerStats).
 _SCHEDULER_SERIES: tuple[tuple[str, type[GaugeMetricFamily | CounterMetricFamily], str, str], ...] = (
@@ -85,6 +134,23 @@ class _SchedulerSeries(Collector):
             for address, stats in known:
                 metric.add_metric([self._model, address], getattr(stats, field))
             yield metric
+        for name, doc, field in _RESIDENCY_SERIES:
+            histogram = HistogramMetricFamily(name, doc, labels=LABELS)
+            for address, stats in known:
+                if stats.kv_residency is not None:
+                    counts: HistogramCounts = getattr(stats.kv_residency, field)
+                    histogram.add_metric([self._model, address], _cumulative(counts), counts.total)
+            yield histogram
+
+
+def _cumulative(histogram: HistogramCounts) -> list[tuple[str, float]]:
+    """Prometheus's buckets (``le``, observations up to it) from each bucket's own count."""
+    bounds = [*(floatToGoString(b) for b in KV_RESIDENCY_BUCKETS), "+Inf"]
+    running, buckets = 0, []
+    for bound, count in zip(bounds, histogram.counts, strict=True):
+        running += count
+        buckets.append((bound, running))
+    return buckets
 
 
 class VllmMetrics:
@@ -132,8 +198,27 @@ class VllmMetrics:
             (*LABELS, "finished_reason"),
             registry=r,
         )
+        phases = {
+            "inference": "Histogram of time spent in RUNNING phase for request.",
+            "prefill": "Histogram of time spent in PREFILL phase for request.",
+            "decode": "Histogram of time spent in DECODE phase for request.",
+        }
+        self.phases = {
+            phase: Histogram(
+                f"vllm:request_{phase}_time_seconds", doc, LABELS, buckets=REQUEST_LATENCY_BUCKETS, registry=r
+            )
+            for phase, doc in phases.items()
+        }
+        self.request_tokens: dict[str, Histogram] = {}  # by :meth:`watch`: their buckets end at max_model_len
 
-    def watch(self, model_name: str, engines: EngineStats) -> None:
-        """Label every series with ``model_name``; publish the engines' scheduler series."""
+    def watch(self, model_name: str, engines: EngineStats, max_model_len: int) -> None:
+        """Label every series with ``model_name``; publish the engines' scheduler series; the
+        per-request token histograms get vLLM's buckets up to ``max_model_len``."""
         self.model_name = model_name
         self._registry.register(_SchedulerSeries(model_name, engines))
+        buckets = build_1_2_5_buckets(max_model_len)
+        for kind in ("prompt", "generation"):
+            doc = f"Number of {'prefill' if kind == 'prompt' else 'generation'} tokens processed."
+            self.request_tokens[kind] = Histogram(
+                f"vllm:request_{kind}_tokens", doc, LABELS, buckets=buckets, registry=self._registry
+            )

@@ -1,11 +1,14 @@
 """An engine the tests start remembers its measurements under the tests' throwaway XDG_CACHE_HOME
 (tests/conftest.py), and writes nothing into a home: `agentgate engine --remeasure` on the default
-model, with HOME an empty directory, and the real home's cache compared before and after."""
+model, with HOME an empty directory, and the real home's cache compared before and after. What the
+crossover came to is a timing (taken beside the other worker's load) or this CPU's lack of a bf16
+matmul, so the test checks the rule instead: the engine's copies follow the crossover it wrote."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -34,10 +37,24 @@ def test_an_engine_started_by_the_tests_writes_its_cache_under_xdg_cache_home_on
         wait_for(lambda: "ready on" in engine.log(), timeout=180, message="the engine to load")
     finally:
         engine.stop()
-    assert "dense bf16 from" in engine.log() and "MiB of dense copies" in engine.log()
     entries = json.loads(cache.read_text())
-    kinds = {key.split("|")[0] for key, entry in entries.items() if entry["measured_at"] >= started}
+    fresh = {key: entry for key, entry in entries.items() if entry["measured_at"] >= started}
+    kinds = {key.split("|")[0] for key in fresh}
+    # The rule, whatever this machine and the other worker's load made of the crossover: the engine
+    # did what the crossover it wrote says. None written: dense cannot run here (float32 activations
+    # where the CPU has no bf16 matmul), nothing measured; None measured: dense never faster; a row count.
+    crossovers = [entry["value"] for key, entry in fresh.items() if key.startswith("crossover|")]
+    copies: set[str] = set()  # no dense copy: no prompt-row verdict to make
+    if not crossovers:
+        assert re.search(r"quantized matmuls at every batch size \((?!measured)", engine.log()), engine.log()
+    elif crossovers == [None]:
+        assert "quantized matmuls at every batch size (measured" in engine.log()
+        assert "dense bf16 never faster" in engine.log() and "MiB of dense copies" not in engine.log()
+    else:
+        [crossover] = crossovers
+        assert f"dense bf16 from {crossover} (measured" in engine.log() and "MiB of dense copies" in engine.log()
+        copies = {f"prompt rows {CHECK_REVISION}"}
     # Written by this engine (--remeasure rewrote them): the decode rows' verdicts are --speculative auto's.
-    assert kinds == {"crossover", f"prompt rows {CHECK_REVISION}", "decode rows<=28"}
+    assert kinds == {*(["crossover"] if crossovers else []), "decode rows<=28", *copies}
     assert list(home.iterdir()) == []
     assert listing(Path.home() / ".cache" / "agentgate") == real_home_cache

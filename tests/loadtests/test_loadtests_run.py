@@ -4,8 +4,12 @@ abort storm (client disconnects) and a pause, open loop with server-side aborts.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from tests.support.http import engine_idle, wait_for
 from tests.support.servers import ADMIN_KEY, REPO
@@ -64,8 +68,21 @@ def test_closed_loop_with_an_abort_storm_and_a_pause(loadtest_server, tmp_path):
 def test_open_loop_with_server_side_aborts(loadtest_server, tmp_path):
     # Formatted by hand: each flag beside its value, as on a command line.
     report = _run(loadtest_server, tmp_path, "--mode", "open", "--rate", "8", "--turns", "2", "--duration", "3",
-                  "--reply-tokens", "6", "--abort-every", "1", "--abort-via", "server", "--no-plots")  # fmt: skip
+                  "--reply-tokens", "6", "--abort-every", "1", "--abort-via", "server", "--no-plots",
+                  "--save-result", "--metric-percentiles", "50,90,99")  # fmt: skip
     s = report["summary"]
+    # vLLM bench's result JSON, under its file name: its keys, from the same requests.
+    saved = Path(report["vllm_bench_result"])
+    assert saved.parent == tmp_path and re.fullmatch(
+        r"agentgate-8\.0qps-concurrency256-.+-\d{8}-\d{6}\.json", saved.name
+    )
+    bench = json.loads(saved.read_text())
+    assert bench["completed"] == s["requests"]["ok"] and bench["request_rate"] == 8.0
+    assert bench["total_output_tokens"] == s["throughput"]["output_tokens"]
+    for name in ("ttft", "tpot", "itl"):
+        assert {f"{k}_{name}_ms" for k in ("mean", "median", "std", "p50", "p90", "p99")} <= set(bench), name
+    assert bench["p50_ttft_ms"] == pytest.approx(1000 * s["latency_s"]["ttft"]["p50"])
+    assert "mean_e2el_ms" not in bench  # not asked for (vLLM bench's default: ttft,tpot,itl)
     assert report["config"]["mode"] == "open" and report["run"]["conversations"] >= 10
     assert s["requests"]["ok"] >= 10 and s["requests"]["errors"] == 0
     assert not [e for e in report["events"] if e["kind"] == "abort_failed"]

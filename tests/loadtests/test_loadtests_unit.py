@@ -7,6 +7,7 @@ import json
 import pytest
 
 from agentgate.agents import prometheus
+from agentgate.loadtests import vllm_bench
 from agentgate.loadtests.metrics import SLO, RequestRecord, percentile, summarize, token_rate_series
 from agentgate.loadtests.workload import Arrivals, Conversation, WorkloadConfig, system_prompt
 
@@ -93,6 +94,45 @@ def test_summary_percentiles_throughput_and_goodput():
     assert s["latency_s"]["itl"]["count"] == 36
     series = token_rate_series(records, end=8.0)
     assert sum(v for _, v in series) == 44  # every token, aborted ones too
+
+
+def test_vllm_bench_figures_match_its_arithmetic():
+    """vLLM bench's keys and numbers (vllm/benchmarks/serve.py: numpy's mean, median, population std and
+    linear percentiles, in ms), checked against numpy, its own arithmetic."""
+    np = pytest.importorskip("numpy")
+    records = [
+        _record(0.5, [0.125] * 7),  # binary fractions: token times fall in the 1 s buckets exactly
+        _record(1.0, [0.25] * 3),
+        _record(3.0, [0.25] * 3, start=1.0),
+        _record(0.25, [], start=2.0),  # one token: no TPOT, no ITL, TPOT 0 for goodput
+        _record(0.1, [0.1] * 3, status="aborted"),
+    ]
+    ok = records[:4]
+    slo = SLO(ttft=2.0, tpot=0.15)
+    result = vllm_bench.result_json(
+        records, 8.0, slo, model_id="org/model", request_rate=None, max_concurrency=4,
+        percentile_metrics=("ttft", "tpot", "itl", "e2el"), percentiles=(50, 99, 99.9), date="20260101-000000",
+    )  # fmt: skip
+    assert result["completed"] == 4 and result["failed"] == 1 and result["num_prompts"] == 5
+    assert result["total_output_tokens"] == 8 + 4 + 4 + 1 and result["output_throughput"] == pytest.approx(17 / 8)
+    assert result["request_throughput"] == pytest.approx(4 / 8)
+    # Good: TTFT <= 2 s and TPOT <= 150 ms: the first (125 ms) and the one-token request.
+    assert result["request_goodput"] == pytest.approx(2 / 8)
+    ttft = np.array([r.ttft for r in ok]) * 1000
+    tpot = np.array([0.125, 0.25, 0.25]) * 1000  # (E2EL - TTFT) / (tokens - 1)
+    itl = np.array([0.125] * 7 + [0.25] * 6) * 1000
+    e2el = np.array([r.e2e for r in ok]) * 1000
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
+        assert result[f"mean_{name}_ms"] == pytest.approx(np.mean(values)), name
+        assert result[f"median_{name}_ms"] == pytest.approx(np.median(values)), name
+        assert result[f"std_{name}_ms"] == pytest.approx(np.std(values)), name
+        for p, key in ((50, "p50"), (99, "p99"), (99.9, "p99.9")):
+            assert result[f"{key}_{name}_ms"] == pytest.approx(np.percentile(values, p)), (name, key)
+    # Second 1 holds the first request's last 4 tokens and the second's 4; three requests were active in it.
+    assert result["max_output_tokens_per_s"] == 8 and result["max_concurrent_requests"] == 3
+    setup = ("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "request_rate", "burstiness")
+    assert {*setup, "max_concurrency", "duration", "total_input_tokens", "total_token_throughput"} <= set(result)
+    assert result["request_rate"] == "inf"
 
 
 def test_prometheus_reading():

@@ -2,7 +2,9 @@
 the null-runner server: the numbers under load, their arithmetic in the
 browser, the plots moving while a load runs, the KV-retention panel after an
 agent program's turns, pause and resume and abort through their
-confirmations, a wrong key, and phone width."""
+confirmations, a wrong key, and phone width; and on the default model's
+server with no keys, where the page asks for no key and its plots fill after
+one request."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.support.browser import assert_accessible, setting, shoot
+from tests.support.browser import assert_accessible, sample, setting, shoot
+from tests.support.fixtures import idle_around
 from tests.support.http import wait_for
 from tests.support.servers import ADMIN_KEY, USER_KEY
 
@@ -66,6 +69,9 @@ def latest(page: Page, plot: str) -> str:
 def number(text: str, name: str) -> float | None:
     found = re.search(rf"{name} ([\d.]+)", text)
     return float(found[1]) if found else None
+
+
+PLOTS = ("load", "kv", "prefix", "tps", "ttft", "itl")
 
 
 def dashboard_stats(server) -> dict:
@@ -274,7 +280,11 @@ def test_plots_move_under_load_and_pause_resume_abort_work(page: Page, pg):
 
 def test_a_wrong_admin_key_shows_no_numbers_and_the_page_is_accessible(new_page, pg):
     page = new_page()
-    open_dashboard(page, pg.url, USER_KEY)
+    page.goto(f"{pg.url}/dashboard")  # no key typed: the page polls, and this server refuses
+    expect(page.locator("#state")).to_have_text("enter the admin key")
+    expect(page.locator("#error")).to_have_text(re.compile(r"^This server asks for the admin key \(it answered 401: "))
+    expect(page.locator("#plot-load")).to_have_attribute("data-points", "0")
+    setting(page, "Admin key", USER_KEY)
     expect(page.locator("#state")).to_have_text("admin key rejected")
     expect(page.locator("#error")).to_contain_text("This key is not the admin key")
     expect(page.get_by_role("button", name="Pause")).to_be_disabled()
@@ -291,3 +301,43 @@ def test_a_wrong_admin_key_shows_no_numbers_and_the_page_is_accessible(new_page,
     assert width == [390, 390], f"the dashboard scrolls sideways at phone width: {width}"
     assert_accessible(phone)
     shoot(phone, "dashboard-phone", full_page=True)
+
+
+def test_on_the_default_server_with_no_keys_the_plots_fill_after_one_request(page: Page, model_server):
+    """As a new user finds it (issue 54): ``agentgate serve`` with no keys on loopback, the
+    dashboard opened, one chat request. The page polls without a key and never asks for one."""
+    with idle_around(model_server):
+        page.goto(f"{model_server.url}/dashboard")
+        expect(page.locator("#state")).to_have_text("serving")
+        expect(page.get_by_label("Admin key", exact=True)).to_have_value("")
+        expect(page.locator("#error")).to_have_text("")
+        expect(page.get_by_role("button", name="Pause")).to_be_enabled()
+        # The latency plots count only what happened since the page opened: nothing yet.
+        assert number(latest(page, "ttft"), "p50") is None
+        rates: list[float] = []
+        body = {"messages": [{"role": "user", "content": "Count to twenty."}], "max_tokens": 48, "ignore_eos": True}
+        request = threading.Thread(
+            target=lambda: rates.append(
+                httpx.post(f"{model_server.url}/v1/chat/completions", json=body, timeout=120).status_code
+            )
+        )
+        request.start()
+        seen_tps = sample(
+            lambda: number(latest(page, "tps"), "tok/s") or 0,
+            every=0.1,
+            until=lambda: not request.is_alive(),
+            timeout=120,
+        )
+        request.join()
+        assert rates == [200]
+        wait_for(lambda: number(latest(page, "ttft"), "p50") is not None, timeout=10, message="TTFT p50")
+        wait_for(lambda: number(latest(page, "itl"), "p50") is not None, timeout=10, message="ITL p50")
+        wait_for(
+            lambda: max(seen_tps) > 0 or (number(latest(page, "tps"), "tok/s") or 0) > 0, timeout=3, message="tok/s"
+        )
+        for plot in PLOTS:
+            assert int(page.locator(f"#plot-{plot}").get_attribute("data-points")) > 0, plot
+        assert (number(latest(page, "kv"), "KV used") is not None) and number(
+            latest(page, "load"), "running"
+        ) is not None
+        shoot(page, "dashboard-no-keys", full_page=True)

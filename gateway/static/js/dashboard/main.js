@@ -1,9 +1,10 @@
-// The operator dashboard: polls /dashboard/stats (admin key) every second,
-// plots the last minutes, lists the running requests, shows KV retention for
+// The operator dashboard: polls /dashboard/stats every second from the moment it
+// opens (a loopback server with no keys answers without one), asks for the admin
+// key only once the server refuses with 401/403 and says so, plots the last minutes, lists the running requests, shows KV retention for
 // agent programs, and pauses, resumes and aborts through the operator routes,
 // each after a confirmation.
 
-import { abortRequests, dashboardStats, pause, resume } from "../api.js";
+import { ApiError, abortRequests, dashboardStats, pause, resume } from "../api.js";
 import { ask } from "../dialog.js";
 import { operatorFailure, pauseModePicker } from "../operator.js";
 import { keepInput } from "../settings.js";
@@ -87,15 +88,14 @@ function drawRequests(requests, engines) {
   );
 }
 
+/** Whether a failed poll was the server asking for a key (401) or a different one (403). */
+function keyRefused(error) {
+  return error instanceof ApiError && (error.status === 401 || error.status === 403);
+}
+
 async function poll() {
   clearTimeout(timer);
   const c = connection();
-  if (!c.adminKey) {
-    showState("enter the admin key", "unknown");
-    setControls(false);
-    forget();
-    return;
-  }
   timer = setTimeout(poll, POLL_MS);
   if (polling || document.hidden) return;
   polling = true;
@@ -115,11 +115,18 @@ async function poll() {
     setControls(true);
   } catch (e) {
     if (connection().adminKey !== c.adminKey) return;
+    setControls(false);
+    forget();
+    if (!c.adminKey && keyRefused(e)) {
+      // This server has keys: nothing to show until one is typed (its change polls again).
+      clearTimeout(timer);
+      showState("enter the admin key", "unknown");
+      $("error").textContent = `This server asks for the admin key (it answered ${e.status}: ${e.message}). Enter it above.`;
+      return;
+    }
     const failure = operatorFailure(e);
     showState(failure.pill, "error");
     $("error").textContent = failure.message;
-    setControls(false);
-    forget();
   } finally {
     polling = false;
   }
