@@ -35,7 +35,6 @@ from agentgate.gateway.job import Job
 from agentgate.gateway.programs.tags import program_tag
 from agentgate.gateway.programs.turn_tokens import TurnStart, TurnTokens
 from agentgate.gateway.prompts import (
-    ToolPlan,
     chat_logprobs,
     chat_prompt_text,
     check_n,
@@ -45,6 +44,7 @@ from agentgate.gateway.prompts import (
     tool_plan,
 )
 from agentgate.gateway.served_model import ServedModel
+from agentgate.gateway.tools.plan import ToolPlan
 
 
 @dataclass(frozen=True, slots=True)

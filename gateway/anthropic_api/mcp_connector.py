@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentgate.gateway.api_types.response_items import error_text
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.mcp.client import McpEndpoint
 from agentgate.gateway.mcp.toolset import McpToolset, ServerTools, list_servers
-from agentgate.gateway.responses_api.mcp_items import error_text
 
 
 def _servers(mcp_servers: list[dict[str, Any]], host: McpHost) -> list[ServerTools]:

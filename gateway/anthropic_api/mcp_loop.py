@@ -15,8 +15,9 @@ import msgspec
 from agentgate.engine.errors import EngineError
 from agentgate.gateway.anthropic_api.mcp_connector import open_connector, result_block, use_block
 from agentgate.gateway.anthropic_api.translate import to_chat
-from agentgate.gateway.anthropic_api.types import Message, MessagesRequest
+from agentgate.gateway.api_types.anthropic import Message, MessagesRequest
 from agentgate.gateway.api_types.openai import ChatMessage, Usage
+from agentgate.gateway.api_types.response_items import round_messages
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
@@ -53,7 +54,7 @@ class ConnectorLoop:
         await close_reply(self.run)
 
     async def _next(self, items: list[dict[str, Any]]) -> None:
-        self.conversation += it.round_messages(items)
+        self.conversation += round_messages(items)
         earlier = self.usage
         self.run = await self.rounds.start_next(self.conversation, earlier.completion_tokens)
         self.earlier = earlier

@@ -37,9 +37,9 @@ from agentgate.gateway.api_types.openai import (
 from agentgate.gateway.errors import error_json
 from agentgate.gateway.events import ChoiceEvent, FinishedChoice
 from agentgate.gateway.formats.framing import DONE, sse
-from agentgate.gateway.prompts import ToolPlan
 from agentgate.gateway.replies import ReplyReader, recorded_reply, text_reply
 from agentgate.gateway.tools import Delta as ToolDelta
+from agentgate.gateway.tools.plan import ToolPlan
 
 _EMPTY_DELTA = Delta()
 

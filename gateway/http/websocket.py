@@ -42,6 +42,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agentgate.engine.errors import EngineError
 from agentgate.gateway.api_types.openai import decode_body
+from agentgate.gateway.api_types.responses import WebSocketCreate
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLargeError, error_parts
 from agentgate.gateway.formats.responses import Event
@@ -50,7 +51,6 @@ from agentgate.gateway.http.sse import close
 from agentgate.gateway.responses_api import tool_loop
 from agentgate.gateway.responses_api.store import StoredResponse
 from agentgate.gateway.responses_api.turn import Turn, start_turn
-from agentgate.gateway.responses_api.types import WebSocketCreate
 
 KEPT = 16  # responses a connection keeps for continuations
 INBOX_EVENTS = 8  # events that may wait behind the running turn

@@ -30,6 +30,9 @@ from typing import Any
 
 import anyio
 
+from agentgate.gateway.api_types.ids import new_id
+from agentgate.gateway.api_types.response_items import user_message_item
+from agentgate.gateway.api_types.responses import CompactedResponse, CompactRequest, InputTokensDetails, ResponseUsage
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
@@ -39,9 +42,8 @@ from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore
 from agentgate.gateway.responses_api.turn import need_store
-from agentgate.gateway.responses_api.types import CompactedResponse, CompactRequest, InputTokensDetails, ResponseUsage
 from agentgate.gateway.served_model import ServedModel
-from agentgate.gateway.translation import chat_request, new_id
+from agentgate.gateway.translation import chat_request
 
 SUMMARY_TOKENS = 512  # the summary's budget (the server's --max-tokens-cap still applies)
 MIN_SUMMARY_TOKENS = 64  # below this a summary says little: older turns are left out instead
@@ -139,7 +141,7 @@ def compacted(run: ChatRun, messages: list[dict[str, Any]], dropped: int = 0) ->
     gen = run.generation
     choice = gen.choices[0]
     parsed, _ = ReplyReader(run.plan).whole(choice.text, choice.finish_reason)
-    users = [it.user_message_item(m["content"]) for m in messages if m["role"] == "user"]
+    users = [user_message_item(m["content"]) for m in messages if m["role"] == "user"]
     usage = gen.usage
     summary = it.compaction_item((parsed.content or "").strip(), cut=choice.finish_reason == "length", dropped=dropped)
     return CompactedResponse(

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agentgate.gateway.api_types import response_items as it
 from agentgate.gateway.api_types.openai import PromptTokensDetails, Usage
 from agentgate.gateway.chat import ChatRun
 from agentgate.gateway.errors import BadRequestError
@@ -23,8 +24,7 @@ from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.mcp.calls import ToolCalls
 from agentgate.gateway.mcp.toolset import McpToolset, list_servers, resolve_servers
 from agentgate.gateway.replies import recorded_reply
-from agentgate.gateway.responses_api import items as it
-from agentgate.gateway.responses_api import mcp_items as mcp
+from agentgate.gateway.responses_api.mcp_items import approval_responses
 from agentgate.gateway.tools import ParsedOutput
 
 # (messages, tool_choice, max_tokens) -> the next reply's chat turn, started
@@ -76,17 +76,17 @@ class McpRounds:
         """Run the ``mcp_call`` item's call and write its output or error in it."""
         server = self.toolset.by_name[item["name"]]
         result = await self.calls.run(server.endpoint, item["name"], item["arguments"])
-        mcp.settle(item, result.output, result.error)
+        it.settle(item, result.output, result.error)
 
     async def approved(self, item: dict[str, Any]) -> dict[str, Any]:
         """The ``mcp_call`` item of an approved ``mcp_approval_request`` item, run."""
-        call = mcp.call_item(item["server_label"], item["name"], item["arguments"])
+        call = it.call_item(item["server_label"], item["name"], item["arguments"])
         call["approval_request_id"] = item["id"]
         if item["name"] in self.toolset.by_name:
             await self.run(call)
         else:
             message = f"the tool {item['name']!r} is not offered by this request's mcp tools"
-            mcp.settle(call, None, {"type": "mcp_protocol_error", "code": -32602, "message": message})
+            it.settle(call, None, {"type": "mcp_protocol_error", "code": -32602, "message": message})
         return call
 
     async def answer(
@@ -95,7 +95,7 @@ class McpRounds:
         """``conversation`` with the result of each call the input's ``mcp_approval_response`` items
         answer (run when approved; the model reads a refusal), after the call; their items open the
         output. 400 for an answer to no approval request of the chain or input."""
-        answers = mcp.approval_responses(input)
+        answers = approval_responses(input)
         if not answers:
             return conversation
         requests = {
@@ -114,11 +114,9 @@ class McpRounds:
             if approve:
                 call = await self.approved(request)
                 self.opening.append(call)
-                result = mcp.result_message(request_id, call["output"], call["error"])
+                result = it.result_message(request_id, call["output"], call["error"])
             else:
-                result = mcp.result_message(
-                    request_id, None, {"type": "denied", "message": "the user denied this call"}
-                )
+                result = it.result_message(request_id, None, {"type": "denied", "message": "the user denied this call"})
             at = next((k for k, m in enumerate(out) for c in m.get("tool_calls") or () if c["id"] == request_id), -1)
             at += 1
             while 0 < at < len(out) and out[at]["role"] == "tool":  # after the results of its sibling calls
@@ -155,7 +153,7 @@ def round_items(parsed: ParsedOutput, labels: dict[str, tuple[str, bool]], statu
         if server is None:
             items.append(it.function_call_item(call))
         elif server[1]:
-            items.append(mcp.approval_request_item(server[0], call.name, call.arguments))
+            items.append(it.approval_request_item(server[0], call.name, call.arguments))
         else:
-            items.append(mcp.call_item(server[0], call.name, call.arguments))
+            items.append(it.call_item(server[0], call.name, call.arguments))
     return items

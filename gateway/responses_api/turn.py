@@ -30,7 +30,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.api_types.openai import AssistantMessage, Usage
+from agentgate.gateway.api_types.response_items import output_items, round_messages
+from agentgate.gateway.api_types.responses import (
+    IncompleteDetails,
+    InputTokensDetails,
+    ResponseError,
+    ResponseObject,
+    ResponsesRequest,
+    ResponseUsage,
+    TextConfig,
+)
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
@@ -43,17 +54,8 @@ from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.mcp_rounds import McpRounds, added_usage, close_reply, open_toolset
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
-from agentgate.gateway.responses_api.types import (
-    IncompleteDetails,
-    InputTokensDetails,
-    ResponseError,
-    ResponseObject,
-    ResponsesRequest,
-    ResponseUsage,
-    TextConfig,
-)
 from agentgate.gateway.tools import ParsedOutput
-from agentgate.gateway.translation import chat_request, new_id
+from agentgate.gateway.translation import chat_request
 
 
 def need_store(store: ResponseStore | None, what: str) -> ResponseStore:
@@ -104,7 +106,7 @@ class Turn:
         else:
             response.status = "completed"
         item_status = "completed" if response.status == "completed" else "incomplete"
-        response.output = output if output is not None else it.output_items(parsed, item_status)
+        response.output = output if output is not None else output_items(parsed, item_status)
         response.usage = self.response_usage()
         response.completed_at = int(time.time()) if response.status == "completed" else None
         return response
@@ -131,7 +133,7 @@ class Turn:
         """The server ran the calls of the reply whose items are ``round_items`` (``output_len``: the
         response's output items so far): start the model's next reply, reply and results in its messages."""
         assert self.mcp is not None
-        self.history += it.round_messages(round_items)
+        self.history += round_messages(round_items)
         self.round_start = output_len
         earlier = self.usage()
         self.run = await self.mcp.start_next(self.history, earlier.completion_tokens)
@@ -142,7 +144,7 @@ class Turn:
         await close_reply(self.run)
 
     def stored(self) -> StoredResponse:
-        messages = self.history + it.round_messages(self.response.output[self.round_start :])
+        messages = self.history + round_messages(self.response.output[self.round_start :])
         return StoredResponse(
             owner=self.owner,
             response=self.response,

@@ -22,7 +22,8 @@ from starlette.routing import Route
 
 from agentgate.gateway.anthropic_api.mcp_loop import start_connector
 from agentgate.gateway.anthropic_api.translate import to_chat
-from agentgate.gateway.anthropic_api.types import CountTokensRequest, Message, MessagesRequest, TokenCount
+from agentgate.gateway.api_types.anthropic import CountTokensRequest, Message, MessagesRequest, TokenCount
+from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.api_types.openai import decode_body, encode
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
@@ -31,7 +32,6 @@ from agentgate.gateway.http.middleware import context_of, request_id_of
 from agentgate.gateway.http.sse import collect_or_raise, stream_generation, stream_rounds, until_disconnect
 from agentgate.gateway.prompts import chat_prompt
 from agentgate.gateway.replies import ReplyReader, recorded_reply
-from agentgate.gateway.translation import new_id
 
 JSON = "application/json"
 

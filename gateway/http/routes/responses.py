@@ -24,6 +24,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import Receive
 
 from agentgate.gateway.api_types.openai import decode_body, encode
+from agentgate.gateway.api_types.responses import CompactRequest, DeletedResponse, InputItemList, ResponsesRequest
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.formats.responses import sse_error_fields
@@ -35,7 +36,6 @@ from agentgate.gateway.responses_api import tool_loop
 from agentgate.gateway.responses_api.compact import compacted, conversation, start_compaction
 from agentgate.gateway.responses_api.store import RUNNING
 from agentgate.gateway.responses_api.turn import Turn, TurnStream, need_store, start_turn
-from agentgate.gateway.responses_api.types import CompactRequest, DeletedResponse, InputItemList, ResponsesRequest
 from agentgate.gateway.state.key_digests import key_digest
 
 JSON = "application/json"
