@@ -55,6 +55,37 @@ class ChatRun:
     plan: ToolPlan
 
 
+@dataclass(frozen=True, slots=True)
+class ChatCore:
+    """What starting a chat turn needs, as a route hands it below itself (never the whole
+    ``GatewayState``): the served model, the dispatcher and the programs' last turns."""
+
+    model: ServedModel
+    dispatcher: Dispatcher
+    turns: TurnTokens | None = None
+
+    async def start(
+        self,
+        request: ChatCompletionRequest,
+        *,
+        request_id: str,
+        arrival: float,
+        context: RequestContext,
+        budget_param: str | None = None,
+    ) -> ChatRun:
+        """:func:`start_chat` on these services."""
+        return await start_chat(
+            self.model,
+            self.dispatcher,
+            request,
+            turns=self.turns,
+            request_id=request_id,
+            arrival=arrival,
+            context=context,
+            budget_param=budget_param,
+        )
+
+
 async def start_chat(
     model: ServedModel,
     dispatcher: Dispatcher,

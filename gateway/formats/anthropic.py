@@ -151,7 +151,7 @@ class MessagesStream:
         self.block = None
         return self._event("content_block_stop", index=self.index)
 
-    async def closing(self, usage: Usage) -> bytes:
+    def closing(self, usage: Usage) -> bytes:
         stop = self.matched_stop
         delta = {"stop_reason": stop_reason(self.finish_reason, stop), "stop_sequence": stop}
         u = message_usage(usage)

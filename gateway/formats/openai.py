@@ -65,7 +65,7 @@ class OpenAIStream:
     def usage_chunk(self, usage: Usage) -> bytes:
         raise NotImplementedError
 
-    async def closing(self, usage: Usage) -> bytes:
+    def closing(self, usage: Usage) -> bytes:
         return self.usage_chunk(usage) + DONE if self.include_usage else DONE
 
     def error(self, exc: BaseException) -> bytes:

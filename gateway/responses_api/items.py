@@ -130,7 +130,7 @@ def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     as in OpenAI's Responses API (the arguments of a call are then enforced by the grammar)."""
     out = []
     for i, tool in enumerate(tools or ()):
-        if tool.get("type") == "mcp":  # the server runs them (gateway.responses_api.tool_loop)
+        if tool.get("type") == "mcp":  # the server runs them (gateway.tool_loop)
             continue
         if tool.get("type") != "function":
             raise BadRequestError(

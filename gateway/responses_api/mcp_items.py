@@ -5,7 +5,8 @@ reads of them: :mod:`gateway.api_types.response_items`).
 A client that sends its output items back as input (instead of ``previous_response_id``)
 sends these too: ``mcp_list_tools`` is skipped, an ``mcp_call`` becomes the call and its
 result, an ``mcp_approval_request`` the call awaiting its answer, and an
-``mcp_approval_response`` is read by the tool loop (:mod:`gateway.tool_loop`).
+``mcp_approval_response`` answers its request (:func:`answer_approvals`: the call is run
+before the model's first reply, or its refusal read back).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from agentgate.gateway.api_types.response_items import result_message, tool_call
 from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.tool_loop.rounds import McpRounds
 
 MCP_INPUT_ITEMS = frozenset({"mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response"})
 
@@ -51,4 +53,40 @@ def approval_responses(input: str | list[dict[str, Any]] | None) -> dict[str, tu
             if not isinstance(approve, bool):
                 raise BadRequestError("`approve` must be a boolean", param=f"{param}.approve")
             out[request_id] = (approve, i)
+    return out
+
+
+async def answer_approvals(
+    rounds: McpRounds, input: Any, previous_output: list[dict[str, Any]], conversation: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``conversation`` with the result of each call the input's ``mcp_approval_response`` items
+    answer (run when approved; the model reads a refusal), after the call; their items open the
+    output. 400 for an answer to no approval request of the chain or input."""
+    answers = approval_responses(input)
+    if not answers:
+        return conversation
+    requests = {
+        item["id"]: item
+        for item in previous_output + [i for i in input if isinstance(i, dict)]
+        if item.get("type") == "mcp_approval_request"
+    }
+    out = list(conversation)
+    for request_id, (approve, index) in answers.items():
+        request = requests.get(request_id)
+        if request is None:
+            raise BadRequestError(
+                f"no mcp_approval_request with id {request_id!r} in this chain",
+                param=f"input[{index}].approval_request_id",
+            )
+        if approve:
+            call = await rounds.approved(request)
+            rounds.opening.append(call)
+            result = result_message(request_id, call["output"], call["error"])
+        else:
+            result = result_message(request_id, None, {"type": "denied", "message": "the user denied this call"})
+        at = next((k for k, m in enumerate(out) for c in m.get("tool_calls") or () if c["id"] == request_id), -1)
+        at += 1
+        while 0 < at < len(out) and out[at]["role"] == "tool":  # after the results of its sibling calls
+            at += 1
+        out.insert(at if at > 0 else len(out), result)
     return out

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from agentgate.gateway.anthropic_api.mcp_loop import start_connector
+from agentgate.gateway.anthropic_api.mcp_loop import collect_message, message_format, start_connector, stream_message
 from agentgate.gateway.anthropic_api.translate import to_chat
 from agentgate.gateway.api_types.anthropic import CountTokensRequest, Message, MessagesRequest, TokenCount
 from agentgate.gateway.api_types.ids import new_id
@@ -78,7 +78,8 @@ async def messages(request: Request) -> Response:
 async def _connector(request: Request, gw: GatewayState, body: MessagesRequest, arrival: float) -> Response:
     """A request with ``mcp_servers``: the server runs their tools (:mod:`gateway.anthropic_api.mcp_loop`)."""
     loop = await start_connector(
-        gw,
+        gw.chat,
+        gw.mcp,
         body,
         request_id=request_id_of(request.scope),
         arrival=arrival,
@@ -92,14 +93,14 @@ async def _connector(request: Request, gw: GatewayState, body: MessagesRequest, 
     message = Message(id=new_id("msg"), model=body.model)
     if body.stream:
         message.usage = message_usage(loop.run.generation.usage)
-        fmt = loop.format(message)
+        fmt = message_format(loop, message)
         prime = loop.run.plan.structured is not None
-        return stream_rounds(loop.run.generation, fmt, loop.stream(fmt), loop.close_round, prime=prime)
+        return stream_rounds(loop.run.generation, stream_message(loop, fmt), loop.close_round, prime=prime)
 
     async def watched(step: Callable[[], Awaitable[None]]) -> bool:
         return not await until_disconnect(request.receive, step)
 
-    if not await loop.collect(message, watched):
+    if not await collect_message(loop, message, watched):
         return Response(status_code=499)  # nobody is listening any more
     return Response(encode(message), media_type=JSON)
 
