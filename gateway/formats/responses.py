@@ -12,11 +12,12 @@ documented order::
 :class:`ResponseEvents` is the one core under both transports: it turns the
 reply pieces of a :class:`~gateway.replies.ReplyReader` (content and tool-call
 deltas; a new kind of piece closes the item before it) into event payloads.
-The turn (``gateway.responses_api.turn``) frames them as SSE (``event: <type>``
-+ ``data: <json>``); the WebSocket mode (:mod:`gateway.http.websocket`) sends
-each as one text message. Between the last item's closing events
-(:meth:`ResponseEvents.ending`) and the final one (:meth:`ResponseEvents.final`)
-the turn finishes and stores its response, so a client that reads
+The turn's events (``gateway.responses_api.turn_events``) go out as SSE
+(``event: <type>`` + ``data: <json>``, framed by the route) or, in the WebSocket mode
+(:mod:`gateway.http.websocket`), each as one text message. Between the last item's
+closing events (:meth:`ResponseEvents.ending`) and the final one
+(:meth:`ResponseEvents.final`) the route finishes and stores the response (never
+this format), so a client that reads
 ``response.completed`` can chain on it from any replica at once.
 
 An error after the start is an ``error`` event, then ``response.failed``. Its
