@@ -17,12 +17,12 @@ from agentgate.gateway.anthropic_api.mcp_connector import open_connector, result
 from agentgate.gateway.anthropic_api.translate import to_chat
 from agentgate.gateway.api_types.anthropic import Message, MessagesRequest
 from agentgate.gateway.api_types.openai import ChatMessage
+from agentgate.gateway.api_types.response_items import chat_tools
 from agentgate.gateway.chat import ChatCore, ChatRun
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.anthropic import MessagesStream, content_blocks, message_usage, stop_reason
 from agentgate.gateway.mcp import McpHost
-from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.tool_loop.loop import ToolLoop
 from agentgate.gateway.tool_loop.rounds import McpRounds, Watch, round_id
 from agentgate.gateway.tools import ParsedOutput
@@ -129,7 +129,7 @@ async def start_connector(
     with their tools."""
     toolset = await open_connector(body.mcp_servers or [], host)
     offered = toolset.offer({str(tool.get("name")) for tool in body.tools or ()})
-    base = to_chat(body, extra_tools=it.chat_tools(offered), **sampling)
+    base = to_chat(body, extra_tools=chat_tools(offered), **sampling)
     conversation = msgspec.to_builtins(base.messages)
 
     async def start(messages: list[dict[str, Any]], tool_choice: Any, max_tokens: int | None, reply_id: str) -> ChatRun:

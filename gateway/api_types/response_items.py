@@ -53,6 +53,12 @@ def output_items(parsed: ParsedOutput, status: str = "completed") -> list[dict[s
     return items + [function_call_item(call) for call in parsed.tool_calls]
 
 
+def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Function tools (as a response echoes them) in chat's shape."""
+    keys = ("name", "description", "parameters", "strict")
+    return [{"type": "function", "function": {k: t[k] for k in keys if t[k] is not None}} for t in tools] or None
+
+
 def call_item(server_label: str, name: str, arguments: str = "", status: str = "in_progress") -> dict[str, Any]:
     """An ``mcp_call`` item: a call of an MCP tool the server runs."""
     return {

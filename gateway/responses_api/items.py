@@ -150,12 +150,6 @@ def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     return out
 
 
-def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """Function tools (:func:`function_tools`) in chat's shape."""
-    keys = ("name", "description", "parameters", "strict")
-    return [{"type": "function", "function": {k: t[k] for k in keys if t[k] is not None}} for t in tools] or None
-
-
 def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
     if isinstance(choice, dict) and choice.get("type") == "function":
         return {"type": "function", "function": {"name": choice.get("name")}}

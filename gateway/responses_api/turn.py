@@ -33,7 +33,7 @@ from typing import Any
 
 from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.api_types.openai import AssistantMessage, Usage
-from agentgate.gateway.api_types.response_items import output_items, round_messages
+from agentgate.gateway.api_types.response_items import chat_tools, output_items, round_messages
 from agentgate.gateway.api_types.responses import (
     IncompleteDetails,
     InputTokensDetails,
@@ -225,7 +225,7 @@ async def start_turn(
         conversation: list[dict[str, Any]], tool_choice: Any, max_tokens: int | None, reply_id: str
     ) -> ChatRun:
         chat = chat_request(
-            system + conversation, tools=chat_tools, tool_choice=tool_choice, max_tokens=max_tokens, **options
+            system + conversation, tools=offered_tools, tool_choice=tool_choice, max_tokens=max_tokens, **options
         )
         return await core.start(
             chat, request_id=reply_id, arrival=arrival, context=context, budget_param="max_output_tokens"
@@ -238,9 +238,9 @@ async def start_turn(
         rounds = McpRounds(host, toolset, start, body.max_output_tokens, request_id)
         offered = rounds.toolset.offer({tool["name"] for tool in tools})
         conversation = await answer_approvals(rounds, body.input, previous_output, conversation)
-        chat_tools = it.chat_tools(tools + offered)
+        offered_tools = chat_tools(tools + offered)
     else:
-        chat_tools = it.chat_tools(tools)
+        offered_tools = chat_tools(tools)
     it.check_call_outputs(conversation)
     tool_choice = None if warmup else it.chat_tool_choice(body.tool_choice)  # a warm-up may not be forced
     run = await start(conversation, tool_choice, 1 if warmup else body.max_output_tokens, round_id(request_id, 0))

@@ -139,3 +139,17 @@ def test_the_check_sees_a_format_or_an_api_type_that_imports_up():
     arrows = _arrows_up_from_the_bottom(graph)
     assert "agentgate.gateway.formats.responses -> agentgate.gateway.responses_api.items" in arrows
     assert "agentgate.gateway.api_types.response_items -> agentgate.gateway.translation" in arrows
+
+
+def test_the_tool_loop_stands_under_both_apis_and_neither_api_reads_through_the_other():
+    """The one tool loop (gateway.tool_loop) is rendered by each API and imports neither; the
+    Responses and Messages API packages never reach each other."""
+    graph = _gateway_imports()
+    assert "agentgate.gateway.tool_loop.loop" in _reaches(graph, "agentgate.gateway.anthropic_api.mcp_loop")
+    for module in graph:
+        reached = _reaches(graph, module)
+        if module.startswith("agentgate.gateway.tool_loop"):
+            assert not any(m.startswith(API_PACKAGES) for m in reached), module
+        for mine, other in (API_PACKAGES, API_PACKAGES[::-1]):
+            if module.startswith(mine):
+                assert not any(m.startswith(other) for m in reached), module
