@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agentgate.gateway.chat import ChatCore
 from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.dispatch import Dispatcher
 from agentgate.gateway.engines.pool import EnginePool
@@ -30,8 +31,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class GatewayState:
-    """What the routes read. Generation routes hand :func:`~gateway.chat.start_chat` the model,
-    the dispatcher and the programs' last turns, never this whole record."""
+    """What the routes read. Generation routes hand what is below them the services they need
+    (:attr:`chat`: the model, the dispatcher and the programs' last turns; the MCP host; the
+    response store), never this whole record."""
 
     settings: Settings
     model: ServedModel
@@ -44,6 +46,11 @@ class GatewayState:
     responses: ResponseStore | None = None  # stored /v1/responses (None: no Redis)
     turn_tokens: TurnTokens | None = None  # programs' last turns as tokens; None: not kept
     mcp: McpHost = field(default_factory=lambda: McpHost.from_settings(Settings()))  # hosted MCP tools: none allowed
+
+    @property
+    def chat(self) -> ChatCore:
+        """What a route hands below itself to start chat turns."""
+        return ChatCore(self.model, self.dispatcher, self.turn_tokens)
 
     @property
     def pool(self) -> EnginePool:

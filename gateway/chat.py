@@ -35,7 +35,6 @@ from agentgate.gateway.job import Job
 from agentgate.gateway.programs.tags import program_tag
 from agentgate.gateway.programs.turn_tokens import TurnStart, TurnTokens
 from agentgate.gateway.prompts import (
-    ToolPlan,
     chat_logprobs,
     chat_prompt_text,
     check_n,
@@ -45,6 +44,7 @@ from agentgate.gateway.prompts import (
     tool_plan,
 )
 from agentgate.gateway.served_model import ServedModel
+from agentgate.gateway.tools.plan import ToolPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,37 @@ class ChatRun:
 
     generation: Generation
     plan: ToolPlan
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCore:
+    """What starting a chat turn needs, as a route hands it below itself (never the whole
+    ``GatewayState``): the served model, the dispatcher and the programs' last turns."""
+
+    model: ServedModel
+    dispatcher: Dispatcher
+    turns: TurnTokens | None = None
+
+    async def start(
+        self,
+        request: ChatCompletionRequest,
+        *,
+        request_id: str,
+        arrival: float,
+        context: RequestContext,
+        budget_param: str | None = None,
+    ) -> ChatRun:
+        """:func:`start_chat` on these services."""
+        return await start_chat(
+            self.model,
+            self.dispatcher,
+            request,
+            turns=self.turns,
+            request_id=request_id,
+            arrival=arrival,
+            context=context,
+            budget_param=budget_param,
+        )
 
 
 async def start_chat(

@@ -11,7 +11,6 @@ any) and what the engine enforces (:mod:`gateway.tools.constraints`).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 from agentgate.engine.sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutput
@@ -35,6 +34,7 @@ from agentgate.gateway.tools import (
     validate_tools,
 )
 from agentgate.gateway.tools.constraints import DEFAULT_MAX_FORCED_CALLS, parse_response_format, structured_output
+from agentgate.gateway.tools.plan import ToolPlan
 
 
 def chat_prompt(tokenizer: Tokenizer, request: ChatCompletionRequest) -> list[int]:
@@ -116,30 +116,6 @@ def render_messages(
         add_generation_prompt=add_generation_prompt,
         **(template_kwargs or {}),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class ToolPlan:
-    """How a chat request's reply is read and constrained.
-
-    ``parser``: the tool-call parser reading the reply (None: the reply is
-    plain content: no tools, or ``tool_choice`` none); ``max_calls``: 1 with
-    ``parallel_tool_calls: false``, the bound on forced parallel calls under
-    ``required``; ``structured``: what the engine enforces;
-    ``constraint_param``: the request field that constraint comes from;
-    ``forced``: the reply is nothing but the structure (a forced call, the JSON
-    of a response_format), so it must end whole within max_tokens (the engine
-    closes it in time: :mod:`engine.structured.structured_output`).
-    """
-
-    parser: type[StreamingToolParser] | None = None
-    max_calls: int | None = None
-    structured: StructuredOutput | None = None
-    constraint_param: str | None = None
-    forced: bool = False
-
-
-NO_TOOLS = ToolPlan()
 
 
 def tool_plan(

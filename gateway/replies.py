@@ -16,10 +16,10 @@ import dataclasses
 from typing import NamedTuple
 
 from agentgate.gateway.api_types.openai import AssistantMessage
-from agentgate.gateway.prompts import ToolPlan
 from agentgate.gateway.tools import Delta, ParsedOutput, accumulate, finish_reason
 from agentgate.gateway.tools.constraints import CALL_FORMATS
 from agentgate.gateway.tools.deltas import FunctionDelta, ToolCallDelta
+from agentgate.gateway.tools.plan import ToolPlan
 
 
 def text_reply(text: str) -> AssistantMessage:

@@ -1,21 +1,17 @@
 """What the APIs that translate onto the chat core share (the Responses API's items,
-the Anthropic Messages API's content blocks): the text of content parts, new object ids,
-and the chat request their messages become. Neither API reads through the other's modules.
+the Anthropic Messages API's content blocks): the text of content parts and the chat
+request their messages become (new object ids: ``gateway.api_types.ids``). Neither API
+reads through the other's modules.
 """
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import msgspec
 
 from agentgate.gateway.api_types.openai import ChatCompletionRequest, ChatMessage
 from agentgate.gateway.errors import BadRequestError
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(24)}"
 
 
 def text_of(content: Any, param: str, kinds: frozenset[str]) -> str:

@@ -6,7 +6,7 @@ A request's ``mcp_servers`` (``{"type": "url", "url", "name", "authorization_tok
 (:mod:`gateway.mcp.allowlist`: any other ``url`` is a 400 naming it); their tools are listed
 (a server that cannot list is a 400 naming it: the Messages API has no item to say so) and
 offered to the model. The server runs the model's calls of them
-(:class:`~gateway.responses_api.mcp_rounds.McpRounds`, whose ``mcp_call`` items are the
+(:mod:`gateway.tool_loop`, the same loop as the Responses API's, whose ``mcp_call`` items are the
 loop's record) and the reply holds each as an ``mcp_tool_use`` block and its
 ``mcp_tool_result`` block; the loop goes on until the model answers, calls a client tool, or
 ``--max-tool-rounds`` rounds ran. The connector has no approvals: every call runs.
@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentgate.gateway.api_types.response_items import error_text
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.mcp.client import McpEndpoint
 from agentgate.gateway.mcp.toolset import McpToolset, ServerTools, list_servers
-from agentgate.gateway.responses_api.mcp_items import error_text
 
 
 def _servers(mcp_servers: list[dict[str, Any]], host: McpHost) -> list[ServerTools]:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.api_types.openai import ChatCompletionRequest
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.translation import chat_request, new_id, text_of
+from agentgate.gateway.translation import chat_request, text_of
 
 TEXT_BLOCKS = frozenset({"text"})
 

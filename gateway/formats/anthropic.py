@@ -21,16 +21,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentgate.gateway.anthropic_api.types import AnthropicError, AnthropicErrorInfo, Message, MessageUsage
+from agentgate.gateway.api_types import response_items as it
+from agentgate.gateway.api_types.anthropic import AnthropicError, AnthropicErrorInfo, Message, MessageUsage
 from agentgate.gateway.api_types.openai import AssistantMessage, Usage
 from agentgate.gateway.errors import error_parts
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.framing import named_event
-from agentgate.gateway.prompts import ToolPlan
 from agentgate.gateway.replies import ReplyReader, recorded_reply
-from agentgate.gateway.responses_api import items as it
-from agentgate.gateway.responses_api import mcp_items as mcp
 from agentgate.gateway.tools import ParsedOutput, ToolCall
+from agentgate.gateway.tools.plan import ToolPlan
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -136,7 +135,7 @@ class MessagesStream:
         if label is None:
             self.items.append(it.function_call_item(ToolCall(call_id, name, "")))
             return {"type": "tool_use", "id": call_id, "name": name, "input": {}}
-        item = mcp.call_item(label, name)
+        item = it.call_item(label, name)
         self.items.append(item)
         return {"type": "mcp_tool_use", "id": item["id"], "name": name, "server_name": label, "input": {}}
 
@@ -152,7 +151,7 @@ class MessagesStream:
         self.block = None
         return self._event("content_block_stop", index=self.index)
 
-    async def closing(self, usage: Usage) -> bytes:
+    def closing(self, usage: Usage) -> bytes:
         stop = self.matched_stop
         delta = {"stop_reason": stop_reason(self.finish_reason, stop), "stop_sequence": stop}
         u = message_usage(usage)

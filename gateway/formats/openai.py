@@ -37,9 +37,9 @@ from agentgate.gateway.api_types.openai import (
 from agentgate.gateway.errors import error_json
 from agentgate.gateway.events import ChoiceEvent, FinishedChoice
 from agentgate.gateway.formats.framing import DONE, sse
-from agentgate.gateway.prompts import ToolPlan
 from agentgate.gateway.replies import ReplyReader, recorded_reply, text_reply
 from agentgate.gateway.tools import Delta as ToolDelta
+from agentgate.gateway.tools.plan import ToolPlan
 
 _EMPTY_DELTA = Delta()
 
@@ -65,7 +65,7 @@ class OpenAIStream:
     def usage_chunk(self, usage: Usage) -> bytes:
         raise NotImplementedError
 
-    async def closing(self, usage: Usage) -> bytes:
+    def closing(self, usage: Usage) -> bytes:
         return self.usage_chunk(usage) + DONE if self.include_usage else DONE
 
     def error(self, exc: BaseException) -> bytes:

@@ -12,11 +12,12 @@ documented order::
 :class:`ResponseEvents` is the one core under both transports: it turns the
 reply pieces of a :class:`~gateway.replies.ReplyReader` (content and tool-call
 deltas; a new kind of piece closes the item before it) into event payloads.
-The turn (``gateway.responses_api.turn``) frames them as SSE (``event: <type>``
-+ ``data: <json>``); the WebSocket mode (:mod:`gateway.http.websocket`) sends
-each as one text message. Between the last item's closing events
-(:meth:`ResponseEvents.ending`) and the final one (:meth:`ResponseEvents.final`)
-the turn finishes and stores its response, so a client that reads
+The turn's events (``gateway.responses_api.turn_events``) go out as SSE
+(``event: <type>`` + ``data: <json>``, framed by the route) or, in the WebSocket mode
+(:mod:`gateway.http.websocket`), each as one text message. Between the last item's
+closing events (:meth:`ResponseEvents.ending`) and the final one
+(:meth:`ResponseEvents.final`) the route finishes and stores the response (never
+this format), so a client that reads
 ``response.completed`` can chain on it from any replica at once.
 
 An error after the start is an ``error`` event, then ``response.failed``. Its
@@ -30,14 +31,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentgate.gateway.api_types import response_items as it
+from agentgate.gateway.api_types.responses import ResponseError, ResponseObject
 from agentgate.gateway.errors import ErrorInfo, error_parts
 from agentgate.gateway.events import ChoiceEvent
-from agentgate.gateway.prompts import ToolPlan
 from agentgate.gateway.replies import ReplyReader
-from agentgate.gateway.responses_api import items as it
-from agentgate.gateway.responses_api import mcp_items as mcp
-from agentgate.gateway.responses_api.types import ResponseError, ResponseObject
 from agentgate.gateway.tools import Delta, ParsedOutput, ToolCall, accumulate
+from agentgate.gateway.tools.plan import ToolPlan
 
 FINAL_EVENTS = {
     "completed": "response.completed",
@@ -152,9 +152,9 @@ class ResponseEvents:
         if approval:  # held until its arguments are whole: an approval request is one item, added and done
             out = self._close_item()
             self.output_index += 1
-            self.item, self.text = mcp.approval_request_item(label, call.name, ""), []
+            self.item, self.text = it.approval_request_item(label, call.name, ""), []
             return out
-        out = self._close_item() + [self._open(mcp.call_item(label, call.name))]
+        out = self._close_item() + [self._open(it.call_item(label, call.name))]
         return out + [self._item_event("response.mcp_call.in_progress")]
 
     def _item_event(self, kind: str, item: dict[str, Any] | None = None, index: int | None = None) -> Event:

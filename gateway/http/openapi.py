@@ -17,10 +17,10 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 
 from agentgate.gateway import package_version
-from agentgate.gateway.anthropic_api import types as a
+from agentgate.gateway.api_types import anthropic as a
 from agentgate.gateway.api_types import openai as s
+from agentgate.gateway.api_types import responses as r
 from agentgate.gateway.errors import ErrorBody
-from agentgate.gateway.responses_api import types as r
 
 Access = Literal["open", "user", "admin"]
 

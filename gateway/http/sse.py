@@ -104,7 +104,7 @@ class GenerationResponse(EventSourceResponse):
     def __init__(
         self,
         gen: Generation,
-        fmt: StreamFormat,
+        fmt: StreamFormat | None,
         body: AsyncIterable[bytes],
         data_sender: Callable[[], Awaitable[None]] | None = None,
         *,
@@ -115,7 +115,7 @@ class GenerationResponse(EventSourceResponse):
         self._generation = gen
         self._format = fmt
         self._prime = prime
-        self._on_close = on_close  # closes what runs instead (a response's tool loop: its round running)
+        self._on_close = on_close  # closes what runs instead (a tool loop: its round running); or fmt's reply
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gen = self._generation
@@ -139,23 +139,23 @@ class GenerationResponse(EventSourceResponse):
         finally:
             if self._on_close is not None:
                 await self._on_close()
-            else:
+            elif self._format is not None:
                 await gen.aclose()
                 close(gen, self._format.reply)
 
 
 def stream_rounds(
     first: Generation,
-    fmt: StreamFormat,
     body: AsyncIterable[bytes],
     on_close: Callable[[], Awaitable[None]],
     *,
     prime: bool = False,
 ) -> GenerationResponse:
-    """The SSE response of a streamed tool loop: generations one after another, ``body`` their
-    bytes (``prime``: the first one's, as :func:`stream_generation`), ``on_close`` closing the one
-    running however the response ends."""
-    return GenerationResponse(first, fmt, body, prime=prime, on_close=on_close)
+    """The SSE response of generations one after another (a tool loop's, or a stream that stores
+    its response before its last event), ``body`` their bytes, written by the route (``prime``:
+    the first one's, as :func:`stream_generation`), ``on_close`` closing the one running
+    however the response ends."""
+    return GenerationResponse(first, None, body, prime=prime, on_close=on_close)
 
 
 def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False) -> GenerationResponse:
@@ -183,7 +183,7 @@ def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False
                     for choice in gen.choices:
                         tasks.start_soon(gen.run_choice, lambda c=choice: run(c))
                 usage = gen.usage
-                tail = fmt.error(gen.error) if gen.error is not None else await fmt.closing(usage)
+                tail = fmt.error(gen.error) if gen.error is not None else fmt.closing(usage)
             finally:
                 close(gen, fmt.reply, usage)
             send.send_nowait(tail)
@@ -210,7 +210,7 @@ async def _single(gen: Generation, fmt: StreamFormat) -> AsyncIterator[bytes]:
             if data:
                 yield data
         usage = gen.usage
-        tail = await fmt.closing(usage)
+        tail = fmt.closing(usage)
     except EngineError as exc:
         tail = fmt.error(gen.record_error(exc))
     finally:

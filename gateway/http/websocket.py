@@ -40,17 +40,16 @@ import anyio
 import msgspec
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from agentgate.engine.errors import EngineError
 from agentgate.gateway.api_types.openai import decode_body
+from agentgate.gateway.api_types.responses import WebSocketCreate
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLargeError, error_parts
 from agentgate.gateway.formats.responses import Event
 from agentgate.gateway.http.middleware import request_context
 from agentgate.gateway.http.sse import close
-from agentgate.gateway.responses_api import tool_loop
 from agentgate.gateway.responses_api.store import StoredResponse
 from agentgate.gateway.responses_api.turn import Turn, start_turn
-from agentgate.gateway.responses_api.types import WebSocketCreate
+from agentgate.gateway.responses_api.turn_events import turn_events
 
 KEPT = 16  # responses a connection keeps for continuations
 INBOX_EVENTS = 8  # events that may wait behind the running turn
@@ -126,7 +125,8 @@ class Connection:
                 self.websocket.scope, keys=gw.keys, limiter=gw.limiter, sessions=gw.sessions
             )
             turn = await start_turn(
-                gw,
+                gw.chat,
+                gw.mcp,
                 gw.responses,
                 event,
                 request_id=uuid.uuid4().hex,
@@ -171,33 +171,12 @@ class Connection:
 
     async def _run(self, turn: Turn) -> None:
         """Stream the turn's events; the response is finished and stored before its last event."""
-        if turn.mcp is not None:  # the server runs its tools: rounds of generations (tool_loop)
-            try:
-                async for batch in tool_loop.stream(turn, error_fields):
-                    for event in batch:
-                        await self.send(event)
-            finally:
-                await turn.close_round()
-            return
-        gen = turn.run.generation
-        events = turn.events(error_fields)
         try:
-            try:
-                for opening in events.opening():
-                    await self.send(opening)
-                async for outputs in gen.events(0):
-                    for output in () if turn.warmup else outputs:
-                        for chunk in events.chunk(output):
-                            await self.send(chunk)
-                tail = await turn.closing_events(events)
-            except EngineError as exc:
-                tail = events.error(gen.record_error(exc))
-            finally:
-                close(gen, turn.reply)
-            for last in tail:
-                await self.send(last)
+            async for batch in turn_events(turn, error_fields):
+                for event in batch:
+                    await self.send(event)
         finally:
-            await gen.aclose()
+            await turn.close_round()
 
 
 async def responses_socket(websocket: WebSocket) -> None:

@@ -1,5 +1,5 @@
 """Hosted MCP tools: tools the gateway itself calls on MCP servers the operator allowed, for
-``mcp`` tools in ``POST /v1/responses`` (the loop: :mod:`gateway.responses_api.tool_loop`).
+``mcp`` tools in ``POST /v1/responses`` (the loop: :mod:`gateway.tool_loop`).
 
 - :mod:`~gateway.mcp.allowlist`: which servers a request may name (``--mcp-server``,
   ``--mcp-allow-url``); any other is a 400, so the gateway is no proxy into its network.

@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.mcp.allowlist import McpAllowlist, McpServer
 from agentgate.gateway.mcp.client import McpEndpoint, McpFailure
 from agentgate.gateway.mcp.tool_lists import ToolLists
-from agentgate.gateway.translation import new_id
 
 FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 REDACTED = "<redacted>"

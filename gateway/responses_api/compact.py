@@ -30,8 +30,10 @@ from typing import Any
 
 import anyio
 
-from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.chat import ChatRun, start_chat
+from agentgate.gateway.api_types.ids import new_id
+from agentgate.gateway.api_types.response_items import user_message_item
+from agentgate.gateway.api_types.responses import CompactedResponse, CompactRequest, InputTokensDetails, ResponseUsage
+from agentgate.gateway.chat import ChatCore, ChatRun
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.prompts import chat_prompt
@@ -39,9 +41,8 @@ from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore
 from agentgate.gateway.responses_api.turn import need_store
-from agentgate.gateway.responses_api.types import CompactedResponse, CompactRequest, InputTokensDetails, ResponseUsage
 from agentgate.gateway.served_model import ServedModel
-from agentgate.gateway.translation import chat_request, new_id
+from agentgate.gateway.translation import chat_request
 
 SUMMARY_TOKENS = 512  # the summary's budget (the server's --max-tokens-cap still applies)
 MIN_SUMMARY_TOKENS = 64  # below this a summary says little: older turns are left out instead
@@ -69,7 +70,7 @@ async def conversation(store: ResponseStore | None, body: CompactRequest, owner:
 
 
 async def start_compaction(
-    gw: GatewayState,
+    core: ChatCore,
     body: CompactRequest,
     messages: list[dict[str, Any]],
     *,
@@ -80,16 +81,14 @@ async def start_compaction(
     """Start the summary of ``messages`` (:func:`conversation`) on the chat core; with it, how
     many of the oldest messages it leaves out to fit the context (see the module doc)."""
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    dropped, budget = await anyio.to_thread.run_sync(fit_for_summary, gw.model, system, messages)
+    dropped, budget = await anyio.to_thread.run_sync(fit_for_summary, core.model, system, messages)
     chat = chat_request(
         _with_instruction(system + messages[dropped:]),
         model=body.model,
         max_tokens=budget,
         prompt_cache_key=body.prompt_cache_key,
     )
-    run = await start_chat(
-        gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=request_id, arrival=arrival, context=context
-    )
+    run = await core.start(chat, request_id=request_id, arrival=arrival, context=context)
     return run, dropped
 
 
@@ -139,7 +138,7 @@ def compacted(run: ChatRun, messages: list[dict[str, Any]], dropped: int = 0) ->
     gen = run.generation
     choice = gen.choices[0]
     parsed, _ = ReplyReader(run.plan).whole(choice.text, choice.finish_reason)
-    users = [it.user_message_item(m["content"]) for m in messages if m["role"] == "user"]
+    users = [user_message_item(m["content"]) for m in messages if m["role"] == "user"]
     usage = gen.usage
     summary = it.compaction_item((parsed.content or "").strip(), cut=choice.finish_reason == "length", dropped=dropped)
     return CompactedResponse(

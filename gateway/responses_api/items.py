@@ -4,9 +4,8 @@ In: ``input`` (a string, or items: messages with text parts, ``function_call``,
 ``function_call_output``, ``compaction``), ``instructions``, function ``tools``,
 ``tool_choice`` and ``text.format`` become a
 :class:`~gateway.api_types.openai.ChatCompletionRequest` (400s name the ``input[i]``
-field they are about). Out: a reply as the core parsed it becomes output
-items (an assistant ``message`` with ``output_text``, a ``function_call`` per
-call), and back into the chat message a later turn replays.
+field they are about). Out: the output items' shapes, and the messages a later
+turn replays of them, are :mod:`gateway.api_types.response_items`.
 
 A ``compaction`` item (what ``POST /v1/responses/compact`` returns) carries the
 summary of a conversation in ``encrypted_content``: opaque to clients, but not
@@ -23,10 +22,10 @@ from typing import Any
 
 import msgspec
 
+from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.responses_api.mcp_items import MCP_INPUT_ITEMS, input_item_messages, result_message, tool_call
-from agentgate.gateway.tools import ParsedOutput, ToolCall
-from agentgate.gateway.translation import new_id, text_of
+from agentgate.gateway.responses_api.mcp_items import MCP_INPUT_ITEMS, input_item_messages
+from agentgate.gateway.translation import text_of
 
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})  # the parts text_of reads in an input
 SKIPPED_ITEMS = frozenset({"reasoning"})  # nothing this model can read back
@@ -126,22 +125,12 @@ def compaction_summary(content: Any, param: str) -> str:
     return summary + CUT_SUMMARY_NOTE if payload.get("cut") is True else summary
 
 
-def user_message_item(text: str) -> dict[str, Any]:
-    return {
-        "id": new_id("msg"),
-        "type": "message",
-        "role": "user",
-        "status": "completed",
-        "content": [{"type": "input_text", "text": text}],
-    }
-
-
 def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """The request's function tools as the response echoes them: ``strict`` defaults to true,
     as in OpenAI's Responses API (the arguments of a call are then enforced by the grammar)."""
     out = []
     for i, tool in enumerate(tools or ()):
-        if tool.get("type") == "mcp":  # the server runs them (gateway.responses_api.tool_loop)
+        if tool.get("type") == "mcp":  # the server runs them (gateway.tool_loop)
             continue
         if tool.get("type") != "function":
             raise BadRequestError(
@@ -161,12 +150,6 @@ def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     return out
 
 
-def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """Function tools (:func:`function_tools`) in chat's shape."""
-    keys = ("name", "description", "parameters", "strict")
-    return [{"type": "function", "function": {k: t[k] for k in keys if t[k] is not None}} for t in tools] or None
-
-
 def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
     if isinstance(choice, dict) and choice.get("type") == "function":
         return {"type": "function", "function": {"name": choice.get("name")}}
@@ -183,58 +166,3 @@ def response_format(text_format: dict[str, Any] | None) -> dict[str, Any] | None
         return text_format
     spec = {k: text_format[k] for k in ("name", "schema", "strict", "description") if k in text_format}
     return {"type": "json_schema", "json_schema": spec}
-
-
-def message_item(text: str, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
-    return {
-        "id": item_id or new_id("msg"),
-        "type": "message",
-        "role": "assistant",
-        "status": status,
-        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
-    }
-
-
-def function_call_item(call: ToolCall, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
-    return {
-        "id": item_id or new_id("fc"),
-        "type": "function_call",
-        "status": status,
-        "call_id": call.id,
-        "name": call.name,
-        "arguments": call.arguments,
-    }
-
-
-def output_items(parsed: ParsedOutput, status: str = "completed") -> list[dict[str, Any]]:
-    items = [message_item(parsed.content, status)] if parsed.content else []
-    return items + [function_call_item(call) for call in parsed.tool_calls]
-
-
-def assistant_message(output: list[dict[str, Any]]) -> dict[str, Any]:
-    """The output items as the one assistant message a later turn replays."""
-    texts, calls = [], []
-    for item in output:
-        if item["type"] == "message":
-            texts.append("".join(part["text"] for part in item["content"]))
-        elif item["type"] == "function_call":
-            calls.append(tool_call(item["call_id"], item["name"], item["arguments"]))
-        elif item["type"] in ("mcp_call", "mcp_approval_request"):  # the server's calls: answered by item id
-            calls.append(tool_call(item["id"], item["name"], item["arguments"]))
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
-    if calls:
-        message["tool_calls"] = calls
-    return message
-
-
-def round_messages(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The output items of one reply of the model as the messages a later turn replays: the
-    assistant message, then the result of each MCP call the server ran (none if it has no items)."""
-    if not output:
-        return []
-    results = [
-        result_message(item["id"], item["output"], item["error"])
-        for item in output
-        if item["type"] == "mcp_call" and item["status"] in ("completed", "failed")
-    ]
-    return [assistant_message(output), *results]

@@ -1,68 +1,23 @@
 """The Responses API's MCP items (``mcp_list_tools``, ``mcp_call``, ``mcp_approval_request``,
-``mcp_approval_response``), in the shapes of the openai SDK's types, and what the model reads
-of them: a call is an assistant tool call, its output (or error) the tool's message.
+``mcp_approval_response``) read back from a request's input (their shapes, and what the model
+reads of them: :mod:`gateway.api_types.response_items`).
 
 A client that sends its output items back as input (instead of ``previous_response_id``)
 sends these too: ``mcp_list_tools`` is skipped, an ``mcp_call`` becomes the call and its
 result, an ``mcp_approval_request`` the call awaiting its answer, and an
-``mcp_approval_response`` is read by the tool loop (:mod:`gateway.responses_api.tool_loop`).
+``mcp_approval_response`` answers its request (:func:`answer_approvals`: the call is run
+before the model's first reply, or its refusal read back).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from agentgate.gateway.api_types.response_items import result_message, tool_call
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.translation import new_id
+from agentgate.gateway.tool_loop.rounds import McpRounds
 
 MCP_INPUT_ITEMS = frozenset({"mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response"})
-
-
-def call_item(server_label: str, name: str, arguments: str = "", status: str = "in_progress") -> dict[str, Any]:
-    return {
-        "id": new_id("mcp"),
-        "type": "mcp_call",
-        "status": status,
-        "server_label": server_label,
-        "name": name,
-        "arguments": arguments,
-        "output": None,
-        "error": None,
-    }
-
-
-def approval_request_item(server_label: str, name: str, arguments: str) -> dict[str, Any]:
-    return {
-        "id": new_id("mcpr"),
-        "type": "mcp_approval_request",
-        "server_label": server_label,
-        "name": name,
-        "arguments": arguments,
-    }
-
-
-def settle(item: dict[str, Any], output: str | None, error: dict[str, Any] | None) -> None:
-    """Write a run call's ``output`` or ``error`` into its ``mcp_call`` item."""
-    item.update(output=output, error=error, status="failed" if error is not None else "completed")
-
-
-def error_text(error: dict[str, Any], prefix: str = "Error: ") -> str:
-    """A call's error as the model reads it, in its tool message (after ``prefix``)."""
-    if error.get("type") == "mcp_tool_execution_error":
-        content = error.get("content") or []
-        texts = [part.get("text", "") for part in content if isinstance(part, dict)]
-        return prefix + ("\n".join(t for t in texts if t) or json.dumps(content))
-    return prefix + str(error.get("message") or error.get("type"))
-
-
-def result_message(call_id: str, output: str | None, error: dict[str, Any] | None) -> dict[str, Any]:
-    """The tool message the model reads for a call."""
-    return {"role": "tool", "tool_call_id": call_id, "content": output if error is None else error_text(error)}
-
-
-def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def _string(item: dict[str, Any], key: str, param: str) -> str:
@@ -98,4 +53,40 @@ def approval_responses(input: str | list[dict[str, Any]] | None) -> dict[str, tu
             if not isinstance(approve, bool):
                 raise BadRequestError("`approve` must be a boolean", param=f"{param}.approve")
             out[request_id] = (approve, i)
+    return out
+
+
+async def answer_approvals(
+    rounds: McpRounds, input: Any, previous_output: list[dict[str, Any]], conversation: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``conversation`` with the result of each call the input's ``mcp_approval_response`` items
+    answer (run when approved; the model reads a refusal), after the call; their items open the
+    output. 400 for an answer to no approval request of the chain or input."""
+    answers = approval_responses(input)
+    if not answers:
+        return conversation
+    requests = {
+        item["id"]: item
+        for item in previous_output + [i for i in input if isinstance(i, dict)]
+        if item.get("type") == "mcp_approval_request"
+    }
+    out = list(conversation)
+    for request_id, (approve, index) in answers.items():
+        request = requests.get(request_id)
+        if request is None:
+            raise BadRequestError(
+                f"no mcp_approval_request with id {request_id!r} in this chain",
+                param=f"input[{index}].approval_request_id",
+            )
+        if approve:
+            call = await rounds.approved(request)
+            rounds.opening.append(call)
+            result = result_message(request_id, call["output"], call["error"])
+        else:
+            result = result_message(request_id, None, {"type": "denied", "message": "the user denied this call"})
+        at = next((k for k, m in enumerate(out) for c in m.get("tool_calls") or () if c["id"] == request_id), -1)
+        at += 1
+        while 0 < at < len(out) and out[at]["role"] == "tool":  # after the results of its sibling calls
+            at += 1
+        out.insert(at if at > 0 else len(out), result)
     return out

@@ -36,8 +36,8 @@ from typing import Any
 import anyio
 import msgspec
 
+from agentgate.gateway.api_types.responses import ResponseError, ResponseObject
 from agentgate.gateway.errors import BadRequestError, NotFoundError
-from agentgate.gateway.responses_api.types import ResponseError, ResponseObject
 from agentgate.gateway.state.redis_state import RedisUnavailableError, SharedState
 
 log = logging.getLogger("agentgate.responses")

@@ -3,14 +3,15 @@ the request translated (:mod:`~gateway.responses_api.items`) and started with
 :func:`~gateway.chat.start_chat`, and the response object it ends as, stored
 for the next turn.
 
-    turn = await start_turn(gw, store, body, request_id=..., arrival=..., context=...)
+    turn = await start_turn(gw.chat, gw.mcp, store, body, request_id=..., arrival=..., context=...)
     ... run turn.run.generation (streamed, collected, or in the background) ...
     turn.finish(parsed, finish_reason)      # status, output items, usage
     await turn.save()
 
-Streamed, its events come from :class:`~gateway.formats.responses.ResponseEvents`;
-:meth:`Turn.closing_events` finishes and stores the response between the last
-item's events and the final one, and :class:`TurnStream` frames them as SSE.
+Streamed, its events come from :class:`~gateway.formats.responses.ResponseEvents`
+(:mod:`gateway.responses_api.turn_events`), and the response is finished and stored between
+the last item's events and the final one (:meth:`Turn.closing_events`). With ``mcp`` tools
+the server runs their calls in rounds (:attr:`Turn.loop`, :mod:`gateway.tool_loop`).
 
 The chain's engine (where the previous response ran) is the turn's affinity,
 so its prefix, already in that engine's cache, is not computed again.
@@ -30,20 +31,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.api_types.openai import AssistantMessage, Usage
-from agentgate.gateway.app_state import GatewayState
-from agentgate.gateway.chat import ChatRun, start_chat
-from agentgate.gateway.context import RequestContext
-from agentgate.gateway.errors import BadRequestError, GatewayError, ServiceUnavailableError, error_parts
-from agentgate.gateway.events import ChoiceEvent
-from agentgate.gateway.formats.framing import named_event
-from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEvents, sse_error_fields
-from agentgate.gateway.mcp.toolset import echoed
-from agentgate.gateway.replies import recorded_reply
-from agentgate.gateway.responses_api import items as it
-from agentgate.gateway.responses_api.mcp_rounds import McpRounds, added_usage, close_reply, open_toolset
-from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
-from agentgate.gateway.responses_api.types import (
+from agentgate.gateway.api_types.response_items import chat_tools, output_items, round_messages
+from agentgate.gateway.api_types.responses import (
     IncompleteDetails,
     InputTokensDetails,
     ResponseError,
@@ -52,8 +43,20 @@ from agentgate.gateway.responses_api.types import (
     ResponseUsage,
     TextConfig,
 )
+from agentgate.gateway.chat import ChatCore, ChatRun
+from agentgate.gateway.context import RequestContext
+from agentgate.gateway.errors import BadRequestError, GatewayError, ServiceUnavailableError, error_parts
+from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEvents, sse_error_fields
+from agentgate.gateway.mcp import McpHost
+from agentgate.gateway.mcp.toolset import echoed, list_servers, resolve_servers
+from agentgate.gateway.replies import recorded_reply
+from agentgate.gateway.responses_api import items as it
+from agentgate.gateway.responses_api.mcp_items import answer_approvals
+from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
+from agentgate.gateway.tool_loop.loop import ToolLoop
+from agentgate.gateway.tool_loop.rounds import McpRounds, close_reply, round_id
 from agentgate.gateway.tools import ParsedOutput
-from agentgate.gateway.translation import chat_request, new_id
+from agentgate.gateway.translation import chat_request
 
 
 def need_store(store: ResponseStore | None, what: str) -> ResponseStore:
@@ -69,16 +72,19 @@ def need_store(store: ResponseStore | None, what: str) -> ResponseStore:
 @dataclass
 class Turn:
     response: ResponseObject
-    run: ChatRun
+    started: ChatRun  # the model's first reply
     store: ResponseStore | None  # None: not stored (``store: false``, or no Redis)
     owner: str
     history: list[dict[str, Any]]  # the chain's messages and this input: what the next turn replays
     input_items: list[dict[str, Any]]
     program: str | None = None  # the chain's first response's id
     warmup: bool = False  # generate: false: the prompt is computed, nothing is output
-    mcp: McpRounds | None = None  # the server-run tool loop (mcp tools: gateway.responses_api.tool_loop)
-    round_start: int = 0  # the first output item of the model's reply running now (earlier ones: in history)
-    earlier: Usage | None = None  # the usage of the loop's earlier replies
+    loop: ToolLoop | None = None  # the server-run tool loop (mcp tools: gateway.tool_loop)
+
+    @property
+    def run(self) -> ChatRun:
+        """The model's reply running now (the tool loop's latest)."""
+        return self.loop.run if self.loop is not None else self.started
 
     @property
     def request_id(self) -> str:
@@ -104,7 +110,7 @@ class Turn:
         else:
             response.status = "completed"
         item_status = "completed" if response.status == "completed" else "incomplete"
-        response.output = output if output is not None else it.output_items(parsed, item_status)
+        response.output = output if output is not None else output_items(parsed, item_status)
         response.usage = self.response_usage()
         response.completed_at = int(time.time()) if response.status == "completed" else None
         return response
@@ -124,25 +130,15 @@ class Turn:
 
     def usage(self) -> Usage:
         """The response's usage so far: every reply of the model in it."""
-        usage = self.run.generation.usage
-        return usage if self.earlier is None else added_usage(self.earlier, usage)
-
-    async def next_round(self, round_items: list[dict[str, Any]], output_len: int) -> None:
-        """The server ran the calls of the reply whose items are ``round_items`` (``output_len``: the
-        response's output items so far): start the model's next reply, reply and results in its messages."""
-        assert self.mcp is not None
-        self.history += it.round_messages(round_items)
-        self.round_start = output_len
-        earlier = self.usage()
-        self.run = await self.mcp.start_next(self.history, earlier.completion_tokens)
-        self.earlier = earlier
+        return self.loop.usage if self.loop is not None else self.run.generation.usage
 
     async def close_round(self) -> None:
         """End the running reply's generation and close it (its lease, metrics, the program's turn)."""
         await close_reply(self.run)
 
     def stored(self) -> StoredResponse:
-        messages = self.history + it.round_messages(self.response.output[self.round_start :])
+        history, start = (self.loop.conversation, self.loop.round_start) if self.loop else (self.history, 0)
+        messages = history + round_messages(self.response.output[start:])
         return StoredResponse(
             owner=self.owner,
             response=self.response,
@@ -163,7 +159,8 @@ class Turn:
 
     def events(self, error_fields: ErrorFields = sse_error_fields) -> ResponseEvents:
         """The turn's stream of events (``error_fields``: the transport's error event)."""
-        return ResponseEvents(self.response, self.run.plan, error_fields, self.mcp.labels if self.mcp else None)
+        labels = self.loop.rounds.labels if self.loop is not None else None
+        return ResponseEvents(self.response, self.run.plan, error_fields, labels)
 
     async def closing_events(self, events: ResponseEvents) -> list[Event]:
         """The last item's closing events, then (the response finished and stored) the final event."""
@@ -176,37 +173,9 @@ class Turn:
         return out + events.final()
 
 
-class TurnStream:
-    """A turn's events as SSE (``event: <type>`` + ``data: <json>``): a
-    :class:`~gateway.formats.StreamFormat`."""
-
-    def __init__(self, turn: Turn) -> None:
-        self.turn = turn
-        self.events = turn.events()
-
-    @staticmethod
-    def sse(events: list[Event]) -> bytes:
-        """``events`` framed as SSE."""
-        return b"".join(named_event(event["type"], event) for event in events)
-
-    def opening(self) -> bytes:
-        return self.sse(self.events.opening())
-
-    def chunk(self, index: int, event: ChoiceEvent) -> bytes | None:
-        return self.sse(self.events.chunk(event)) or None
-
-    async def closing(self, usage: Usage) -> bytes:
-        return self.sse(await self.turn.closing_events(self.events))
-
-    def error(self, exc: BaseException) -> bytes:
-        return self.sse(self.events.error(exc))
-
-    def reply(self, text: str) -> AssistantMessage:
-        return self.turn.reply(text)
-
-
 async def start_turn(
-    gw: GatewayState,
+    core: ChatCore,
+    host: McpHost,
     store: ResponseStore | None,
     body: ResponsesRequest,
     *,
@@ -217,7 +186,8 @@ async def start_turn(
     warmup: bool = False,
 ) -> Turn:
     """Validate ``body``, read its chain (from ``recent`` first: a WebSocket connection's
-    responses), and start its generation on the chat core; ``warmup``: see the module doc."""
+    responses), and start its generation on the chat core (``host``: the MCP tools' servers);
+    ``warmup``: see the module doc."""
     history: list[dict[str, Any]] = []
     previous_output: list[dict[str, Any]] = []  # the output of the response this one continues
     response_id = new_id("resp")
@@ -250,44 +220,36 @@ async def start_turn(
         "user": body.user,
     }
     context = dataclasses.replace(context, program=chain)
-    rounds_started = 0
 
-    async def start(conversation: list[dict[str, Any]], tool_choice: Any, max_tokens: int | None) -> ChatRun:
-        nonlocal rounds_started
-        round_id = request_id if rounds_started == 0 else f"{request_id}-r{rounds_started}"
-        rounds_started += 1
+    async def start(
+        conversation: list[dict[str, Any]], tool_choice: Any, max_tokens: int | None, reply_id: str
+    ) -> ChatRun:
         chat = chat_request(
-            system + conversation, tools=chat_tools, tool_choice=tool_choice, max_tokens=max_tokens, **options
+            system + conversation, tools=offered_tools, tool_choice=tool_choice, max_tokens=max_tokens, **options
         )
-        return await start_chat(
-            gw.model,
-            gw.dispatcher,
-            chat,
-            turns=gw.turn_tokens,
-            request_id=round_id,
-            arrival=arrival,
-            context=context,
-            budget_param="max_output_tokens",
+        return await core.start(
+            chat, request_id=reply_id, arrival=arrival, context=context, budget_param="max_output_tokens"
         )
 
     rounds = None
     conversation = history + messages
     if mcp_tools:
-        rounds = McpRounds(gw.mcp, await open_toolset(gw.mcp, mcp_tools), start, body.max_output_tokens)
+        toolset = await list_servers(resolve_servers(mcp_tools, host.allowlist), host.lists)
+        rounds = McpRounds(host, toolset, start, body.max_output_tokens, request_id)
         offered = rounds.toolset.offer({tool["name"] for tool in tools})
-        conversation = await rounds.answer(body.input, previous_output, conversation)
-        chat_tools = it.chat_tools(tools + offered)
+        conversation = await answer_approvals(rounds, body.input, previous_output, conversation)
+        offered_tools = chat_tools(tools + offered)
     else:
-        chat_tools = it.chat_tools(tools)
+        offered_tools = chat_tools(tools)
     it.check_call_outputs(conversation)
     tool_choice = None if warmup else it.chat_tool_choice(body.tool_choice)  # a warm-up may not be forced
-    run = await start(conversation, tool_choice, 1 if warmup else body.max_output_tokens)
+    run = await start(conversation, tool_choice, 1 if warmup else body.max_output_tokens, round_id(request_id, 0))
     params = run.generation.choices[0].params
     response = ResponseObject(
         id=response_id,
         created_at=int(time.time()),
         status="in_progress",
-        model=body.model or gw.model.name,
+        model=body.model or core.model.name,
         background=body.background,
         instructions=body.instructions,
         max_output_tokens=body.max_output_tokens,
@@ -305,6 +267,5 @@ async def start_turn(
     )
     turn = Turn(response, run, store if response.store else None, context.key, conversation, input_items, chain, warmup)
     if rounds is not None:
-        turn.mcp = rounds
-        turn.round_start = len(rounds.opening)
+        turn.loop = ToolLoop(rounds, run, conversation)
     return turn

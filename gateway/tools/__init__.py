@@ -5,7 +5,8 @@ formats always parse (:mod:`~gateway.tools.constraints`), and parsers that turn 
 model's tool-call markup into OpenAI ``tool_calls``, streamed as deltas or not
 (:mod:`~gateway.tools.deltas`, :mod:`~gateway.tools.json_scanner`,
 :mod:`~gateway.tools.parser_base` and one module per format, chosen in
-:mod:`~gateway.tools.parser_registry`).
+:mod:`~gateway.tools.parser_registry`). A request's :class:`~gateway.tools.plan.ToolPlan`
+says which parser reads its reply and what the engine enforces.
 
 Constrained decoding and the overlapped runner. ``tool_choice`` required or
 named and ``response_format`` become a grammar (an xgrammar structural tag or

@@ -129,3 +129,53 @@ def test_no_format_reaches_the_stream_the_chat_core_or_the_generation():
     for module in formats:
         reached = _reaches(graph, module)
         assert not reached & above and not any(m.startswith("agentgate.gateway.http") for m in reached), module
+
+
+API_PACKAGES = ("agentgate.gateway.responses_api", "agentgate.gateway.anthropic_api")
+# What the APIs' types and items may stand on: each other, the plain errors and the tool-call values.
+BELOW_API_TYPES = ("agentgate.gateway.api_types", "agentgate.gateway.errors", "agentgate.gateway.tools")
+
+
+def _arrows_up_from_the_bottom(graph: dict[str, set[str]]) -> list[str]:
+    """Each format that reaches an API package, and each module of api_types that reaches anything
+    of the gateway but the modules below it, even through others or under TYPE_CHECKING."""
+    arrows = []
+    for module in graph:
+        reached = _reaches(graph, module)
+        if module.startswith("agentgate.gateway.formats"):
+            arrows += [f"{module} -> {m}" for m in sorted(reached) if m.startswith(API_PACKAGES)]
+        if module.startswith("agentgate.gateway.api_types"):
+            arrows += [f"{module} -> {m}" for m in sorted(reached) if not m.startswith(BELOW_API_TYPES)]
+    return arrows
+
+
+def test_formats_stand_on_the_api_types_never_on_an_api_package():
+    """Formats sit below the APIs that drive them, the APIs' types and items below the formats:
+    no format imports the Responses or Messages API packages, and api_types imports nothing of
+    the gateway above it."""
+    graph = _gateway_imports()
+    assert sum(m.startswith("agentgate.gateway.api_types.") for m in graph) >= 4
+    assert _arrows_up_from_the_bottom(graph) == []
+
+
+def test_the_check_sees_a_format_or_an_api_type_that_imports_up():
+    graph = _gateway_imports()
+    graph["agentgate.gateway.formats.responses"].add("agentgate.gateway.responses_api.items")
+    graph["agentgate.gateway.api_types.response_items"].add("agentgate.gateway.translation")
+    arrows = _arrows_up_from_the_bottom(graph)
+    assert "agentgate.gateway.formats.responses -> agentgate.gateway.responses_api.items" in arrows
+    assert "agentgate.gateway.api_types.response_items -> agentgate.gateway.translation" in arrows
+
+
+def test_the_tool_loop_stands_under_both_apis_and_neither_api_reads_through_the_other():
+    """The one tool loop (gateway.tool_loop) is rendered by each API and imports neither; the
+    Responses and Messages API packages never reach each other."""
+    graph = _gateway_imports()
+    assert "agentgate.gateway.tool_loop.loop" in _reaches(graph, "agentgate.gateway.anthropic_api.mcp_loop")
+    for module in graph:
+        reached = _reaches(graph, module)
+        if module.startswith("agentgate.gateway.tool_loop"):
+            assert not any(m.startswith(API_PACKAGES) for m in reached), module
+        for mine, other in (API_PACKAGES, API_PACKAGES[::-1]):
+            if module.startswith(mine):
+                assert not any(m.startswith(other) for m in reached), module

@@ -21,8 +21,8 @@ from agentgate.gateway.formats.openai import ChatFormat
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.http.sse import _chunks
 from agentgate.gateway.observation.metrics import Metrics
-from agentgate.gateway.prompts import NO_TOOLS
 from agentgate.gateway.state.requests_in_flight import RequestRegistry
+from agentgate.gateway.tools.plan import NO_TOOLS
 
 pytestmark = pytest.mark.anyio
 

@@ -16,10 +16,10 @@ import anyio
 import pytest
 
 from agentgate.gateway.admission.rate_limits import RateLimitedError, RateLimiter, parse_key_limits
+from agentgate.gateway.api_types.responses import ResponseObject
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.errors import NotFoundError
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
-from agentgate.gateway.responses_api.types import ResponseObject
 from agentgate.gateway.state.embedded_redis import EmbeddedRedis, EmbeddedRedisError, ping
 from agentgate.gateway.state.key_digests import key_digest, use_digest_secret
 from agentgate.gateway.state.redis_state import RedisUnavailableError, SharedState

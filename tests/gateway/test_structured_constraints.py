@@ -14,7 +14,7 @@ from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.model_files.model_path import default_model_path
 from agentgate.engine.sampling_params import StructuredOutput
 from agentgate.gateway.api_types.openai import ChatCompletionRequest, decode_body
-from agentgate.gateway.prompts import ToolPlan, tool_plan
+from agentgate.gateway.prompts import tool_plan
 from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.tools import (
     HermesToolParser,
@@ -25,6 +25,7 @@ from agentgate.gateway.tools import (
     validate_tools,
 )
 from agentgate.gateway.tools.constraints import parse_response_format, structured_output
+from agentgate.gateway.tools.plan import ToolPlan
 from tests.support.tool_schemas import random_tool
 
 xgr = pytest.importorskip("xgrammar")

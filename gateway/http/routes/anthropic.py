@@ -20,9 +20,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from agentgate.gateway.anthropic_api.mcp_loop import start_connector
+from agentgate.gateway.anthropic_api.mcp_loop import collect_message, message_format, start_connector, stream_message
 from agentgate.gateway.anthropic_api.translate import to_chat
-from agentgate.gateway.anthropic_api.types import CountTokensRequest, Message, MessagesRequest, TokenCount
+from agentgate.gateway.api_types.anthropic import CountTokensRequest, Message, MessagesRequest, TokenCount
+from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.api_types.openai import decode_body, encode
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import start_chat
@@ -31,7 +32,6 @@ from agentgate.gateway.http.middleware import context_of, request_id_of
 from agentgate.gateway.http.sse import collect_or_raise, stream_generation, stream_rounds, until_disconnect
 from agentgate.gateway.prompts import chat_prompt
 from agentgate.gateway.replies import ReplyReader, recorded_reply
-from agentgate.gateway.translation import new_id
 
 JSON = "application/json"
 
@@ -78,7 +78,8 @@ async def messages(request: Request) -> Response:
 async def _connector(request: Request, gw: GatewayState, body: MessagesRequest, arrival: float) -> Response:
     """A request with ``mcp_servers``: the server runs their tools (:mod:`gateway.anthropic_api.mcp_loop`)."""
     loop = await start_connector(
-        gw,
+        gw.chat,
+        gw.mcp,
         body,
         request_id=request_id_of(request.scope),
         arrival=arrival,
@@ -92,14 +93,14 @@ async def _connector(request: Request, gw: GatewayState, body: MessagesRequest, 
     message = Message(id=new_id("msg"), model=body.model)
     if body.stream:
         message.usage = message_usage(loop.run.generation.usage)
-        fmt = loop.format(message)
+        fmt = message_format(loop, message)
         prime = loop.run.plan.structured is not None
-        return stream_rounds(loop.run.generation, fmt, loop.stream(fmt), loop.close_round, prime=prime)
+        return stream_rounds(loop.run.generation, stream_message(loop, fmt), loop.close_round, prime=prime)
 
     async def watched(step: Callable[[], Awaitable[None]]) -> bool:
         return not await until_disconnect(request.receive, step)
 
-    if not await loop.collect(message, watched):
+    if not await collect_message(loop, message, watched):
         return Response(status_code=499)  # nobody is listening any more
     return Response(encode(message), media_type=JSON)
 

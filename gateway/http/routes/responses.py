@@ -24,18 +24,18 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import Receive
 
 from agentgate.gateway.api_types.openai import decode_body, encode
+from agentgate.gateway.api_types.responses import CompactRequest, DeletedResponse, InputItemList, ResponsesRequest
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.formats.responses import sse_error_fields
+from agentgate.gateway.formats.framing import named_event
 from agentgate.gateway.http.middleware import bearer_token, context_of, request_id_of
-from agentgate.gateway.http.sse import close, collect_or_raise, stream_generation, stream_rounds, until_disconnect
+from agentgate.gateway.http.sse import close, collect_or_raise, stream_rounds, until_disconnect
 from agentgate.gateway.http.websocket import responses_socket
 from agentgate.gateway.replies import ReplyReader, recorded_reply
-from agentgate.gateway.responses_api import tool_loop
 from agentgate.gateway.responses_api.compact import compacted, conversation, start_compaction
 from agentgate.gateway.responses_api.store import RUNNING
-from agentgate.gateway.responses_api.turn import Turn, TurnStream, need_store, start_turn
-from agentgate.gateway.responses_api.types import CompactRequest, DeletedResponse, InputItemList, ResponsesRequest
+from agentgate.gateway.responses_api.turn import Turn, need_store, start_turn
+from agentgate.gateway.responses_api.turn_events import collect_rounds, turn_events
 from agentgate.gateway.state.key_digests import key_digest
 
 JSON = "application/json"
@@ -50,17 +50,18 @@ async def create_response(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), ResponsesRequest)
     turn = await start_turn(
-        gw,
+        gw.chat,
+        gw.mcp,
         gw.responses,
         body,
         request_id=request_id_of(request.scope),
         arrival=arrival,
         context=context_of(request.scope),
     )
-    if turn.mcp is not None:
-        return await _tool_loop(turn, body, request.receive)
     if body.stream:
-        return stream_generation(turn.run.generation, TurnStream(turn), prime=turn.run.plan.structured is not None)
+        return _stream(turn)
+    if turn.loop is not None:
+        return await _tool_loop(turn, body, request.receive)
     if body.background:
         turn.response.status = "queued"
         await turn.save()
@@ -77,7 +78,7 @@ async def compact_response(request: Request) -> Response:
     context = context_of(request.scope)
     messages = await conversation(gw.responses, body, context.key)
     run, dropped = await start_compaction(
-        gw, body, messages, request_id=request_id_of(request.scope), arrival=arrival, context=context
+        gw.chat, body, messages, request_id=request_id_of(request.scope), arrival=arrival, context=context
     )
     if not await collect_or_raise(run.generation, request.receive, partial(recorded_reply, run.plan)):
         return Response(status_code=499)  # nobody is listening any more
@@ -106,13 +107,16 @@ async def _run(turn: Turn, receive) -> bool:
     return True
 
 
+def _stream(turn: Turn) -> Response:
+    """The turn's events as SSE (``event: <type>`` + ``data: <json>``), the response stored before
+    its final event (:mod:`gateway.responses_api.turn_events`)."""
+    frames = (b"".join(named_event(event["type"], event) for event in batch) async for batch in turn_events(turn))
+    return stream_rounds(turn.run.generation, frames, turn.close_round, prime=turn.run.plan.structured is not None)
+
+
 async def _tool_loop(turn: Turn, body: ResponsesRequest, receive: Receive) -> Response:
-    """A response whose tools the server runs (:mod:`gateway.responses_api.tool_loop`): streamed,
-    in the background, or whole, each round's generation watched like one response's."""
-    if body.stream:
-        frames = (TurnStream.sse(batch) async for batch in tool_loop.stream(turn, sse_error_fields))
-        prime = turn.run.plan.structured is not None
-        return stream_rounds(turn.run.generation, TurnStream(turn), frames, turn.close_round, prime=prime)
+    """A response whose tools the server runs (:mod:`gateway.tool_loop`), in the background or
+    whole, each round's generation watched like one response's."""
 
     async def watched(step: Callable[[], Awaitable[None]]) -> bool:
         return not await until_disconnect(receive, step)
@@ -121,7 +125,7 @@ async def _tool_loop(turn: Turn, body: ResponsesRequest, receive: Receive) -> Re
         turn.response.status = "queued"
         await turn.save()
         return Response(encode(turn.response), media_type=JSON, background=BackgroundTask(_loop_in_background, turn))
-    if not await tool_loop.collect(turn, watched):
+    if not await collect_rounds(turn, watched):
         return Response(status_code=499)  # nobody is listening any more
     return _json(turn.response)
 
@@ -133,7 +137,7 @@ async def _loop_in_background(turn: Turn) -> None:
 
     turn.response.status = "in_progress"
     await turn.save()
-    await tool_loop.collect(turn, unwatched)
+    await collect_rounds(turn, unwatched)
 
 
 def _owner(request: Request) -> str:

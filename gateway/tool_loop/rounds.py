@@ -1,9 +1,9 @@
-"""The server-run tool rounds of a response with ``mcp`` tools (the loop that drives them:
-:mod:`gateway.responses_api.tool_loop`): the request's MCP servers allowed and listed, the
-tools offered to the model, which calls run and which wait for approval, the calls an
-``mcp_approval_response`` answers, and the start of the model's next reply.
+"""The server-run tool rounds of one request (a response with ``mcp`` tools, a Messages request
+with ``mcp_servers``; the loop that drives them: :mod:`gateway.tool_loop.loop`): the tools
+offered to the model, which calls run and which wait for approval, the items of a reply, the
+engine request id of each reply, and the start of the model's next reply.
 
-A round's reply ends the response when it made no MCP call, called a client's function
+A round's reply ends the loop when it made no MCP call, called a client's function
 (its function_call items go back to the client, as without MCP), made a call that waits for
 approval (an ``mcp_approval_request`` item: the next request's ``mcp_approval_response``
 continues), was cut by the output budget, or failed. After ``--max-tool-rounds`` rounds of
@@ -16,20 +16,24 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agentgate.gateway.api_types import response_items as it
 from agentgate.gateway.api_types.openai import PromptTokensDetails, Usage
 from agentgate.gateway.chat import ChatRun
-from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.mcp.calls import ToolCalls
-from agentgate.gateway.mcp.toolset import McpToolset, list_servers, resolve_servers
+from agentgate.gateway.mcp.toolset import McpToolset
 from agentgate.gateway.replies import recorded_reply
-from agentgate.gateway.responses_api import items as it
-from agentgate.gateway.responses_api import mcp_items as mcp
 from agentgate.gateway.tools import ParsedOutput
 
-# (messages, tool_choice, max_tokens) -> the next reply's chat turn, started
-RoundStarter = Callable[[list[dict[str, Any]], Any, int | None], Awaitable[ChatRun]]
+# (messages, tool_choice, max_tokens, request_id) -> the reply's chat turn, started
+RoundStarter = Callable[[list[dict[str, Any]], Any, int | None, str], Awaitable[ChatRun]]
 Watch = Callable[[Callable[[], Awaitable[None]]], Awaitable[bool]]  # runs a step; False: the client left
+
+
+def round_id(request_id: str, round: int) -> str:
+    """The engine request id of the request's reply after ``round`` rounds of calls: the first
+    reply has the request's own id (what ``cancel`` and the traces name), each next one a suffix."""
+    return request_id if round == 0 else f"{request_id}-r{round}"
 
 
 def added_usage(a: Usage, b: Usage) -> Usage:
@@ -55,14 +59,17 @@ async def run_reply(run: ChatRun, watch: Watch) -> bool:
 
 
 class McpRounds:
-    """The server-run rounds of one response (see the module doc)."""
+    """The server-run rounds of one request (see the module doc); ``request_id``: its own."""
 
-    def __init__(self, host: McpHost, toolset: McpToolset, start: RoundStarter, max_tokens: int | None) -> None:
+    def __init__(
+        self, host: McpHost, toolset: McpToolset, start: RoundStarter, max_tokens: int | None, request_id: str
+    ) -> None:
         self.host = host
         self.toolset = toolset
         self.calls = ToolCalls(host.limits)
         self._start = start
-        self.max_tokens = max_tokens  # the response's max_output_tokens (None: the server's budget)
+        self.max_tokens = max_tokens  # the request's output budget (None: the server's)
+        self.request_id = request_id
         self.rounds = 0  # rounds of calls run
         # items before the model's first reply: the tool lists, the calls approved
         self.opening: list[dict[str, Any]] = [server.list_item() for server in toolset.servers]
@@ -76,55 +83,18 @@ class McpRounds:
         """Run the ``mcp_call`` item's call and write its output or error in it."""
         server = self.toolset.by_name[item["name"]]
         result = await self.calls.run(server.endpoint, item["name"], item["arguments"])
-        mcp.settle(item, result.output, result.error)
+        it.settle(item, result.output, result.error)
 
     async def approved(self, item: dict[str, Any]) -> dict[str, Any]:
         """The ``mcp_call`` item of an approved ``mcp_approval_request`` item, run."""
-        call = mcp.call_item(item["server_label"], item["name"], item["arguments"])
+        call = it.call_item(item["server_label"], item["name"], item["arguments"])
         call["approval_request_id"] = item["id"]
         if item["name"] in self.toolset.by_name:
             await self.run(call)
         else:
             message = f"the tool {item['name']!r} is not offered by this request's mcp tools"
-            mcp.settle(call, None, {"type": "mcp_protocol_error", "code": -32602, "message": message})
+            it.settle(call, None, {"type": "mcp_protocol_error", "code": -32602, "message": message})
         return call
-
-    async def answer(
-        self, input: Any, previous_output: list[dict[str, Any]], conversation: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        """``conversation`` with the result of each call the input's ``mcp_approval_response`` items
-        answer (run when approved; the model reads a refusal), after the call; their items open the
-        output. 400 for an answer to no approval request of the chain or input."""
-        answers = mcp.approval_responses(input)
-        if not answers:
-            return conversation
-        requests = {
-            item["id"]: item
-            for item in previous_output + [i for i in input if isinstance(i, dict)]
-            if item.get("type") == "mcp_approval_request"
-        }
-        out = list(conversation)
-        for request_id, (approve, index) in answers.items():
-            request = requests.get(request_id)
-            if request is None:
-                raise BadRequestError(
-                    f"no mcp_approval_request with id {request_id!r} in this chain",
-                    param=f"input[{index}].approval_request_id",
-                )
-            if approve:
-                call = await self.approved(request)
-                self.opening.append(call)
-                result = mcp.result_message(request_id, call["output"], call["error"])
-            else:
-                result = mcp.result_message(
-                    request_id, None, {"type": "denied", "message": "the user denied this call"}
-                )
-            at = next((k for k, m in enumerate(out) for c in m.get("tool_calls") or () if c["id"] == request_id), -1)
-            at += 1
-            while 0 < at < len(out) and out[at]["role"] == "tool":  # after the results of its sibling calls
-                at += 1
-            out.insert(at if at > 0 else len(out), result)
-        return out
 
     def continues(self, round_items: list[dict[str, Any]], finish: str | None, failed: bool) -> bool:
         """Whether the loop goes on after a round whose output items are ``round_items``."""
@@ -138,12 +108,7 @@ class McpRounds:
         self.rounds += 1
         left = None if self.max_tokens is None else max(1, self.max_tokens - used_tokens)
         choice = "none" if self.rounds >= self.host.max_rounds else "auto"
-        return await self._start(conversation, choice, left)
-
-
-async def open_toolset(host: McpHost, tools: list[tuple[int, dict[str, Any]]]) -> McpToolset:
-    """The request's ``mcp`` tools (with their index in ``tools``): allowed or a 400, then listed."""
-    return await list_servers(resolve_servers(tools, host.allowlist), host.lists)
+        return await self._start(conversation, choice, left, round_id(self.request_id, self.rounds))
 
 
 def round_items(parsed: ParsedOutput, labels: dict[str, tuple[str, bool]], status: str) -> list[dict[str, Any]]:
@@ -155,7 +120,7 @@ def round_items(parsed: ParsedOutput, labels: dict[str, tuple[str, bool]], statu
         if server is None:
             items.append(it.function_call_item(call))
         elif server[1]:
-            items.append(mcp.approval_request_item(server[0], call.name, call.arguments))
+            items.append(it.approval_request_item(server[0], call.name, call.arguments))
         else:
-            items.append(mcp.call_item(server[0], call.name, call.arguments))
+            items.append(it.call_item(server[0], call.name, call.arguments))
     return items

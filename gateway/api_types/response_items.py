@@ -1,0 +1,135 @@
+"""The Responses API's output items, as plain JSON objects in the shapes of the openai SDK's
+types (``message``, ``function_call``, ``mcp_call``, ``mcp_approval_request``), and what the model
+reads of them back: an assistant message, its calls as tool calls, an MCP call's output (or
+error) as the tool's message.
+
+The server-run tool loop (:mod:`gateway.tool_loop`) keeps these items as its record of a round
+for both the Responses and the Messages APIs; the formats write them (:mod:`gateway.formats`).
+Reading a request's input items is the Responses API's (:mod:`gateway.responses_api.items`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentgate.gateway.api_types.ids import new_id
+from agentgate.gateway.tools import ParsedOutput, ToolCall
+
+
+def message_item(text: str, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
+    return {
+        "id": item_id or new_id("msg"),
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
+
+
+def user_message_item(text: str) -> dict[str, Any]:
+    return {
+        "id": new_id("msg"),
+        "type": "message",
+        "role": "user",
+        "status": "completed",
+        "content": [{"type": "input_text", "text": text}],
+    }
+
+
+def function_call_item(call: ToolCall, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
+    return {
+        "id": item_id or new_id("fc"),
+        "type": "function_call",
+        "status": status,
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
+
+
+def output_items(parsed: ParsedOutput, status: str = "completed") -> list[dict[str, Any]]:
+    items = [message_item(parsed.content, status)] if parsed.content else []
+    return items + [function_call_item(call) for call in parsed.tool_calls]
+
+
+def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Function tools (as a response echoes them) in chat's shape."""
+    keys = ("name", "description", "parameters", "strict")
+    return [{"type": "function", "function": {k: t[k] for k in keys if t[k] is not None}} for t in tools] or None
+
+
+def call_item(server_label: str, name: str, arguments: str = "", status: str = "in_progress") -> dict[str, Any]:
+    """An ``mcp_call`` item: a call of an MCP tool the server runs."""
+    return {
+        "id": new_id("mcp"),
+        "type": "mcp_call",
+        "status": status,
+        "server_label": server_label,
+        "name": name,
+        "arguments": arguments,
+        "output": None,
+        "error": None,
+    }
+
+
+def approval_request_item(server_label: str, name: str, arguments: str) -> dict[str, Any]:
+    return {
+        "id": new_id("mcpr"),
+        "type": "mcp_approval_request",
+        "server_label": server_label,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def settle(item: dict[str, Any], output: str | None, error: dict[str, Any] | None) -> None:
+    """Write a run call's ``output`` or ``error`` into its ``mcp_call`` item."""
+    item.update(output=output, error=error, status="failed" if error is not None else "completed")
+
+
+def error_text(error: dict[str, Any], prefix: str = "Error: ") -> str:
+    """A call's error as the model reads it, in its tool message (after ``prefix``)."""
+    if error.get("type") == "mcp_tool_execution_error":
+        content = error.get("content") or []
+        texts = [part.get("text", "") for part in content if isinstance(part, dict)]
+        return prefix + ("\n".join(t for t in texts if t) or json.dumps(content))
+    return prefix + str(error.get("message") or error.get("type"))
+
+
+def result_message(call_id: str, output: str | None, error: dict[str, Any] | None) -> dict[str, Any]:
+    """The tool message the model reads for a call."""
+    return {"role": "tool", "tool_call_id": call_id, "content": output if error is None else error_text(error)}
+
+
+def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def assistant_message(output: list[dict[str, Any]]) -> dict[str, Any]:
+    """The output items as the one assistant message a later turn replays."""
+    texts, calls = [], []
+    for item in output:
+        if item["type"] == "message":
+            texts.append("".join(part["text"] for part in item["content"]))
+        elif item["type"] == "function_call":
+            calls.append(tool_call(item["call_id"], item["name"], item["arguments"]))
+        elif item["type"] in ("mcp_call", "mcp_approval_request"):  # the server's calls: answered by item id
+            calls.append(tool_call(item["id"], item["name"], item["arguments"]))
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def round_messages(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The output items of one reply of the model as the messages a later turn replays: the
+    assistant message, then the result of each MCP call the server ran (none if it has no items)."""
+    if not output:
+        return []
+    results = [
+        result_message(item["id"], item["output"], item["error"])
+        for item in output
+        if item["type"] == "mcp_call" and item["status"] in ("completed", "failed")
+    ]
+    return [assistant_message(output), *results]
