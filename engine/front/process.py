@@ -219,6 +219,7 @@ class EngineServer:
                 frozenset(message.eos_token_ids),
                 message.arrival_time or None,
                 message.program,
+                message.thinking,
             )
         except EngineError as exc:
             failed = EngineCoreOutput(message.request_id, [], "error", error=str(exc), invalid=True)
