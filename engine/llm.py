@@ -60,22 +60,26 @@ class LLM:
         prompts: Prompt | Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         *,
-        thinking: ThinkingSpec | None = None,
+        thinking: ThinkingSpec | Sequence[ThinkingSpec | None] | None = None,
     ) -> list[RequestOutput]:
-        """Generate for every prompt (text, or token ids), all batched together; ``thinking``: each
-        reply's thinking block, which the engine enforces (``engine.structured.thinking``)."""
+        """Generate for every prompt (text, or token ids), all batched together; ``thinking``: the
+        replies' thinking block (one, or one per prompt), which the engine enforces
+        (``engine.structured.thinking``)."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # type: ignore[list-item]
         prompt_list = list(prompts)
         param_list = _broadcast(params or SamplingParams(), len(prompt_list))
+        blocks = list(thinking) if isinstance(thinking, Sequence) else [thinking] * len(prompt_list)
+        if len(blocks) != len(prompt_list):
+            raise InvalidRequestError(f"got {len(blocks)} thinking blocks for {len(prompt_list)} prompts", "thinking")
         outputs: dict[str, RequestOutput] = {}
         processors: dict[str, OutputProcessor] = {}
         eos = self.tokenizer.eos_token_ids if self.tokenizer else frozenset()
         try:
-            for prompt, p in zip(prompt_list, param_list):
+            for prompt, p, block in zip(prompt_list, param_list, blocks):
                 ids = self._encode(prompt)
                 rid = f"llm-{next(self._ids)}"
-                self.core.add_request(rid, ids, p, eos, thinking=thinking)
+                self.core.add_request(rid, ids, p, eos, thinking=block)
                 outputs[rid] = RequestOutput(rid, ids)
                 if self.tokenizer is not None:
                     processors[rid] = OutputProcessor(self.tokenizer, p)
