@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentgate.gateway.config.reasoning_settings import check_reasoning_settings
 from agentgate.gateway.config.setting_values import parse_networks
 
 RUNNERS = ("overlap", "sync", "null")
@@ -58,3 +59,4 @@ def check_settings(settings: Any) -> None:
     from agentgate.gateway.mcp.allowlist import McpAllowlist
 
     McpAllowlist(settings.mcp_servers, settings.mcp_allow_urls)  # ValueError naming a malformed entry
+    check_reasoning_settings(settings)
