@@ -24,6 +24,7 @@ from agentgate.engine.front.protocol import (
     EngineInfo,
     ProgramTag,
     SchedulerStats,
+    ThinkingSpec,
     TokenLogprobs,
 )
 from agentgate.engine.kv.kv_cache_manager import KVCacheManager
@@ -109,10 +110,12 @@ class EngineCore:
         program: ProgramTag | None = None,
         tenant: str = "",
         cache_salt: str = "",
+        thinking: ThinkingSpec | None = None,
     ) -> None:
         """Validate and queue a request; InvalidRequestError leaves no trace. ``program``: the
         agent program it is a turn of (KV retention, program scheduling); ``tenant`` and
-        ``cache_salt``: see ``engine.front.protocol.AddRequest``."""
+        ``cache_salt``: see ``engine.front.protocol.AddRequest``; ``thinking``: its reasoning
+        model's thinking block, enforced before its grammar (engine.structured.thinking)."""
         self.validate_request(request_id, prompt_token_ids, params)
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
         request = Request(
@@ -127,10 +130,19 @@ class EngineCore:
             tenant=tenant,
             cache_salt=cache_salt,
         )
-        if params.structured is None:
+        structured = params.structured
+        if thinking is not None:
+            if self.config.runner == "null":
+                raise InvalidRequestError(
+                    "thinking blocks need a model (the null runner samples no bitmask)", "thinking"
+                )
+            from agentgate.engine.structured.thinking import open_gate
+
+            request.grammar, structured = open_gate(thinking, request, self.vocab_size)
+        if structured is None:
             self.scheduler.add_request(request)
         else:  # scheduled once its grammar has compiled (see _admit_compiled)
-            self._compiling.append((request, self._grammar_compiler().submit(params.structured)))
+            self._compiling.append((request, self._grammar_compiler().submit(structured)))
 
     def turn_ended(self, program_id: str, request_id: str, tool_names: list[str]) -> None:
         """The front end read the reply of ``request_id``, a turn of ``program_id``: it called
@@ -170,7 +182,11 @@ class EngineCore:
                     )
                 )
             else:
-                request.grammar = RequestGrammar(future.result())
+                grammar = RequestGrammar(future.result())
+                if request.grammar is None:
+                    request.grammar = grammar
+                else:  # its thinking gate: the grammar starts after the thinking
+                    request.grammar.attach(grammar)
                 self.scheduler.add_request(request)
         self._compiling = waiting
         return failed
@@ -302,17 +318,22 @@ class EngineCore:
         if not self._in_flight or not self._in_flight[0].awaiting_bitmask:
             return
         from agentgate.engine.structured.structured_output import new_bitmask
+        from agentgate.engine.structured.thinking import Redirects, ThinkingGate
 
         entry = self._in_flight[0]
         step = entry.step
         bitmask = new_bitmask(step.num_sampling_rows, self.vocab_size, pinned=self.runner.device.type == "cuda")
+        redirects = Redirects()  # rows in an open thinking block: an end-of-turn token there ends the block
         index = 0
         for row in step.scheduled:
             request = self.scheduler.requests.get(row.request_id)
             if row.constrained and request is not None and request.grammar is not None:
-                request.grammar.fill(bitmask, index, row.draft_token_ids)
+                if isinstance(request.grammar, ThinkingGate):
+                    request.grammar.fill(bitmask, index, row.draft_token_ids, redirects)
+                else:
+                    request.grammar.fill(bitmask, index, row.draft_token_ids)
             index += row.num_sampling_rows
-        self.runner.complete(entry.handle, bitmask)
+        self.runner.complete(entry.handle, bitmask, redirects.tensors(step.num_sampling_rows))
         entry.awaiting_bitmask = False
 
     def _release_if_idle(self) -> None:
@@ -341,6 +362,7 @@ class EngineCore:
                     request.first_token_time = now
             if event.finish_reason is not None:
                 out.timings = request.timings(now)
+                out.reasoning_tokens = getattr(request.grammar, "reasoning_tokens", 0)
             wanted = request.params.logprobs
             if wanted is not None and result.logprobs is not None:
                 top_ids = result.top_token_ids[event.row][:wanted] if result.top_token_ids else []

@@ -20,7 +20,7 @@ from typing import Any
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import COMPILE_POLL_S, EngineCore
 from agentgate.engine.errors import EngineError, InvalidRequestError
-from agentgate.engine.front.protocol import TokenLogprobs
+from agentgate.engine.front.protocol import ThinkingSpec, TokenLogprobs
 from agentgate.engine.model_files.model_path import resolve_model_path
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.text.output_processor import OutputProcessor
@@ -38,6 +38,7 @@ class RequestOutput:
     finish_reason: str | None = None
     logprobs: list[TokenLogprobs] | None = None
     num_cached_tokens: int = 0
+    reasoning_tokens: int = 0  # with a thinking block: its tokens, start and end included
 
 
 class LLM:
@@ -58,20 +59,27 @@ class LLM:
         self,
         prompts: Prompt | Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        thinking: ThinkingSpec | Sequence[ThinkingSpec | None] | None = None,
     ) -> list[RequestOutput]:
-        """Generate for every prompt (text, or token ids), all batched together."""
+        """Generate for every prompt (text, or token ids), all batched together; ``thinking``: the
+        replies' thinking block (one, or one per prompt), which the engine enforces
+        (``engine.structured.thinking``)."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # type: ignore[list-item]
         prompt_list = list(prompts)
         param_list = _broadcast(params or SamplingParams(), len(prompt_list))
+        blocks = list(thinking) if isinstance(thinking, Sequence) else [thinking] * len(prompt_list)
+        if len(blocks) != len(prompt_list):
+            raise InvalidRequestError(f"got {len(blocks)} thinking blocks for {len(prompt_list)} prompts", "thinking")
         outputs: dict[str, RequestOutput] = {}
         processors: dict[str, OutputProcessor] = {}
         eos = self.tokenizer.eos_token_ids if self.tokenizer else frozenset()
         try:
-            for prompt, p in zip(prompt_list, param_list):
+            for prompt, p, block in zip(prompt_list, param_list, blocks):
                 ids = self._encode(prompt)
                 rid = f"llm-{next(self._ids)}"
-                self.core.add_request(rid, ids, p, eos)
+                self.core.add_request(rid, ids, p, eos, thinking=block)
                 outputs[rid] = RequestOutput(rid, ids)
                 if self.tokenizer is not None:
                     processors[rid] = OutputProcessor(self.tokenizer, p)
@@ -122,6 +130,7 @@ class LLM:
                         self.core.abort_requests([out.request_id])
                         out.finish_reason, finished = "stop", True
                 if finished and result.finish_reason is None:
+                    result.reasoning_tokens = out.reasoning_tokens
                     result.finish_reason = "stop" if processor and processor.stopped else out.finish_reason
                     remaining -= 1
 

@@ -183,9 +183,8 @@ class EngineClient:
         tenant: str = "",
         cache_salt: str = "",
     ) -> RequestStream:
-        """Submit a request (its ``AddRequest`` is sent now, without waiting: ZMQ queues it)
-        and return the stream of its outputs. ``program``: the agent program it is a turn of;
-        ``tenant`` and ``cache_salt``: see :class:`AddRequest`."""
+        """Submit a request (its ``AddRequest``, whose fields these are, is sent now, without
+        waiting: ZMQ queues it) and return the stream of its outputs."""
         self._check_alive()
         if request_id in self._streams:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")

@@ -220,6 +220,7 @@ class EngineServer:
                 program=message.program,
                 tenant=message.tenant,
                 cache_salt=message.cache_salt,
+                thinking=message.thinking,
             )
         except EngineError as exc:
             failed = EngineCoreOutput(message.request_id, [], "error", error=str(exc), invalid=True)

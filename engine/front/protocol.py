@@ -45,6 +45,18 @@ class ProgramTag(msgspec.Struct, array_like=True, omit_defaults=True):
     tool_names: list[str] = []
 
 
+class ThinkingSpec(msgspec.Struct, array_like=True, omit_defaults=True):
+    """A reasoning model's thinking block, which the engine enforces (``engine.structured.thinking``):
+    its parser's start and end sequences in tokens, whether the rendered prompt already opened the
+    block (else the model may open it with its first tokens), and at most how many tokens the
+    thinking may take (None: only ``max_tokens`` bounds it)."""
+
+    start_token_ids: list[int]
+    end_token_ids: list[int]
+    prompt_opened: bool = False
+    budget: int | None = None
+
+
 class AddRequest(msgspec.Struct, tag="add", array_like=True, omit_defaults=True):
     """A request for the engine. It carries no time: the engine stamps its arrival with its own
     clock, so no front end's clock (another host's) is compared inside the engine. ``tenant``: its
@@ -58,6 +70,7 @@ class AddRequest(msgspec.Struct, tag="add", array_like=True, omit_defaults=True)
     program: ProgramTag | None = None
     tenant: str = ""
     cache_salt: str = ""
+    thinking: ThinkingSpec | None = None
 
 
 class TurnEnded(msgspec.Struct, tag="turn_ended", array_like=True):
@@ -180,6 +193,9 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     # On a request's first output: seconds from its arrival to its first scheduled step.
     queue_time: float | None = None
     timings: RequestTimings | None = None  # on its last output
+    # On the last output of a request with a thinking block: its output tokens up to the end of
+    # the block, start and end sequences included (engine.structured.thinking).
+    reasoning_tokens: int = 0
 
 
 class RetentionStats(msgspec.Struct, array_like=True):
@@ -245,6 +261,9 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     # Replies a grammar's budget closed (a value or call the model did not finish: ended as length).
     num_budget_closed: int = 0
     kv_residency: KvResidencyStats | None = None
+    # Thinking blocks the engine closed: at the thinking budget, or to leave max_tokens room for the
+    # end sequence and the grammar's shortest completion (engine.structured.thinking).
+    num_thinking_budget_closed: int = 0
 
 
 class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):

@@ -74,11 +74,14 @@ class ModelRunner(ABC):
     @abstractmethod
     def wait(self, handle: Any) -> ModelRunnerOutput: ...
 
-    def complete(self, handle: Any, bitmask: torch.Tensor) -> None:
+    def complete(
+        self, handle: Any, bitmask: torch.Tensor, redirect: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> None:
         """Sample a step launched with ``step.needs_bitmask``: ``execute`` ran
         its forward pass and left sampling for now, when the grammar bitmask
         ([sampling rows, words], rows in step order; unconstrained rows all
-        ones) is known."""
+        ones) is known. ``redirect``: (from, to) for rows whose end-of-turn
+        tokens become another (``SamplingBatch.redirect_from``)."""
         raise NotImplementedError(f"{type(self).__name__} does not support constrained decoding")
 
     @abstractmethod

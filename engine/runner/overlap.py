@@ -193,12 +193,22 @@ class OverlapRunner(TorchModelRunner):
         return self._sample(logits, batch, sampling_lives, sampled_ids, None, drafts, verifies)
 
     @torch.inference_mode()
-    def complete(self, handle: _Deferred, bitmask: torch.Tensor) -> None:
+    def complete(
+        self, handle: _Deferred, bitmask: torch.Tensor, redirect: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> None:
         """Sample a deferred step; the bitmask (pinned on CUDA) is copied
         without blocking."""
         mask = bitmask.to(self.device, non_blocking=True)
+        redirect_d = None if redirect is None else tuple(t.to(self.device) for t in redirect)
         handle.result = self._sample(
-            handle.logits, handle.batch, handle.lives, handle.request_ids, mask, handle.drafts, handle.verifies
+            handle.logits,
+            handle.batch,
+            handle.lives,
+            handle.request_ids,
+            mask,
+            handle.drafts,
+            handle.verifies,
+            redirect_d,
         )
 
     def _sample(
@@ -210,9 +220,12 @@ class OverlapRunner(TorchModelRunner):
         bitmask: torch.Tensor | None,
         drafts: StepDrafts | None,
         verifies: list[_Verify] | None,
+        redirect: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> _StepHandle:
         batch = self._sampling_batch(step, lives, drafts)
         batch.allowed_bitmask = bitmask
+        if redirect is not None:
+            batch.redirect_from, batch.redirect_to = redirect
         result = sample(logits, batch)
         if drafts is None:
             post_update(step, result.token_ids, self.slots)

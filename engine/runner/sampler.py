@@ -27,6 +27,9 @@ Order of processing, per row:
 9. Pick by the **exponential race** (equivalent to Gumbel-max):
    ``argmax(probs / E)`` with ``E = -log(u)`` and ``u`` from the counter-based
    hash of (seed, position, token id) in ``engine.runner.noise``.
+10. **Redirect**: a row that sampled one of its ``redirect_from`` ids emits
+   its ``redirect_to`` id instead (an end-of-turn inside a thinking block
+   becomes the block's end). Logprobs stay those of the token sampled.
 
 Every step is row-wise, so a row's token depends only on its own logits and
 parameters, never on the batch around it or its row index. The noise is exact
@@ -130,6 +133,9 @@ def sample(logits: Tensor, batch: SamplingBatch) -> SamplerOutput:
         logprobs = torch.cat([p[1] for p in parts]) if num_top >= 0 else None
         top_ids = torch.cat([p[2] for p in parts]) if num_top > 0 else None
         top_logprobs = torch.cat([p[3] for p in parts]) if num_top > 0 else None
+    if batch.redirect_to is not None and batch.redirect_from is not None:
+        hit = (batch.redirect_from == token_ids[:, None]).any(dim=1) & (batch.redirect_to >= 0)
+        token_ids = torch.where(hit, batch.redirect_to, token_ids)
     return SamplerOutput(token_ids, logprobs, top_ids, top_logprobs)
 
 

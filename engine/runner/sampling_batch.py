@@ -69,6 +69,10 @@ class SamplingBatch:
     logit_bias_values: Tensor | None  # [N, B] float32
     suppressed_ids: Tensor | None  # [N, S] int64, -1 padded: tokens forbidden at this step
     allowed_bitmask: Tensor | None  # [N, ceil(V'/32)] int32, xgrammar layout; all -1 = unconstrained
+    # A row that samples one of its redirect_from ids emits its redirect_to id instead (an end-of-turn
+    # inside a thinking block becomes the block's end: engine.structured.thinking).
+    redirect_from: Tensor | None = None  # [N, R] int64, -1 padded
+    redirect_to: Tensor | None = None  # [N] int64; -1 = none
 
 
 @dataclass

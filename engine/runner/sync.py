@@ -162,11 +162,18 @@ class SyncRunner(TorchModelRunner):
         return self._sample(logits, sampling_rows, groups, None)
 
     @torch.inference_mode()
-    def complete(self, handle: _Deferred, bitmask: torch.Tensor) -> None:
-        handle.output = self._sample(handle.logits, handle.rows, handle.groups, bitmask)
+    def complete(
+        self, handle: _Deferred, bitmask: torch.Tensor, redirect: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> None:
+        handle.output = self._sample(handle.logits, handle.rows, handle.groups, bitmask, redirect)
 
     def _sample(
-        self, logits: torch.Tensor, rows: list[SamplingRow], groups: list[_Verify], bitmask: torch.Tensor | None
+        self,
+        logits: torch.Tensor,
+        rows: list[SamplingRow],
+        groups: list[_Verify],
+        bitmask: torch.Tensor | None,
+        redirect: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> ModelRunnerOutput:
         """Sample every row, then verify each request's drafts (see
         `engine.speculative.verify`): its state takes the emitted tokens,
@@ -174,6 +181,8 @@ class SyncRunner(TorchModelRunner):
         batch = build_sampling_batch(rows, self.vocab_size, self.device)
         if bitmask is not None:
             batch.allowed_bitmask = bitmask.to(self.device)
+        if redirect is not None:
+            batch.redirect_from, batch.redirect_to = (t.to(self.device) for t in redirect)
         result = sample(logits, batch)
         tokens = result.token_ids.tolist()
         firsts, extras = [], []

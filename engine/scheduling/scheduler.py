@@ -88,6 +88,7 @@ class Scheduler:
         self.pause_state = PauseState.UNPAUSED
         self.num_preemptions = 0
         self.num_budget_closed = 0  # replies whose budget closed a value or call (reported as cut)
+        self.num_thinking_budget_closed = 0  # thinking blocks the engine closed (engine.structured.thinking)
         self._released: list[str] = []
 
     # -- requests in and out ---------------------------------------------
@@ -130,6 +131,7 @@ class Scheduler:
             prefix_hits_tokens=self.kv.prefix_hits_tokens,
             num_preemptions=self.num_preemptions,
             num_budget_closed=self.num_budget_closed,
+            num_thinking_budget_closed=self.num_thinking_budget_closed,
             paused=self.pause_state.value,
             num_sampling_steps=self.num_sampling_steps,
             num_sampled_tokens=self.num_sampled_tokens,
@@ -359,6 +361,7 @@ class Scheduler:
             self.num_sampled_tokens += len(confirmed)
             if reason is not None:
                 self.num_budget_closed += request.grammar is not None and request.grammar.budget_cut
+                self.num_thinking_budget_closed += getattr(request.grammar, "closed_by_engine", False)
                 self.running.remove(request)
                 self._finish(request, reason)
             elif self.speculator is not None:

@@ -31,8 +31,10 @@ def test_defaults(monkeypatch):
     )
 
 
-def test_every_flag_has_an_environment_variable(monkeypatch):
+def test_every_flag_has_an_environment_variable(monkeypatch, tmp_path):
     """Each setting is a flag of every command it names (most of them serve's too)."""
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
     commands = build_parser()._subparsers._group_actions[0].choices
     options = {name: {o for action in commands[name]._actions for o in action.option_strings} for name in COMMANDS}
     samples = {"tuple": "a,b", "bool": "true", "int": "7", "float": "0.5"}
@@ -48,6 +50,9 @@ def test_every_flag_has_an_environment_variable(monkeypatch):
             "trusted_proxies": "10.0.0.0/8,::1",
             "mcp_servers": "a=http://a.internal/mcp,b=http://b.internal/mcp",
             "mcp_allow_urls": "https://a.internal/mcp/*,http://b.internal:8080/*",
+            "reasoning_parser": "qwen3",
+            "chat_template": str(template),
+            "default_chat_template_kwargs": '{"enable_thinking": false}',
         }
         raw = valid.get(f.name) or samples.get(kind, "x")
         s = _serve_args([], monkeypatch, {env_name(f): raw})

@@ -295,6 +295,19 @@ def test_greedy_with_penalties_bias_and_constraints_matches_reference():
     assert changed > n // 4  # the processing really mattered
 
 
+def test_a_redirected_row_emits_its_target_for_the_tokens_it_names():
+    """An end-of-turn inside a thinking block becomes the block's end (engine.structured.thinking): only
+    in the rows that ask, only for the tokens they name; every other row keeps what it sampled."""
+    torch.manual_seed(1)
+    logits = torch.randn(4, 300)
+    best = logits.argmax(-1)
+    batch = make_batch([SamplingParams(temperature=0.0)] * 4, 300)
+    batch.redirect_from = torch.tensor([[best[0].item(), -1], [7, -1], [-1, -1], [best[3].item(), 5]])
+    batch.redirect_to = torch.tensor([42, 43, -1, -1])  # row 1 names another token; rows 2 and 3 redirect nothing
+    out = run(logits, batch)
+    assert out.token_ids.tolist() == [42, *best[1:].tolist()]
+
+
 def test_repetition_penalty_semantics():
     # seen tokens: positive logits divided, negative multiplied; unseen untouched
     logits = torch.tensor([[2.0, 1.5, -0.5, -0.9, 0.0]])

@@ -1,0 +1,75 @@
+"""The reasoning and chat-template settings' checks (issue 48): ``--reasoning-parser``,
+``--reasoning-budget``, ``--chat-template PATH`` and ``--default-chat-template-kwargs JSON``. Each
+raises a ValueError naming the value (the command exits 2 with it): an unknown parser by name, a
+template file that does not render a one-message conversation by file and line."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from pathlib import Path
+from typing import Any
+
+from agentgate.gateway.reasoning.parsers import PARSER_NAMES
+
+PROBE = [{"role": "user", "content": "Hello"}]
+"""The conversation a ``--chat-template`` must render at start-up."""
+
+
+def check_reasoning_settings(settings: Any) -> None:
+    """ValueError for the first reasoning or chat-template value of ``settings`` (a Settings) that
+    the gateway cannot run with."""
+    if settings.reasoning_parser not in PARSER_NAMES:
+        raise ValueError(
+            f"unknown reasoning parser {settings.reasoning_parser!r}: choose one of {', '.join(PARSER_NAMES)}"
+        )
+    if settings.reasoning_budget is not None and settings.reasoning_budget < 0:
+        raise ValueError(f"reasoning_budget must be 0 or more, got {settings.reasoning_budget}")
+    kwargs = template_kwargs(settings.default_chat_template_kwargs)
+    if settings.chat_template is not None:
+        check_template_file(Path(settings.chat_template), kwargs)
+
+
+def template_kwargs(text: str | None) -> dict[str, Any]:
+    """``--default-chat-template-kwargs``: a JSON object (None: none)."""
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"default_chat_template_kwargs is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"default_chat_template_kwargs must be a JSON object, got {text!r}")
+    return value
+
+
+def check_template_file(path: Path, kwargs: dict[str, Any]) -> str:
+    """The template's text, once it renders :data:`PROBE` with ``kwargs``; else a ValueError naming
+    the file and the template's line."""
+    from agentgate.engine.errors import InvalidRequestError
+    from agentgate.engine.text.chat_template import render_chat
+
+    try:
+        template = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"chat template {path}: cannot be read: {exc}") from exc
+    try:
+        render_chat(template, PROBE, **kwargs)
+    except InvalidRequestError as exc:
+        line = _template_line(exc)
+        where = f"{path}, line {line}" if line is not None else str(path)
+        raise ValueError(f"chat template {where} does not render: {exc}") from exc
+    return template
+
+
+def _template_line(exc: BaseException) -> int | None:
+    """The template line an error of ``render_chat`` points at: a syntax error's own, or the last
+    frame of the compiled template (Jinja names it ``<template>``) in the cause's traceback."""
+    cause = exc.__cause__
+    if cause is None:
+        return None
+    lineno = getattr(cause, "lineno", None)
+    if lineno is not None:
+        return lineno
+    frames = [f for f in traceback.extract_tb(cause.__traceback__) if f.filename == "<template>"]
+    return frames[-1].lineno if frames else None
