@@ -8,10 +8,9 @@ waiter with EngineDeadError at once. Use it as an async context manager:
         async with aclosing(engine.generate(rid, ids, params)) as outputs:
             async for out in outputs: ...
 
-:meth:`EngineClient.add` submits a request and returns its
-:class:`RequestStream` at once (the gateway submits before its route returns,
-and reads the stream later, as vLLM's ``AsyncLLM.add_request`` returns a
-collector); :meth:`EngineClient.generate` is that stream read to its end.
+:meth:`EngineClient.add` submits a request and returns its :class:`RequestStream` at once (the gateway
+submits before its route returns, and reads the stream later, as vLLM's ``AsyncLLM.add_request`` returns
+a collector); :meth:`EngineClient.generate` is that stream read to its end.
 """
 
 from __future__ import annotations
