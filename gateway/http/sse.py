@@ -110,8 +110,12 @@ class GenerationResponse(EventSourceResponse):
         *,
         prime: bool = False,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        send_timeout: float | None,
     ) -> None:
-        super().__init__(body, ping=PING_SECONDS, sep="\r\n", data_sender_callable=data_sender)
+        # send_timeout: --sse-send-timeout (None: none), handed in by the route
+        super().__init__(
+            body, ping=PING_SECONDS, sep="\r\n", data_sender_callable=data_sender, send_timeout=send_timeout
+        )
         self._generation = gen
         self._format = fmt
         self._prime = prime
@@ -126,8 +130,6 @@ class GenerationResponse(EventSourceResponse):
                 if gen.error is not None:
                     await error_response(gen.error, gen.request_id)(scope, receive, send)
                     return
-            gw = scope.get("state", {}).get("gateway")
-            self.send_timeout = gw.settings.sse_send_timeout if gw is not None else None
             try:
                 await super().__call__(scope, receive, send)
             except* SendTimeoutError:
@@ -150,19 +152,23 @@ def stream_rounds(
     body: AsyncIterable[bytes],
     on_close: Callable[[], Awaitable[None]],
     *,
+    send_timeout: float | None,
     prime: bool = False,
 ) -> GenerationResponse:
     """The SSE response of a streamed tool loop: generations one after another, ``body`` their
     bytes (``prime``: the first one's, as :func:`stream_generation`), ``on_close`` closing the one
     running however the response ends."""
-    return GenerationResponse(first, fmt, body, prime=prime, on_close=on_close)
+    return GenerationResponse(first, fmt, body, prime=prime, on_close=on_close, send_timeout=send_timeout)
 
 
-def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False) -> GenerationResponse:
-    """The SSE response of a streaming request; ``prime``: wait for the first outputs before
-    answering (constrained requests, see the module docstring)."""
+def stream_generation(
+    gen: Generation, fmt: StreamFormat, *, send_timeout: float | None, prime: bool = False
+) -> GenerationResponse:
+    """The SSE response of a streaming request; ``send_timeout``: ``--sse-send-timeout``, the
+    seconds a write may wait on a client that stopped reading (None: no limit); ``prime``: wait
+    for the first outputs before answering (constrained requests, see the module docstring)."""
     if len(gen.choices) == 1:
-        return GenerationResponse(gen, fmt, _single(gen, fmt), prime=prime)
+        return GenerationResponse(gen, fmt, _single(gen, fmt), prime=prime, send_timeout=send_timeout)
     send, receive = anyio.create_memory_object_stream[bytes](math.inf)
 
     async def produce() -> None:
@@ -188,7 +194,7 @@ def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False
                 close(gen, fmt.reply, usage)
             send.send_nowait(tail)
 
-    return GenerationResponse(gen, fmt, receive, data_sender=produce, prime=prime)
+    return GenerationResponse(gen, fmt, receive, data_sender=produce, prime=prime, send_timeout=send_timeout)
 
 
 def _chunks(fmt: StreamFormat, choice: Choice, events: list[ChoiceEvent]) -> bytes:

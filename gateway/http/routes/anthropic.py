@@ -63,7 +63,9 @@ async def messages(request: Request) -> Response:
     gen = run.generation
     if body.stream:
         message.usage = message_usage(gen.usage)
-        return stream_generation(gen, MessagesStream(run.plan, message), prime=run.plan.structured is not None)
+        fmt = MessagesStream(run.plan, message)
+        prime = run.plan.structured is not None
+        return stream_generation(gen, fmt, send_timeout=gw.settings.sse_send_timeout, prime=prime)
     if not await collect_or_raise(gen, request.receive, partial(recorded_reply, run.plan)):
         return Response(status_code=499)  # nobody is listening any more
     choice = gen.choices[0]
@@ -94,7 +96,10 @@ async def _connector(request: Request, gw: GatewayState, body: MessagesRequest, 
         message.usage = message_usage(loop.run.generation.usage)
         fmt = loop.format(message)
         prime = loop.run.plan.structured is not None
-        return stream_rounds(loop.run.generation, fmt, loop.stream(fmt), loop.close_round, prime=prime)
+        send_timeout = gw.settings.sse_send_timeout
+        return stream_rounds(
+            loop.run.generation, fmt, loop.stream(fmt), loop.close_round, send_timeout=send_timeout, prime=prime
+        )
 
     async def watched(step: Callable[[], Awaitable[None]]) -> bool:
         return not await until_disconnect(request.receive, step)

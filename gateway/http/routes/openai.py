@@ -66,7 +66,9 @@ async def chat_completions(request: Request) -> Response:
         include_usage=include_usage,
     )
     if body.stream:
-        return stream_generation(gen, fmt, prime=run.plan.structured is not None)
+        return stream_generation(
+            gen, fmt, send_timeout=gw.settings.sse_send_timeout, prime=run.plan.structured is not None
+        )
     return await _complete(request, gen, fmt)
 
 
@@ -129,7 +131,7 @@ async def completions(request: Request) -> Response:
         echo=body.echo,
     )
     if body.stream:
-        return stream_generation(gen, fmt)
+        return stream_generation(gen, fmt, send_timeout=gw.settings.sse_send_timeout)
     return await _complete(request, gen, fmt)
 
 

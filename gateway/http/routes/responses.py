@@ -58,9 +58,12 @@ async def create_response(request: Request) -> Response:
         context=context_of(request.scope),
     )
     if turn.mcp is not None:
-        return await _tool_loop(turn, body, request.receive)
+        return await _tool_loop(turn, body, request.receive, gw.settings.sse_send_timeout)
     if body.stream:
-        return stream_generation(turn.run.generation, TurnStream(turn), prime=turn.run.plan.structured is not None)
+        prime = turn.run.plan.structured is not None
+        return stream_generation(
+            turn.run.generation, TurnStream(turn), send_timeout=gw.settings.sse_send_timeout, prime=prime
+        )
     if body.background:
         turn.response.status = "queued"
         await turn.save()
@@ -106,13 +109,16 @@ async def _run(turn: Turn, receive) -> bool:
     return True
 
 
-async def _tool_loop(turn: Turn, body: ResponsesRequest, receive: Receive) -> Response:
+async def _tool_loop(turn: Turn, body: ResponsesRequest, receive: Receive, send_timeout: float | None) -> Response:
     """A response whose tools the server runs (:mod:`gateway.responses_api.tool_loop`): streamed,
-    in the background, or whole, each round's generation watched like one response's."""
+    in the background, or whole, each round's generation watched like one response's
+    (``send_timeout``: ``--sse-send-timeout``)."""
     if body.stream:
         frames = (TurnStream.sse(batch) async for batch in tool_loop.stream(turn, sse_error_fields))
         prime = turn.run.plan.structured is not None
-        return stream_rounds(turn.run.generation, TurnStream(turn), frames, turn.close_round, prime=prime)
+        return stream_rounds(
+            turn.run.generation, TurnStream(turn), frames, turn.close_round, send_timeout=send_timeout, prime=prime
+        )
 
     async def watched(step: Callable[[], Awaitable[None]]) -> bool:
         return not await until_disconnect(receive, step)
