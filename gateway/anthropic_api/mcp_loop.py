@@ -22,7 +22,6 @@ from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.errors import GatewayError
 from agentgate.gateway.formats.anthropic import MessagesStream, content_blocks, message_usage, stop_reason
-from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.mcp_rounds import (
     McpRounds,
@@ -68,7 +67,7 @@ class ConnectorLoop:
             if gen.error is not None:
                 raise gen.error
             choice = gen.choices[0]
-            parsed, finish = ReplyReader(self.run.plan).whole(choice.text, choice.finish_reason)
+            parsed, finish = choice.reply, choice.reply_finish
             items = round_items(parsed, self.rounds.labels, "completed")
             go_on = self.rounds.continues(items, finish, False)
             for item in items:
@@ -88,7 +87,7 @@ class ConnectorLoop:
 
     def format(self, message: Message) -> MessagesStream:
         """The stream's format, its MCP calls as mcp_tool_use blocks."""
-        return MessagesStream(self.run.plan, message, {name: label for name, (label, _) in self.rounds.labels.items()})
+        return MessagesStream(message, {name: label for name, (label, _) in self.rounds.labels.items()})
 
     async def stream(self, fmt: MessagesStream) -> AsyncIterator[bytes]:
         """The reply's events as SSE bytes, every round's blocks in one message."""
@@ -118,7 +117,7 @@ class ConnectorLoop:
             except (GatewayError, EngineError) as exc:  # refused (a full queue, results past the context)
                 yield fmt.error(exc)
                 return
-            fmt.next_round(self.run.plan)
+            fmt.next_round()
         yield await fmt.closing(self.usage)
 
 

@@ -25,7 +25,7 @@ a 400 with an OpenAI error body, like the same request without ``stream``, rathe
 an error event in a 200 stream. The first chunk then goes out with the headers.
 
 However the response ends, the generation is closed once, with the usage the client
-was told and its reply as the format reads it for a session (``Generation.close``);
+was told (``Generation.close``: the reply a session records is the one its choice read);
 its engine requests still running are aborted. A write that waits longer than
 ``--sse-send-timeout`` on a client that stopped reading ends the stream
 (``gateway.http.slow_clients``): the generation is closed, the engine request aborted,
@@ -46,7 +46,6 @@ from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
 from agentgate.engine.errors import EngineError
-from agentgate.gateway.api_types.openai import AssistantMessage, Usage
 from agentgate.gateway.choice import Choice
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats import StreamFormat
@@ -77,21 +76,15 @@ async def until_disconnect(receive: Receive, run: Callable[[], Awaitable[None]])
     return disconnected
 
 
-def close(gen: Generation, reply: Callable[[str], AssistantMessage], usage: Usage | None = None) -> None:
-    """Close ``gen`` with its reply as ``reply`` reads it for a session, if one is kept."""
-    text = gen.reply_text
-    gen.close(reply(text) if text is not None else None, usage)
-
-
-async def collect_or_raise(gen: Generation, receive: Receive, reply: Callable[[str], AssistantMessage]) -> bool:
+async def collect_or_raise(gen: Generation, receive: Receive) -> bool:
     """Run every choice to its end (non-streaming) while watching the client, then close the
-    generation (``reply``: see :func:`close`); raises the engine error, if any. False: the
-    client left meanwhile (every engine request aborted), nobody is listening."""
+    generation; raises the engine error, if any. False: the client left meanwhile (every
+    engine request aborted), nobody is listening."""
     try:
         disconnected = await until_disconnect(receive, gen.collect)
     finally:
         await gen.aclose()
-        close(gen, reply)
+        gen.close()
     if gen.error is not None and not disconnected:
         raise gen.error
     return not disconnected
@@ -104,7 +97,6 @@ class GenerationResponse(EventSourceResponse):
     def __init__(
         self,
         gen: Generation,
-        fmt: StreamFormat,
         body: AsyncIterable[bytes],
         data_sender: Callable[[], Awaitable[None]] | None = None,
         *,
@@ -117,7 +109,6 @@ class GenerationResponse(EventSourceResponse):
             body, ping=PING_SECONDS, sep="\r\n", data_sender_callable=data_sender, send_timeout=send_timeout
         )
         self._generation = gen
-        self._format = fmt
         self._prime = prime
         self._on_close = on_close  # closes what runs instead (a response's tool loop: its round running)
 
@@ -143,12 +134,11 @@ class GenerationResponse(EventSourceResponse):
                 await self._on_close()
             else:
                 await gen.aclose()
-                close(gen, self._format.reply)
+                gen.close()
 
 
 def stream_rounds(
     first: Generation,
-    fmt: StreamFormat,
     body: AsyncIterable[bytes],
     on_close: Callable[[], Awaitable[None]],
     *,
@@ -158,7 +148,7 @@ def stream_rounds(
     """The SSE response of a streamed tool loop: generations one after another, ``body`` their
     bytes (``prime``: the first one's, as :func:`stream_generation`), ``on_close`` closing the one
     running however the response ends."""
-    return GenerationResponse(first, fmt, body, prime=prime, on_close=on_close, send_timeout=send_timeout)
+    return GenerationResponse(first, body, prime=prime, on_close=on_close, send_timeout=send_timeout)
 
 
 def stream_generation(
@@ -168,7 +158,7 @@ def stream_generation(
     seconds a write may wait on a client that stopped reading (None: no limit); ``prime``: wait
     for the first outputs before answering (constrained requests, see the module docstring)."""
     if len(gen.choices) == 1:
-        return GenerationResponse(gen, fmt, _single(gen, fmt), prime=prime, send_timeout=send_timeout)
+        return GenerationResponse(gen, _single(gen, fmt), prime=prime, send_timeout=send_timeout)
     send, receive = anyio.create_memory_object_stream[bytes](math.inf)
 
     async def produce() -> None:
@@ -191,10 +181,10 @@ def stream_generation(
                 usage = gen.usage
                 tail = fmt.error(gen.error) if gen.error is not None else await fmt.closing(usage)
             finally:
-                close(gen, fmt.reply, usage)
+                gen.close(usage)
             send.send_nowait(tail)
 
-    return GenerationResponse(gen, fmt, receive, data_sender=produce, prime=prime, send_timeout=send_timeout)
+    return GenerationResponse(gen, receive, data_sender=produce, prime=prime, send_timeout=send_timeout)
 
 
 def _chunks(fmt: StreamFormat, choice: Choice, events: list[ChoiceEvent]) -> bytes:
@@ -220,5 +210,5 @@ async def _single(gen: Generation, fmt: StreamFormat) -> AsyncIterator[bytes]:
     except EngineError as exc:
         tail = fmt.error(gen.record_error(exc))
     finally:
-        close(gen, fmt.reply, usage)
+        gen.close(usage)
     yield tail

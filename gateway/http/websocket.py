@@ -46,7 +46,6 @@ from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLargeError, error_parts
 from agentgate.gateway.formats.responses import Event
 from agentgate.gateway.http.middleware import request_context
-from agentgate.gateway.http.sse import close
 from agentgate.gateway.responses_api import tool_loop
 from agentgate.gateway.responses_api.store import StoredResponse
 from agentgate.gateway.responses_api.turn import Turn, start_turn
@@ -166,7 +165,7 @@ class Connection:
                 raise gen.error
         except BaseException:  # refused, or the client left: the turn ends here
             await gen.aclose()
-            close(gen, turn.reply)
+            gen.close()
             raise
 
     async def _run(self, turn: Turn) -> None:
@@ -193,7 +192,7 @@ class Connection:
             except EngineError as exc:
                 tail = events.error(gen.record_error(exc))
             finally:
-                close(gen, turn.reply)
+                gen.close()
             for last in tail:
                 await self.send(last)
         finally:

@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator
 from agentgate.engine.errors import EngineError
 from agentgate.gateway.errors import GatewayError
 from agentgate.gateway.formats.responses import ErrorFields, Event
-from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api.mcp_rounds import Watch, round_items, run_reply
 from agentgate.gateway.responses_api.turn import Turn
 
@@ -44,7 +43,7 @@ async def collect(turn: Turn, watch: Watch) -> bool:
         if gen.error is not None and not turn.response.background:
             raise gen.error
         choice = gen.choices[0]
-        parsed, finish = ReplyReader(turn.run.plan).whole(choice.text, choice.finish_reason)
+        parsed, finish = choice.reply, choice.reply_finish
         status = "incomplete" if finish == "length" else "completed"
         items = round_items(parsed, rounds.labels, status)
         output += items
@@ -114,5 +113,5 @@ async def stream(turn: Turn, error_fields: ErrorFields) -> AsyncIterator[list[Ev
         except (GatewayError, EngineError) as exc:  # refused: the stream says why, then failed
             yield events.error(exc)
             return
-        events.next_round(turn.run.plan)
+        events.next_round()
     yield await turn.closing_events(events)

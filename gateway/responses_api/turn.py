@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentgate.gateway.api_types.openai import AssistantMessage, Usage
+from agentgate.gateway.api_types.openai import Usage
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.chat import ChatRun, start_chat
 from agentgate.gateway.context import RequestContext
@@ -39,7 +39,6 @@ from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.framing import named_event
 from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEvents, sse_error_fields
 from agentgate.gateway.mcp.toolset import echoed
-from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.mcp_rounds import McpRounds, added_usage, close_reply, open_toolset
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
@@ -157,13 +156,9 @@ class Turn:
         """Store the response as it stands (False: not stored, or cancelled meanwhile)."""
         return self.store is not None and await self.store.save(self.stored())
 
-    def reply(self, text: str) -> AssistantMessage:
-        """The reply of ``text`` as the turn's session records it."""
-        return recorded_reply(self.run.plan, text)
-
     def events(self, error_fields: ErrorFields = sse_error_fields) -> ResponseEvents:
         """The turn's stream of events (``error_fields``: the transport's error event)."""
-        return ResponseEvents(self.response, self.run.plan, error_fields, self.mcp.labels if self.mcp else None)
+        return ResponseEvents(self.response, error_fields, self.mcp.labels if self.mcp else None)
 
     async def closing_events(self, events: ResponseEvents) -> list[Event]:
         """The last item's closing events, then (the response finished and stored) the final event."""
@@ -200,9 +195,6 @@ class TurnStream:
 
     def error(self, exc: BaseException) -> bytes:
         return self.sse(self.events.error(exc))
-
-    def reply(self, text: str) -> AssistantMessage:
-        return self.turn.reply(text)
 
 
 async def start_turn(

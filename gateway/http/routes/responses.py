@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -28,9 +27,8 @@ from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.formats.responses import sse_error_fields
 from agentgate.gateway.http.middleware import bearer_token, context_of, request_id_of
-from agentgate.gateway.http.sse import close, collect_or_raise, stream_generation, stream_rounds, until_disconnect
+from agentgate.gateway.http.sse import collect_or_raise, stream_generation, stream_rounds, until_disconnect
 from agentgate.gateway.http.websocket import responses_socket
-from agentgate.gateway.replies import ReplyReader, recorded_reply
 from agentgate.gateway.responses_api import tool_loop
 from agentgate.gateway.responses_api.compact import compacted, conversation, start_compaction
 from agentgate.gateway.responses_api.store import RUNNING
@@ -82,7 +80,7 @@ async def compact_response(request: Request) -> Response:
     run, dropped = await start_compaction(
         gw, body, messages, request_id=request_id_of(request.scope), arrival=arrival, context=context
     )
-    if not await collect_or_raise(run.generation, request.receive, partial(recorded_reply, run.plan)):
+    if not await collect_or_raise(run.generation, request.receive):
         return Response(status_code=499)  # nobody is listening any more
     return _json(compacted(run, messages, dropped))
 
@@ -99,12 +97,11 @@ async def _run(turn: Turn, receive) -> bool:
             await gen.collect()
         finally:
             await gen.aclose()
-            close(gen, turn.reply)
-    elif not await collect_or_raise(gen, receive, turn.reply):
+            gen.close()
+    elif not await collect_or_raise(gen, receive):
         return False
     choice = gen.choices[0]
-    parsed, finish = ReplyReader(turn.run.plan).whole(choice.text, choice.finish_reason)
-    turn.finish(parsed, finish)
+    turn.finish(choice.reply, choice.reply_finish)
     await turn.save()
     return True
 
@@ -116,9 +113,7 @@ async def _tool_loop(turn: Turn, body: ResponsesRequest, receive: Receive, send_
     if body.stream:
         frames = (TurnStream.sse(batch) async for batch in tool_loop.stream(turn, sse_error_fields))
         prime = turn.run.plan.structured is not None
-        return stream_rounds(
-            turn.run.generation, TurnStream(turn), frames, turn.close_round, send_timeout=send_timeout, prime=prime
-        )
+        return stream_rounds(turn.run.generation, frames, turn.close_round, send_timeout=send_timeout, prime=prime)
 
     async def watched(step: Callable[[], Awaitable[None]]) -> bool:
         return not await until_disconnect(receive, step)
