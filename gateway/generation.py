@@ -36,6 +36,7 @@ from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.waiting import Ticket
 from agentgate.gateway.api_types.openai import PromptTokensDetails, Usage
 from agentgate.gateway.choice import Choice, choice_params, engine_request_ids
+from agentgate.gateway.context import NO_CONTEXT
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.job import Job
 from agentgate.gateway.lease import Lease
@@ -81,6 +82,8 @@ class Generation:
         ):
             self.choices[0].keep_text = True  # the reply, for the session's messages
         self._lease = lease
+        # The request's context as dispatch admitted it: a later round of the request starts in it.
+        self.context = lease.context if lease is not None else NO_CONTEXT
         self._closed = False
         self.span = current_span()  # this request's trace span (None: tracing off)
         if self.span is not None:

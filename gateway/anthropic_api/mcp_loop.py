@@ -154,7 +154,7 @@ async def start_connector(
     started = 0
 
     async def start(messages: list[dict[str, Any]], tool_choice: Any, max_tokens: int | None) -> ChatRun:
-        nonlocal started
+        nonlocal started, context
         round_id = request_id if started == 0 else f"{request_id}-r{started}"
         started += 1
         chat = msgspec.structs.replace(
@@ -163,9 +163,11 @@ async def start_connector(
             tool_choice=tool_choice,
             max_tokens=max_tokens,
         )
-        return await start_chat(
+        run = await start_chat(
             gw.model, gw.dispatcher, chat, turns=gw.turn_tokens, request_id=round_id, arrival=arrival, context=context
         )
+        context = run.generation.context  # admitted: the next rounds are not charged again
+        return run
 
     rounds = McpRounds(gw.mcp, toolset, start, body.max_tokens)
     run = await start(conversation, base.tool_choice, body.max_tokens)

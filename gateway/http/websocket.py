@@ -7,7 +7,8 @@ each turn's events, the same payloads the SSE stream carries, one per text
 message, up to ``response.completed`` (or ``incomplete``, ``failed``). Turns
 run one after another on a connection; each is started by the one core,
 :func:`~gateway.responses_api.turn.start_turn`, admitted like a POST (the API
-key given at the handshake, its rate limits: :func:`gateway.http.middleware.request_context`)
+key given at the handshake: :func:`gateway.http.middleware.request_context`; its rate limit
+charged by dispatch)
 and its events come from :class:`~gateway.formats.responses.ResponseEvents`.
 
 The connection keeps its most recent responses (``store: false`` ones too,
@@ -121,9 +122,7 @@ class Connection:
                     param="background",
                 )
             gw = self.gw
-            context = await request_context(
-                self.websocket.scope, keys=gw.keys, limiter=gw.limiter, sessions=gw.sessions
-            )
+            context = request_context(self.websocket.scope, gw.keys)
             turn = await start_turn(
                 gw,
                 gw.responses,

@@ -245,13 +245,13 @@ async def start_turn(
     rounds_started = 0
 
     async def start(conversation: list[dict[str, Any]], tool_choice: Any, max_tokens: int | None) -> ChatRun:
-        nonlocal rounds_started
+        nonlocal rounds_started, context
         round_id = request_id if rounds_started == 0 else f"{request_id}-r{rounds_started}"
         rounds_started += 1
         chat = chat_request(
             system + conversation, tools=chat_tools, tool_choice=tool_choice, max_tokens=max_tokens, **options
         )
-        return await start_chat(
+        run = await start_chat(
             gw.model,
             gw.dispatcher,
             chat,
@@ -261,6 +261,8 @@ async def start_turn(
             context=context,
             budget_param="max_output_tokens",
         )
+        context = run.generation.context  # admitted: the next rounds are not charged again
+        return run
 
     rounds = None
     conversation = history + messages
