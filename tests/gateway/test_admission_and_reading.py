@@ -21,6 +21,8 @@ from agentgate.engine.text.tokenizer import load_tokenizer
 from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.tools import HermesToolParser
 from tests.support.http import check_chat_stream, parse_sse, wait_for
+from tests.support.mcp_scripts import script
+from tests.support.mcp_servers import mcp_servers
 from tests.support.request_walk import CALL, TOOLS
 from tests.support.scripted_engine import scripted_gateway
 
@@ -37,6 +39,10 @@ def gateway():
 
 @pytest.fixture
 def charges(gateway, monkeypatch):
+    return _charges(gateway, monkeypatch)
+
+
+def _charges(gateway, monkeypatch) -> list[tuple[str, int]]:
     """Every charge of the rate limit, as (key, engine requests), the real limiter beneath."""
     limiter = gateway.state.limiter
     admit, seen = limiter.admit, []
@@ -162,3 +168,25 @@ def test_every_api_parses_a_reply_once(gateway, readings, path, stream):
     assert r.status_code == 200, r.text
     assert "get_weather" in r.text
     assert len(readings) == 1 and "".join(readings[0]) == CALL, [len(fed) for fed in readings]
+
+
+def test_a_tool_loop_the_server_runs_is_charged_once_for_all_its_rounds(monkeypatch):
+    """A response (or message) whose MCP calls the server runs is one request: its rounds (a
+    call of ``add``, then the answer: ``tests.support.mcp_scripts``) are not charged again."""
+    with mcp_servers() as servers:
+        settings = Settings(mcp_servers=(f"calc={servers.http_url}",), rate_limit_rpm=RPM, served_model_name=("m",))
+        with scripted_gateway(settings, script(load_tokenizer(default_model_path()))) as gw:
+            charges = _charges(gw, monkeypatch)
+            calc = {"type": "mcp", "server_label": "calc", "require_approval": "never"}
+            connector = {"type": "url", "url": servers.http_url, "name": "calc"}
+            question = [{"role": "user", "content": "What is 2 + 3?"}]
+            bodies = [
+                ("/v1/responses", {"model": "m", "input": "What is 2 + 3?", "tools": [calc]}),
+                ("/v1/responses", {"model": "m", "input": "What is 2 + 3?", "tools": [calc], "stream": True}),
+                ("/v1/messages", {"model": "m", "max_tokens": 200, "messages": question, "mcp_servers": [connector]}),
+            ]
+            for i, (path, body) in enumerate(bodies):
+                charges.clear()
+                r = gw.client.post(path, json=body, headers={"X-Request-Id": f"add-{i}"})
+                assert r.status_code == 200 and "The sum is 5." in r.text, r.text
+                assert charges == [("anonymous", 1)], (path, charges)
