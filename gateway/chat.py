@@ -5,12 +5,12 @@ An API module translates its wire request into a
 :class:`~gateway.api_types.openai.ChatCompletionRequest` (OpenAI's chat completions
 need no translation; the Responses and Anthropic Messages APIs map their
 items and content blocks onto messages, tools and tool_choice), calls
-:func:`start_chat`, and writes what a :class:`~gateway.replies.ReplyReader`
-over ``run.plan`` reads in its own wire shape (``gateway.formats``)::
+:func:`start_chat`, and writes the reply pieces each choice read through ``run.plan``
+(``gateway.choice``) in its own wire shape (``gateway.formats``)::
 
     run = await start_chat(model, dispatcher, request, turns=..., request_id=..., arrival=..., context=...)
-    run.generation    # running: its choices' events, then its usage
-    run.plan          # how its replies are read (gateway.replies)
+    run.generation    # running: its choices' events (their replies read), then its usage
+    run.plan          # how its replies are read (gateway.replies), what its grammar enforces
 
 Shared by all of them, so that no API module repeats it: the prompt (the
 chat template, tools presented, past calls rendered back), the tool plan
@@ -154,6 +154,7 @@ async def start_chat(
         plan.constraint_param,
         param,
         request.model or model.name,
+        plan,
     )
     generation = await dispatch(dispatcher, job, context, conversation=request.messages)
     return ChatRun(generation, plan)

@@ -1,6 +1,12 @@
 """One choice of a generation: one engine request's outputs turned into text events,
 incremental detokenizing and stop strings (``OutputProcessor``), with its latencies.
 
+The choice reads its reply once, here, as its text comes: through the job's tool plan
+(:class:`~gateway.replies.ReplyReader`) into content and tool-call deltas and the finish
+reason the APIs report. Its events carry those pieces, which the formats write as they
+are; the session's reply, the calls by name (the program's turn, the trace) and a whole
+body take the reply as read (:attr:`Choice.reply`), never a second reading of its text.
+
 A stop string ends the choice; leaving the engine stream early aborts the engine
 request, so its KV blocks are freed within one step. The choice is submitted by its
 generation (``Generation.submit``, which dispatch calls) and read by
@@ -24,6 +30,9 @@ from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.waiting import Ticket
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.observation.metrics import Metrics
+from agentgate.gateway.replies import ReplyReader
+from agentgate.gateway.tools.deltas import Delta, ParsedOutput, accumulate
+from agentgate.gateway.tools.plan import ToolPlan
 
 
 class Owner(Protocol):
@@ -45,11 +54,14 @@ class Choice:
         "prompt_ids",
         "params",
         "_processor",
+        "_reader",
         "num_tokens",
         "finish_reason",
+        "reply_finish",
         "num_cached_tokens",
         "keep_text",
         "texts",
+        "deltas",
         "token_ids",
         "logprobs",
         "_generation",
@@ -68,6 +80,7 @@ class Choice:
         prompt_index: int,
         prompt_ids: list[int],
         params: SamplingParams,
+        plan: ToolPlan,
     ) -> None:
         self._generation = generation
         self.index = index
@@ -76,13 +89,16 @@ class Choice:
         self.prompt_ids = prompt_ids
         self.params = params
         self._processor = OutputProcessor(generation.tokenizer, params)
+        self._reader = ReplyReader(plan)  # the one reading of the reply
         self.num_tokens = 0
         self.num_cached_tokens = 0  # prompt tokens the engine found in its prefix cache
-        self.finish_reason: str | None = None
-        # The text, kept when keep_text (collect() sets it; a session keeps its
-        # first choice's reply); tokens and logprobs by collect() only.
+        self.finish_reason: str | None = None  # the engine's (stop, length, abort)
+        self.reply_finish: str | None = None  # as the APIs report it (tool_calls: see ChoiceEvent)
+        # The text, its tokens and the reply as read, kept when keep_text (collect() sets it; a
+        # session keeps its first choice's reply); logprobs by collect() only.
         self.keep_text = False
         self.texts: list[str] = []
+        self.deltas: list[Delta] = []
         self.token_ids: list[int] = []
         self.logprobs: list[TokenLogprobs] = []
         self._last_time = 0.0
@@ -156,6 +172,12 @@ class Choice:
         return "".join(self.texts)
 
     @property
+    def reply(self) -> ParsedOutput:
+        """The reply as it was read (kept when ``keep_text``): its content and tool calls, what
+        the streamed deltas add up to."""
+        return accumulate(self.deltas)
+
+    @property
     def matched_stop(self) -> str | None:
         """The stop string that ended the choice (finish reason "stop"), if one did."""
         return self._processor.matched_stop
@@ -201,14 +223,17 @@ class Choice:
             self._last_time = now
             self.num_tokens += len(new)
         delta = self._processor.push(new, engine_finish is not None)
+        reason = "stop" if delta.stopped else engine_finish
+        deltas, reply_finish = self._reader.read(delta.text, reason)
         if self.keep_text:
             self.token_ids += new
             if delta.text:
                 self.texts.append(delta.text)
-        reason = "stop" if delta.stopped else engine_finish
+            self.deltas += deltas
         if reason is not None:
-            self.finish_reason = reason
-        return ChoiceEvent(delta.text, new, logprobs, reason, self._processor.matched_stop if reason else None)
+            self.finish_reason, self.reply_finish = reason, reply_finish
+        matched = self._processor.matched_stop if reason else None
+        return ChoiceEvent(delta.text, new, logprobs, reason, matched, deltas, reply_finish)
 
 
 def choice_params(params: SamplingParams, index: int) -> SamplingParams:

@@ -1,11 +1,13 @@
 """Who is asking, for which session: one generation request's context.
 
-:class:`~gateway.http.middleware.RequestContextMiddleware` builds it (the API
-key's digest, rate limits checked, the ``X-Session-Id`` session opened) and
-leaves it in the ASGI scope; the route reads it with
-:func:`~gateway.http.middleware.context_of` and hands it down to dispatch,
-which routes on its session engine (affinity) and files the request under its
-key and session. The key's digest is made in :mod:`gateway.state.key_digests`.
+:class:`~gateway.http.middleware.RequestContextMiddleware` builds it from the
+request's headers alone (the API key's digest, whether that key is the admin's, the
+``X-Session-Id`` it names) and leaves it in the ASGI scope; the route reads it with
+:func:`~gateway.http.middleware.context_of` and hands it down to dispatch, which
+admits the request in one place (the key's rate limit charged, the session opened,
+then bound: ``gateway.dispatch``), routes on the session's engine (affinity) and
+files the request under its key and session. The key's digest is made in
+:mod:`gateway.state.key_digests`.
 
 A leaf: it imports nothing of the gateway.
 """
@@ -21,8 +23,14 @@ ANONYMOUS = "anonymous"  # the key digest of a request without an API key (gatew
 class RequestContext:
     key: str = ANONYMOUS  # the API key's digest
     session_id: str | None = None
-    engine: str | None = None  # the address of the engine the session is bound to; None: any
+    # The engine to run on when it can (affinity; None: any): a Responses chain's, then, once
+    # admitted, the session's engine before it.
+    engine: str | None = None
     program: str | None = None  # the Responses chain the request continues (its first response's id)
+    admin: bool = False  # the key may act as the admin (it may open any key's session)
+    # Dispatch charged the request's rate limit and opened its session: a later round of the same
+    # request (a server-run tool loop's next reply) runs in this context and is not charged again.
+    admitted: bool = False
 
 
 NO_CONTEXT = RequestContext()

@@ -4,13 +4,19 @@
 
 One call, one way down, nothing called back up; the engine has the request when it returns:
 
-1. **admit**, counting engine requests (``n x prompts``): at most
-   ``--max-engine-requests-per-request`` of them (else 400), the key's rate
-   limit charged for all of them (the middleware took one; 429), and an
-   admission ticket for each (``gateway.admission.waiting``: 429 with Retry-After
-   when too many wait for their first token);
+1. **admit**, here and nowhere else, counting engine requests (``n x prompts``): at
+   most ``--max-engine-requests-per-request`` of them (else 400); the key's rate limit
+   charged for all of them at once (``gateway.admission.rate_limits``: 429 with
+   Retry-After); the ``X-Session-Id`` session opened (``gateway.state.sessions``: one
+   script call, created on first use, its engine read; 404 for another key's session;
+   503 without Redis). A request's later rounds (a server-run tool loop's next reply)
+   come back in the context its first round was admitted in (``context.admitted``) and
+   are neither charged nor opened again. Then an admission ticket for each engine
+   request (``gateway.admission.waiting``: 429 with Retry-After when too many wait for
+   their first token);
 2. **route**: an engine (``gateway.engines.pool``), the session's when it has one
-   (``context.engine``, its affinity), else, for a turn of an agent program,
+   (its affinity), else the one the request names (``context.engine``: a Responses
+   chain's), else, for a turn of an agent program,
    the engine its last turn ran on (``gateway.programs.last_turns``: one Redis read,
    which also gives the tag the previous turn's end; nothing when Redis is
    away), else the least loaded; a bound request yields to the least loaded
@@ -47,6 +53,7 @@ from agentgate.gateway.admission.rate_limits import RateLimiter
 from agentgate.gateway.admission.waiting import Admission
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.engines.pool import EnginePool
+from agentgate.gateway.errors import ServiceUnavailableError
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.job import Job
 from agentgate.gateway.lease import Lease
@@ -80,8 +87,7 @@ async def dispatch(
     the messages a session records with the reply."""
     d = dispatcher
     count = check_engine_requests(len(job.prompts), job.n, d.max_engine_requests)
-    if d.limiter is not None:
-        await d.limiter.admit(context.key, count - 1)  # the middleware took one
+    context = await _admit(d, context, count)
     program, affinity = job.program, context.engine
     if program is not None and d.programs is not None:
         last = await d.programs.last_turn(program.program_id)
@@ -118,3 +124,22 @@ async def dispatch(
     if lease.keeps_reply:
         d.sessions.bind(context.session_id, job.request_id, engine.address)
     return generation
+
+
+async def _admit(d: Dispatcher, context: RequestContext, count: int) -> RequestContext:
+    """Charge the key's rate limit ``count`` engine requests and open the session, once per
+    request: the context admitted, its engine the session's when it is bound to one."""
+    if context.admitted:
+        return context
+    if d.limiter is not None:
+        await d.limiter.admit(context.key, count)
+    engine = context.engine
+    if context.session_id is not None:
+        if d.sessions is None:
+            raise ServiceUnavailableError(
+                "X-Session-Id needs Redis, and this gateway runs without it (start it with --redis-url, "
+                "or through `agentgate serve`, which embeds one)",
+                code="redis_not_configured",
+            )
+        engine = await d.sessions.open(context.session_id, context.key, context.admin) or engine
+    return dataclasses.replace(context, engine=engine, admitted=True)

@@ -10,6 +10,9 @@ first token ends the wait) and the :class:`~gateway.lease.Lease` of what dispatc
 :meth:`Generation.close` closes the ticket, releases the lease once (with the reply as a
 session records it and the usage the client was told) and records the request's
 metrics, whatever way the request ended (finished, stopped, aborted, disconnected).
+The reply it closes with is the first choice's, as the choice read it while it ran
+(``gateway.choice``): the session's message, the calls by name that the program's turn
+and the trace report, taken from that one reading.
 
 A constrained request (a grammar: tool_choice required/named, response_format) can fail
 in the engine before its first token, when the grammar does not compile.
@@ -31,15 +34,17 @@ from agentgate.engine.front.client import EngineClient
 from agentgate.engine.sampling_params import parse_budget_error
 from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.waiting import Ticket
-from agentgate.gateway.api_types.openai import AssistantMessage, PromptTokensDetails, Usage
+from agentgate.gateway.api_types.openai import PromptTokensDetails, Usage
 from agentgate.gateway.choice import Choice, choice_params, engine_request_ids
+from agentgate.gateway.context import NO_CONTEXT
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.job import Job
 from agentgate.gateway.lease import Lease
 from agentgate.gateway.observation.metrics import Metrics
 from agentgate.gateway.observation.tracing import current_span
 from agentgate.gateway.observation.vllm_metrics import FinishedChoice
-from agentgate.gateway.programs.tags import reply_tools
+from agentgate.gateway.replies import assistant_message
+from agentgate.gateway.tools.deltas import ParsedOutput
 
 
 class Generation:
@@ -70,13 +75,16 @@ class Generation:
         n, params = job.n, job.params
         ids = engine_request_ids(job.request_id, len(job.prompts) * n)
         self.choices = [
-            Choice(self, i, rid, i // n, job.prompts[i // n], choice_params(params, i % n)) for i, rid in enumerate(ids)
+            Choice(self, i, rid, i // n, job.prompts[i // n], choice_params(params, i % n), job.plan)
+            for i, rid in enumerate(ids)
         ]
         if (lease is not None and (lease.keeps_reply or lease.keeps_turn)) or (
             job.program is not None and job.program.tools_offered
         ):
             self.choices[0].keep_text = True  # the reply, for the session's messages
         self._lease = lease
+        # The request's context as dispatch admitted it: a later round of the request starts in it.
+        self.context = lease.context if lease is not None else NO_CONTEXT
         self._closed = False
         self.span = current_span()  # this request's trace span (None: tracing off)
         if self.span is not None:
@@ -107,11 +115,11 @@ class Generation:
         return Usage(prompt, completion, prompt + completion, PromptTokensDetails(cached))
 
     @property
-    def reply_text(self) -> str | None:
-        """The first choice's text when its reply is kept (a session's turn, a program's) and the
-        engine produced anything; None otherwise. Read it, parsed, into :meth:`close`'s ``reply``."""
+    def reply(self) -> ParsedOutput | None:
+        """The first choice's reply as it read it, when it is kept (a session's turn, a program's,
+        a trace) and the engine produced anything; None otherwise."""
         first = self.choices[0]
-        return first.text if first.keep_text and (first.num_tokens or first.finish_reason) else None
+        return first.reply if first.keep_text and (first.num_tokens or first.finish_reason) else None
 
     async def collect(self) -> None:
         """Run every choice to its end (non-streaming). Engine errors land in ``error``."""
@@ -167,25 +175,26 @@ class Generation:
             for choice in self.choices:
                 await choice.aclose()
 
-    def close(self, reply: AssistantMessage | None = None, usage: Usage | None = None) -> None:
-        """Close the ticket, release the lease and record the request's metrics. Idempotent.
-        ``reply``: the first choice's reply as a session records it (parsed from
-        :attr:`reply_text`; None: not kept); ``usage``: what the client was told (default: now)."""
+    def close(self, usage: Usage | None = None) -> None:
+        """Close the ticket, release the lease (with :attr:`reply` as a session records it) and
+        record the request's metrics. Idempotent. ``usage``: what the client was told (default: now)."""
         if self._closed:
             return
         self._closed = True
         self.ticket.close()
         first = self.choices[0]
+        reply = self.reply
+        called = [call.name for call in reply.tool_calls] if reply is not None else []
         if self._lease is not None:
             usage = usage or self.usage
-            self._lease.release(usage.prompt_tokens, usage.completion_tokens, reply, first.token_ids)
-        if self.program is not None:
-            called = reply_tools(reply if first.finish_reason == "stop" else None)
-            if self.program.tools_offered:
-                self.engine.turn_ended(self.program.program_id, first.request_id, called)
+            message = assistant_message(reply) if reply is not None else None
+            self._lease.release(usage.prompt_tokens, usage.completion_tokens, message, first.token_ids)
+        if self.program is not None and self.program.tools_offered:
+            ended = called if first.finish_reason == "stop" else []
+            self.engine.turn_ended(self.program.program_id, first.request_id, ended)
         reasons = [c.finish_reason or ("error" if self.error is not None else None) for c in self.choices]
         if self.span is not None:
-            self._trace_end(reply, usage or self.usage, reasons)
+            self._trace_end(called, usage or self.usage, reasons)
         self.metrics.request_ended(
             self.engine.address,
             sum(len(p) for p in self.prompts),
@@ -195,10 +204,9 @@ class Generation:
             [FinishedChoice(len(c.prompt_ids), c.num_tokens, c.timings) for c in self.choices],
         )
 
-    def _trace_end(self, reply: AssistantMessage | None, usage: Usage, reasons: list[str | None]) -> None:
+    def _trace_end(self, calls: list[str], usage: Usage, reasons: list[str | None]) -> None:
         """The span's end: usage, finish reasons (a first reply that called tools: ``tool_calls``,
         as the APIs say), the calls by name and the engine's timings."""
-        calls = reply_tools(reply)
         finish = [r or "abort" for r in reasons]
         if calls and finish[0] == "stop":
             finish[0] = "tool_calls"

@@ -1,7 +1,8 @@
 """What a request asks the engine for, whole before it is dispatched: the prompts, the
-sampling parameters, ``n`` choices each, and what the chat core knows of it that the
-generation reports with (the agent program it is a turn of, what the program keeps of
-its tokens, the request fields a grammar error or a budget error is about, the model name
+sampling parameters, ``n`` choices each, how each choice's reply is read (the tool plan:
+every choice reads its reply once, ``gateway.choice``), and what the chat core knows of it
+that the generation reports with (the agent program it is a turn of, what the program keeps
+of its tokens, the request fields a grammar error or a budget error is about, the model name
 it asked for)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from agentgate.engine.front.protocol import ProgramTag
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.gateway.programs.turn_tokens import TurnStart
+from agentgate.gateway.tools.plan import NO_TOOLS, ToolPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,3 +29,4 @@ class Job:
     constraint_param: str | None = None  # the field a grammar the engine rejects comes from
     budget_param: str = "max_tokens"  # the request's name for its budget: one the grammar cannot end within
     model: str = ""  # the served model's name as the request gave it (its trace span's gen_ai.request.model)
+    plan: ToolPlan = NO_TOOLS  # how each choice's reply is read (NO_TOOLS: its text is its content)

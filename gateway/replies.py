@@ -1,13 +1,13 @@
 """The reply of a choice, read: the model's text through the tool plan's parser into
 content and tool-call deltas, and the finish reason as the APIs report it (``tool_calls``
-when the reply made calls and ended normally). Every API writes what a
-:class:`ReplyReader` reads, one per choice, in its own shape (``gateway.formats``)::
+when the reply made calls and ended normally). Each choice reads its reply once, with one
+:class:`ReplyReader`, as its text comes (``gateway.choice``); every API writes the pieces
+read in its own shape (``gateway.formats``)::
 
     reader = ReplyReader(plan)
     piece = reader.read(event.text, event.finish_reason)   # content and tool-call deltas
-    parsed, finish = ReplyReader(plan).whole(text, finish)  # a whole reply at once
 
-:func:`recorded_reply` is the reply as a session records it.
+:func:`assistant_message` is the reply as a session records it.
 """
 
 from __future__ import annotations
@@ -22,15 +22,9 @@ from agentgate.gateway.tools.deltas import FunctionDelta, ToolCallDelta
 from agentgate.gateway.tools.plan import ToolPlan
 
 
-def text_reply(text: str) -> AssistantMessage:
-    """A reply as a session records it when nothing parses it: the assistant's text."""
-    return AssistantMessage("assistant", text)
-
-
-def recorded_reply(plan: ToolPlan, text: str) -> AssistantMessage:
-    """A reply as a session records it: the assistant message, its tool calls parsed by the
-    plan (with ids of their own: the client's come back with the next turn's messages)."""
-    parsed, _ = ReplyReader(plan).whole(text, None)
+def assistant_message(parsed: ParsedOutput) -> AssistantMessage:
+    """A reply as a session records it: the assistant message, its content and tool calls as
+    read (with the ids the client was sent)."""
     return AssistantMessage("assistant", parsed.content, [call.to_openai() for call in parsed.tool_calls] or None)
 
 

@@ -6,8 +6,9 @@ replica sees and changes the same numbers atomically (the clock is Redis's
 ``TIME``, not the replicas'):
 
 - requests: an engine request takes one (an HTTP request with ``n`` choices
-  of several prompts takes ``n x prompts``: the middleware one before the body
-  is read, :func:`gateway.dispatch.dispatch` the rest); with too few left it is refused;
+  of several prompts takes ``n x prompts``, all at once, charged by
+  :func:`gateway.dispatch.dispatch` and nowhere else; a server-run tool loop's later
+  rounds are not charged again); with too few left it is refused;
 - tokens: a request is admitted while the bucket is above zero; when it ends,
   its prompt + completion tokens are taken out (the bucket may go below
   zero: the key then waits until it has refilled). Token limits are thus

@@ -26,7 +26,6 @@ from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.tool_loop.loop import ToolLoop
 from agentgate.gateway.tool_loop.rounds import McpRounds, Watch, round_id
 from agentgate.gateway.tools import ParsedOutput
-from agentgate.gateway.tools.plan import ToolPlan
 
 RAN = ("completed", "failed")  # an mcp_call item's statuses once the server ran it
 
@@ -92,14 +91,14 @@ class StreamedMessage:
     def error(self, exc: BaseException) -> bytes:
         return self.fmt.error(exc)
 
-    def next_round(self, plan: ToolPlan) -> None:
-        self.fmt.next_round(plan)
+    def next_round(self) -> None:
+        self.fmt.next_round()
 
 
 def message_format(loop: ToolLoop, message: Message) -> MessagesStream:
     """The stream's format, the loop's MCP calls as mcp_tool_use blocks."""
     labels = {name: label for name, (label, _) in loop.rounds.labels.items()}
-    return MessagesStream(loop.run.plan, message, labels)
+    return MessagesStream(message, labels)
 
 
 async def collect_message(loop: ToolLoop, message: Message, watch: Watch) -> bool:
@@ -133,13 +132,16 @@ async def start_connector(
     conversation = msgspec.to_builtins(base.messages)
 
     async def start(messages: list[dict[str, Any]], tool_choice: Any, max_tokens: int | None, reply_id: str) -> ChatRun:
+        nonlocal context
         chat = msgspec.structs.replace(
             base,
             messages=msgspec.convert(messages, list[ChatMessage]),
             tool_choice=tool_choice,
             max_tokens=max_tokens,
         )
-        return await core.start(chat, request_id=reply_id, arrival=arrival, context=context)
+        run = await core.start(chat, request_id=reply_id, arrival=arrival, context=context)
+        context = run.generation.context  # admitted: the next rounds are not charged again
+        return run
 
     rounds = McpRounds(host, toolset, start, body.max_tokens, request_id)
     run = await start(conversation, base.tool_choice, body.max_tokens, round_id(request_id, 0))

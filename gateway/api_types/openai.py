@@ -176,7 +176,7 @@ class CompletionLogprobs(Struct):
 
 class AssistantMessage(Struct, omit_defaults=True):
     """An assistant's message: a chat completion's, and a reply as a session records it whatever
-    the API (``gateway.replies.recorded_reply``), what a program's next turn recognises."""
+    the API (``gateway.replies.assistant_message``), what a program's next turn recognises."""
 
     role: str
     content: str | None

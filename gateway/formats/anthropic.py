@@ -8,7 +8,7 @@ Streamed, as Anthropic sends it (``event: <type>`` + ``data: <json>``)::
     message_delta (stop_reason, stop_sequence, usage), message_stop
 
 An error after the stream started is an ``error`` event with Anthropic's body.
-The reply pieces come from a :class:`~gateway.replies.ReplyReader`; a call
+The reply pieces come read (a choice's events carry them: ``gateway.choice``); a call
 arrives whole (its arguments with its header), so a ``tool_use`` block opens
 and closes around one ``input_json_delta``. Whole: a parsed reply becomes
 content blocks (``text``, ``tool_use`` with its ``input`` object) and the finish
@@ -23,13 +23,11 @@ from typing import Any
 
 from agentgate.gateway.api_types import response_items as it
 from agentgate.gateway.api_types.anthropic import AnthropicError, AnthropicErrorInfo, Message, MessageUsage
-from agentgate.gateway.api_types.openai import AssistantMessage, Usage
+from agentgate.gateway.api_types.openai import Usage
 from agentgate.gateway.errors import error_parts
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.framing import named_event
-from agentgate.gateway.replies import ReplyReader, recorded_reply
 from agentgate.gateway.tools import ParsedOutput, ToolCall
-from agentgate.gateway.tools.plan import ToolPlan
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -73,12 +71,10 @@ def content_blocks(parsed: ParsedOutput) -> list[dict[str, Any]]:
 
 
 class MessagesStream:
-    """The stream of ``message`` (as ``message_start`` carries it), its reply read through ``plan``."""
+    """The stream of ``message`` (as ``message_start`` carries it), from its reply as read."""
 
-    def __init__(self, plan: ToolPlan, message: Message, mcp_labels: Mapping[str, str] | None = None) -> None:
-        self.plan = plan
+    def __init__(self, message: Message, mcp_labels: Mapping[str, str] | None = None) -> None:
         self.message = message
-        self.reader = ReplyReader(plan)
         self.index = -1
         self.block: str | None = None  # the type of the content block open now
         self.finish_reason: str | None = None
@@ -88,9 +84,8 @@ class MessagesStream:
         self.mcp_labels = mcp_labels or {}
         self.items: list[dict[str, Any]] = []
 
-    def next_round(self, plan: ToolPlan) -> None:
+    def next_round(self) -> None:
         """The server ran the reply's MCP calls; the model's next reply goes on in the same message."""
-        self.plan, self.reader = plan, ReplyReader(plan)
         self.finish_reason, self.matched_stop, self.items = None, None, []
 
     def round_end(self) -> tuple[list[dict[str, Any]], str | None]:
@@ -108,9 +103,8 @@ class MessagesStream:
         return self._event("message_start", message=self.message) + self._event("ping")
 
     def chunk(self, index: int, event: ChoiceEvent) -> bytes | None:
-        deltas, finish = self.reader.read(event.text, event.finish_reason)
         out = []
-        for d in deltas:
+        for d in event.deltas:
             if d.content:
                 if self.block != "text":
                     out.append(self._start({"type": "text", "text": ""}))
@@ -125,8 +119,8 @@ class MessagesStream:
                     self.items[-1]["arguments"] += call.function.arguments
                     delta = {"type": "input_json_delta", "partial_json": call.function.arguments}
                     out.append(self._event("content_block_delta", index=self.index, delta=delta))
-        if finish is not None:
-            self.finish_reason, self.matched_stop = finish, event.matched_stop
+        if event.reply_finish is not None:
+            self.finish_reason, self.matched_stop = event.reply_finish, event.matched_stop
         return b"".join(out) or None
 
     def _call_block(self, call_id: str, name: str) -> dict[str, Any]:
@@ -165,6 +159,3 @@ class MessagesStream:
     def error(self, exc: BaseException) -> bytes:
         status, info, _ = error_parts(exc)
         return named_event("error", anthropic_error(status, info.message))
-
-    def reply(self, text: str) -> AssistantMessage:
-        return recorded_reply(self.plan, text)

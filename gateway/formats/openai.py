@@ -4,12 +4,13 @@ A format writes a generation's events as bytes: ``opening`` (the role chunk of c
 the echoed prompt of completions), ``chunk`` per event, ``closing`` (the usage chunk
 when asked for, then ``[DONE]``) and the non-streaming ``body``.
 
-Chat replies are read through the tool plan (:class:`gateway.replies.ReplyReader`, one
-per choice): with tools, the model's markup becomes ``tool_calls``
-(``message.tool_calls``, or deltas in OpenAI's shape: index, id, type and name first,
-then the arguments), the rest stays content, and ``finish_reason`` is ``"tool_calls"``
-when the reply made calls and ended normally. The non-streaming reply is what the
-streamed deltas add up to. This module only writes them in OpenAI's shape.
+Chat replies come read: each choice read its reply through the tool plan as it ran
+(``gateway.choice``, :class:`gateway.replies.ReplyReader`), and its events carry the
+pieces: with tools, the model's markup as ``tool_calls`` (``message.tool_calls``, or
+deltas in OpenAI's shape: index, id, type and name first, then the arguments), the rest
+as content, and ``finish_reason`` ``"tool_calls"`` when the reply made calls and ended
+normally. The non-streaming reply is what the streamed deltas add up to. This module
+only writes them in OpenAI's shape.
 """
 
 from __future__ import annotations
@@ -37,9 +38,7 @@ from agentgate.gateway.api_types.openai import (
 from agentgate.gateway.errors import error_json
 from agentgate.gateway.events import ChoiceEvent, FinishedChoice
 from agentgate.gateway.formats.framing import DONE, sse
-from agentgate.gateway.replies import ReplyReader, recorded_reply, text_reply
 from agentgate.gateway.tools import Delta as ToolDelta
-from agentgate.gateway.tools.plan import ToolPlan
 
 _EMPTY_DELTA = Delta()
 
@@ -74,11 +73,10 @@ class OpenAIStream:
 
 class ChatFormat(OpenAIStream):
     """``chat.completion.chunk``\\ s and ``chat.completion`` bodies of a request's ``num_choices``
-    choices, read through ``plan``; ``created``: the request's timestamp."""
+    choices, written from their replies as read; ``created``: the request's timestamp."""
 
     def __init__(
         self,
-        plan: ToolPlan,
         request_id: str,
         created: int,
         model: str,
@@ -87,7 +85,6 @@ class ChatFormat(OpenAIStream):
         num_choices: int,
         include_usage: bool,
     ) -> None:
-        self.plan = plan
         self.request_id = request_id
         self.id = f"chatcmpl-{request_id}"
         self.created = created
@@ -95,14 +92,6 @@ class ChatFormat(OpenAIStream):
         self.tokenizer = tokenizer
         self.num_choices = num_choices
         self.include_usage = include_usage
-        self._plain = plan.parser is None  # no tool-call parser: the text is the content
-        self._readers: dict[int, ReplyReader] = {}
-
-    def _reader(self, index: int) -> ReplyReader:
-        reader = self._readers.get(index)
-        if reader is None:
-            reader = self._readers[index] = ReplyReader(self.plan)
-        return reader
 
     def _chunk(self, choices: list[ChatChunkChoice]) -> bytes:
         return sse(encode(ChatCompletionChunk(self.id, self.created, self.model, choices)))
@@ -112,18 +101,10 @@ class ChatFormat(OpenAIStream):
         return b"".join(self._chunk([ChatChunkChoice(index, role)]) for index in range(self.num_choices))
 
     def chunk(self, index: int, event: ChoiceEvent) -> bytes | None:
+        """The chunks of one event, one per piece of the reply it read (content, or a call): the
+        event's logprobs ride on the first, its finish reason on the last."""
         logprobs = self._logprobs(event.token_ids, event.logprobs) if event.logprobs else None
-        if not self._plain:
-            return self._tool_chunks(index, event, logprobs)
-        if not event.text and logprobs is None and event.finish_reason is None:
-            return None
-        delta = Delta(content=event.text) if event.text else _EMPTY_DELTA
-        return self._chunk([ChatChunkChoice(index, delta, logprobs, event.finish_reason)])
-
-    def _tool_chunks(self, index: int, event: ChoiceEvent, logprobs: ChatLogprobs | None) -> bytes | None:
-        """The chunks one event makes through the choice's parser: the event's logprobs ride on
-        the first, its finish reason on the last."""
-        deltas, finish = self._reader(index).read(event.text, event.finish_reason)
+        deltas, finish = event.deltas, event.reply_finish
         if not deltas:
             if logprobs is None and finish is None:
                 return None
@@ -137,20 +118,17 @@ class ChatFormat(OpenAIStream):
             )
         return b"".join(chunks)
 
-    def reply(self, text: str) -> AssistantMessage:
-        return recorded_reply(self.plan, text)
-
     def usage_chunk(self, usage: Usage) -> bytes:
         return sse(encode(ChatCompletionChunk(self.id, self.created, self.model, [], usage=usage)))
 
     def body(self, choices: Sequence[FinishedChoice], usage: Usage) -> bytes:
         out = []
         for c in choices:
-            parsed, finish = ReplyReader(self.plan).whole(c.text, c.finish_reason)
+            parsed = c.reply
             calls = [t.to_openai() for t in parsed.tool_calls]
             message = AssistantMessage("assistant", parsed.content, calls or None)
             logprobs = self._logprobs(c.token_ids, c.logprobs) if c.params.logprobs is not None else None
-            out.append(ChatChoice(c.index, message, logprobs, finish))
+            out.append(ChatChoice(c.index, message, logprobs, c.reply_finish))
         return encode(ChatCompletion(self.id, self.created, self.model, out, usage))
 
     def _logprobs(self, token_ids: list[int], logprobs: list[TokenLogprobs]) -> ChatLogprobs:
@@ -217,9 +195,6 @@ class CompletionFormat(OpenAIStream):
         if not event.text and logprobs is None and event.finish_reason is None:
             return None
         return self._chunk([CompletionChoice(index, event.text, logprobs, event.finish_reason)])
-
-    def reply(self, text: str) -> AssistantMessage:
-        return text_reply(text)
 
     def usage_chunk(self, usage: Usage) -> bytes:
         return sse(encode(Completion(self.id, self.created, self.model, [], usage=usage)))

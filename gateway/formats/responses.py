@@ -10,8 +10,8 @@ documented order::
     response.completed | response.incomplete | response.failed
 
 :class:`ResponseEvents` is the one core under both transports: it turns the
-reply pieces of a :class:`~gateway.replies.ReplyReader` (content and tool-call
-deltas; a new kind of piece closes the item before it) into event payloads.
+reply pieces a choice read (content and tool-call deltas, carried by its events:
+``gateway.choice``; a new kind of piece closes the item before it) into event payloads.
 The turn's events (``gateway.responses_api.turn_events``) go out as SSE
 (``event: <type>`` + ``data: <json>``, framed by the route) or, in the WebSocket mode
 (:mod:`gateway.http.websocket`), each as one text message. Between the last item's
@@ -35,9 +35,7 @@ from agentgate.gateway.api_types import response_items as it
 from agentgate.gateway.api_types.responses import ResponseError, ResponseObject
 from agentgate.gateway.errors import ErrorInfo, error_parts
 from agentgate.gateway.events import ChoiceEvent
-from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.tools import Delta, ParsedOutput, ToolCall, accumulate
-from agentgate.gateway.tools.plan import ToolPlan
 
 FINAL_EVENTS = {
     "completed": "response.completed",
@@ -55,19 +53,17 @@ def sse_error_fields(status: int, info: ErrorInfo) -> dict[str, Any]:
 
 
 class ResponseEvents:
-    """The events of ``response``, its reply read through ``plan``, as payloads (dicts), in
-    order; ``error_fields``: the transport's error event."""
+    """The events of ``response``, from its reply as read, as payloads (dicts), in order;
+    ``error_fields``: the transport's error event."""
 
     def __init__(
         self,
         response: ResponseObject,
-        plan: ToolPlan,
         error_fields: ErrorFields = sse_error_fields,
         mcp_labels: Mapping[str, tuple[str, bool]] | None = None,
     ) -> None:
         self.response = response
         self.error_fields = error_fields
-        self.reader = ReplyReader(plan)
         self.sequence = 0
         self.deltas: list[Delta] = []
         self.output_index = -1
@@ -80,9 +76,8 @@ class ResponseEvents:
         self.mcp_labels = mcp_labels or {}
         self.pending: list[dict[str, Any]] = []  # mcp_call items whose arguments are done, to run
 
-    def next_round(self, plan: ToolPlan) -> None:
+    def next_round(self) -> None:
         """The server ran the reply's tool calls; the model's next reply follows in the same response."""
-        self.reader = ReplyReader(plan)
         self.deltas, self.finish_reason, self.pending = [], None, []
 
     def _event(self, kind: str, **fields: Any) -> Event:
@@ -97,9 +92,8 @@ class ResponseEvents:
         return [self._response_event("response.created"), self._response_event("response.in_progress")]
 
     def chunk(self, event: ChoiceEvent) -> list[Event]:
-        deltas, finish = self.reader.read(event.text, event.finish_reason)
         out: list[Event] = []
-        for d in deltas:
+        for d in event.deltas:
             self.deltas.append(d)
             if d.content:
                 out += self._content(d.content)
@@ -113,8 +107,8 @@ class ResponseEvents:
                     mcp_call = self.item["type"] == "mcp_call"
                     kind = "mcp_call_arguments" if mcp_call else "function_call_arguments"
                     out.append(self._item_event(f"response.{kind}.delta") | {"delta": call.function.arguments})
-        if finish is not None:
-            self.finish_reason = finish
+        if event.reply_finish is not None:
+            self.finish_reason = event.reply_finish
         return out
 
     def _content(self, text: str) -> list[Event]:

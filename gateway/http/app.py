@@ -15,7 +15,7 @@ Middleware, outermost first: request id (and a last-resort 500 with an
 OpenAI body), Anthropic error bodies on the Anthropic routes, CORS (when
 origins are configured), API keys (when keys are configured, or the server
 listens off loopback: ``gateway.command.exposure``), body size limit, request context
-(rate limits and sessions of generation requests). All pure ASGI.
+(who asks, for which session: read from the headers; dispatch admits). All pure ASGI.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
     if keys.for_caller(remote=True).enabled:  # a caller behind a proxy may be guarded on an open server
         middleware.append(Middleware(AuthMiddleware, keys=keys))
     middleware.append(Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout))
-    middleware.append(Middleware(RequestContextMiddleware, keys=keys, limiter=limiter, sessions=sessions))
+    middleware.append(Middleware(RequestContextMiddleware, keys=keys))
 
     return Starlette(
         routes=[

@@ -15,14 +15,12 @@
   stalls longer than its timeout between two chunks gets 408.
 - RequestContextMiddleware (innermost), for the generation routes
   (``GENERATION_PATHS``; the Responses WebSocket mode calls its
-  :func:`request_context` for each turn): takes the API key's digest (``"anonymous"``
-  without a key), checks the key's rate limits (Redis, one script call; 429 +
-  Retry-After), opens the ``X-Session-Id`` session if the request names one
-  (Redis, one script call: created on first use, owner checked, its engine
-  read; 404 for another key's session, as for a missing one; 503 when Redis is down), and leaves a
-  :class:`~gateway.context.RequestContext` in the scope for the route
-  (:func:`context_of`). Requests without a session and
-  without rate limits make no Redis call here.
+  :func:`request_context` for each turn): reads the request's headers into a
+  :class:`~gateway.context.RequestContext` left in the scope for the route
+  (:func:`context_of`): the API key's digest (``"anonymous"`` without a key), whether
+  it is the admin's, the ``X-Session-Id`` it names (400 for an unusable one). It makes no
+  Redis call: the request is admitted in one place, by dispatch (``gateway.dispatch``:
+  the key's rate limit charged, 429 + Retry-After; the session opened and bound).
 
 Each gets its collaborators when the app is built, as Starlette's
 ``AuthenticationMiddleware`` gets its backend.
@@ -37,7 +35,6 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from agentgate.gateway.admission.rate_limits import RateLimiter
 from agentgate.gateway.context import NO_CONTEXT, RequestContext
 from agentgate.gateway.errors import (
     BadRequestError,
@@ -45,13 +42,11 @@ from agentgate.gateway.errors import (
     PayloadTooLargeError,
     PermissionDeniedError,
     RequestTimeoutError,
-    ServiceUnavailableError,
 )
 from agentgate.gateway.http.errors import error_response
 from agentgate.gateway.http.forwarded import is_remote
 from agentgate.gateway.state.auth import KeyChecker, route_access
 from agentgate.gateway.state.key_digests import key_digest
-from agentgate.gateway.state.sessions import SessionStore
 
 REQUEST_ID_HEADER = b"x-request-id"
 SESSION_HEADER = b"x-session-id"
@@ -228,47 +223,27 @@ def session_id_of(scope: Scope) -> str | None:
 
 
 class RequestContextMiddleware:
-    def __init__(
-        self, app: ASGIApp, *, keys: KeyChecker, limiter: RateLimiter | None, sessions: SessionStore | None
-    ) -> None:
+    def __init__(self, app: ASGIApp, *, keys: KeyChecker) -> None:
         self.app = app
         self.keys = keys
-        self.limiter = limiter  # None: no rate limits configured
-        self.sessions = sessions  # None: no Redis configured
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GENERATION_PATHS:
             await self.app(scope, receive, send)
             return
         try:
-            context = await self._context(scope)
+            context = request_context(scope, self.keys)
         except GatewayError as exc:
             await error_response(exc)(scope, receive, send)
             return
         scope.setdefault("state", {})["context"] = context
         await self.app(scope, receive, send)
 
-    async def _context(self, scope: Scope) -> RequestContext:
-        return await request_context(scope, keys=self.keys, limiter=self.limiter, sessions=self.sessions)
 
-
-async def request_context(
-    scope: Scope, *, keys: KeyChecker, limiter: RateLimiter | None, sessions: SessionStore | None
-) -> RequestContext:
+def request_context(scope: Scope, keys: KeyChecker) -> RequestContext:
     """One generation's context from its scope's headers (the middleware's, and each turn of a
-    Responses WebSocket: every ``response.create`` is admitted like a POST)."""
+    Responses WebSocket: every ``response.create`` is admitted like a POST, by dispatch)."""
     token = bearer_token(scope)
-    key = key_digest(token)
     session_id = session_id_of(scope)
-    if limiter is not None:
-        await limiter.admit(key)
-    if session_id is None:
-        return RequestContext(key)
-    if sessions is None:
-        raise ServiceUnavailableError(
-            "X-Session-Id needs Redis, and this gateway runs without it (start it with --redis-url, "
-            "or through `agentgate serve`, which embeds one)",
-            code="redis_not_configured",
-        )
-    admin = keys.for_caller(is_remote(scope)).is_admin(token)
-    return RequestContext(key, session_id, await sessions.open(session_id, key, admin))
+    admin = session_id is not None and keys.for_caller(is_remote(scope)).is_admin(token)
+    return RequestContext(key_digest(token), session_id, admin=admin)

@@ -25,7 +25,7 @@ a 400 with an OpenAI error body, like the same request without ``stream``, rathe
 an error event in a 200 stream. The first chunk then goes out with the headers.
 
 However the response ends, the generation is closed once, with the usage the client
-was told and its reply as the format reads it for a session (``Generation.close``);
+was told (``Generation.close``: the reply a session records is the one its choice read);
 its engine requests still running are aborted. A write that waits longer than
 ``--sse-send-timeout`` on a client that stopped reading ends the stream
 (``gateway.http.slow_clients``): the generation is closed, the engine request aborted,
@@ -46,7 +46,6 @@ from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
 from agentgate.engine.errors import EngineError
-from agentgate.gateway.api_types.openai import AssistantMessage, Usage
 from agentgate.gateway.choice import Choice
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats import StreamFormat
@@ -77,21 +76,15 @@ async def until_disconnect(receive: Receive, run: Callable[[], Awaitable[None]])
     return disconnected
 
 
-def close(gen: Generation, reply: Callable[[str], AssistantMessage], usage: Usage | None = None) -> None:
-    """Close ``gen`` with its reply as ``reply`` reads it for a session, if one is kept."""
-    text = gen.reply_text
-    gen.close(reply(text) if text is not None else None, usage)
-
-
-async def collect_or_raise(gen: Generation, receive: Receive, reply: Callable[[str], AssistantMessage]) -> bool:
+async def collect_or_raise(gen: Generation, receive: Receive) -> bool:
     """Run every choice to its end (non-streaming) while watching the client, then close the
-    generation (``reply``: see :func:`close`); raises the engine error, if any. False: the
-    client left meanwhile (every engine request aborted), nobody is listening."""
+    generation; raises the engine error, if any. False: the client left meanwhile (every
+    engine request aborted), nobody is listening."""
     try:
         disconnected = await until_disconnect(receive, gen.collect)
     finally:
         await gen.aclose()
-        close(gen, reply)
+        gen.close()
     if gen.error is not None and not disconnected:
         raise gen.error
     return not disconnected
@@ -104,18 +97,20 @@ class GenerationResponse(EventSourceResponse):
     def __init__(
         self,
         gen: Generation,
-        fmt: StreamFormat | None,
         body: AsyncIterable[bytes],
         data_sender: Callable[[], Awaitable[None]] | None = None,
         *,
         prime: bool = False,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        send_timeout: float | None,
     ) -> None:
-        super().__init__(body, ping=PING_SECONDS, sep="\r\n", data_sender_callable=data_sender)
+        # send_timeout: --sse-send-timeout (None: none), handed in by the route
+        super().__init__(
+            body, ping=PING_SECONDS, sep="\r\n", data_sender_callable=data_sender, send_timeout=send_timeout
+        )
         self._generation = gen
-        self._format = fmt
         self._prime = prime
-        self._on_close = on_close  # closes what runs instead (a tool loop: its round running); or fmt's reply
+        self._on_close = on_close  # closes what runs instead (a tool loop: its round running)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gen = self._generation
@@ -126,8 +121,6 @@ class GenerationResponse(EventSourceResponse):
                 if gen.error is not None:
                     await error_response(gen.error, gen.request_id)(scope, receive, send)
                     return
-            gw = scope.get("state", {}).get("gateway")
-            self.send_timeout = gw.settings.sse_send_timeout if gw is not None else None
             try:
                 await super().__call__(scope, receive, send)
             except* SendTimeoutError:
@@ -139,9 +132,9 @@ class GenerationResponse(EventSourceResponse):
         finally:
             if self._on_close is not None:
                 await self._on_close()
-            elif self._format is not None:
+            else:
                 await gen.aclose()
-                close(gen, self._format.reply)
+                gen.close()
 
 
 def stream_rounds(
@@ -149,20 +142,24 @@ def stream_rounds(
     body: AsyncIterable[bytes],
     on_close: Callable[[], Awaitable[None]],
     *,
+    send_timeout: float | None,
     prime: bool = False,
 ) -> GenerationResponse:
     """The SSE response of generations one after another (a tool loop's, or a stream that stores
     its response before its last event), ``body`` their bytes, written by the route (``prime``:
     the first one's, as :func:`stream_generation`), ``on_close`` closing the one running
     however the response ends."""
-    return GenerationResponse(first, None, body, prime=prime, on_close=on_close)
+    return GenerationResponse(first, body, prime=prime, on_close=on_close, send_timeout=send_timeout)
 
 
-def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False) -> GenerationResponse:
-    """The SSE response of a streaming request; ``prime``: wait for the first outputs before
-    answering (constrained requests, see the module docstring)."""
+def stream_generation(
+    gen: Generation, fmt: StreamFormat, *, send_timeout: float | None, prime: bool = False
+) -> GenerationResponse:
+    """The SSE response of a streaming request; ``send_timeout``: ``--sse-send-timeout``, the
+    seconds a write may wait on a client that stopped reading (None: no limit); ``prime``: wait
+    for the first outputs before answering (constrained requests, see the module docstring)."""
     if len(gen.choices) == 1:
-        return GenerationResponse(gen, fmt, _single(gen, fmt), prime=prime)
+        return GenerationResponse(gen, _single(gen, fmt), prime=prime, send_timeout=send_timeout)
     send, receive = anyio.create_memory_object_stream[bytes](math.inf)
 
     async def produce() -> None:
@@ -185,10 +182,10 @@ def stream_generation(gen: Generation, fmt: StreamFormat, *, prime: bool = False
                 usage = gen.usage
                 tail = fmt.error(gen.error) if gen.error is not None else fmt.closing(usage)
             finally:
-                close(gen, fmt.reply, usage)
+                gen.close(usage)
             send.send_nowait(tail)
 
-    return GenerationResponse(gen, fmt, receive, data_sender=produce, prime=prime)
+    return GenerationResponse(gen, receive, data_sender=produce, prime=prime, send_timeout=send_timeout)
 
 
 def _chunks(fmt: StreamFormat, choice: Choice, events: list[ChoiceEvent]) -> bytes:
@@ -214,5 +211,5 @@ async def _single(gen: Generation, fmt: StreamFormat) -> AsyncIterator[bytes]:
     except EngineError as exc:
         tail = fmt.error(gen.record_error(exc))
     finally:
-        close(gen, fmt.reply, usage)
+        gen.close(usage)
     yield tail

@@ -7,7 +7,8 @@ each turn's events, the same payloads the SSE stream carries, one per text
 message, up to ``response.completed`` (or ``incomplete``, ``failed``). Turns
 run one after another on a connection; each is started by the one core,
 :func:`~gateway.responses_api.turn.start_turn`, admitted like a POST (the API
-key given at the handshake, its rate limits: :func:`gateway.http.middleware.request_context`)
+key given at the handshake: :func:`gateway.http.middleware.request_context`; its rate limit
+charged by dispatch)
 and its events come from :class:`~gateway.formats.responses.ResponseEvents`.
 
 The connection keeps its most recent responses (``store: false`` ones too,
@@ -46,7 +47,6 @@ from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError, ErrorInfo, PayloadTooLargeError, error_parts
 from agentgate.gateway.formats.responses import Event
 from agentgate.gateway.http.middleware import request_context
-from agentgate.gateway.http.sse import close
 from agentgate.gateway.responses_api.store import StoredResponse
 from agentgate.gateway.responses_api.turn import Turn, start_turn
 from agentgate.gateway.responses_api.turn_events import turn_events
@@ -121,9 +121,7 @@ class Connection:
                     param="background",
                 )
             gw = self.gw
-            context = await request_context(
-                self.websocket.scope, keys=gw.keys, limiter=gw.limiter, sessions=gw.sessions
-            )
+            context = request_context(self.websocket.scope, gw.keys)
             turn = await start_turn(
                 gw.chat,
                 gw.mcp,
@@ -166,7 +164,7 @@ class Connection:
                 raise gen.error
         except BaseException:  # refused, or the client left: the turn ends here
             await gen.aclose()
-            close(gen, turn.reply)
+            gen.close()
             raise
 
     async def _run(self, turn: Turn) -> None:

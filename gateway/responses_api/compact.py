@@ -37,7 +37,6 @@ from agentgate.gateway.chat import ChatCore, ChatRun
 from agentgate.gateway.context import RequestContext
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.prompts import chat_prompt
-from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore
 from agentgate.gateway.responses_api.turn import need_store
@@ -137,7 +136,7 @@ def compacted(run: ChatRun, messages: list[dict[str, Any]], dropped: int = 0) ->
     ``dropped``: the oldest messages the summary did not read (:func:`fit_for_summary`)."""
     gen = run.generation
     choice = gen.choices[0]
-    parsed, _ = ReplyReader(run.plan).whole(choice.text, choice.finish_reason)
+    parsed = choice.reply
     users = [user_message_item(m["content"]) for m in messages if m["role"] == "user"]
     usage = gen.usage
     summary = it.compaction_item((parsed.content or "").strip(), cut=choice.finish_reason == "length", dropped=dropped)

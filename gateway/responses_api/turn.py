@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgate.gateway.api_types.ids import new_id
-from agentgate.gateway.api_types.openai import AssistantMessage, Usage
+from agentgate.gateway.api_types.openai import Usage
 from agentgate.gateway.api_types.response_items import chat_tools, output_items, round_messages
 from agentgate.gateway.api_types.responses import (
     IncompleteDetails,
@@ -49,7 +49,6 @@ from agentgate.gateway.errors import BadRequestError, GatewayError, ServiceUnava
 from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEvents, sse_error_fields
 from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.mcp.toolset import echoed, list_servers, resolve_servers
-from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.mcp_items import answer_approvals
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
@@ -153,14 +152,10 @@ class Turn:
         """Store the response as it stands (False: not stored, or cancelled meanwhile)."""
         return self.store is not None and await self.store.save(self.stored())
 
-    def reply(self, text: str) -> AssistantMessage:
-        """The reply of ``text`` as the turn's session records it."""
-        return recorded_reply(self.run.plan, text)
-
     def events(self, error_fields: ErrorFields = sse_error_fields) -> ResponseEvents:
         """The turn's stream of events (``error_fields``: the transport's error event)."""
         labels = self.loop.rounds.labels if self.loop is not None else None
-        return ResponseEvents(self.response, self.run.plan, error_fields, labels)
+        return ResponseEvents(self.response, error_fields, labels)
 
     async def closing_events(self, events: ResponseEvents) -> list[Event]:
         """The last item's closing events, then (the response finished and stored) the final event."""
@@ -224,12 +219,15 @@ async def start_turn(
     async def start(
         conversation: list[dict[str, Any]], tool_choice: Any, max_tokens: int | None, reply_id: str
     ) -> ChatRun:
+        nonlocal context
         chat = chat_request(
             system + conversation, tools=offered_tools, tool_choice=tool_choice, max_tokens=max_tokens, **options
         )
-        return await core.start(
+        run = await core.start(
             chat, request_id=reply_id, arrival=arrival, context=context, budget_param="max_output_tokens"
         )
+        context = run.generation.context  # admitted: the next rounds are not charged again
+        return run
 
     rounds = None
     conversation = history + messages

@@ -20,7 +20,6 @@ from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEven
 from agentgate.gateway.responses_api.turn import Turn
 from agentgate.gateway.tool_loop.rounds import Watch
 from agentgate.gateway.tools import ParsedOutput
-from agentgate.gateway.tools.plan import ToolPlan
 
 
 class StreamedResponse:
@@ -58,8 +57,8 @@ class StreamedResponse:
     def error(self, exc: BaseException) -> list[Event]:
         return self.events.error(exc)
 
-    def next_round(self, plan: ToolPlan) -> None:
-        self.events.next_round(plan)
+    def next_round(self) -> None:
+        self.events.next_round()
 
 
 class WholeResponse:

@@ -33,10 +33,8 @@ from agentgate.gateway.api_types.response_items import round_messages
 from agentgate.gateway.chat import ChatRun
 from agentgate.gateway.errors import GatewayError
 from agentgate.gateway.events import ChoiceEvent
-from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.tool_loop.rounds import McpRounds, Watch, added_usage, close_reply, round_items, run_reply
 from agentgate.gateway.tools import ParsedOutput
-from agentgate.gateway.tools.plan import ToolPlan
 
 T = TypeVar("T")
 Item = dict[str, Any]
@@ -72,7 +70,7 @@ class StreamRendering(Protocol[T]):
         """An ``mcp_call`` item, run (or left ``incomplete``)."""
 
     def error(self, exc: BaseException) -> T: ...
-    def next_round(self, plan: ToolPlan) -> None: ...
+    def next_round(self) -> None: ...
 
 
 class ToolLoop:
@@ -127,7 +125,7 @@ class ToolLoop:
             if gen.error is not None and not whole.background:
                 raise gen.error
             choice = gen.choices[0]
-            parsed, finish = ReplyReader(self.run.plan).whole(choice.text, choice.finish_reason)
+            parsed, finish = choice.reply, choice.reply_finish
             items = round_items(parsed, self.rounds.labels, "incomplete" if finish == "length" else "completed")
             self.output += items
             go_on = self.rounds.continues(items, finish, gen.error is not None)
@@ -183,7 +181,7 @@ class ToolLoop:
             except (GatewayError, EngineError) as exc:  # refused: the stream says why
                 yield out.error(exc)
                 return
-            out.next_round(self.run.plan)
+            out.next_round()
         self.ended = True
 
 

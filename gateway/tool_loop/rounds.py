@@ -22,7 +22,6 @@ from agentgate.gateway.chat import ChatRun
 from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.mcp.calls import ToolCalls
 from agentgate.gateway.mcp.toolset import McpToolset
-from agentgate.gateway.replies import recorded_reply
 from agentgate.gateway.tools import ParsedOutput
 
 # (messages, tool_choice, max_tokens, request_id) -> the reply's chat turn, started
@@ -46,8 +45,7 @@ async def close_reply(run: ChatRun) -> None:
     """End a reply's generation and close it (its lease, metrics, the program's turn)."""
     gen = run.generation
     await gen.aclose()
-    text = gen.reply_text
-    gen.close(recorded_reply(run.plan, text) if text is not None else None)
+    gen.close()
 
 
 async def run_reply(run: ChatRun, watch: Watch) -> bool:

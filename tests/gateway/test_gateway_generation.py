@@ -22,7 +22,6 @@ from agentgate.gateway.generation import Generation
 from agentgate.gateway.http.sse import _chunks
 from agentgate.gateway.observation.metrics import Metrics
 from agentgate.gateway.state.requests_in_flight import RequestRegistry
-from agentgate.gateway.tools.plan import NO_TOOLS
 
 pytestmark = pytest.mark.anyio
 
@@ -101,7 +100,7 @@ async def test_a_merged_output_streams_one_chunk_per_token_and_a_stop_string_abo
     assert batches[-1][-1].finish_reason == "stop" and choice.finish_reason == "stop"
     assert all(len(e.token_ids) == 1 and len(e.logprobs) == 1 for b in batches for e in b)
     assert engine.left_early, "the engine request was not aborted after the stop string"
-    fmt = ChatFormat(NO_TOOLS, gen.request_id, gen.created, "m", tokenizer, num_choices=1, include_usage=False)
+    fmt = ChatFormat(gen.request_id, gen.created, "m", tokenizer, num_choices=1, include_usage=False)
     data = _chunks(fmt, choice, batches[1])
     assert data.count(b"data: ") == 3 and data.endswith(b"\r\n\r\n")
     gen.close()

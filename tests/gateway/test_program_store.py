@@ -26,6 +26,7 @@ from agentgate.gateway.dispatch import Job, dispatch
 from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.programs.last_turns import UNKNOWN, ProgramStore
 from agentgate.gateway.state.redis_state import SharedState
+from agentgate.gateway.state.sessions import SessionStore
 from tests.gateway.test_gateway_generation import StubEngine, _gateway
 from tests.support.servers import RedisServer, free_port
 
@@ -101,10 +102,14 @@ async def test_dispatch_sends_a_program_where_its_last_turn_ran(tokenizer, store
     assert second.engine is ran
     assert second.program.previous_turn_end == pytest.approx(ended, abs=1.0)
     second.close()
-    # A session keeps the engine it is bound to.
-    session = RequestContext(session_id="s", engine=other.address)
-    bound = await turn(gw, "t3", session, ProgramTag("session:s"))
-    assert bound.engine is other
+    # A session keeps the engine it is bound to (dispatch opens it in Redis and reads its engine).
+    sessions = SessionStore(store.shared, gw.registry)
+    gw = dataclasses.replace(gw, sessions=sessions)
+    assert await sessions.open("s", "anonymous", False) is None
+    sessions.bind("s", "t0", other.address)
+    await store.shared.flush()
+    bound = await turn(gw, "t3", RequestContext(session_id="s"), ProgramTag("session:s"))
+    assert bound.engine is other and bound.context.engine == other.address and bound.context.admitted
     bound.close()
     # Its engine gone, the program goes to the least loaded, and its record moves with the turn's end.
     gw.pool.leaving.add(ran.address)

@@ -71,8 +71,8 @@ class ScriptedRunner(NullRunner):
         self.num_steps += 1
         return ModelRunnerOutput(ids, tokens, None)
 
-    def complete(self, handle: ModelRunnerOutput, bitmask: object) -> None:
-        """A constrained step: the script does not ask the grammar."""
+    def complete(self, handle: ModelRunnerOutput, bitmask: object, redirect: object = None) -> None:
+        """A constrained step: the script asks neither the grammar nor a thinking redirect."""
 
     def release(self, request_ids: list[str]) -> None:
         super().release(request_ids)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -31,7 +30,6 @@ from agentgate.gateway.formats.anthropic import MessagesStream, content_blocks, 
 from agentgate.gateway.http.middleware import context_of, request_id_of
 from agentgate.gateway.http.sse import collect_or_raise, stream_generation, stream_rounds, until_disconnect
 from agentgate.gateway.prompts import chat_prompt
-from agentgate.gateway.replies import ReplyReader, recorded_reply
 
 JSON = "application/json"
 
@@ -63,13 +61,14 @@ async def messages(request: Request) -> Response:
     gen = run.generation
     if body.stream:
         message.usage = message_usage(gen.usage)
-        return stream_generation(gen, MessagesStream(run.plan, message), prime=run.plan.structured is not None)
-    if not await collect_or_raise(gen, request.receive, partial(recorded_reply, run.plan)):
+        fmt = MessagesStream(message)
+        prime = run.plan.structured is not None
+        return stream_generation(gen, fmt, send_timeout=gw.settings.sse_send_timeout, prime=prime)
+    if not await collect_or_raise(gen, request.receive):
         return Response(status_code=499)  # nobody is listening any more
     choice = gen.choices[0]
-    parsed, finish = ReplyReader(run.plan).whole(choice.text, choice.finish_reason)
-    message.content = content_blocks(parsed)
-    message.stop_reason = stop_reason(finish, choice.matched_stop)
+    message.content = content_blocks(choice.reply)
+    message.stop_reason = stop_reason(choice.reply_finish, choice.matched_stop)
     message.stop_sequence = choice.matched_stop if message.stop_reason == "stop_sequence" else None
     message.usage = message_usage(gen.usage)
     return Response(encode(message), media_type=JSON)
@@ -95,7 +94,10 @@ async def _connector(request: Request, gw: GatewayState, body: MessagesRequest, 
         message.usage = message_usage(loop.run.generation.usage)
         fmt = message_format(loop, message)
         prime = loop.run.plan.structured is not None
-        return stream_rounds(loop.run.generation, stream_message(loop, fmt), loop.close_round, prime=prime)
+        send_timeout = gw.settings.sse_send_timeout
+        return stream_rounds(
+            loop.run.generation, stream_message(loop, fmt), loop.close_round, send_timeout=send_timeout, prime=prime
+        )
 
     async def watched(step: Callable[[], Awaitable[None]]) -> bool:
         return not await until_disconnect(request.receive, step)

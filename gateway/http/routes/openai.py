@@ -57,7 +57,6 @@ async def chat_completions(request: Request) -> Response:
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     gen = run.generation
     fmt = ChatFormat(
-        run.plan,
         gen.request_id,
         gen.created,
         body.model or gw.model.name,
@@ -66,7 +65,9 @@ async def chat_completions(request: Request) -> Response:
         include_usage=include_usage,
     )
     if body.stream:
-        return stream_generation(gen, fmt, prime=run.plan.structured is not None)
+        return stream_generation(
+            gen, fmt, send_timeout=gw.settings.sse_send_timeout, prime=run.plan.structured is not None
+        )
     return await _complete(request, gen, fmt)
 
 
@@ -129,13 +130,13 @@ async def completions(request: Request) -> Response:
         echo=body.echo,
     )
     if body.stream:
-        return stream_generation(gen, fmt)
+        return stream_generation(gen, fmt, send_timeout=gw.settings.sse_send_timeout)
     return await _complete(request, gen, fmt)
 
 
 async def _complete(request: Request, gen: Generation, fmt: ChatFormat | CompletionFormat) -> Response:
     """Run a non-streaming request to its end; a client that leaves meanwhile aborts it."""
-    if not await collect_or_raise(gen, request.receive, fmt.reply):
+    if not await collect_or_raise(gen, request.receive):
         return Response(status_code=499)  # nobody is listening any more
     return Response(fmt.body(gen.choices, gen.usage), media_type=JSON)
 

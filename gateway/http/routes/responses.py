@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -29,9 +28,8 @@ from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.formats.framing import named_event
 from agentgate.gateway.http.middleware import bearer_token, context_of, request_id_of
-from agentgate.gateway.http.sse import close, collect_or_raise, stream_rounds, until_disconnect
+from agentgate.gateway.http.sse import collect_or_raise, stream_rounds, until_disconnect
 from agentgate.gateway.http.websocket import responses_socket
-from agentgate.gateway.replies import ReplyReader, recorded_reply
 from agentgate.gateway.responses_api.compact import compacted, conversation, start_compaction
 from agentgate.gateway.responses_api.store import RUNNING
 from agentgate.gateway.responses_api.turn import Turn, need_store, start_turn
@@ -59,7 +57,7 @@ async def create_response(request: Request) -> Response:
         context=context_of(request.scope),
     )
     if body.stream:
-        return _stream(turn)
+        return _stream(turn, gw.settings.sse_send_timeout)
     if turn.loop is not None:
         return await _tool_loop(turn, body, request.receive)
     if body.background:
@@ -80,7 +78,7 @@ async def compact_response(request: Request) -> Response:
     run, dropped = await start_compaction(
         gw.chat, body, messages, request_id=request_id_of(request.scope), arrival=arrival, context=context
     )
-    if not await collect_or_raise(run.generation, request.receive, partial(recorded_reply, run.plan)):
+    if not await collect_or_raise(run.generation, request.receive):
         return Response(status_code=499)  # nobody is listening any more
     return _json(compacted(run, messages, dropped))
 
@@ -97,21 +95,21 @@ async def _run(turn: Turn, receive) -> bool:
             await gen.collect()
         finally:
             await gen.aclose()
-            close(gen, turn.reply)
-    elif not await collect_or_raise(gen, receive, turn.reply):
+            gen.close()
+    elif not await collect_or_raise(gen, receive):
         return False
     choice = gen.choices[0]
-    parsed, finish = ReplyReader(turn.run.plan).whole(choice.text, choice.finish_reason)
-    turn.finish(parsed, finish)
+    turn.finish(choice.reply, choice.reply_finish)
     await turn.save()
     return True
 
 
-def _stream(turn: Turn) -> Response:
+def _stream(turn: Turn, send_timeout: float | None) -> Response:
     """The turn's events as SSE (``event: <type>`` + ``data: <json>``), the response stored before
-    its final event (:mod:`gateway.responses_api.turn_events`)."""
+    its final event (:mod:`gateway.responses_api.turn_events`); ``send_timeout``: ``--sse-send-timeout``."""
     frames = (b"".join(named_event(event["type"], event) for event in batch) async for batch in turn_events(turn))
-    return stream_rounds(turn.run.generation, frames, turn.close_round, prime=turn.run.plan.structured is not None)
+    prime = turn.run.plan.structured is not None
+    return stream_rounds(turn.run.generation, frames, turn.close_round, send_timeout=send_timeout, prime=prime)
 
 
 async def _tool_loop(turn: Turn, body: ResponsesRequest, receive: Receive) -> Response:
