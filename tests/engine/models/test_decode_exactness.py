@@ -31,6 +31,10 @@ class BatchDependentLinear(nn.Linear):
         return super().forward(x) + 1e-3 * (x.shape[0] > 3)
 
 
+@pytest.mark.skipif(
+    not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+    reason="this CPU has no oneDNN bf16 path (avx512bw/vl/dq or avx_ne_convert), which the dense form needs",
+)
 def test_the_decode_linears_are_a_row_chosen_linears_quantized_form_and_plain_linears():
     weight = torch.randn(96, 64, generator=torch.Generator().manual_seed(0))
     quantized = Int4Linear(quantize_int4(weight))

@@ -312,8 +312,8 @@ def test_on_the_default_server_with_no_keys_the_plots_fill_after_one_request(pag
         expect(page.get_by_label("Admin key", exact=True)).to_have_value("")
         expect(page.locator("#error")).to_have_text("")
         expect(page.get_by_role("button", name="Pause")).to_be_enabled()
-        # The latency plots count only what happened since the page opened: nothing yet.
-        assert number(latest(page, "ttft"), "p50") is None
+        # (Not asserted: that the latency plots are empty before the request. The worker's shared
+        # model server may have served the previous test's requests inside the plots' window.)
         rates: list[float] = []
         body = {"messages": [{"role": "user", "content": "Count to twenty."}], "max_tokens": 48, "ignore_eos": True}
         request = threading.Thread(
