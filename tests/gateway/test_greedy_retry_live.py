@@ -49,7 +49,7 @@ def greedy_reply(server: LiveServer, prompt: str) -> tuple[str, list[float], int
 
 
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,  # not strict: it passes alone here and failed inside the full suite (order-dependent drafts)
     reason="issue 52: under --speculative auto a drafted second send can differ from the first on this CPU",
 )
 def test_each_greedy_prompt_sent_twice_gets_the_same_reply_token_for_token_and_bit_for_bit(default_server):
