@@ -58,10 +58,14 @@ def test_aiperf_profiles_the_default_model_and_its_figures_match_the_server(mode
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         after = prometheus.parse(httpx.get(f"{model_server.url}/metrics", timeout=10).text)
     figures = json.loads((out / "profile_export_aiperf.json").read_text())
-    print(f"AIPerf {figures['aiperf_version']}: " + ", ".join(
-        f"{name} p50 {figures[name]['p50']:.1f} {figures[name]['unit']}"
-        for name in ("time_to_first_token", "inter_token_latency", "request_latency")
-    ) + f", {figures['output_token_throughput']['avg']:.2f} output tokens/s")  # fmt: skip
+    print(
+        f"AIPerf {figures['aiperf_version']}: "
+        + ", ".join(
+            f"{name} p50 {figures[name]['p50']:.1f} {figures[name]['unit']}"
+            for name in ("time_to_first_token", "inter_token_latency", "request_latency")
+        )
+        + f", {figures['output_token_throughput']['avg']:.2f} output tokens/s"
+    )
     assert figures["is_complete"] and not figures["was_cancelled"] and figures["error_summary"] == []
     assert figures["request_count"]["avg"] == REQUESTS and "error_request_count" not in figures
     for name in ("time_to_first_token", "inter_token_latency", "request_latency"):

@@ -110,9 +110,16 @@ def test_vllm_bench_figures_match_its_arithmetic():
     ok = records[:4]
     slo = SLO(ttft=2.0, tpot=0.15)
     result = vllm_bench.result_json(
-        records, 8.0, slo, model_id="org/model", request_rate=None, max_concurrency=4,
-        percentile_metrics=("ttft", "tpot", "itl", "e2el"), percentiles=(50, 99, 99.9), date="20260101-000000",
-    )  # fmt: skip
+        records,
+        8.0,
+        slo,
+        model_id="org/model",
+        request_rate=None,
+        max_concurrency=4,
+        percentile_metrics=("ttft", "tpot", "itl", "e2el"),
+        percentiles=(50, 99, 99.9),
+        date="20260101-000000",
+    )
     assert result["completed"] == 4 and result["failed"] == 1 and result["num_prompts"] == 5
     assert result["total_output_tokens"] == 8 + 4 + 4 + 1 and result["output_throughput"] == pytest.approx(17 / 8)
     assert result["request_throughput"] == pytest.approx(4 / 8)
