@@ -83,6 +83,7 @@ class SuffixProposer(NgramProposer):
         self.global_max_tokens = global_max_tokens
         self.all_tenants_max_tokens = all_tenants_max_tokens
         self._tenants: OrderedDict[str, ContinuationIndex] = OrderedDict()  # least recently active first
+        self._total_tokens = 0  # stored in all tenants' indexes
         # A key per request life (a request id may come back after it finished), and its tenant.
         self._keys: dict[str, tuple[str, int]] = {}
         self._counter = itertools.count()
@@ -92,11 +93,11 @@ class SuffixProposer(NgramProposer):
         if index is None:
             index = self._tenants[tenant] = ContinuationIndex(MIN_NGRAM, MAX_NGRAM, self.global_max_tokens)
         self._tenants.move_to_end(tenant)
-        index.append(key, token_ids)
-        while len(self._tenants) > 1 and sum(i.num_tokens for i in self._tenants.values()) > (
-            self.all_tenants_max_tokens
-        ):
-            self._tenants.popitem(last=False)
+        before = index.num_tokens
+        index.append(key, token_ids)  # may evict its own oldest
+        self._total_tokens += index.num_tokens - before
+        while len(self._tenants) > 1 and self._total_tokens > self.all_tenants_max_tokens:
+            self._total_tokens -= self._tenants.popitem(last=False)[1].num_tokens
 
     def start(self, request_id: str, prompt_token_ids: Sequence[int], tenant: str = "") -> None:
         super().start(request_id, prompt_token_ids)
