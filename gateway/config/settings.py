@@ -362,18 +362,13 @@ class Settings:
         "rate-limited requests while Redis is unreachable: allow (serve them unlimited) or reject (503)",
         default="allow",
     )
-    # -- reasoning models and chat templates (issue 48; checked in gateway.config.reasoning_settings) --
+    # -- reasoning models and chat templates (issue 48): checked at start, NOT yet applied to requests --
     reasoning_parser: str = setting(
-        "reasoning parser: auto (chosen from the chat template), qwen3, deepseek_r1, none", default="auto"
+        "reasoning parser: auto, qwen3, deepseek_r1, none (not applied yet)", default="auto"
     )
-    reasoning_budget: int | None = setting(
-        "thinking tokens a reply may take before the engine closes the block (default: max_tokens bounds it)",
-        default=None,
-    )
-    chat_template: str | None = setting("a Jinja chat template file replacing the model's", default=None)
-    default_chat_template_kwargs: str | None = setting(
-        'JSON object of chat template variables every request gets, e.g. {"enable_thinking": false}', default=None
-    )
+    reasoning_budget: int | None = setting("engine's thinking budget in tokens (not applied yet)", default=None)
+    chat_template: str | None = setting("a Jinja chat template file, must render (not used yet)", default=None)
+    default_chat_template_kwargs: str | None = setting("JSON object of template variables (not used yet)", default=None)
 
     def __post_init__(self) -> None:
         check_settings(self)
