@@ -105,7 +105,9 @@ def tables(hops: tuple[Hop, ...], judgement: Judgement) -> str:
         return f"{number[caller]}" if caller in number else f"`{caller}`"
 
     def calls(module: str) -> str:
-        names = functions[module]
+        # By name: the order of first calls inside one module depends on how the stream's tasks
+        # interleave (a suite run and a lone run differed), the set of functions does not.
+        names = sorted(functions[module], key=_short)
         shown = ", ".join(f"`{_short(n)}`" for n in names[:4])
         return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
