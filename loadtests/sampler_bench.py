@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from agentgate.engine.runner import sampler
+from agentgate.engine.runner.sampling import sampler
 
 
 def _logits(rows: int, vocab: int, flat_share: float) -> torch.Tensor:

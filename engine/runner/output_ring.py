@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agentgate.engine.runner.sampling_batch import SamplerOutput
+from agentgate.engine.runner.sampling.batch import SamplerOutput
 from agentgate.engine.sampling_params import MAX_LOGPROBS
 
 RING_DEPTH = 3  # steps in flight (2) plus one

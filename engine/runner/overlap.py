@@ -37,8 +37,8 @@ from agentgate.engine.attention.base import count_shared_prefix_blocks
 from agentgate.engine.runner.base import TorchModelRunner
 from agentgate.engine.runner.input_prep import apply_block_table_writes, post_update, prepare_inputs
 from agentgate.engine.runner.output_ring import HostOutput, OutputRing
-from agentgate.engine.runner.sampler import sample
-from agentgate.engine.runner.sampling_batch import SamplingBatch, SamplingFlags
+from agentgate.engine.runner.sampling.batch import SamplingBatch, SamplingFlags
+from agentgate.engine.runner.sampling.sampler import sample
 from agentgate.engine.runner.slot_state import SlotState
 from agentgate.engine.runner.staging import StepStaging
 from agentgate.engine.runner.step_batch import StepBatch, StepInputs

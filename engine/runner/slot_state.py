@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from agentgate.engine.runner.noise import as_int64
-from agentgate.engine.runner.sampling_batch import SamplingBatch, SamplingFlags
+from agentgate.engine.runner.sampling.batch import SamplingBatch, SamplingFlags
+from agentgate.engine.runner.sampling.noise import as_int64
 from agentgate.engine.sampling_params import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS
 from agentgate.engine.scheduling.scheduler_output import NewRequestData
 

@@ -14,8 +14,8 @@ import torch
 from agentgate.engine.attention import AttentionMetadata
 from agentgate.engine.attention.base import count_shared_prefix_blocks
 from agentgate.engine.runner.base import TorchModelRunner
-from agentgate.engine.runner.host_sampling import SamplingRow, build_sampling_batch
-from agentgate.engine.runner.sampler import sample
+from agentgate.engine.runner.sampling.host import SamplingRow, build_sampling_batch
+from agentgate.engine.runner.sampling.sampler import sample
 from agentgate.engine.runner.staging import StepStaging
 from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 from agentgate.engine.speculative.verify import emitted_tokens

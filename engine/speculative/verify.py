@@ -4,7 +4,7 @@ The runner samples a target token at each of a drafted request's k+1
 positions, position i conditioned on the known tokens plus drafts[:i], with
 the very sampler and noise of a step without drafts: greedy rows take the
 argmax, sampled rows the exponential race keyed by (seed, position, token)
-(see `engine.runner.sampler`). Draft i is accepted when it equals target i,
+(see `engine.runner.sampling.sampler`). Draft i is accepted when it equals target i,
 so every emitted token is the one decoding token by token would have sampled
 at that position: output is identical with and without speculation, greedy
 or seeded.

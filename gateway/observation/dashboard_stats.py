@@ -30,9 +30,10 @@ from collections import defaultdict
 import msgspec
 from prometheus_client import Counter, Histogram
 
-from agentgate.gateway.app_state import GatewayState
+from agentgate.gateway.engines.pool import EnginePool
+from agentgate.gateway.observation.metrics import Metrics
 from agentgate.gateway.observation.retention_metrics import retention_totals
-from agentgate.gateway.state.requests_in_flight import Entry
+from agentgate.gateway.state.requests_in_flight import Entry, RequestRegistry
 from agentgate.gateway.state.sessions import owner_label
 
 
@@ -117,22 +118,24 @@ def _request(request_id: str, entry: Entry, now: float) -> RequestLoad:
     )
 
 
-async def dashboard_stats(gw: GatewayState) -> DashboardStats:
-    """The snapshot; asks each live engine for its stats (one utility call each)."""
-    pool = gw.pool
+async def dashboard_stats(
+    pool: EnginePool, registry: RequestRegistry, metrics: Metrics, replica_id: str
+) -> DashboardStats:
+    """The snapshot of ``pool``'s engines and ``registry``'s requests in flight, from this replica's
+    ``metrics``; asks each live engine for its stats (one utility call each)."""
     stats = await pool.refresh_stats()
     now = time.monotonic()
-    requests = [_request(rid, entry, now) for rid, entry in gw.registry.requests.items()]
+    requests = [_request(rid, entry, now) for rid, entry in registry.requests.items()]
     in_flight: dict[str, int] = defaultdict(int)
     for request in requests:
         in_flight[request.engine] += request.output_tokens
-    finished = _finished_tokens(gw.metrics.engine_generation_tokens)
+    finished = _finished_tokens(metrics.engine_generation_tokens)
     engines = []
     for engine, s in zip(pool.engines, stats, strict=True):
         tokens = int(finished.get(engine.address, 0)) + in_flight[engine.address]
         ttft, itl = (
-            _histogram(gw.metrics.engine_ttft, engine.address),
-            _histogram(gw.metrics.engine_itl, engine.address),
+            _histogram(metrics.engine_ttft, engine.address),
+            _histogram(metrics.engine_itl, engine.address),
         )
         if s is None:
             engines.append(
@@ -158,11 +161,11 @@ async def dashboard_stats(gw: GatewayState) -> DashboardStats:
     requests.sort(key=lambda r: -r.age)
     return DashboardStats(
         time=time.time(),
-        replica=gw.replica_id,
+        replica=replica_id,
         paused=any(e.paused not in ("unpaused", "unknown") for e in engines),
         engines=engines,
-        ttft=_histogram(gw.metrics.ttft),
-        itl=_histogram(gw.metrics.itl),
+        ttft=_histogram(metrics.ttft),
+        itl=_histogram(metrics.itl),
         requests=requests,
         retention=msgspec.structs.asdict(retention_totals([s for s in stats if s is not None])),
         budget_closed=sum(s.num_budget_closed for s in stats if s is not None),

@@ -18,7 +18,9 @@ from agentgate.gateway.observation.dashboard_stats import dashboard_stats
 async def stats(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
     return Response(
-        encode(await dashboard_stats(gw)), media_type="application/json", headers={"Cache-Control": "no-store"}
+        encode(await dashboard_stats(gw.pool, gw.registry, gw.metrics, gw.replica_id)),
+        media_type="application/json",
+        headers={"Cache-Control": "no-store"},
     )
 
 

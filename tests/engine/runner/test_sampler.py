@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 import torch
 
-from agentgate.engine.runner import noise, sampler
-from agentgate.engine.runner.sampler import SamplingBatch, sample
-from agentgate.engine.runner.sampling_batch import SamplingFlags
+from agentgate.engine.runner.sampling import noise, sampler
+from agentgate.engine.runner.sampling.batch import SamplingFlags
+from agentgate.engine.runner.sampling.sampler import SamplingBatch, sample
 from agentgate.engine.sampling_params import SamplingParams
 
 _M64 = (1 << 64) - 1

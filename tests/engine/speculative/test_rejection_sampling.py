@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from agentgate.engine.runner.host_sampling import SamplingRow, build_sampling_batch
-from agentgate.engine.runner.sampler import sample
+from agentgate.engine.runner.sampling.host import SamplingRow, build_sampling_batch
+from agentgate.engine.runner.sampling.sampler import sample
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.speculative.verify import emitted_tokens
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from agentgate.engine.runner.noise import as_int64
-from agentgate.engine.runner.sampling_batch import SamplingBatch, SamplingFlags
+from agentgate.engine.runner.sampling.batch import SamplingBatch, SamplingFlags
+from agentgate.engine.runner.sampling.noise import as_int64
 from agentgate.engine.sampling_params import SamplingParams
 
 

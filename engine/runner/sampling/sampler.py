@@ -26,7 +26,7 @@ Order of processing, per row:
    keeping the most likely token. Tokens tied with the last kept one are kept.
 9. Pick by the **exponential race** (equivalent to Gumbel-max):
    ``argmax(probs / E)`` with ``E = -log(u)`` and ``u`` from the counter-based
-   hash of (seed, position, token id) in ``engine.runner.noise``.
+   hash of (seed, position, token id) in ``engine.runner.sampling.noise``.
 10. **Redirect**: a row that sampled one of its ``redirect_from`` ids emits
    its ``redirect_to`` id instead (an end-of-turn inside a thinking block
    becomes the block's end). Logprobs stay those of the token sampled.
@@ -57,8 +57,8 @@ import functools
 import torch
 from torch import Tensor
 
-from agentgate.engine.runner import noise
-from agentgate.engine.runner.sampling_batch import SamplerOutput, SamplingBatch
+from agentgate.engine.runner.sampling import noise
+from agentgate.engine.runner.sampling.batch import SamplerOutput, SamplingBatch
 
 __all__ = ["MAX_CHUNK_ELEMENTS", "SamplerOutput", "SamplingBatch", "sample"]
 
