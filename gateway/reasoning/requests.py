@@ -13,6 +13,7 @@ import msgspec
 
 from agentgate.engine.front.protocol import ThinkingSpec
 from agentgate.gateway.api_types.openai import ChatCompletionRequest
+from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.reasoning.budgets import thinking_budget
 
 if TYPE_CHECKING:
@@ -69,3 +70,23 @@ def thinking_spec(
         lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
         budget,
     )
+
+
+SUMMARIES = ("auto", "concise", "detailed")
+
+
+def responses_reasoning(reasoning: Any) -> dict[str, Any]:
+    """The Responses API's ``reasoning`` object, checked: ``effort`` (the budget's, see
+    :mod:`gateway.reasoning.budgets`) and ``summary`` (accepted; no summary is written: the
+    reasoning item carries the whole text and an empty ``summary``), as the response echoes them."""
+    if reasoning is None:
+        return {"effort": None, "summary": None}
+    if not isinstance(reasoning, dict):
+        raise BadRequestError("`reasoning` must be an object", param="reasoning")
+    effort = reasoning.get("effort")
+    if effort is not None and not isinstance(effort, str):
+        raise BadRequestError("`reasoning.effort` must be a string", param="reasoning.effort")
+    summary = reasoning.get("summary", reasoning.get("generate_summary"))
+    if summary is not None and summary not in SUMMARIES:
+        raise BadRequestError(f"`reasoning.summary` must be one of {', '.join(SUMMARIES)}", param="reasoning.summary")
+    return {"effort": effort, "summary": summary}
