@@ -176,8 +176,9 @@ def test_reasoning_sent_back_reaches_the_template_as_reasoning_content(server):
 
 @pytest.mark.anyio
 async def test_agents_sdk_keeps_reasoning_items_in_its_history(server):
-    from agents import Agent, ModelSettings, Runner, set_default_openai_client, set_tracing_disabled
     from openai.types.shared import Reasoning
+
+    from agents import Agent, ModelSettings, Runner, set_default_openai_client, set_tracing_disabled
 
     set_tracing_disabled(True)
     sdk = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused")
