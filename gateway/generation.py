@@ -207,7 +207,7 @@ class Generation:
             sum(c.num_tokens for c in self.choices),
             reasons,
             time.monotonic() - self.arrival,
-            [FinishedChoice(len(c.prompt_ids), c.num_tokens, c.timings) for c in self.choices],
+            [FinishedChoice(len(c.prompt_ids), c.num_tokens, c.timings, c.reasoning_tokens) for c in self.choices],
         )
 
     def _trace_end(self, calls: list[str], usage: Usage, reasons: list[str | None]) -> None:

@@ -96,6 +96,20 @@ def test_a_forced_call_comes_after_the_thinking(server, tool_choice):
     assert reply["usage"]["completion_tokens_details"]["reasoning_tokens"] <= 8 + END_TAG_TOKENS
 
 
+def test_metrics_count_reasoning_tokens_and_closed_thinking(server):
+    def read() -> dict[str, float]:
+        text = httpx.get(f"{server.url}/metrics").text
+        names = ("agentgate_reasoning_tokens_total", "agentgate_thinking_budget_closed_total")
+        return {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.startswith(names)}
+
+    before = read()
+    body = _chat(server, max_tokens=30, temperature=0, thinking_token_budget=4).json()
+    used = body["usage"]["completion_tokens_details"]["reasoning_tokens"]
+    after = read()
+    assert after["agentgate_reasoning_tokens_total"] - before["agentgate_reasoning_tokens_total"] == used > 0
+    assert after["agentgate_thinking_budget_closed_total"] == before["agentgate_thinking_budget_closed_total"] + 1
+
+
 def test_an_effort_leaves_room_for_the_answer(server):
     body = _chat(server, max_tokens=24, temperature=0, reasoning_effort="low").json()  # low: 24 // 4 = 6
     assert 0 < body["usage"]["completion_tokens_details"]["reasoning_tokens"] <= 6 + END_TAG_TOKENS
