@@ -53,6 +53,7 @@ from agentgate.engine.front.protocol import (
     Resume,
     SchedulerStats,
     StartupFailed,
+    ThinkingSpec,
     TurnEnded,
     decode_from_engine,
     encode,
@@ -181,15 +182,17 @@ class EngineClient:
         *,
         tenant: str = "",
         cache_salt: str = "",
+        thinking: ThinkingSpec | None = None,
     ) -> RequestStream:
-        """Submit a request (its ``AddRequest``, whose fields these are, is sent now, without
-        waiting: ZMQ queues it) and return the stream of its outputs."""
+        """Submit a request (its ``AddRequest``, whose fields these are, ``thinking`` included, is sent
+        now, without waiting: ZMQ queues it) and return the stream of its outputs."""
         self._check_alive()
         if request_id in self._streams:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         send, receive = anyio.create_memory_object_stream[EngineCoreOutput | BaseException](math.inf)
         self._streams[request_id] = send
-        add = AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), program, tenant, cache_salt)
+        ids, eos = list(prompt_token_ids), sorted(eos_token_ids)
+        add = AddRequest(request_id, ids, params, eos, program, tenant, cache_salt, thinking)
         self._socket.send(encode(add))
         return RequestStream(self, request_id, send, receive)
 
@@ -388,13 +391,10 @@ def _merge_queued(
         logprobs = (
             None if item.logprobs is None and more.logprobs is None else (item.logprobs or []) + (more.logprobs or [])
         )
-        item = EngineCoreOutput(
-            item.request_id,
-            item.new_token_ids + more.new_token_ids,
-            more.finish_reason,
-            logprobs,
-            more.num_cached_tokens,
+        item = msgspec.structs.replace(  # the later output's fields (its finish, timings, reasoning tokens)
+            more,
+            new_token_ids=item.new_token_ids + more.new_token_ids,
+            logprobs=logprobs,
             queue_time=item.queue_time if item.queue_time is not None else more.queue_time,
-            timings=more.timings,
         )
     return item, None

@@ -48,8 +48,22 @@ def function_call_item(call: ToolCall, status: str = "completed", item_id: str |
     }
 
 
+def reasoning_item(text: str, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
+    """A reasoning model's thinking: its whole text as one ``reasoning_text`` part, no summary
+    (``reasoning.summary`` is accepted and writes none: docs/reasoning.md)."""
+    return {
+        "id": item_id or new_id("rs"),
+        "type": "reasoning",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+        "status": status,
+    }
+
+
 def output_items(parsed: ParsedOutput, status: str = "completed") -> list[dict[str, Any]]:
-    items = [message_item(parsed.content, status)] if parsed.content else []
+    """A reply's items: its reasoning first, then its message, then its calls."""
+    items = [reasoning_item(parsed.reasoning, status)] if parsed.reasoning else []
+    items += [message_item(parsed.content, status)] if parsed.content else []
     return items + [function_call_item(call) for call in parsed.tool_calls]
 
 

@@ -3,6 +3,8 @@ documented order::
 
     response.created, response.in_progress
     per output item:  response.output_item.added
+      a reasoning:    response.content_part.added, response.reasoning_text.delta ...,
+                      response.reasoning_text.done, response.content_part.done
       a message:      response.content_part.added, response.output_text.delta ...,
                       response.output_text.done, response.content_part.done
       a call:         response.function_call_arguments.delta ..., response.function_call_arguments.done
@@ -45,6 +47,7 @@ FINAL_EVENTS = {
 }
 
 Event = dict[str, Any]
+_TEXT_EVENTS = {"message": "response.output_text", "reasoning": "response.reasoning_text"}
 ErrorFields = Callable[[int, ErrorInfo], dict[str, Any]]  # (status, error) -> the error event's fields
 
 
@@ -95,8 +98,10 @@ class ResponseEvents:
         out: list[Event] = []
         for d in event.deltas:
             self.deltas.append(d)
+            if d.reasoning:
+                out += self._text("reasoning", d.reasoning)
             if d.content:
-                out += self._content(d.content)
+                out += self._text("message", d.content)
             for call in d.tool_calls:
                 if call.id is not None:
                     out += self._open_call(ToolCall(call.id, call.function.name or "", ""))
@@ -111,29 +116,32 @@ class ResponseEvents:
             self.finish_reason = event.reply_finish
         return out
 
-    def _content(self, text: str) -> list[Event]:
+    def _text(self, kind: str, text: str) -> list[Event]:
+        """A piece of a ``message``'s text or of a ``reasoning`` item's, opening the item first."""
         out = []
-        if self.item is None or self.item["type"] != "message":
+        if self.item is None or self.item["type"] != kind:
             out += self._close_item()
-            out.append(self._open(it.message_item("", "in_progress")))
+            item = it.message_item("", "in_progress") if kind == "message" else it.reasoning_item("", "in_progress")
+            out.append(self._open(item))
             out.append(
                 self._event(
                     "response.content_part.added",
                     item_id=self.item["id"],
                     output_index=self.output_index,
                     content_index=0,
-                    part=self._part(""),
+                    part=self._part("", kind),
                 )
             )
         self.text.append(text)
+        fields = {"logprobs": []} if kind == "message" else {}
         out.append(
             self._event(
-                "response.output_text.delta",
+                _TEXT_EVENTS[kind] + ".delta",
                 item_id=self.item["id"],
                 output_index=self.output_index,
                 content_index=0,
                 delta=text,
-                logprobs=[],
+                **fields,
             )
         )
         return out
@@ -161,7 +169,9 @@ class ResponseEvents:
         return self._event("response.output_item.added", output_index=self.output_index, item=item)
 
     @staticmethod
-    def _part(text: str) -> dict[str, Any]:
+    def _part(text: str, kind: str = "message") -> dict[str, Any]:
+        if kind == "reasoning":
+            return {"type": "reasoning_text", "text": text}
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
     def _close_item(self) -> list[Event]:
@@ -171,23 +181,26 @@ class ResponseEvents:
         self.item = None
         text, index = "".join(self.text), self.output_index
         status = "incomplete" if self.finish_reason == "length" else "completed"
-        if item["type"] == "message":
-            done = it.message_item(text, status, item["id"])
+        if item["type"] in _TEXT_EVENTS:
+            kind = item["type"]
+            make = it.message_item if kind == "message" else it.reasoning_item
+            done = make(text, status, item["id"])
+            fields = {"logprobs": []} if kind == "message" else {}
             out = [
                 self._event(
-                    "response.output_text.done",
+                    _TEXT_EVENTS[kind] + ".done",
                     item_id=item["id"],
                     output_index=index,
                     content_index=0,
                     text=text,
-                    logprobs=[],
+                    **fields,
                 ),
                 self._event(
                     "response.content_part.done",
                     item_id=item["id"],
                     output_index=index,
                     content_index=0,
-                    part=self._part(text),
+                    part=self._part(text, kind),
                 ),
             ]
         elif item["type"] == "mcp_call":  # done once the server ran it (settled)

@@ -79,6 +79,12 @@ class _EngineCollector(Collector):
             "Replies whose output budget closed a value or tool call the model had not finished (ended as length).",
             sum(s.num_budget_closed for s in known),
         )
+        yield counter(
+            "agentgate_thinking_budget_closed",
+            "Thinking blocks the engine closed itself: at the thinking budget, "
+            "or to leave max_tokens room for the answer.",
+            sum(s.num_thinking_budget_closed for s in known),
+        )
         yield from _speculation_metrics(known)
         yield from retention_metrics(known)
         yield gauge("agentgate_engines_alive", "Engines this gateway can reach.", self._alive())
@@ -182,6 +188,9 @@ class Metrics:
         )
         self.prompt_tokens = Counter("agentgate_prompt_tokens", "Prompt tokens of requests.", registry=r)
         self.generation_tokens = Counter("agentgate_generation_tokens", "Tokens generated.", registry=r)
+        self.reasoning_tokens = Counter(
+            "agentgate_reasoning_tokens", "Tokens generated inside thinking blocks (their tags included).", registry=r
+        )
         self.engine_generation_tokens = Counter(
             "agentgate_engine_generation_tokens", "Tokens generated, by engine.", ["engine"], registry=r
         )
@@ -242,6 +251,7 @@ class Metrics:
         request of its own (it runs them as n requests)."""
         self.prompt_tokens.inc(prompt_tokens)
         self.generation_tokens.inc(generated)
+        self.reasoning_tokens.inc(sum(choice.reasoning_tokens for choice in choices))
         self.engine_generation_tokens.labels(engine).inc(generated)
         self.e2e.observe(seconds)
         vllm, labels = self.vllm, (self.vllm.model_name, engine)

@@ -73,6 +73,7 @@ class FinishedChoice(NamedTuple):
     prompt_tokens: int
     generation_tokens: int
     timings: RequestTimings | None
+    reasoning_tokens: int = 0  # of its thinking block (a reasoning model's)
 
 
 # vLLM's KV residency histograms: (name, help, the field of an engine's KvResidencyStats).

@@ -37,6 +37,7 @@ from agentgate.gateway.api_types.response_items import chat_tools, output_items,
 from agentgate.gateway.api_types.responses import (
     IncompleteDetails,
     InputTokensDetails,
+    OutputTokensDetails,
     ResponseError,
     ResponseObject,
     ResponsesRequest,
@@ -49,6 +50,7 @@ from agentgate.gateway.errors import BadRequestError, GatewayError, ServiceUnava
 from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEvents, sse_error_fields
 from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.mcp.toolset import echoed, list_servers, resolve_servers
+from agentgate.gateway.reasoning.requests import RESPONSES_THINKING, responses_reasoning
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.mcp_items import answer_approvals
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
@@ -124,7 +126,11 @@ class Turn:
     def response_usage(self) -> ResponseUsage:
         usage = self.usage()
         return ResponseUsage(
-            usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, InputTokensDetails(usage.cached_tokens)
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.total_tokens,
+            InputTokensDetails(usage.cached_tokens),
+            OutputTokensDetails(usage.reasoning_tokens),
         )
 
     def usage(self) -> Usage:
@@ -205,7 +211,9 @@ async def start_turn(
     text = body.text or TextConfig()
     tools = it.function_tools(body.tools)
     mcp_tools = [(i, tool) for i, tool in enumerate(body.tools or ()) if tool.get("type") == "mcp"]
+    reasoning = responses_reasoning(body.reasoning)
     options = {
+        "reasoning_effort": reasoning["effort"],
         "model": body.model,
         "parallel_tool_calls": body.parallel_tool_calls,
         "response_format": None if warmup else it.response_format(text.format),
@@ -224,7 +232,12 @@ async def start_turn(
             system + conversation, tools=offered_tools, tool_choice=tool_choice, max_tokens=max_tokens, **options
         )
         run = await core.start(
-            chat, request_id=reply_id, arrival=arrival, context=context, budget_param="max_output_tokens"
+            chat,
+            request_id=reply_id,
+            arrival=arrival,
+            context=context,
+            budget_param="max_output_tokens",
+            thinking_params=RESPONSES_THINKING,
         )
         context = run.generation.context  # admitted: the next rounds are not charged again
         return run
@@ -262,6 +275,7 @@ async def start_turn(
         top_p=params.top_p,
         truncation=body.truncation or "disabled",
         user=body.user,
+        reasoning=reasoning,
     )
     turn = Turn(response, run, store if response.store else None, context.key, conversation, input_items, chain, warmup)
     if rounds is not None:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentgate.gateway.api_types import response_items as it
-from agentgate.gateway.api_types.openai import PromptTokensDetails, Usage
+from agentgate.gateway.api_types.openai import CompletionTokensDetails, PromptTokensDetails, Usage
 from agentgate.gateway.chat import ChatRun
 from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.mcp.calls import ToolCalls
@@ -38,7 +38,10 @@ def round_id(request_id: str, round: int) -> str:
 def added_usage(a: Usage, b: Usage) -> Usage:
     """The usage of two replies together."""
     prompt, completion = a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens
-    return Usage(prompt, completion, prompt + completion, PromptTokensDetails(a.cached_tokens + b.cached_tokens))
+    usage = Usage(prompt, completion, prompt + completion, PromptTokensDetails(a.cached_tokens + b.cached_tokens))
+    if a.reasoning_tokens or b.reasoning_tokens:
+        usage.completion_tokens_details = CompletionTokensDetails(a.reasoning_tokens + b.reasoning_tokens)
+    return usage
 
 
 async def close_reply(run: ChatRun) -> None:

@@ -276,3 +276,11 @@ def test_the_readmes_first_example_answers_sensibly(model_server):
     assert not {"temperature", "top_p", "seed"} & set(body)
     reply = httpx.post(f"{model_server.url}/v1/chat/completions", json=body, timeout=300).json()
     assert "Paris" in reply["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize(("field", "value"), [("thinking_token_budget", 8), ("reasoning_effort", "low")])
+def test_a_thinking_budget_on_a_model_without_a_reasoning_parser_is_a_400_naming_it(client, model, field, value):
+    """SmolLM2's own template opens no thinking block: a budget the server cannot keep is refused."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=12, extra_body={field: value})
+    assert caught.value.body["param"] == field

@@ -19,6 +19,8 @@ METRIC_NAMES = [
     "agentgate_prefix_cache_hits_tokens_total",
     "agentgate_preemptions_total",
     "agentgate_budget_closed_replies_total",
+    "agentgate_thinking_budget_closed_total",
+    "agentgate_reasoning_tokens_total",
     "agentgate_time_to_first_token_seconds_count",
     "agentgate_inter_token_latency_seconds_count",
     "agentgate_request_queue_time_seconds_count",
