@@ -128,7 +128,7 @@ async def start_connector(
     with their tools."""
     toolset = await open_connector(body.mcp_servers or [], host)
     offered = toolset.offer({str(tool.get("name")) for tool in body.tools or ()})
-    base = to_chat(body, extra_tools=chat_tools(offered), **sampling)
+    base = to_chat(body, core.sealer, extra_tools=chat_tools(offered), **sampling)
     conversation = msgspec.to_builtins(base.messages)
 
     async def start(messages: list[dict[str, Any]], tool_choice: Any, max_tokens: int | None, reply_id: str) -> ChatRun:

@@ -85,7 +85,11 @@ def null(null_server: LiveServer) -> Iterator[LiveServer]:
 def gateway() -> Iterator[InProcessGateway]:
     """The null server's configuration, in this process (see the module docstring)."""
     settings = Settings(
-        api_keys=(USER_KEY, USER_KEY_2), admin_key=ADMIN_KEY, allowed_origins=(ALLOWED_ORIGIN,), max_body_bytes=65536
+        api_keys=(USER_KEY, USER_KEY_2),
+        admin_key=ADMIN_KEY,
+        allowed_origins=(ALLOWED_ORIGIN,),
+        max_body_bytes=65536,
+        sealing_key=(SEALING_KEY,),
     )
     with InProcessGateway(settings, redis=True) as gw:
         yield gw

@@ -42,6 +42,7 @@ async def messages(request: Request) -> Response:
         return await _connector(request, gw, body, arrival)
     chat = to_chat(
         body,
+        gw.sealer,
         max_tokens=body.max_tokens,
         stop=body.stop_sequences,
         temperature=body.temperature,
@@ -111,7 +112,7 @@ async def count_tokens(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), CountTokensRequest)
     gw.model.check(body.model)
-    prompt = chat_prompt(gw.model.tokenizer, to_chat(body))
+    prompt = chat_prompt(gw.model.tokenizer, to_chat(body, gw.sealer))
     return Response(encode(TokenCount(len(prompt))), media_type=JSON)
 
 

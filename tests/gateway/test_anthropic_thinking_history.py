@@ -1,0 +1,76 @@
+"""Anthropic ``thinking`` blocks sent back (issue 48): the real anthropic SDK against the live null
+server, whose sealing key the tests hold (``AGENTGATE_SEALING_KEY``), so a block signed as the
+server signs its own is verified and read, an edited one (text or signature) is a 400 naming its
+``signature``, a block another deployment signed likewise, and ``redacted_thinking`` passes
+through; on the in-process gateway, what a verified block does to the prompt (the default model's
+template has no reasoning: nothing) and to a reasoning template (Qwen3-style: rendered)."""
+
+from __future__ import annotations
+
+import anthropic
+import pytest
+
+from agentgate.engine.text.chat_template import render_chat
+from agentgate.gateway.anthropic_api.thinking import thinking_signature
+from agentgate.gateway.anthropic_api.translate import chat_messages
+from agentgate.gateway.state.sealing import Sealer
+from tests.support.servers import SEALING_KEY, USER_KEY
+
+MODEL = "SmolLM2-135M-Instruct"
+SEALER = Sealer([SEALING_KEY])  # the null server's
+THOUGHT = "The user wants the weather; I should call the tool."
+
+
+def _history(block: dict) -> list[dict]:
+    return [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": [block, {"type": "text", "text": "Let me check."}]},
+        {"role": "user", "content": "Go on."},
+    ]
+
+
+def _thinking(text: str = THOUGHT, signature: str | None = None) -> dict:
+    return {"type": "thinking", "thinking": text, "signature": signature or thinking_signature(SEALER, text)}
+
+
+@pytest.fixture(scope="module")
+def client(null_server):
+    with anthropic.Anthropic(base_url=null_server.url, api_key=USER_KEY, max_retries=0) as c:
+        yield c
+
+
+def test_a_signed_thinking_block_sent_back_is_verified_and_an_edited_one_is_refused(client):
+    reply = client.messages.create(model=MODEL, max_tokens=2, messages=_history(_thinking()))
+    assert reply.type == "message" and reply.usage.input_tokens > 0
+    redacted = {"type": "redacted_thinking", "data": "opaque"}
+    assert client.messages.create(model=MODEL, max_tokens=2, messages=_history(redacted)).type == "message"
+    edited = {**_thinking(), "thinking": THOUGHT.replace("call", "skip")}
+    forged = _thinking(signature=Sealer(["another-deployments-key"]).sign("anthropic.thinking", THOUGHT.encode()))
+    for block in (edited, forged, _thinking(signature="not-a-signature"), {"type": "thinking", "thinking": THOUGHT}):
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            client.messages.create(model=MODEL, max_tokens=2, messages=_history(block))
+        assert refused.value.body["error"]["message"].startswith("messages[1].content[0].signature:")
+
+
+def test_the_count_of_a_conversation_with_thinking_is_verified_too(gateway):
+    body = {"model": MODEL, "messages": _history(_thinking())}
+    headers = {"x-api-key": USER_KEY}
+    with_block = gateway.client.post("/v1/messages/count_tokens", json=body, headers=headers)
+    plain = {"model": MODEL, "messages": _history({"type": "text", "text": ""})}
+    without = gateway.client.post("/v1/messages/count_tokens", json=plain, headers=headers)
+    # SmolLM2's template has no reasoning: a verified block adds nothing to the prompt
+    assert with_block.status_code == 200 and with_block.json() == without.json()
+    body["messages"][1]["content"][0]["signature"] = thinking_signature(Sealer(["x" * 16]), THOUGHT)
+    r = gateway.client.post("/v1/messages/count_tokens", json=body, headers=headers)
+    assert r.status_code == 400 and "messages[1].content[0].signature" in r.json()["error"]["message"]
+
+
+def test_a_verified_block_reaches_a_reasoning_template_as_reasoning_content():
+    messages = chat_messages(None, _history(_thinking()), SEALER)
+    assert messages[1] == {"role": "assistant", "content": "Let me check.", "reasoning_content": THOUGHT}
+    # a template that renders reasoning_content (as Qwen3's does for the turns of the current tool loop)
+    template = (
+        "{% for m in messages %}<|{{ m.role }}|>{% if m.reasoning_content %}<think>{{ m.reasoning_content }}"
+        "</think>{% endif %}{{ m.content }}\n{% endfor %}"
+    )
+    assert f"<|assistant|><think>{THOUGHT}</think>Let me check." in render_chat(template, messages)
