@@ -33,6 +33,8 @@ class MessagesRequest(CountTokensRequest, kw_only=True):
     stream: bool = False
     metadata: dict[str, Any] | None = None
     mcp_servers: list[dict[str, Any]] | None = None  # the MCP connector's (gateway.anthropic_api.mcp_connector)
+    thinking: Any = None  # enabled / disabled / adaptive (gateway.anthropic_api.thinking_config)
+    output_config: Any = None  # its effort (the rest of it is not read)
 
 
 class MessageUsage(Struct):

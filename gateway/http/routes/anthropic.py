@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agentgate.gateway.anthropic_api.mcp_loop import collect_message, message_format, start_connector, stream_message
+from agentgate.gateway.anthropic_api.thinking_config import thinking_request
 from agentgate.gateway.anthropic_api.translate import to_chat
 from agentgate.gateway.api_types.anthropic import CountTokensRequest, Message, MessagesRequest, TokenCount
 from agentgate.gateway.api_types.ids import new_id
@@ -38,6 +39,7 @@ async def messages(request: Request) -> Response:
     arrival = time.monotonic()
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), MessagesRequest)
+    thinking_request(body.thinking, body.output_config, body.max_tokens)  # 400s naming the field
     if body.mcp_servers:
         return await _connector(request, gw, body, arrival)
     chat = to_chat(

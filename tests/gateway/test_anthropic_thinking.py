@@ -3,7 +3,8 @@ server, whose sealing key the tests hold (``AGENTGATE_SEALING_KEY``), so a block
 server signs its own is verified and read, an edited one (text or signature) is a 400 naming its
 ``signature``, a block another deployment signed likewise, and ``redacted_thinking`` passes
 through; on the in-process gateway, what a verified block does to the prompt (the default model's
-template has no reasoning: nothing) and to a reasoning template (Qwen3-style: rendered)."""
+template has no reasoning: nothing) and to a reasoning template (Qwen3-style: rendered). And the
+request's ``thinking`` / ``output_config.effort`` checked, each refusal naming its field."""
 
 from __future__ import annotations
 
@@ -74,3 +75,22 @@ def test_a_verified_block_reaches_a_reasoning_template_as_reasoning_content():
         "</think>{% endif %}{{ m.content }}\n{% endfor %}"
     )
     assert f"<|assistant|><think>{THOUGHT}</think>Let me check." in render_chat(template, messages)
+
+
+def test_thinking_requests_are_checked_and_each_refusal_names_its_field(client):
+    ask = [{"role": "user", "content": "Hi"}]
+    for thinking, config, param in [
+        ({"type": "enabled", "budget_tokens": 8}, None, "thinking.budget_tokens"),  # == max_tokens: no room
+        ({"type": "enabled", "budget_tokens": 0}, None, "thinking.budget_tokens"),
+        ({"type": "enabled"}, None, "thinking.budget_tokens"),
+        ({"type": "sometimes"}, None, "thinking.type"),
+        ({"type": "adaptive"}, {"effort": "extreme"}, "output_config.effort"),
+    ]:
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            extra = {"output_config": config} if config else {}
+            client.messages.create(model=MODEL, max_tokens=8, messages=ask, thinking=thinking, extra_body=extra)
+        assert refused.value.body["error"]["message"].startswith(f"{param}:"), refused.value.body
+    # accepted on this model, which has no reasoning: disabled, and adaptive (which then does nothing)
+    for thinking in ({"type": "disabled"}, {"type": "adaptive"}):
+        reply = client.messages.create(model=MODEL, max_tokens=8, messages=ask, thinking=thinking)
+        assert reply.type == "message" and reply.usage.output_tokens > 0
