@@ -23,6 +23,11 @@ def thinking_signature(sealer: Sealer, thinking: str) -> str:
     return sealer.sign(THINKING, thinking.encode())
 
 
+def thinking_block(sealer: Sealer, thinking: str) -> dict[str, Any]:
+    """A whole ``thinking`` content block, signed."""
+    return {"type": "thinking", "thinking": thinking, "signature": thinking_signature(sealer, thinking)}
+
+
 def thinking_of(block: dict[str, Any], where: str, sealer: Sealer) -> str:
     """The text of a ``thinking`` block sent back (``where``: its param path), once its signature
     verifies; else a 400 naming the field."""

@@ -8,12 +8,18 @@ request's ``thinking`` / ``output_config.effort`` checked, each refusal naming i
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import pytest
+from anthropic.lib.streaming._messages import accumulate_event
 
 from agentgate.engine.text.chat_template import render_chat
-from agentgate.gateway.anthropic_api.thinking import thinking_signature
+from agentgate.gateway.anthropic_api.thinking import thinking_block, thinking_of, thinking_signature
 from agentgate.gateway.anthropic_api.translate import chat_messages
+from agentgate.gateway.api_types.anthropic import Message
+from agentgate.gateway.api_types.openai import Usage
+from agentgate.gateway.formats.anthropic import MessagesStream
 from agentgate.gateway.state.sealing import Sealer
 from tests.support.servers import SEALING_KEY, USER_KEY
 
@@ -94,3 +100,30 @@ def test_thinking_requests_are_checked_and_each_refusal_names_its_field(client):
     for thinking in ({"type": "disabled"}, {"type": "adaptive"}):
         reply = client.messages.create(model=MODEL, max_tokens=8, messages=ask, thinking=thinking)
         assert reply.type == "message" and reply.usage.output_tokens > 0
+
+
+def test_a_streamed_thinking_block_is_what_the_sdk_accumulates_and_its_signature_verifies():
+    fmt = MessagesStream(Message(id="msg_1", model=MODEL), SEALER)
+    wire = fmt.opening() + fmt.thinking("The user wants ") + fmt.thinking("the weather.") + fmt.closing(Usage(3, 5, 8))
+    events = [json.loads(line[6:]) for line in wire.decode().splitlines() if line.startswith("data: ")]
+    kinds = [e["type"] if e["type"] != "content_block_delta" else e["delta"]["type"] for e in events]
+    assert kinds == [
+        "message_start",
+        "ping",
+        "content_block_start",
+        "thinking_delta",
+        "thinking_delta",
+        "signature_delta",  # once, after the whole text, before the block stops
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    snapshot = None
+    for event in events[:-1]:  # the SDK's own accumulator, as MessageStream runs it
+        if event["type"] != "ping":
+            snapshot = accumulate_event(event=event, current_snapshot=snapshot, json_bufs={})
+    [block] = snapshot.content
+    assert block.type == "thinking" and block.thinking == "The user wants the weather."
+    sent_back = block.model_dump()
+    assert sent_back == thinking_block(SEALER, "The user wants the weather.")  # the same HMAC, whole or streamed
+    assert thinking_of(sent_back, "messages[1].content[0]", SEALER) == "The user wants the weather."

@@ -64,7 +64,7 @@ async def messages(request: Request) -> Response:
     gen = run.generation
     if body.stream:
         message.usage = message_usage(gen.usage)
-        fmt = MessagesStream(message)
+        fmt = MessagesStream(message, gw.sealer)
         prime = run.plan.structured is not None
         return stream_generation(gen, fmt, send_timeout=gw.settings.sse_send_timeout, prime=prime)
     if not await collect_or_raise(gen, request.receive):
@@ -95,7 +95,7 @@ async def _connector(request: Request, gw: GatewayState, body: MessagesRequest, 
     message = Message(id=new_id("msg"), model=body.model)
     if body.stream:
         message.usage = message_usage(loop.run.generation.usage)
-        fmt = message_format(loop, message)
+        fmt = message_format(loop, message, gw.sealer)
         prime = loop.run.plan.structured is not None
         send_timeout = gw.settings.sse_send_timeout
         return stream_rounds(
