@@ -43,6 +43,7 @@ from agentgate.gateway.prompts import (
     sampling_params,
     tool_plan,
 )
+from agentgate.gateway.reasoning.requests import CHAT_THINKING, ThinkingParams, thinking_spec, with_template_defaults
 from agentgate.gateway.served_model import ServedModel
 from agentgate.gateway.state.sealing import Sealer
 from agentgate.gateway.tools.plan import ToolPlan
@@ -75,6 +76,7 @@ class ChatCore:
         arrival: float,
         context: RequestContext,
         budget_param: str | None = None,
+        thinking_params: ThinkingParams = CHAT_THINKING,
     ) -> ChatRun:
         """:func:`start_chat` on these services."""
         return await start_chat(
@@ -86,6 +88,7 @@ class ChatCore:
             arrival=arrival,
             context=context,
             budget_param=budget_param,
+            thinking_params=thinking_params,
         )
 
 
@@ -99,6 +102,7 @@ async def start_chat(
     arrival: float,
     context: RequestContext,
     budget_param: str | None = None,
+    thinking_params: ThinkingParams = CHAT_THINKING,
 ) -> ChatRun:
     """Validate ``request`` (400-class errors name the field), build its prompt, tool plan and
     sampling parameters, and dispatch it: the engine has it when this returns. ``turns``: the
@@ -106,8 +110,12 @@ async def start_chat(
     the API's name for max_tokens in its errors (Responses: ``max_output_tokens``); the server's
     output budget applies (:mod:`gateway.admission.output_budget`). A prompt too long for the context is refused by its
     characters before it is tokenized; a large one is rendered and tokenized on a worker thread,
-    so the event loop (every other stream, ``/health``) never waits on it."""
+    so the event loop (every other stream, ``/health``) never waits on it. A reasoning model's
+    request gets its thinking budget (``request.thinking_token_budget`` or ``reasoning_effort``, 400s
+    naming the fields ``thinking_params`` says: :mod:`gateway.reasoning.budgets`) and the engine the
+    thinking block to enforce."""
     model.check(request.model)
+    request = with_template_defaults(request, model.template_kwargs)
     check_n(request.n)
     check_request_json(request)
     chars = message_chars(request.messages)
@@ -131,10 +139,11 @@ async def start_chat(
     max_tokens = model.budget.resolve(
         requested, prompt_tokens=len(prompt), max_model_len=model.max_model_len, param=param
     )
+    output_budget = max_tokens if max_tokens is not None else model.max_model_len - len(prompt)
+    thinking = thinking_spec(model, request, prompt, output_budget, thinking_params)
     structured = plan.structured
     if structured is not None and plan.forced:  # the reply must end whole within its budget
-        budget = max_tokens if max_tokens is not None else model.max_model_len - len(prompt)
-        structured = msgspec.structs.replace(structured, max_tokens=budget)
+        structured = msgspec.structs.replace(structured, max_tokens=output_budget)
     params = sampling_params(
         request,
         max_tokens=max_tokens,
@@ -158,6 +167,8 @@ async def start_chat(
         param,
         request.model or model.name,
         plan,
+        model.reasoning if thinking is not None else None,
+        thinking,
     )
     generation = await dispatch(dispatcher, job, context, conversation=request.messages)
     return ChatRun(generation, plan)

@@ -30,6 +30,7 @@ from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.waiting import Ticket
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.observation.metrics import Metrics
+from agentgate.gateway.reasoning.splitter import ReasoningSplitter
 from agentgate.gateway.replies import ReplyReader
 from agentgate.gateway.tools.deltas import Delta, ParsedOutput, accumulate
 from agentgate.gateway.tools.plan import ToolPlan
@@ -56,6 +57,7 @@ class Choice:
         "_processor",
         "_reader",
         "num_tokens",
+        "reasoning_tokens",
         "finish_reason",
         "reply_finish",
         "num_cached_tokens",
@@ -81,6 +83,7 @@ class Choice:
         prompt_ids: list[int],
         params: SamplingParams,
         plan: ToolPlan,
+        splitter: ReasoningSplitter | None = None,
     ) -> None:
         self._generation = generation
         self.index = index
@@ -89,8 +92,9 @@ class Choice:
         self.prompt_ids = prompt_ids
         self.params = params
         self._processor = OutputProcessor(generation.tokenizer, params)
-        self._reader = ReplyReader(plan)  # the one reading of the reply
+        self._reader = ReplyReader(plan, splitter)  # the one reading of the reply
         self.num_tokens = 0
+        self.reasoning_tokens = 0  # of the thinking block, as the engine counted them (its last output)
         self.num_cached_tokens = 0  # prompt tokens the engine found in its prefix cache
         self.finish_reason: str | None = None  # the engine's (stop, length, abort)
         self.reply_finish: str | None = None  # as the APIs report it (tool_calls: see ChoiceEvent)
@@ -155,6 +159,8 @@ class Choice:
             self.num_cached_tokens = out.num_cached_tokens
         if out.timings is not None:
             self.timings, self.ended_at = out.timings, time.monotonic()
+        if out.reasoning_tokens:
+            self.reasoning_tokens = out.reasoning_tokens
         if per_token and len(out.new_token_ids) > 1:
             return self._split(out)
         return [self._update(out.new_token_ids, out.logprobs, out.finish_reason, out.queue_time)]

@@ -34,7 +34,7 @@ from agentgate.engine.front.client import EngineClient
 from agentgate.engine.sampling_params import parse_budget_error
 from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.waiting import Ticket
-from agentgate.gateway.api_types.openai import PromptTokensDetails, Usage
+from agentgate.gateway.api_types.openai import CompletionTokensDetails, PromptTokensDetails, Usage
 from agentgate.gateway.choice import Choice, choice_params, engine_request_ids
 from agentgate.gateway.context import NO_CONTEXT
 from agentgate.gateway.events import ChoiceEvent
@@ -75,7 +75,7 @@ class Generation:
         n, params = job.n, job.params
         ids = engine_request_ids(job.request_id, len(job.prompts) * n)
         self.choices = [
-            Choice(self, i, rid, i // n, job.prompts[i // n], choice_params(params, i % n), job.plan)
+            Choice(self, i, rid, i // n, job.prompts[i // n], choice_params(params, i % n), job.plan, job.splitter())
             for i, rid in enumerate(ids)
         ]
         if (lease is not None and (lease.keeps_reply or lease.keeps_turn)) or (
@@ -97,7 +97,10 @@ class Generation:
         eos = self.tokenizer.eos_token_ids
         for choice in self.choices:
             program = self.program if choice.index == 0 else None
-            choice.submitted(self.engine.add(choice.request_id, choice.prompt_ids, choice.params, eos, program))
+            outputs = self.engine.add(
+                choice.request_id, choice.prompt_ids, choice.params, eos, program, thinking=self.job.thinking
+            )
+            choice.submitted(outputs)
 
     async def events(self, index: int) -> AsyncIterator[list[ChoiceEvent]]:
         """Choice ``index``'s events, an engine output at a time, an event per token (see
@@ -112,7 +115,10 @@ class Generation:
         completion = sum(c.num_tokens for c in self.choices)
         n = len(self.choices) // len(self.prompts)
         cached = sum(c.num_cached_tokens for c in self.choices[::n])  # the first choice of each prompt
-        return Usage(prompt, completion, prompt + completion, PromptTokensDetails(cached))
+        usage = Usage(prompt, completion, prompt + completion, PromptTokensDetails(cached))
+        if self.job.thinking is not None:
+            usage.completion_tokens_details = CompletionTokensDetails(sum(c.reasoning_tokens for c in self.choices))
+        return usage
 
     @property
     def reply(self) -> ParsedOutput | None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentgate.engine.front.protocol import ProgramTag
+from agentgate.engine.front.protocol import ProgramTag, ThinkingSpec
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.gateway.programs.turn_tokens import TurnStart
+from agentgate.gateway.reasoning.parsers import ReasoningParser
+from agentgate.gateway.reasoning.splitter import ReasoningSplitter
 from agentgate.gateway.tools.plan import NO_TOOLS, ToolPlan
 
 
@@ -30,3 +32,11 @@ class Job:
     budget_param: str = "max_tokens"  # the request's name for its budget: one the grammar cannot end within
     model: str = ""  # the served model's name as the request gave it (its trace span's gen_ai.request.model)
     plan: ToolPlan = NO_TOOLS  # how each choice's reply is read (NO_TOOLS: its text is its content)
+    reasoning: ReasoningParser | None = None  # a reasoning model's parser: each reply's thinking comes apart
+    thinking: ThinkingSpec | None = None  # what the engine enforces of the thinking (with ``reasoning``)
+
+    def splitter(self) -> ReasoningSplitter | None:
+        """A new splitter for one choice's reply (None: not a reasoning model's request)."""
+        if self.reasoning is None or self.thinking is None:
+            return None
+        return ReasoningSplitter(self.reasoning, self.thinking.prompt_opened)

@@ -191,6 +191,8 @@ def message_dict(message: ChatMessage, index: int) -> dict[str, Any]:
         value = getattr(message, key)
         if value is not None:
             out[key] = value
+    if message.reasoning is not None and message.reasoning_content is None:
+        out["reasoning_content"] = message.reasoning  # what reasoning templates (Qwen3's) read
     return out
 
 

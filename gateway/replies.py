@@ -13,9 +13,11 @@ read in its own shape (``gateway.formats``)::
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import NamedTuple
 
 from agentgate.gateway.api_types.openai import AssistantMessage
+from agentgate.gateway.reasoning.splitter import ReasoningSplitter
 from agentgate.gateway.tools import Delta, ParsedOutput, accumulate, finish_reason
 from agentgate.gateway.tools.constraints import CALL_FORMATS
 from agentgate.gateway.tools.deltas import FunctionDelta, ToolCallDelta
@@ -25,7 +27,8 @@ from agentgate.gateway.tools.plan import ToolPlan
 def assistant_message(parsed: ParsedOutput) -> AssistantMessage:
     """A reply as a session records it: the assistant message, its content and tool calls as
     read (with the ids the client was sent)."""
-    return AssistantMessage("assistant", parsed.content, [call.to_openai() for call in parsed.tool_calls] or None)
+    calls = [call.to_openai() for call in parsed.tool_calls] or None
+    return AssistantMessage("assistant", parsed.content, calls, parsed.reasoning, parsed.reasoning)
 
 
 class ReplyPiece(NamedTuple):
@@ -51,11 +54,16 @@ class ReplyReader:
     Under a forced plan (``plan.forced``: the grammar, not the model, keeps a reply of
     calls going) a call identical to an earlier one of the reply (same name, same
     arguments) is dropped and the calls after it renumbered: a small model repeats
-    its call until the grammar's bound; the reply holds it once."""
+    its call until the grammar's bound; the reply holds it once.
 
-    __slots__ = ("max_calls", "parser", "_markup", "_pending", "_unique", "_seen", "_index", "_dropped")
+    With ``splitter`` (a reasoning model's reply, ``gateway.reasoning.splitter``), the thinking
+    comes apart first, as ``reasoning`` deltas: only the answer reaches the tool-call parser, so
+    a call written inside the thinking is reasoning text, never a call."""
 
-    def __init__(self, plan: ToolPlan) -> None:
+    __slots__ = ("max_calls", "parser", "splitter", "_markup", "_pending", "_unique", "_seen", "_index", "_dropped")
+
+    def __init__(self, plan: ToolPlan, splitter: ReasoningSplitter | None = None) -> None:
+        self.splitter = splitter
         self.parser = plan.parser() if plan.parser is not None else None
         self.max_calls = plan.max_calls
         call_format = CALL_FORMATS.get(plan.parser.name) if plan.parser is not None else None
@@ -75,6 +83,12 @@ class ReplyReader:
         return (n if self.max_calls is None else min(n, self.max_calls)) - self._dropped
 
     def feed(self, text: str) -> list[Delta]:
+        if not text or self.splitter is None:
+            return self._answer(text)
+        return _with_reasoning(*self.splitter.feed(text), self._answer)
+
+    def _answer(self, text: str) -> list[Delta]:
+        """The deltas of answer text (no thinking in it)."""
         if not text:
             return []
         if self.parser is None:
@@ -83,6 +97,11 @@ class ReplyReader:
 
     def finish(self, cut: bool = False) -> list[Delta]:
         """The rest of the reply; ``cut``: it ended at ``max_tokens`` (an open call is dropped)."""
+        if self.splitter is None:
+            return self._finish_answer(cut)
+        return _with_reasoning(*self.splitter.finish(), self._answer) + self._finish_answer(cut)
+
+    def _finish_answer(self, cut: bool) -> list[Delta]:
         if self.parser is None:
             return []
         deltas = self._keep(self.parser.finish())
@@ -171,3 +190,9 @@ class ReplyReader:
             if d.content is not None or calls:
                 kept.append(d if len(calls) == len(d.tool_calls) else Delta(d.content, calls))
         return kept
+
+
+def _with_reasoning(reasoning: str, answer: str, read: Callable[[str], list[Delta]]) -> list[Delta]:
+    """A reasoning delta (when there is thinking), then the deltas ``read`` makes of the answer."""
+    deltas = read(answer)
+    return [Delta(reasoning=reasoning), *deltas] if reasoning else deltas

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.output_budget import OutputBudget
 from agentgate.gateway.config.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
 from agentgate.gateway.errors import NotFoundError
+from agentgate.gateway.reasoning.parsers import ReasoningParser
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,12 @@ class ServedModel:
     sampling: SamplingDefaults = OPENAI_DEFAULTS  # for the fields a request leaves unset
     budget: OutputBudget = OutputBudget()  # --max-tokens-default, --max-tokens-cap
     created: int = field(default_factory=lambda: int(time.time()))
+    # A reasoning model's parser (--reasoning-parser, resolved from the chat template; None: no
+    # reasoning), its default thinking budget (--reasoning-budget) and the template variables every
+    # request starts from (--default-chat-template-kwargs; a request's chat_template_kwargs win).
+    reasoning: ReasoningParser | None = None
+    reasoning_budget: int | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -53,6 +53,7 @@ from agentgate.engine.front.protocol import (
     Resume,
     SchedulerStats,
     StartupFailed,
+    ThinkingSpec,
     TurnEnded,
     decode_from_engine,
     encode,
@@ -181,15 +182,19 @@ class EngineClient:
         *,
         tenant: str = "",
         cache_salt: str = "",
+        thinking: ThinkingSpec | None = None,
     ) -> RequestStream:
         """Submit a request (its ``AddRequest``, whose fields these are, is sent now, without
-        waiting: ZMQ queues it) and return the stream of its outputs."""
+        waiting: ZMQ queues it) and return the stream of its outputs. ``thinking``: the reasoning
+        model's thinking block the engine enforces (``engine.structured.thinking``)."""
         self._check_alive()
         if request_id in self._streams:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         send, receive = anyio.create_memory_object_stream[EngineCoreOutput | BaseException](math.inf)
         self._streams[request_id] = send
-        add = AddRequest(request_id, list(prompt_token_ids), params, sorted(eos_token_ids), program, tenant, cache_salt)
+        add = AddRequest(
+            request_id, list(prompt_token_ids), params, sorted(eos_token_ids), program, tenant, cache_salt, thinking
+        )
         self._socket.send(encode(add))
         return RequestStream(self, request_id, send, receive)
 
@@ -396,5 +401,6 @@ def _merge_queued(
             more.num_cached_tokens,
             queue_time=item.queue_time if item.queue_time is not None else more.queue_time,
             timings=more.timings,
+            reasoning_tokens=more.reasoning_tokens,
         )
     return item, None

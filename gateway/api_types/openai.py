@@ -11,7 +11,7 @@ import re
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
-from msgspec import Meta, Struct, field
+from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 from agentgate.engine.sampling_params import MAX_LOGPROBS
 from agentgate.gateway.errors import BadRequestError
@@ -42,6 +42,7 @@ class ChatMessage(Struct, kw_only=True, omit_defaults=True):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = None
+    reasoning: str | None = None  # the same as reasoning_content (vLLM's name): the template gets reasoning_content
 
 
 class SamplingFields(Struct, kw_only=True):
@@ -83,6 +84,8 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     response_format: dict[str, Any] | None = None
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
+    thinking_token_budget: int | None = None  # vLLM's: thinking tokens at most (gateway.reasoning.budgets)
+    reasoning_effort: str | None = None  # OpenAI's: none, minimal, low, medium, high
 
 
 PromptInput = str | list[str | int | list[int]]
@@ -138,11 +141,22 @@ class PromptTokensDetails(Struct):
     cached_tokens: int = 0  # prompt tokens the engine's prefix cache served
 
 
+class CompletionTokensDetails(Struct):
+    reasoning_tokens: int = 0  # output tokens of the thinking block, its tags included
+
+
 class Usage(Struct):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails = field(default_factory=PromptTokensDetails)
+    # Sent for a reasoning model's replies only (UNSET: left out of the body).
+    completion_tokens_details: CompletionTokensDetails | UnsetType = UNSET
+
+    @property
+    def reasoning_tokens(self) -> int:
+        details = self.completion_tokens_details
+        return details.reasoning_tokens if isinstance(details, CompletionTokensDetails) else 0
 
     @property
     def cached_tokens(self) -> int:
@@ -181,6 +195,8 @@ class AssistantMessage(Struct, omit_defaults=True):
     role: str
     content: str | None
     tool_calls: list[dict[str, Any]] | None = None
+    reasoning: str | None = None  # a reasoning model's thinking (vLLM's current name)
+    reasoning_content: str | None = None  # the same text (llama.cpp's and DeepSeek's name)
 
 
 class ChatChoice(Struct):
@@ -203,6 +219,8 @@ class ChatCompletion(Struct):
 class Delta(Struct, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None  # the same text as ``reasoning``
     tool_calls: list[dict[str, Any]] | None = None  # OpenAI's deltas: index, then id/type/name, then arguments
 
 

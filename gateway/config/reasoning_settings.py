@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from agentgate.gateway.reasoning.parsers import PARSER_NAMES
+from agentgate.gateway.reasoning.parsers import PARSER_NAMES, ReasoningParser, resolve_parser
 
 PROBE = [{"role": "user", "content": "Hello"}]
 """The conversation a ``--chat-template`` must render at start-up."""
@@ -28,6 +28,15 @@ def check_reasoning_settings(settings: Any) -> None:
     kwargs = template_kwargs(settings.default_chat_template_kwargs)
     if settings.chat_template is not None:
         check_template_file(Path(settings.chat_template), kwargs)
+
+
+def apply_template_settings(tokenizer: Any, settings: Any) -> ReasoningParser | None:
+    """At start: ``--chat-template``'s file replaces the model's templates on ``tokenizer`` (every
+    rendering, /tokenize and tool-parser choice included, uses it), and the reasoning parser is
+    resolved, once, from the template in use (``auto``: :func:`resolve_parser`)."""
+    if settings.chat_template is not None:
+        tokenizer.chat_templates = {"default": Path(settings.chat_template).read_text(encoding="utf-8")}
+    return resolve_parser(settings.reasoning_parser, tokenizer.chat_template)
 
 
 def template_kwargs(text: str | None) -> dict[str, Any]:

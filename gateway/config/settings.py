@@ -369,13 +369,17 @@ class Settings:
         "rate-limited requests while Redis is unreachable: allow (serve them unlimited) or reject (503)",
         default="allow",
     )
-    # -- reasoning models and chat templates (issue 48): checked at start, NOT yet applied to requests --
+    # -- reasoning models and chat templates (issue 48, docs/reasoning.md) --
     reasoning_parser: str = setting(
-        "reasoning parser: auto, qwen3, deepseek_r1, none (not applied yet)", default="auto"
+        "reasoning parser: auto (from the chat template), qwen3, deepseek_r1, none", default="auto"
     )
-    reasoning_budget: int | None = setting("engine's thinking budget in tokens (not applied yet)", default=None)
-    chat_template: str | None = setting("a Jinja chat template file, must render (not used yet)", default=None)
-    default_chat_template_kwargs: str | None = setting("JSON object of template variables (not used yet)", default=None)
+    reasoning_budget: int | None = setting(
+        "default thinking budget in tokens (kept under half of a request's max_tokens)", default=None
+    )
+    chat_template: str | None = setting("a Jinja chat template file replacing the model's", default=None)
+    default_chat_template_kwargs: str | None = setting(
+        "JSON object of template variables; a request's chat_template_kwargs win", default=None
+    )
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -44,7 +44,10 @@ _EMPTY_DELTA = Delta()
 
 
 def _delta(d: ToolDelta) -> Delta:
-    return Delta(content=d.content, tool_calls=[t.to_dict() for t in d.tool_calls] or None)
+    """A reply piece as a chat delta: a reasoning model's thinking as ``reasoning`` and, the same
+    text, ``reasoning_content``."""
+    calls = [t.to_dict() for t in d.tool_calls] or None
+    return Delta(content=d.content, reasoning=d.reasoning, reasoning_content=d.reasoning, tool_calls=calls)
 
 
 def _token_text(tokenizer: Tokenizer, token_id: int) -> tuple[str, list[int]]:
@@ -126,7 +129,7 @@ class ChatFormat(OpenAIStream):
         for c in choices:
             parsed = c.reply
             calls = [t.to_openai() for t in parsed.tool_calls]
-            message = AssistantMessage("assistant", parsed.content, calls or None)
+            message = AssistantMessage("assistant", parsed.content, calls or None, parsed.reasoning, parsed.reasoning)
             logprobs = self._logprobs(c.token_ids, c.logprobs) if c.params.logprobs is not None else None
             out.append(ChatChoice(c.index, message, logprobs, c.reply_finish))
         return encode(ChatCompletion(self.id, self.created, self.model, out, usage))

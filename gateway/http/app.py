@@ -38,6 +38,7 @@ from agentgate.gateway.admission.rate_limits import RateLimiter, parse_key_limit
 from agentgate.gateway.admission.waiting import Admission
 from agentgate.gateway.app_state import GatewayState
 from agentgate.gateway.command.exposure import auth_summary, exposure_warnings
+from agentgate.gateway.config.reasoning_settings import apply_template_settings, template_kwargs
 from agentgate.gateway.config.sampling_defaults import FIELDS as SAMPLING_FIELDS
 from agentgate.gateway.config.sampling_defaults import sampling_defaults
 from agentgate.gateway.config.settings import Settings
@@ -138,6 +139,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
             stack.callback(engine_tasks.cancel_scope.cancel)
             model_path = resolve_model_path(settings.model)
             tokenizer = await anyio.to_thread.run_sync(load_tokenizer, model_path)
+            reasoning = apply_template_settings(tokenizer, settings)
             if isinstance(supervisor, EngineDiscovery):  # registered engines must serve this model
                 supervisor.model = GatewayModel(model_display_name(settings.model), tokenizer.vocab_digest)
             pool = await engine_tasks.start(supervisor.run)
@@ -166,6 +168,9 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
                     sampling=sampling_defaults(
                         model_path, {name: getattr(settings, f"default_{name}") for name in SAMPLING_FIELDS}
                     ),
+                    reasoning=reasoning,
+                    reasoning_budget=settings.reasoning_budget,
+                    template_kwargs=template_kwargs(settings.default_chat_template_kwargs),
                 ),
                 dispatcher=Dispatcher(
                     pool=pool,

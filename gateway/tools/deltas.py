@@ -39,11 +39,13 @@ class ParsedOutput:
     """A whole reply: the text that is not a call, and the calls in order.
 
     ``content`` is None when there are calls and no other text (what OpenAI
-    sends); a reply without calls keeps its text, even an empty one.
+    sends); a reply without calls keeps its text, even an empty one. ``reasoning``: a reasoning
+    model's thinking, apart (``gateway.reasoning``; None: it wrote none).
     """
 
     content: str | None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +76,18 @@ class ToolCallDelta:
 
 @dataclass(frozen=True, slots=True)
 class Delta:
-    """What one ``chat.completion.chunk`` carries in ``choices[].delta``: content or tool-call pieces."""
+    """What one ``chat.completion.chunk`` carries in ``choices[].delta``: content or tool-call pieces,
+    or (``reasoning``) a piece of a reasoning model's thinking."""
 
     content: str | None = None
     tool_calls: tuple[ToolCallDelta, ...] = ()
+    reasoning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The OpenAI ``delta`` object (without ``role``, which the route adds to the first chunk)."""
         out: dict[str, Any] = {}
+        if self.reasoning is not None:
+            out["reasoning"] = out["reasoning_content"] = self.reasoning
         if self.content is not None:
             out["content"] = self.content
         if self.tool_calls:
@@ -92,8 +98,11 @@ class Delta:
 def accumulate(deltas: Iterable[Delta]) -> ParsedOutput:
     """Fold deltas the way OpenAI clients do: concatenate content and, per index, arguments."""
     content: list[str] = []
+    reasoning: list[str] = []
     calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
     for d in deltas:
+        if d.reasoning:
+            reasoning.append(d.reasoning)
         if d.content:
             content.append(d.content)
         for t in d.tool_calls:
@@ -106,7 +115,7 @@ def accumulate(deltas: Iterable[Delta]) -> ParsedOutput:
                 entry[2] += t.function.arguments
     tool_calls = [ToolCall(*calls[i]) for i in sorted(calls)]
     text = "".join(content)
-    return ParsedOutput(content=None if tool_calls and not text else text, tool_calls=tool_calls)
+    return ParsedOutput(None if tool_calls and not text else text, tool_calls, "".join(reasoning) or None)
 
 
 def finish_reason(engine_reason: str | None, *, tool_calls: bool) -> str | None:

@@ -31,7 +31,11 @@ async def tokenize(request: Request) -> Response:
     if body.messages is not None:
         # the prompt chat completions would build (tools presented, past calls rendered back)
         text = render_messages(
-            tokenizer, body.messages, tools=body.tools, add_generation_prompt=body.add_generation_prompt
+            tokenizer,
+            body.messages,
+            tools=body.tools,
+            add_generation_prompt=body.add_generation_prompt,
+            template_kwargs=gw.model.template_kwargs,
         )
         ids = tokenizer.encode(text, add_special_tokens=bool(body.add_special_tokens))  # the template writes them
     else:
