@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.reasoning.requests import ThinkingParams
 
 MODES = ("enabled", "disabled", "adaptive")
 EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 DEFAULT_EFFORT = "high"
+MESSAGES_THINKING = ThinkingParams(budget="thinking.budget_tokens", effort="output_config.effort")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,20 @@ def thinking_request(thinking: Any, output_config: Any, max_tokens: int) -> Thin
             param="thinking.budget_tokens",
         )
     return ThinkingRequest(mode, budget_tokens=budget)
+
+
+def chat_fields(asked: ThinkingRequest, reasoning: bool) -> dict[str, Any]:
+    """The chat request's ``thinking_token_budget`` / ``reasoning_effort`` for what was ``asked``,
+    on a model with reasoning (``reasoning``) or without: there, only an explicit budget is passed
+    on (and refused by the budgets module, naming ``thinking.budget_tokens``); disabled and
+    adaptive thinking, and an effort, do nothing."""
+    if asked.mode == "enabled":
+        return {"thinking_token_budget": asked.budget_tokens}
+    if not reasoning:
+        return {}
+    if asked.budget_tokens is not None:
+        return {"thinking_token_budget": asked.budget_tokens}
+    return {"reasoning_effort": asked.effort} if asked.effort is not None else {}
 
 
 def _effort(output_config: Any) -> str | None:

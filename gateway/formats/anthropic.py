@@ -26,10 +26,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentgate.gateway.anthropic_api.thinking import thinking_signature
+from msgspec import UNSET
+
+from agentgate.gateway.anthropic_api.thinking import thinking_block, thinking_signature
 from agentgate.gateway.api_types import response_items as it
 from agentgate.gateway.api_types.anthropic import AnthropicError, AnthropicErrorInfo, Message, MessageUsage
-from agentgate.gateway.api_types.openai import Usage
+from agentgate.gateway.api_types.openai import CompletionTokensDetails, Usage
 from agentgate.gateway.errors import error_parts
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.framing import named_event
@@ -55,7 +57,11 @@ def anthropic_error(status: int, message: str) -> AnthropicError:
 
 
 def message_usage(usage: Usage) -> MessageUsage:
-    return MessageUsage(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+    """Anthropic's usage; a reasoning model's reply also says its ``output_tokens_details.thinking_tokens``."""
+    u = MessageUsage(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+    if isinstance(usage.completion_tokens_details, CompletionTokensDetails):
+        u.output_tokens_details = {"thinking_tokens": usage.reasoning_tokens}
+    return u
 
 
 def stop_reason(finish_reason: str | None, matched_stop: str | None) -> str | None:
@@ -75,6 +81,12 @@ def tool_use_block(call: ToolCall) -> dict[str, Any]:
 def content_blocks(parsed: ParsedOutput) -> list[dict[str, Any]]:
     blocks = [{"type": "text", "text": parsed.content}] if parsed.content else []
     return blocks + [tool_use_block(call) for call in parsed.tool_calls]
+
+
+def message_blocks(parsed: ParsedOutput, sealer: Sealer) -> list[dict[str, Any]]:
+    """A whole reply's content blocks: its thinking first (signed by ``sealer``), when it thought."""
+    thinking = [thinking_block(sealer, parsed.reasoning)] if parsed.reasoning else []
+    return thinking + content_blocks(parsed)
 
 
 class MessagesStream:
@@ -114,6 +126,8 @@ class MessagesStream:
     def chunk(self, index: int, event: ChoiceEvent) -> bytes | None:
         out = []
         for d in event.deltas:
+            if d.reasoning:
+                out.append(self.thinking(d.reasoning))
             if d.content:
                 if self.block != "text":
                     out.append(self._start({"type": "text", "text": ""}))
@@ -178,6 +192,8 @@ class MessagesStream:
             "input_tokens": u.input_tokens,
             "cache_read_input_tokens": u.cache_read_input_tokens,
         }
+        if u.output_tokens_details is not UNSET:
+            counts["output_tokens_details"] = u.output_tokens_details
         return self._stop() + self._event("message_delta", delta=delta, usage=counts) + self._event("message_stop")
 
     def error(self, exc: BaseException) -> bytes:
