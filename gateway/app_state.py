@@ -16,6 +16,7 @@ from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.observation.metrics import Metrics
 from agentgate.gateway.served_model import ServedModel
 from agentgate.gateway.state.requests_in_flight import RequestRegistry
+from agentgate.gateway.state.sealing import Sealer
 
 if TYPE_CHECKING:
     from agentgate.gateway.admission.rate_limits import RateLimiter
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class GatewayState:
     """What the routes read. Generation routes hand what is below them the services they need
-    (:attr:`chat`: the model, the dispatcher and the programs' last turns; the MCP host; the
+    (:attr:`chat`: the model, the dispatcher, the programs' last turns and the sealer; the MCP host; the
     response store), never this whole record."""
 
     settings: Settings
@@ -46,11 +47,12 @@ class GatewayState:
     responses: ResponseStore | None = None  # stored /v1/responses (None: no Redis)
     turn_tokens: TurnTokens | None = None  # programs' last turns as tokens; None: not kept
     mcp: McpHost = field(default_factory=lambda: McpHost.from_settings(Settings()))  # hosted MCP tools: none allowed
+    sealer: Sealer = field(default_factory=Sealer.random)  # seals what clients send back (gateway.state.sealing)
 
     @property
     def chat(self) -> ChatCore:
         """What a route hands below itself to start chat turns."""
-        return ChatCore(self.model, self.dispatcher, self.turn_tokens)
+        return ChatCore(self.model, self.dispatcher, self.turn_tokens, self.sealer)
 
     @property
     def pool(self) -> EnginePool:

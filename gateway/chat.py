@@ -21,7 +21,7 @@ engine enforces), sampling parameters, admission, routing and registration
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import msgspec
@@ -45,6 +45,7 @@ from agentgate.gateway.prompts import (
 )
 from agentgate.gateway.reasoning.requests import CHAT_THINKING, ThinkingParams, thinking_spec, with_template_defaults
 from agentgate.gateway.served_model import ServedModel
+from agentgate.gateway.state.sealing import Sealer
 from agentgate.gateway.tools.plan import ToolPlan
 
 
@@ -59,11 +60,13 @@ class ChatRun:
 @dataclass(frozen=True, slots=True)
 class ChatCore:
     """What starting a chat turn needs, as a route hands it below itself (never the whole
-    ``GatewayState``): the served model, the dispatcher and the programs' last turns."""
+    ``GatewayState``): the served model, the dispatcher, the programs' last turns, and the sealer
+    of what clients send back (reasoning, compactions: ``gateway.state.sealing``)."""
 
     model: ServedModel
     dispatcher: Dispatcher
     turns: TurnTokens | None = None
+    sealer: Sealer = field(default_factory=Sealer.random)
 
     async def start(
         self,

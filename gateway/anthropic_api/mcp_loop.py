@@ -23,6 +23,7 @@ from agentgate.gateway.context import RequestContext
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.anthropic import MessagesStream, content_blocks, message_usage, stop_reason
 from agentgate.gateway.mcp import McpHost
+from agentgate.gateway.state.sealing import Sealer
 from agentgate.gateway.tool_loop.loop import ToolLoop
 from agentgate.gateway.tool_loop.rounds import McpRounds, Watch, round_id
 from agentgate.gateway.tools import ParsedOutput
@@ -95,10 +96,10 @@ class StreamedMessage:
         self.fmt.next_round()
 
 
-def message_format(loop: ToolLoop, message: Message) -> MessagesStream:
+def message_format(loop: ToolLoop, message: Message, sealer: Sealer) -> MessagesStream:
     """The stream's format, the loop's MCP calls as mcp_tool_use blocks."""
     labels = {name: label for name, (label, _) in loop.rounds.labels.items()}
-    return MessagesStream(message, labels)
+    return MessagesStream(message, sealer, labels)
 
 
 async def collect_message(loop: ToolLoop, message: Message, watch: Watch) -> bool:
@@ -128,7 +129,7 @@ async def start_connector(
     with their tools."""
     toolset = await open_connector(body.mcp_servers or [], host)
     offered = toolset.offer({str(tool.get("name")) for tool in body.tools or ()})
-    base = to_chat(body, extra_tools=chat_tools(offered), **sampling)
+    base = to_chat(body, core.sealer, extra_tools=chat_tools(offered), **sampling)
     conversation = msgspec.to_builtins(base.messages)
 
     async def start(messages: list[dict[str, Any]], tool_choice: Any, max_tokens: int | None, reply_id: str) -> ChatRun:

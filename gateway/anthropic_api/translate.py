@@ -7,6 +7,8 @@ assistant's turns, ``tool_result`` in the user's; the MCP connector's ``mcp_tool
 ``disable_parallel_tool_use``) and ``stop_sequences`` become a
 :class:`~gateway.api_types.openai.ChatCompletionRequest`: ``any`` is OpenAI's
 ``required`` and ``tool`` a named function, enforced by the same grammar.
+An assistant turn's ``thinking`` blocks are verified (their signature: :mod:`gateway.anthropic_api.thinking`)
+and become its ``reasoning_content``; ``redacted_thinking`` blocks are accepted and not rendered.
 (What goes out, content blocks and stop reasons, is :mod:`gateway.formats.anthropic`'s.)
 """
 
@@ -15,9 +17,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentgate.gateway.anthropic_api.thinking import thinking_of
 from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.api_types.openai import ChatCompletionRequest
 from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.reasoning.history import with_reasoning
+from agentgate.gateway.state.sealing import Sealer
 from agentgate.gateway.translation import chat_request, text_of
 
 TEXT_BLOCKS = frozenset({"text"})
@@ -27,8 +32,9 @@ def _text(content: Any, param: str) -> str:
     return text_of(content, param, TEXT_BLOCKS)
 
 
-def _turn(message: dict[str, Any], param: str) -> list[dict[str, Any]]:
-    """One Anthropic message as chat messages: tool results become tool messages."""
+def _turn(message: dict[str, Any], param: str, sealer: Sealer) -> list[dict[str, Any]]:
+    """One Anthropic message as chat messages: tool results become tool messages (``sealer``
+    verifies the thinking blocks)."""
     role, content = message.get("role"), message.get("content")
     if role not in ("user", "assistant"):
         raise BadRequestError(f"role must be user or assistant, got {role!r}", param=f"{param}.role")
@@ -39,6 +45,7 @@ def _turn(message: dict[str, Any], param: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
+    thinking: list[str] = []
     for i, block in enumerate(content):
         where = f"{param}.content[{i}]"
         kind = block.get("type") if isinstance(block, dict) else None
@@ -54,27 +61,30 @@ def _turn(message: dict[str, Any], param: str) -> list[dict[str, Any]]:
                 }
             )
         elif kind == "mcp_tool_result" and role == "assistant":  # the server ran it: after its call
-            out.append(_assistant(texts, calls))
-            texts, calls = [], []
+            out.append(_assistant(texts, calls, thinking))
+            texts, calls, thinking = [], [], []
             out.append(_result(block, where))
         elif kind in ("tool_result", "mcp_tool_result") and role == "user":
             out.append(_result(block, where))
+        elif kind == "thinking" and role == "assistant":
+            thinking.append(thinking_of(block, where, sealer))
         elif kind in ("thinking", "redacted_thinking"):
-            continue  # nothing this model can read back
+            continue  # redacted: nothing readable (this server writes none); a user's: not the model's
         else:
             raise BadRequestError(
                 f"content blocks of type {kind!r} are not supported in a {role} message", param=f"{where}.type"
             )
     if texts or calls or not out:
-        out.append(_assistant(texts, calls) if role == "assistant" else {"role": role, "content": "".join(texts)})
+        assistant = role == "assistant"
+        out.append(_assistant(texts, calls, thinking) if assistant else {"role": role, "content": "".join(texts)})
     return out
 
 
-def _assistant(texts: list[str], calls: list[dict[str, Any]]) -> dict[str, Any]:
+def _assistant(texts: list[str], calls: list[dict[str, Any]], thinking: list[str]) -> dict[str, Any]:
     turn: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
     if calls:
         turn["tool_calls"] = calls
-    return turn
+    return with_reasoning(turn, "\n\n".join(thinking))
 
 
 def _result(block: dict[str, Any], where: str) -> dict[str, Any]:
@@ -115,19 +125,22 @@ def _tool_choice(choice: dict[str, Any] | None) -> tuple[str | dict[str, Any] | 
     raise BadRequestError(f"tool_choice.type must be auto, any, tool or none, got {kind!r}", param="tool_choice.type")
 
 
-def chat_messages(system: Any, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def chat_messages(system: Any, messages: list[dict[str, Any]], sealer: Sealer) -> list[dict[str, Any]]:
     out = [{"role": "system", "content": _text(system, "system")}] if system else []
     for i, message in enumerate(messages):
-        out += _turn(message, f"messages[{i}]")
+        out += _turn(message, f"messages[{i}]", sealer)
     return out
 
 
-def to_chat(body: Any, extra_tools: list[dict[str, Any]] | None = None, **sampling: Any) -> ChatCompletionRequest:
-    """A messages (or count_tokens) request on the chat core (``extra_tools``: chat's function
-    tools beside the request's, the MCP connector's)."""
+def to_chat(
+    body: Any, sealer: Sealer, extra_tools: list[dict[str, Any]] | None = None, **sampling: Any
+) -> ChatCompletionRequest:
+    """A messages (or count_tokens) request on the chat core (``sealer``: verifies the thinking
+    blocks sent back; ``extra_tools``: chat's function tools beside the request's, the MCP
+    connector's)."""
     tool_choice, parallel = _tool_choice(body.tool_choice)
     return chat_request(
-        chat_messages(body.system, body.messages),
+        chat_messages(body.system, body.messages, sealer),
         model=body.model,
         tools=((_tools(body.tools) or []) + (extra_tools or [])) or None,
         tool_choice=tool_choice,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, UnsetType, field
 
 
 class CountTokensRequest(Struct, kw_only=True):
@@ -33,6 +33,8 @@ class MessagesRequest(CountTokensRequest, kw_only=True):
     stream: bool = False
     metadata: dict[str, Any] | None = None
     mcp_servers: list[dict[str, Any]] | None = None  # the MCP connector's (gateway.anthropic_api.mcp_connector)
+    thinking: Any = None  # enabled / disabled / adaptive (gateway.anthropic_api.thinking_config)
+    output_config: Any = None  # its effort (the rest of it is not read)
 
 
 class MessageUsage(Struct):
@@ -40,6 +42,7 @@ class MessageUsage(Struct):
     output_tokens: int
     cache_read_input_tokens: int = 0  # prompt tokens the engine's prefix cache served
     cache_creation_input_tokens: int = 0
+    output_tokens_details: dict[str, int] | UnsetType = UNSET  # thinking_tokens, a reasoning model's only
 
 
 class Message(Struct, kw_only=True):

@@ -250,6 +250,13 @@ class Settings:
         secret=True,
         default=None,
     )
+    sealing_key: tuple[str, ...] = setting(
+        "key that seals what clients send back (Responses encrypted_content, Messages thinking signatures; "
+        "repeatable: the first seals, every one opens, for rotation; none: the key shared in Redis, else a "
+        "random key of this process; docs/sealing.md)",
+        secret=True,
+        default=(),
+    )
     allow_unauthenticated_ops: bool = setting(
         "off loopback, serve /metrics without a key and, with no --admin-key, the operator routes and the "
         "dashboard to anyone who reaches the port, instead of refusing them (403): a private network only "

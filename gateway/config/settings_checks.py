@@ -60,6 +60,10 @@ def check_settings(settings: Any) -> None:
         raise ValueError("mcp_call_timeout and mcp_tool_budget must be positive, mcp_list_ttl 0 (no cache) or more")
     McpAllowlist(settings.mcp_servers, settings.mcp_allow_urls)  # ValueError naming a malformed entry
     check_reasoning_settings(settings)
+    if settings.sealing_key:
+        from agentgate.gateway.state.sealing import Sealer
+
+        Sealer(settings.sealing_key)  # ValueError naming a key too short to seal with
 
 
 def check_shared_state(settings: Any) -> None:

@@ -1,11 +1,16 @@
-"""The Anthropic Messages API's reply, whole and streamed, and its error bodies.
+r"""The Anthropic Messages API's reply, whole and streamed, and its error bodies.
 
 Streamed, as Anthropic sends it (``event: <type>`` + ``data: <json>``)::
 
     message_start, ping
-    per content block: content_block_start, content_block_delta ... (text_delta or
-                       input_json_delta), content_block_stop
+    per content block: content_block_start, content_block_delta ... (text_delta,
+                       input_json_delta, or thinking_delta ... then one signature_delta),
+                       content_block_stop
     message_delta (stop_reason, stop_sequence, usage), message_stop
+
+A ``thinking`` block comes first when the reply thinks: its text as ``thinking_delta``\ s, and its
+signature (the server's HMAC over the whole text: ``gateway.anthropic_api.thinking``) as one
+``signature_delta`` just before its ``content_block_stop``, as Anthropic sends it.
 
 An error after the stream started is an ``error`` event with Anthropic's body.
 The reply pieces come read (a choice's events carry them: ``gateway.choice``); a call
@@ -21,12 +26,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from msgspec import UNSET
+
+from agentgate.gateway.anthropic_api.thinking import thinking_block, thinking_signature
 from agentgate.gateway.api_types import response_items as it
 from agentgate.gateway.api_types.anthropic import AnthropicError, AnthropicErrorInfo, Message, MessageUsage
-from agentgate.gateway.api_types.openai import Usage
+from agentgate.gateway.api_types.openai import CompletionTokensDetails, Usage
 from agentgate.gateway.errors import error_parts
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.framing import named_event
+from agentgate.gateway.state.sealing import Sealer
 from agentgate.gateway.tools import ParsedOutput, ToolCall
 
 ERROR_TYPES = {
@@ -48,7 +57,11 @@ def anthropic_error(status: int, message: str) -> AnthropicError:
 
 
 def message_usage(usage: Usage) -> MessageUsage:
-    return MessageUsage(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+    """Anthropic's usage; a reasoning model's reply also says its ``output_tokens_details.thinking_tokens``."""
+    u = MessageUsage(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+    if isinstance(usage.completion_tokens_details, CompletionTokensDetails):
+        u.output_tokens_details = {"thinking_tokens": usage.reasoning_tokens}
+    return u
 
 
 def stop_reason(finish_reason: str | None, matched_stop: str | None) -> str | None:
@@ -70,13 +83,21 @@ def content_blocks(parsed: ParsedOutput) -> list[dict[str, Any]]:
     return blocks + [tool_use_block(call) for call in parsed.tool_calls]
 
 
+def message_blocks(parsed: ParsedOutput, sealer: Sealer) -> list[dict[str, Any]]:
+    """A whole reply's content blocks: its thinking first (signed by ``sealer``), when it thought."""
+    thinking = [thinking_block(sealer, parsed.reasoning)] if parsed.reasoning else []
+    return thinking + content_blocks(parsed)
+
+
 class MessagesStream:
     """The stream of ``message`` (as ``message_start`` carries it), from its reply as read."""
 
-    def __init__(self, message: Message, mcp_labels: Mapping[str, str] | None = None) -> None:
+    def __init__(self, message: Message, sealer: Sealer, mcp_labels: Mapping[str, str] | None = None) -> None:
         self.message = message
+        self.sealer = sealer  # signs thinking blocks
         self.index = -1
         self.block: str | None = None  # the type of the content block open now
+        self.thought = ""  # the open thinking block's text so far
         self.finish_reason: str | None = None
         self.matched_stop: str | None = None
         # the MCP connector's: tool name -> server name (its calls are mcp_tool_use blocks), and the
@@ -105,6 +126,8 @@ class MessagesStream:
     def chunk(self, index: int, event: ChoiceEvent) -> bytes | None:
         out = []
         for d in event.deltas:
+            if d.reasoning:
+                out.append(self.thinking(d.reasoning))
             if d.content:
                 if self.block != "text":
                     out.append(self._start({"type": "text", "text": ""}))
@@ -122,6 +145,17 @@ class MessagesStream:
         if event.reply_finish is not None:
             self.finish_reason, self.matched_stop = event.reply_finish, event.matched_stop
         return b"".join(out) or None
+
+    def thinking(self, text: str) -> bytes:
+        """A piece of the reply's thinking: a ``thinking`` block opened at its first piece, signed
+        when it closes (:meth:`_stop`)."""
+        out = b""
+        if self.block != "thinking":
+            out = self._start({"type": "thinking", "thinking": "", "signature": ""})
+            self.thought = ""
+        self.thought += text
+        delta = {"type": "thinking_delta", "thinking": text}
+        return out + self._event("content_block_delta", index=self.index, delta=delta)
 
     def _call_block(self, call_id: str, name: str) -> dict[str, Any]:
         """A call's block (``mcp_tool_use`` for the MCP connector's tools), its item kept."""
@@ -142,8 +176,12 @@ class MessagesStream:
     def _stop(self) -> bytes:
         if self.block is None:
             return b""
+        signed = b""
+        if self.block == "thinking":
+            delta = {"type": "signature_delta", "signature": thinking_signature(self.sealer, self.thought)}
+            signed = self._event("content_block_delta", index=self.index, delta=delta)
         self.block = None
-        return self._event("content_block_stop", index=self.index)
+        return signed + self._event("content_block_stop", index=self.index)
 
     def closing(self, usage: Usage) -> bytes:
         stop = self.matched_stop
@@ -154,6 +192,8 @@ class MessagesStream:
             "input_tokens": u.input_tokens,
             "cache_read_input_tokens": u.cache_read_input_tokens,
         }
+        if u.output_tokens_details is not UNSET:
+            counts["output_tokens_details"] = u.output_tokens_details
         return self._stop() + self._event("message_delta", delta=delta, usage=counts) + self._event("message_stop")
 
     def error(self, exc: BaseException) -> bytes:

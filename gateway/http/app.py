@@ -73,6 +73,7 @@ from agentgate.gateway.state.cluster import Cluster
 from agentgate.gateway.state.key_digests import use_digest_secret
 from agentgate.gateway.state.redis_state import ReplicaInfo, SharedState, make_replica_id
 from agentgate.gateway.state.requests_in_flight import RequestRegistry
+from agentgate.gateway.state.sealing import deployment_sealer
 from agentgate.gateway.state.sessions import SessionStore
 
 log = logging.getLogger("agentgate.gateway")
@@ -152,6 +153,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
                 lambda: pool.num_live,
                 info.max_model_len,
             )
+            sealer = await deployment_sealer(settings.sealing_key, shared)
             state = GatewayState(
                 settings=settings,
                 model=ServedModel(
@@ -189,6 +191,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
                 turn_tokens=TurnTokens(tokenizer),
                 responses=responses,
                 mcp=McpHost.from_settings(settings),
+                sealer=sealer,
             )
             await _start_shared_state(stack, state)
             if isinstance(supervisor, EngineDiscovery):
@@ -282,5 +285,5 @@ def startup_line(settings: Settings, state: GatewayState) -> str:
         f"| KV cache {info.kv_capacity_tokens:,} tokens ({info.num_kv_blocks} blocks x {info.block_size}) "
         f"| max_model_len {info.max_model_len:,} | {state.model.budget.describe()} "
         f"| {engines} engine{'s' if engines > 1 else ''} "
-        f"| auth: {auth} | CORS: {cors} | redis: {redis} | replica {state.replica_id}"
+        f"| auth: {auth} | CORS: {cors} | redis: {redis} | sealing: {state.sealer.origin} | replica {state.replica_id}"
     )

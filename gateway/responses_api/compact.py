@@ -41,6 +41,7 @@ from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.store import ResponseStore
 from agentgate.gateway.responses_api.turn import need_store
 from agentgate.gateway.served_model import ServedModel
+from agentgate.gateway.state.sealing import Sealer
 from agentgate.gateway.translation import chat_request
 
 SUMMARY_TOKENS = 512  # the summary's budget (the server's --max-tokens-cap still applies)
@@ -51,7 +52,9 @@ INSTRUCTION = (
 )
 
 
-async def conversation(store: ResponseStore | None, body: CompactRequest, owner: str) -> list[dict[str, Any]]:
+async def conversation(
+    store: ResponseStore | None, body: CompactRequest, owner: str, sealer: Sealer
+) -> list[dict[str, Any]]:
     """The chain's messages, then ``input``'s (400 when both are empty, or a tool output answers no call)."""
     history: list[dict[str, Any]] = []
     if body.previous_response_id is not None:
@@ -59,7 +62,7 @@ async def conversation(store: ResponseStore | None, body: CompactRequest, owner:
             body.previous_response_id, owner, param="previous_response_id"
         )
         history = previous.messages
-    messages = history + it.input_messages(body.input)[0]
+    messages = history + it.input_messages(body.input, sealer)[0]
     if not messages:
         raise BadRequestError(
             "there is nothing to compact: `input` and `previous_response_id` are both empty", param="input"
@@ -131,7 +134,7 @@ def fit_for_summary(
     return starts[low], min(cap, fits[low])
 
 
-def compacted(run: ChatRun, messages: list[dict[str, Any]], dropped: int = 0) -> CompactedResponse:
+def compacted(run: ChatRun, messages: list[dict[str, Any]], sealer: Sealer, dropped: int = 0) -> CompactedResponse:
     """The compacted window of ``messages`` once the summary (``run``, collected) is written;
     ``dropped``: the oldest messages the summary did not read (:func:`fit_for_summary`)."""
     gen = run.generation
@@ -139,7 +142,9 @@ def compacted(run: ChatRun, messages: list[dict[str, Any]], dropped: int = 0) ->
     parsed = choice.reply
     users = [user_message_item(m["content"]) for m in messages if m["role"] == "user"]
     usage = gen.usage
-    summary = it.compaction_item((parsed.content or "").strip(), cut=choice.finish_reason == "length", dropped=dropped)
+    summary = it.compaction_item(
+        (parsed.content or "").strip(), sealer, cut=choice.finish_reason == "length", dropped=dropped
+    )
     return CompactedResponse(
         id=new_id("resp"),
         created_at=int(time.time()),

@@ -1,34 +1,36 @@
 """Responses API items <-> the chat core's messages.
 
 In: ``input`` (a string, or items: messages with text parts, ``function_call``,
-``function_call_output``, ``compaction``), ``instructions``, function ``tools``,
+``function_call_output``, ``compaction``, ``reasoning``), ``instructions``, function ``tools``,
 ``tool_choice`` and ``text.format`` become a
 :class:`~gateway.api_types.openai.ChatCompletionRequest` (400s name the ``input[i]``
 field they are about). Out: the output items' shapes, and the messages a later
 turn replays of them, are :mod:`gateway.api_types.response_items`.
 
 A ``compaction`` item (what ``POST /v1/responses/compact`` returns) carries the
-summary of a conversation in ``encrypted_content``: opaque to clients, but not
-encrypted (base64 of a small JSON object: a client can forge nothing it could
-not write as a message). Read back, it is an assistant message holding the
-summary.
+summary of a conversation in ``encrypted_content``, sealed under the deployment key
+(``gateway.state.sealing``, its own purpose: a reasoning item's seal does not open as a
+compaction's); one that does not open is a 400 naming it. Read back, it is an assistant
+message holding the summary. A ``reasoning`` item's reasoning
+(``gateway.responses_api.reasoning_items``) goes to the assistant turn that follows it
+(its message, or its calls); one that no assistant turn follows is dropped.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
 import msgspec
 
 from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.reasoning.history import with_reasoning
 from agentgate.gateway.responses_api.mcp_items import MCP_INPUT_ITEMS, input_item_messages
+from agentgate.gateway.responses_api.reasoning_items import reasoning_of
+from agentgate.gateway.state.sealing import COMPACTION, Sealer, SealError
 from agentgate.gateway.translation import text_of
 
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})  # the parts text_of reads in an input
-SKIPPED_ITEMS = frozenset({"reasoning"})  # nothing this model can read back
 SUMMARY_PREFIX = "Summary of the conversation so far:\n"
 CUT_SUMMARY_NOTE = "\n[This summary was cut short by its length budget.]"
 
@@ -48,8 +50,11 @@ def _required(item: dict[str, Any], key: str, param: str) -> str:
     return value
 
 
-def input_messages(input: str | list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``input`` as chat messages, and as the input items stored with the response (each with an id)."""
+def input_messages(
+    input: str | list[dict[str, Any]] | None, sealer: Sealer
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``input`` as chat messages, and as the input items stored with the response (each with an
+    id); ``sealer`` opens the items' ``encrypted_content``."""
     if input is None:
         return [], []
     if isinstance(input, str):
@@ -57,34 +62,41 @@ def input_messages(input: str | list[dict[str, Any]] | None) -> tuple[list[dict[
         return [{"role": "user", "content": input}], [{"id": new_id("msg"), **item}]
     messages: list[dict[str, Any]] = []
     items = []
+    reasoning: str | None = None  # a reasoning item's, for the assistant turn that follows it
     for i, item in enumerate(input):
         param = f"input[{i}]"
         kind = item.get("type", "message")
         if kind == "message":
-            messages.append(_message(item, param))
+            message = _message(item, param)
+            messages.append(with_reasoning(message, reasoning) if message["role"] == "assistant" else message)
         elif kind == "function_call":
             function = {"name": _required(item, "name", param), "arguments": _required(item, "arguments", param)}
             call = {"id": _required(item, "call_id", param), "type": "function", "function": function}
             last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+            if reasoning is None and last is not None and last["role"] == "assistant" and "tool_calls" in last:
                 last["tool_calls"].append(call)  # parallel calls: one assistant turn
             else:
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+                messages.append(with_reasoning({"role": "assistant", "content": "", "tool_calls": [call]}, reasoning))
+        elif kind == "reasoning":
+            text = reasoning_of(item, param, sealer)
+            reasoning = f"{reasoning}\n\n{text}" if reasoning and text else (reasoning or text)  # one turn's items
         elif kind == "function_call_output":
             output = item.get("output")
             text = output if isinstance(output, str) else text_of(output, f"{param}.output", TEXT_PARTS)
             messages.append({"role": "tool", "tool_call_id": _required(item, "call_id", param), "content": text})
         elif kind == "compaction":
-            summary = compaction_summary(item.get("encrypted_content"), f"{param}.encrypted_content")
+            summary = compaction_summary(item.get("encrypted_content"), f"{param}.encrypted_content", sealer)
             messages.append({"role": "assistant", "content": SUMMARY_PREFIX + summary})
         elif kind in MCP_INPUT_ITEMS:
             messages += input_item_messages(item, param)
-        elif kind not in SKIPPED_ITEMS:
+        else:
             raise BadRequestError(
                 f"input items of type {kind!r} are not supported; this server takes message, "
-                "function_call, function_call_output, compaction and mcp items",
+                "function_call, function_call_output, compaction, reasoning and mcp items",
                 param=f"{param}.type",
             )
+        if kind != "reasoning":
+            reasoning = None  # read by the item right after it, or by none
         items.append({"id": item.get("id") or new_id("msg" if kind == "message" else "fc"), **item, "type": kind})
     return messages, items
 
@@ -101,26 +113,32 @@ def check_call_outputs(messages: list[dict[str, Any]]) -> None:
             )
 
 
-def compaction_item(summary: str, *, cut: bool = False, dropped: int = 0) -> dict[str, Any]:
-    """The ``compaction`` item that carries ``summary`` (see the module doc); ``cut``: its budget
-    ended it (the item is then ``incomplete``); ``dropped``: the oldest messages it did not read."""
+def compaction_item(summary: str, sealer: Sealer, *, cut: bool = False, dropped: int = 0) -> dict[str, Any]:
+    """The ``compaction`` item that carries ``summary``, sealed by ``sealer`` (see the module doc);
+    ``cut``: its budget ended it (the item is then ``incomplete``); ``dropped``: the oldest
+    messages it did not read."""
     payload = {"v": 1, "summary": summary, "cut": cut, "dropped_messages": dropped}
-    content = base64.urlsafe_b64encode(msgspec.json.encode(payload)).decode()
+    content = sealer.seal(COMPACTION, msgspec.json.encode(payload))
     status = "incomplete" if cut else "completed"
     return {"id": new_id("cmp"), "type": "compaction", "encrypted_content": content, "status": status}
 
 
-def compaction_summary(content: Any, param: str) -> str:
-    """The summary a compaction item's ``encrypted_content`` carries, as the model reads it back
-    (said to be cut short when its budget cut it); 400 naming ``param`` otherwise."""
+def compaction_summary(content: Any, param: str, sealer: Sealer) -> str:
+    """The summary a compaction item's ``encrypted_content`` carries (opened by ``sealer``), as
+    the model reads it back (said to be cut short when its budget cut it); 400 naming ``param``
+    otherwise."""
+    why = "it is not a summary"
     try:
-        payload = msgspec.json.decode(base64.urlsafe_b64decode(content))
+        payload = msgspec.json.decode(sealer.open(COMPACTION, content))
         summary = payload["summary"]
-    except (TypeError, ValueError, KeyError, binascii.Error, msgspec.DecodeError):
+    except SealError as exc:
+        summary, why = None, str(exc)
+    except (TypeError, KeyError, msgspec.DecodeError):
         summary = None
     if not isinstance(summary, str):
         raise BadRequestError(
-            "not a compaction this server made: pass the output of /v1/responses/compact as it came", param=param
+            f"not a compaction this deployment made ({why}): pass the output of /v1/responses/compact as it came",
+            param=param,
         )
     return summary + CUT_SUMMARY_NOTE if payload.get("cut") is True else summary
 

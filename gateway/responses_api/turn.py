@@ -204,7 +204,7 @@ async def start_turn(
     if body.background and (not body.store or store is None):
         need_store(store, "background")
         raise BadRequestError("background responses must be stored: set `store` to true", param="background")
-    messages, input_items = it.input_messages(body.input)
+    messages, input_items = it.input_messages(body.input, core.sealer)
     if not messages and not history:
         raise BadRequestError("`input` must hold at least one message or item", param="input")
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []

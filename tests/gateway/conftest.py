@@ -28,6 +28,7 @@ from tests.support.inprocess import InProcessGateway
 from tests.support.servers import (
     ADMIN_KEY,
     ALLOWED_ORIGIN,
+    SEALING_KEY,
     USER_KEY,
     USER_KEY_2,
     LiveServer,
@@ -61,7 +62,11 @@ def null_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     server = start_server(
         tmp_path_factory.mktemp("null-server"),
         *NULL_FLAGS,
-        env={"AGENTGATE_API_KEY": f"{USER_KEY},{USER_KEY_2}", "AGENTGATE_ADMIN_KEY": ADMIN_KEY},
+        env={
+            "AGENTGATE_API_KEY": f"{USER_KEY},{USER_KEY_2}",
+            "AGENTGATE_ADMIN_KEY": ADMIN_KEY,
+            "AGENTGATE_SEALING_KEY": SEALING_KEY,
+        },
     )
     server.headers = bearer(USER_KEY)
     server.admin_headers = bearer(ADMIN_KEY)
@@ -80,7 +85,11 @@ def null(null_server: LiveServer) -> Iterator[LiveServer]:
 def gateway() -> Iterator[InProcessGateway]:
     """The null server's configuration, in this process (see the module docstring)."""
     settings = Settings(
-        api_keys=(USER_KEY, USER_KEY_2), admin_key=ADMIN_KEY, allowed_origins=(ALLOWED_ORIGIN,), max_body_bytes=65536
+        api_keys=(USER_KEY, USER_KEY_2),
+        admin_key=ADMIN_KEY,
+        allowed_origins=(ALLOWED_ORIGIN,),
+        max_body_bytes=65536,
+        sealing_key=(SEALING_KEY,),
     )
     with InProcessGateway(settings, redis=True) as gw:
         yield gw

@@ -6,7 +6,6 @@ whose text is the HTTP route's, token for token."""
 
 from __future__ import annotations
 
-import base64
 import json
 
 import httpx
@@ -17,7 +16,10 @@ from websockets.sync.client import connect
 
 from agentgate.gateway.http.websocket import INBOX_EVENTS, INBOX_FULL
 from agentgate.gateway.responses_api import items as it
-from tests.support.servers import ALLOWED_ORIGIN, USER_KEY, USER_KEY_2, bearer
+from agentgate.gateway.state.sealing import COMPACTION, Sealer
+from tests.support.servers import ALLOWED_ORIGIN, SEALING_KEY, USER_KEY, USER_KEY_2, bearer
+
+SEALER = Sealer([SEALING_KEY])  # the null server's (AGENTGATE_SEALING_KEY)
 
 MODEL = "SmolLM2-135M-Instruct"
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
@@ -173,7 +175,7 @@ def test_compact_answers_the_user_messages_then_a_compaction_item_the_next_turn_
         ("user", "Tell support first."),
     ]
     assert compaction.type == "compaction" and compaction.id.startswith("cmp_")
-    summary = it.compaction_summary(compaction.encrypted_content, "encrypted_content")
+    summary = it.compaction_summary(compaction.encrypted_content, "encrypted_content", SEALER)
     assert compacted.usage.output_tokens > 0 and summary  # the model wrote it
     # the null runner never ends a reply early: its budget cut the summary, and the item says so
     assert compaction.model_dump()["status"] == "incomplete" and _payload(compaction.encrypted_content)["cut"]
@@ -190,11 +192,11 @@ def test_compact_answers_the_user_messages_then_a_compaction_item_the_next_turn_
         "compaction",
         "message",
     ]
-    assert it.input_messages(window)[0][-1] == {"role": "assistant", "content": it.SUMMARY_PREFIX + summary}
+    assert it.input_messages(window, SEALER)[0][-1] == {"role": "assistant", "content": it.SUMMARY_PREFIX + summary}
 
 
 def _payload(encrypted_content: str) -> dict:
-    return json.loads(base64.urlsafe_b64decode(encrypted_content))
+    return json.loads(SEALER.open(COMPACTION, encrypted_content))
 
 
 def test_compact_near_the_context_limit_leaves_the_oldest_turns_out(null):

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]  # the repository root
 USER_KEY = "user-key-1"
 USER_KEY_2 = "user-key-2"
 ADMIN_KEY = "admin-key"
+SEALING_KEY = "sealing-key-of-the-tests"  # the null server's: its tests open what it seals
 ALLOWED_ORIGIN = "http://allowed.example"
 
 # Formatted by hand: each flag beside its value, as on a command line.

@@ -74,13 +74,13 @@ async def compact_response(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
     body = decode_body(await request.body(), CompactRequest)
     context = context_of(request.scope)
-    messages = await conversation(gw.responses, body, context.key)
+    messages = await conversation(gw.responses, body, context.key, gw.sealer)
     run, dropped = await start_compaction(
         gw.chat, body, messages, request_id=request_id_of(request.scope), arrival=arrival, context=context
     )
     if not await collect_or_raise(run.generation, request.receive):
         return Response(status_code=499)  # nobody is listening any more
-    return _json(compacted(run, messages, dropped))
+    return _json(compacted(run, messages, gw.sealer, dropped))
 
 
 async def _run(turn: Turn, receive) -> bool:
