@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentgate.gateway.config.harness_settings import HarnessSettings
 from agentgate.gateway.config.setting_values import COMMANDS, env_values, setting
 from agentgate.gateway.config.settings_checks import check_settings, check_shared_state
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(HarnessSettings):  # the harness flags (issue 49) live in their own module
     # -- the model and the engine -------------------------------------------------
     model: str | None = setting(
         "model: a .gguf file or an HF directory (default: the default model); a gateway reads its tokenizer",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentgate.gateway.config.harness_settings import check_harness_settings
 from agentgate.gateway.config.reasoning_settings import check_reasoning_settings
 from agentgate.gateway.config.setting_values import parse_networks
 from agentgate.gateway.mcp.allowlist import McpAllowlist
@@ -60,6 +61,7 @@ def check_settings(settings: Any) -> None:
         raise ValueError("mcp_call_timeout and mcp_tool_budget must be positive, mcp_list_ttl 0 (no cache) or more")
     McpAllowlist(settings.mcp_servers, settings.mcp_allow_urls)  # ValueError naming a malformed entry
     check_reasoning_settings(settings)
+    check_harness_settings(settings)
 
 
 def check_shared_state(settings: Any) -> None:
