@@ -164,6 +164,9 @@ class EngineConfig:
     max_wait: float = 10.0
     # The null runner only: seconds each step takes, to emulate a model.
     null_step_seconds: float = 0.0
+    # The null runner only: a reply ends (its first EOS token) after this many tokens (None: never
+    # on purpose), so a client that needs a turn to end (an agent CLI) sees end_turn, not a cut.
+    null_reply_tokens: int | None = None
     # CPU threads for the model's math; None: every core the machine's other
     # processes leave free, re-measured as the engine runs (engine.cpu_threads).
     cpu_threads: int | None = None

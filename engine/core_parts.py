@@ -37,6 +37,7 @@ def make_runner(config: EngineConfig) -> ModelRunner:
             max_model_len=config.max_model_len or 8192,
             max_steps_in_flight=2,
             step_seconds=config.null_step_seconds,
+            reply_tokens=config.null_reply_tokens,
         )
     if config.runner == "sync":
         from agentgate.engine.runner.sync import SyncRunner

@@ -45,12 +45,14 @@ class NullRunner(ModelRunner):
         vocab_size: int = 49152,
         max_steps_in_flight: int = 1,
         step_seconds: float = 0.0,
+        reply_tokens: int | None = None,
     ) -> None:
         self.kv_spec = KVCacheSpec(num_blocks, block_size, min(max_model_len, num_blocks * block_size))
         self.vocab_size = vocab_size
         self.max_steps_in_flight = max_steps_in_flight
         self.states: dict[str, _State] = {}
         self.step_seconds = step_seconds
+        self.reply_tokens = reply_tokens  # a reply's EOS after this many tokens (None: never on purpose)
         self.num_steps = 0
         self.num_tokens_computed = 0
 
@@ -83,6 +85,8 @@ class NullRunner(ModelRunner):
                         null_next_token(history[-1], len(history), new.seed, new.params.greedy, self.vocab_size)
                     )
                 emitted = emitted_tokens(drafts, targets)
+                if self.reply_tokens is not None and new.eos_token_ids:
+                    emitted = self._ended(emitted, len(state.token_ids) - new.num_prompt_tokens, new.eos_token_ids)
                 state.token_ids.extend(emitted)
                 state.num_computed -= len(drafts) + 1 - len(emitted)
                 state.num_blocks = min(state.num_blocks, -(-state.num_computed // self.kv_spec.block_size))
@@ -93,6 +97,13 @@ class NullRunner(ModelRunner):
         if self.step_seconds:
             time.sleep(self.step_seconds)
         return ModelRunnerOutput(ids, tokens, extras if any(extras) else None)
+
+    def _ended(self, emitted: list[int], generated: int, eos: frozenset[int]) -> list[int]:
+        """``emitted`` cut at the reply's end: its EOS at token ``reply_tokens`` of the reply."""
+        end = self.reply_tokens - 1 - generated
+        if 0 <= end < len(emitted):
+            return [*emitted[:end], min(eos)]
+        return emitted
 
     def wait(self, handle: ModelRunnerOutput) -> ModelRunnerOutput:
         return handle

@@ -1,11 +1,13 @@
 """Anthropic messages -> the chat core's messages.
 
-In: ``system``, messages of content blocks (``text``, ``tool_use`` in the
-assistant's turns, ``tool_result`` in the user's; the MCP connector's ``mcp_tool_use`` and
-``mcp_tool_result`` alike), ``tools`` with
-``input_schema``, ``tool_choice`` (``auto``/``any``/``tool``/``none``, with
-``disable_parallel_tool_use``) and ``stop_sequences`` become a
-:class:`~gateway.api_types.openai.ChatCompletionRequest`: ``any`` is OpenAI's
+In: ``system``, messages of content blocks (``text``, ``tool_use`` in the assistant's turns,
+``tool_result`` in the user's; the MCP connector's ``mcp_tool_use`` and ``mcp_tool_result``
+alike; ``system`` messages among them, Claude Code's mid-conversation system turns, placed by
+the chat template or folded: :mod:`gateway.system_turns`), ``tools`` with ``input_schema``
+(``defer_loading`` ones left out of the prompt, as the API defines them), ``context_management``
+edits (:mod:`~gateway.anthropic_api.context_edits`), ``tool_choice``
+(``auto``/``any``/``tool``/``none``, with ``disable_parallel_tool_use``) and ``stop_sequences``
+become a :class:`~gateway.api_types.openai.ChatCompletionRequest`: ``any`` is OpenAI's
 ``required`` and ``tool`` a named function, enforced by the same grammar.
 An assistant turn's ``thinking`` blocks are verified (their signature: :mod:`gateway.anthropic_api.thinking`)
 and become its ``reasoning_content``; ``redacted_thinking`` blocks are accepted and not rendered.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentgate.gateway.anthropic_api.context_edits import apply_edits
 from agentgate.gateway.anthropic_api.thinking import thinking_of
 from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.api_types.openai import ChatCompletionRequest
@@ -36,8 +39,10 @@ def _turn(message: dict[str, Any], param: str, sealer: Sealer) -> list[dict[str,
     """One Anthropic message as chat messages: tool results become tool messages (``sealer``
     verifies the thinking blocks)."""
     role, content = message.get("role"), message.get("content")
+    if role == "system":  # mid-conversation system messages (beta mid-conversation-system-2026-04-07)
+        return [{"role": "system", "content": _text(content, f"{param}.content")}]
     if role not in ("user", "assistant"):
-        raise BadRequestError(f"role must be user or assistant, got {role!r}", param=f"{param}.role")
+        raise BadRequestError(f"role must be user, assistant or system, got {role!r}", param=f"{param}.role")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
@@ -101,6 +106,8 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         return None
     out = []
     for i, tool in enumerate(tools):
+        if tool.get("defer_loading") is True:  # discovered by tool search, never in the prompt up front
+            continue
         if tool.get("type") not in (None, "custom") or "input_schema" not in tool:
             raise BadRequestError("only client tools with an input_schema are supported", param=f"tools[{i}]")
         function = {"name": tool.get("name"), "parameters": tool["input_schema"]}
@@ -140,7 +147,7 @@ def to_chat(
     connector's)."""
     tool_choice, parallel = _tool_choice(body.tool_choice)
     return chat_request(
-        chat_messages(body.system, body.messages, sealer),
+        chat_messages(body.system, apply_edits(body.messages, body.context_management), sealer),
         model=body.model,
         tools=((_tools(body.tools) or []) + (extra_tools or [])) or None,
         tool_choice=tool_choice,

@@ -20,6 +20,7 @@ class CountTokensRequest(Struct, kw_only=True):
     system: str | list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
+    context_management: dict[str, Any] | None = None  # its edits: gateway.anthropic_api.context_edits
 
 
 class MessagesRequest(CountTokensRequest, kw_only=True):

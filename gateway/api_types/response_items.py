@@ -11,6 +11,7 @@ Reading a request's input items is the Responses API's (:mod:`gateway.responses_
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from agentgate.gateway.api_types.ids import new_id
@@ -60,11 +61,49 @@ def reasoning_item(text: str, status: str = "completed", item_id: str | None = N
     }
 
 
-def output_items(parsed: ParsedOutput, status: str = "completed") -> list[dict[str, Any]]:
-    """A reply's items: its reasoning first, then its message, then its calls."""
+CallNames = Mapping[str, tuple[str | None, str, bool]]
+"""Offered tool name -> (namespace, the tool's own name, whether a custom tool): the calls that
+come back as namespaced ``function_call`` or ``custom_tool_call`` items (``responses_api.client_tools``)."""
+
+
+def flat_name(namespace: str | None, name: str) -> str:
+    """The name a namespace's tool is offered to the model under (chat's names allow no dot)."""
+    return f"{namespace}__{name}" if namespace else name
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool call's free-form input, from the arguments (``{"input": ...}``) the model wrote."""
+    try:
+        value = json.loads(arguments).get("input")
+    except (ValueError, AttributeError):
+        return arguments
+    return value if isinstance(value, str) else arguments
+
+
+def client_call_item(
+    call: ToolCall, names: CallNames, status: str = "completed", item_id: str | None = None
+) -> dict[str, Any]:
+    """The output item of a call of a client tool: a ``function_call``, or a ``custom_tool_call``
+    (its ``input``), with its ``namespace`` when it has one."""
+    namespace, name, custom = names.get(call.name, (None, call.name, False))
+    if custom:
+        item = {"id": item_id or new_id("ctc"), "type": "custom_tool_call", "status": status, "call_id": call.id}
+        item |= {"name": name, "input": custom_input(call.arguments)}
+    else:
+        item = function_call_item(ToolCall(call.id, name, call.arguments), status, item_id)
+    if namespace:
+        item["namespace"] = namespace
+    return item
+
+
+def output_items(
+    parsed: ParsedOutput, status: str = "completed", names: CallNames | None = None
+) -> list[dict[str, Any]]:
+    """A reply's items: its reasoning first, then its message, then its calls (``names``: the
+    offered client tools' namespaces and kinds)."""
     items = [reasoning_item(parsed.reasoning, status)] if parsed.reasoning else []
     items += [message_item(parsed.content, status)] if parsed.content else []
-    return items + [function_call_item(call) for call in parsed.tool_calls]
+    return items + [client_call_item(call, names or {}) for call in parsed.tool_calls]
 
 
 def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -127,7 +166,10 @@ def assistant_message(output: list[dict[str, Any]]) -> dict[str, Any]:
         if item["type"] == "message":
             texts.append("".join(part["text"] for part in item["content"]))
         elif item["type"] == "function_call":
-            calls.append(tool_call(item["call_id"], item["name"], item["arguments"]))
+            calls.append(tool_call(item["call_id"], flat_name(item.get("namespace"), item["name"]), item["arguments"]))
+        elif item["type"] == "custom_tool_call":
+            arguments = json.dumps({"input": item["input"]}, ensure_ascii=False)
+            calls.append(tool_call(item["call_id"], flat_name(item.get("namespace"), item["name"]), arguments))
         elif item["type"] in ("mcp_call", "mcp_approval_request"):  # the server's calls: answered by item id
             calls.append(tool_call(item["id"], item["name"], item["arguments"]))
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}

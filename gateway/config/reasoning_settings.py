@@ -1,19 +1,36 @@
 """The reasoning and chat-template settings' checks (issue 48): ``--reasoning-parser``,
 ``--reasoning-budget``, ``--chat-template PATH`` and ``--default-chat-template-kwargs JSON``. Each
 raises a ValueError naming the value (the command exits 2 with it): an unknown parser by name, a
-template file that does not render a one-message conversation by file and line."""
+template file that does not render a one-message conversation by file and line. Their fields are
+:class:`ReasoningSettings`, a base of :class:`~gateway.config.settings.Settings`."""
 
 from __future__ import annotations
 
 import json
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentgate.gateway.config.setting_values import setting
 from agentgate.gateway.reasoning.parsers import PARSER_NAMES, ReasoningParser, resolve_parser
 
 PROBE = [{"role": "user", "content": "Hello"}]
 """The conversation a ``--chat-template`` must render at start-up."""
+
+
+@dataclass(frozen=True)
+class ReasoningSettings:
+    reasoning_parser: str = setting(
+        "reasoning parser: auto (from the chat template), qwen3, deepseek_r1, none", default="auto"
+    )
+    reasoning_budget: int | None = setting(
+        "default thinking budget in tokens (kept under half of a request's max_tokens)", default=None
+    )
+    chat_template: str | None = setting("a Jinja chat template file replacing the model's", default=None)
+    default_chat_template_kwargs: str | None = setting(
+        "JSON object of template variables; a request's chat_template_kwargs win", default=None
+    )
 
 
 def check_reasoning_settings(settings: Any) -> None:

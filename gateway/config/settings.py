@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentgate.gateway.config.harness_settings import HarnessSettings
+from agentgate.gateway.config.reasoning_settings import ReasoningSettings
 from agentgate.gateway.config.setting_values import COMMANDS, env_values, setting
 from agentgate.gateway.config.settings_checks import check_settings, check_shared_state
 
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(HarnessSettings, ReasoningSettings):  # issue 49's and 48's flags live in their own modules
     # -- the model and the engine -------------------------------------------------
     model: str | None = setting(
         "model: a .gguf file or an HF directory (default: the default model); a gateway reads its tokenizer",
@@ -368,17 +370,6 @@ class Settings:
     rate_limit_redis_down: str = setting(
         "rate-limited requests while Redis is unreachable: allow (serve them unlimited) or reject (503)",
         default="allow",
-    )
-    # -- reasoning models and chat templates (issue 48, docs/reasoning.md) --
-    reasoning_parser: str = setting(
-        "reasoning parser: auto (from the chat template), qwen3, deepseek_r1, none", default="auto"
-    )
-    reasoning_budget: int | None = setting(
-        "default thinking budget in tokens (kept under half of a request's max_tokens)", default=None
-    )
-    chat_template: str | None = setting("a Jinja chat template file replacing the model's", default=None)
-    default_chat_template_kwargs: str | None = setting(
-        "JSON object of template variables; a request's chat_template_kwargs win", default=None
     )
 
     def __post_init__(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentgate.gateway.config.harness_settings import check_harness_settings
 from agentgate.gateway.config.reasoning_settings import check_reasoning_settings
 from agentgate.gateway.config.setting_values import parse_networks
 from agentgate.gateway.mcp.allowlist import McpAllowlist
@@ -64,6 +65,7 @@ def check_settings(settings: Any) -> None:
         from agentgate.gateway.state.sealing import Sealer
 
         Sealer(settings.sealing_key)  # ValueError naming a key too short to seal with
+    check_harness_settings(settings)
 
 
 def check_shared_state(settings: Any) -> None:

@@ -64,6 +64,7 @@ class ResponseEvents:
         response: ResponseObject,
         error_fields: ErrorFields = sse_error_fields,
         mcp_labels: Mapping[str, tuple[str, bool]] | None = None,
+        names: it.CallNames | None = None,
     ) -> None:
         self.response = response
         self.error_fields = error_fields
@@ -78,6 +79,7 @@ class ResponseEvents:
         # mcp_approval_request) items, not function_call ones
         self.mcp_labels = mcp_labels or {}
         self.pending: list[dict[str, Any]] = []  # mcp_call items whose arguments are done, to run
+        self.names = names or {}  # namespaced and custom tools' calls (response_items.CallNames)
 
     def next_round(self) -> None:
         """The server ran the reply's tool calls; the model's next reply follows in the same response."""
@@ -107,7 +109,7 @@ class ResponseEvents:
                     out += self._open_call(ToolCall(call.id, call.function.name or "", ""))
                 if call.function.arguments:
                     self.text.append(call.function.arguments)
-                    if self.item["type"] == "mcp_approval_request":  # sent whole when it closes
+                    if self.item["type"] in ("mcp_approval_request", "custom_tool_call"):  # sent whole when it closes
                         continue
                     mcp_call = self.item["type"] == "mcp_call"
                     kind = "mcp_call_arguments" if mcp_call else "function_call_arguments"
@@ -149,7 +151,7 @@ class ResponseEvents:
     def _open_call(self, call: ToolCall) -> list[Event]:
         server = self.mcp_labels.get(call.name)
         if server is None:
-            return self._close_item() + [self._open(it.function_call_item(call, "in_progress"))]
+            return self._close_item() + [self._open(it.client_call_item(call, self.names, "in_progress"))]
         label, approval = server
         if approval:  # held until its arguments are whole: an approval request is one item, added and done
             out = self._close_item()
@@ -208,6 +210,13 @@ class ResponseEvents:
             self.output.append(item)
             self.pending.append(item)
             return [self._item_event("response.mcp_call_arguments.done", item, index) | {"arguments": text}]
+        elif item["type"] == "custom_tool_call":  # its input is known once its arguments are whole
+            done = {**item, "input": it.custom_input(text), "status": status}
+            fields = {"item_id": item["id"], "output_index": index}
+            out = [
+                self._event("response.custom_tool_call_input.delta", **fields, delta=done["input"]),
+                self._event("response.custom_tool_call_input.done", **fields, input=done["input"]),
+            ]
         elif item["type"] == "mcp_approval_request":
             item["arguments"] = text
             self.output.append(item)

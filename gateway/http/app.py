@@ -164,7 +164,9 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
                     vocab_size=info.vocab_size,
                     tool_call_parser=settings.tool_call_parser,
                     max_forced_tool_calls=settings.max_forced_tool_calls,
-                    budget=OutputBudget.from_flags(settings.max_tokens_default, settings.max_tokens_cap),
+                    budget=OutputBudget.from_flags(
+                        settings.max_tokens_default, settings.max_tokens_cap, settings.max_tokens_overflow
+                    ),
                     sampling=sampling_defaults(
                         model_path, {name: getattr(settings, f"default_{name}") for name in SAMPLING_FIELDS}
                     ),

@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentgate.gateway.mcp.allowlist import McpAllowlist
@@ -33,6 +33,8 @@ class McpFlags(Protocol):
     mcp_result_bytes: int
     mcp_tool_budget: float
     max_tool_rounds: int
+    hosted_tools: Sequence[str]
+    omit_unrunnable_tools: bool
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class McpHost:
     lists: ToolLists
     limits: CallLimits
     max_rounds: int  # --max-tool-rounds
+    hosted_by: Mapping[str, str] = field(default_factory=dict)  # --hosted-tool: {hosted tool: MCP server label}
+    omit_unrunnable: bool = False  # --omit-unrunnable-tools
 
     @classmethod
     def from_settings(cls, settings: McpFlags) -> McpHost:
@@ -52,4 +56,6 @@ class McpHost:
             ToolLists(settings.mcp_list_ttl, settings.mcp_call_timeout),
             CallLimits(settings.mcp_call_timeout, settings.mcp_result_bytes, settings.mcp_tool_budget),
             settings.max_tool_rounds,
+            dict(entry.split("=", 1) for entry in settings.hosted_tools),
+            settings.omit_unrunnable_tools,
         )

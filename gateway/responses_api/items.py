@@ -1,7 +1,9 @@
 """Responses API items <-> the chat core's messages.
 
 In: ``input`` (a string, or items: messages with text parts, ``function_call``,
-``function_call_output``, ``compaction``, ``reasoning``), ``instructions``, function ``tools``,
+``function_call_output``, ``custom_tool_call`` and its output, a namespace's calls (their
+``namespace``), ``compaction``, ``reasoning``), ``instructions``, ``tools``
+(:mod:`~gateway.responses_api.client_tools`),
 ``tool_choice`` and ``text.format`` become a
 :class:`~gateway.api_types.openai.ChatCompletionRequest` (400s name the ``input[i]``
 field they are about). Out: the output items' shapes, and the messages a later
@@ -18,11 +20,13 @@ message holding the summary. A ``reasoning`` item's reasoning
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
 
 from agentgate.gateway.api_types.ids import new_id
+from agentgate.gateway.api_types.response_items import flat_name
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.reasoning.history import with_reasoning
 from agentgate.gateway.responses_api.mcp_items import MCP_INPUT_ITEMS, input_item_messages
@@ -69,8 +73,13 @@ def input_messages(
         if kind == "message":
             message = _message(item, param)
             messages.append(with_reasoning(message, reasoning) if message["role"] == "assistant" else message)
-        elif kind == "function_call":
-            function = {"name": _required(item, "name", param), "arguments": _required(item, "arguments", param)}
+        elif kind in ("function_call", "custom_tool_call"):
+            name = flat_name(item.get("namespace"), _required(item, "name", param))
+            if kind == "custom_tool_call":
+                arguments = json.dumps({"input": _required(item, "input", param)}, ensure_ascii=False)
+            else:
+                arguments = _required(item, "arguments", param)
+            function = {"name": name, "arguments": arguments}
             call = {"id": _required(item, "call_id", param), "type": "function", "function": function}
             last = messages[-1] if messages else None
             if reasoning is None and last is not None and last["role"] == "assistant" and "tool_calls" in last:
@@ -80,7 +89,7 @@ def input_messages(
         elif kind == "reasoning":
             text = reasoning_of(item, param, sealer)
             reasoning = f"{reasoning}\n\n{text}" if reasoning and text else (reasoning or text)  # one turn's items
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output")
             text = output if isinstance(output, str) else text_of(output, f"{param}.output", TEXT_PARTS)
             messages.append({"role": "tool", "tool_call_id": _required(item, "call_id", param), "content": text})
@@ -92,7 +101,7 @@ def input_messages(
         else:
             raise BadRequestError(
                 f"input items of type {kind!r} are not supported; this server takes message, "
-                "function_call, function_call_output, compaction, reasoning and mcp items",
+                "function_call, custom_tool_call, their outputs, compaction, reasoning and mcp items",
                 param=f"{param}.type",
             )
         if kind != "reasoning":
@@ -141,31 +150,6 @@ def compaction_summary(content: Any, param: str, sealer: Sealer) -> str:
             param=param,
         )
     return summary + CUT_SUMMARY_NOTE if payload.get("cut") is True else summary
-
-
-def function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """The request's function tools as the response echoes them: ``strict`` defaults to true,
-    as in OpenAI's Responses API (the arguments of a call are then enforced by the grammar)."""
-    out = []
-    for i, tool in enumerate(tools or ()):
-        if tool.get("type") == "mcp":  # the server runs them (gateway.tool_loop)
-            continue
-        if tool.get("type") != "function":
-            raise BadRequestError(
-                f"tools of type {tool.get('type')!r} are not supported; this server runs function and mcp tools",
-                param=f"tools[{i}].type",
-            )
-        strict = tool.get("strict")
-        out.append(
-            {
-                "type": "function",
-                "name": tool.get("name"),
-                "description": tool.get("description"),
-                "parameters": tool.get("parameters"),
-                "strict": True if strict is None else strict,
-            }
-        )
-    return out
 
 
 def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.api_types.openai import Usage
-from agentgate.gateway.api_types.response_items import chat_tools, output_items, round_messages
+from agentgate.gateway.api_types.response_items import CallNames, chat_tools, output_items, round_messages
 from agentgate.gateway.api_types.responses import (
     IncompleteDetails,
     InputTokensDetails,
@@ -52,6 +52,7 @@ from agentgate.gateway.mcp import McpHost
 from agentgate.gateway.mcp.toolset import echoed, list_servers, resolve_servers
 from agentgate.gateway.reasoning.requests import RESPONSES_THINKING, responses_reasoning
 from agentgate.gateway.responses_api import items as it
+from agentgate.gateway.responses_api.client_tools import client_tools
 from agentgate.gateway.responses_api.mcp_items import answer_approvals
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.tool_loop.loop import ToolLoop
@@ -81,6 +82,8 @@ class Turn:
     program: str | None = None  # the chain's first response's id
     warmup: bool = False  # generate: false: the prompt is computed, nothing is output
     loop: ToolLoop | None = None  # the server-run tool loop (mcp tools: gateway.tool_loop)
+    names: CallNames = dataclasses.field(default_factory=dict)  # namespaced and custom tools' calls
+    omitted: list[str] = dataclasses.field(default_factory=list)  # hosted tools left out of the prompt
 
     @property
     def run(self) -> ChatRun:
@@ -111,7 +114,7 @@ class Turn:
         else:
             response.status = "completed"
         item_status = "completed" if response.status == "completed" else "incomplete"
-        response.output = output if output is not None else output_items(parsed, item_status)
+        response.output = output if output is not None else output_items(parsed, item_status, self.names)
         response.usage = self.response_usage()
         response.completed_at = int(time.time()) if response.status == "completed" else None
         return response
@@ -161,7 +164,7 @@ class Turn:
     def events(self, error_fields: ErrorFields = sse_error_fields) -> ResponseEvents:
         """The turn's stream of events (``error_fields``: the transport's error event)."""
         labels = self.loop.rounds.labels if self.loop is not None else None
-        return ResponseEvents(self.response, error_fields, labels)
+        return ResponseEvents(self.response, error_fields, labels, self.names)
 
     async def closing_events(self, events: ResponseEvents) -> list[Event]:
         """The last item's closing events, then (the response finished and stored) the final event."""
@@ -209,8 +212,8 @@ async def start_turn(
         raise BadRequestError("`input` must hold at least one message or item", param="input")
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     text = body.text or TextConfig()
-    tools = it.function_tools(body.tools)
-    mcp_tools = [(i, tool) for i, tool in enumerate(body.tools or ()) if tool.get("type") == "mcp"]
+    offer = client_tools(body.tools, host.hosted_by, host.omit_unrunnable)
+    tools, mcp_tools = offer.functions, offer.mcp
     reasoning = responses_reasoning(body.reasoning)
     options = {
         "reasoning_effort": reasoning["effort"],
@@ -271,13 +274,14 @@ async def start_turn(
         temperature=params.temperature,
         text=text,
         tool_choice=body.tool_choice or "auto",
-        tools=tools + [echoed(tool) for _, tool in mcp_tools],
+        tools=offer.echoed + [echoed(tool) for _, tool in mcp_tools],
         top_p=params.top_p,
         truncation=body.truncation or "disabled",
         user=body.user,
         reasoning=reasoning,
     )
     turn = Turn(response, run, store if response.store else None, context.key, conversation, input_items, chain, warmup)
+    turn.names, turn.omitted = offer.names, offer.omitted
     if rounds is not None:
         turn.loop = ToolLoop(rounds, run, conversation)
     return turn

@@ -40,6 +40,7 @@ from agentgate.engine.text.chat_template import (
     renders_string_arguments,
     template_supports_tools,
 )
+from agentgate.gateway.system_turns import place_system_turns
 from agentgate.gateway.tools.schema import resolve_tool_choice, to_builtins, validate_tools
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ def render_chat_prompt(
     uses_tools = presented is not None or any(m.get("tool_calls") or m.get("role") == "tool" for m in msgs)
     template = chat_template or tokenizer.get_chat_template([] if uses_tools else None)
     variables = {**tokenizer.special_tokens_map, **template_kwargs}
+    msgs = place_system_turns(template, msgs, tokenizer.special_tokens_map)
 
     if template_supports_tools(template):
         msgs = _native_messages(msgs, keep_string_arguments=renders_string_arguments(template))

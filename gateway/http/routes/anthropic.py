@@ -7,7 +7,8 @@ like any chat completion (same prompt, tool plan, grammar and parsing), and
 written back as Anthropic content blocks and events
 (:mod:`gateway.formats.anthropic`). Keys come as ``x-api-key`` or Bearer
 (``gateway.state.auth``); errors are Anthropic-shaped
-(:mod:`gateway.http.anthropic_errors`).
+(:mod:`gateway.http.anthropic_errors`). ``anthropic-beta`` values are accepted or refused by
+name (:mod:`gateway.anthropic_api.betas`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentgate.gateway.anthropic_api.betas import check_betas
 from agentgate.gateway.anthropic_api.mcp_loop import collect_message, message_format, start_connector, stream_message
 from agentgate.gateway.anthropic_api.thinking_config import MESSAGES_THINKING, chat_fields, thinking_request
 from agentgate.gateway.anthropic_api.translate import to_chat
@@ -38,6 +40,7 @@ JSON = "application/json"
 async def messages(request: Request) -> Response:
     arrival = time.monotonic()
     gw: GatewayState = request.state.gateway
+    check_betas(request.headers.get("anthropic-beta"))
     body = decode_body(await request.body(), MessagesRequest)
     thinking = chat_fields(
         thinking_request(body.thinking, body.output_config, body.max_tokens), gw.model.reasoning is not None
@@ -116,6 +119,7 @@ async def _connector(request: Request, gw: GatewayState, body: MessagesRequest, 
 
 async def count_tokens(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
+    check_betas(request.headers.get("anthropic-beta"))
     body = decode_body(await request.body(), CountTokensRequest)
     gw.model.check(body.model)
     prompt = chat_prompt(gw.model.tokenizer, to_chat(body, gw.sealer))

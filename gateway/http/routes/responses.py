@@ -13,6 +13,7 @@ replica) aborts its generation through the cluster.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -36,6 +37,8 @@ from agentgate.gateway.responses_api.turn import Turn, need_store, start_turn
 from agentgate.gateway.responses_api.turn_events import collect_rounds, turn_events
 from agentgate.gateway.state.key_digests import key_digest
 
+OMITTED_TOOLS_HEADER = "x-agentgate-omitted-tools"
+access_logger = logging.getLogger("agentgate.access")  # beside the request's access-log line
 JSON = "application/json"
 
 
@@ -56,6 +59,15 @@ async def create_response(request: Request) -> Response:
         arrival=arrival,
         context=context_of(request.scope),
     )
+    response = await _respond(request, gw, body, turn)
+    if turn.omitted:  # --omit-unrunnable-tools: the client hears what its model was not offered
+        names = ",".join(turn.omitted)
+        response.headers[OMITTED_TOOLS_HEADER] = names
+        access_logger.info("POST /v1/responses %s: hosted tools left out of the prompt: %s", turn.request_id, names)
+    return response
+
+
+async def _respond(request: Request, gw: GatewayState, body: ResponsesRequest, turn: Turn) -> Response:
     if body.stream:
         return _stream(turn, gw.settings.sse_send_timeout)
     if turn.loop is not None:
