@@ -155,6 +155,7 @@ async def start_chat(
         param,
         request.model or model.name,
         plan,
+        request.cache_salt or "",
     )
     generation = await dispatch(dispatcher, job, context, conversation=request.messages)
     return ChatRun(generation, plan)

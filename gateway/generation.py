@@ -94,10 +94,19 @@ class Generation:
     def submit(self) -> None:
         """Send every choice's engine request (dispatch does, once the registry filed them); the
         first choice carries the program's tag."""
-        eos = self.tokenizer.eos_token_ids
+        eos, job = self.tokenizer.eos_token_ids, self.job
         for choice in self.choices:
             program = self.program if choice.index == 0 else None
-            choice.submitted(self.engine.add(choice.request_id, choice.prompt_ids, choice.params, eos, program))
+            stream = self.engine.add(
+                choice.request_id,
+                choice.prompt_ids,
+                choice.params,
+                eos,
+                program,
+                tenant=job.tenant,
+                cache_salt=job.cache_salt,
+            )
+            choice.submitted(stream)
 
     async def events(self, index: int) -> AsyncIterator[list[ChoiceEvent]]:
         """Choice ``index``'s events, an engine output at a time, an event per token (see

@@ -30,3 +30,5 @@ class Job:
     budget_param: str = "max_tokens"  # the request's name for its budget: one the grammar cannot end within
     model: str = ""  # the served model's name as the request gave it (its trace span's gen_ai.request.model)
     plan: ToolPlan = NO_TOOLS  # how each choice's reply is read (NO_TOOLS: its text is its content)
+    cache_salt: str = ""  # the prefix cache's salt (the request's cache_salt; dispatch adds the key's under isolation)
+    tenant: str = ""  # the API key's digest (dispatch sets it): the engine keeps drafts and tool gaps per tenant

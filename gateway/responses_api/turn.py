@@ -213,6 +213,7 @@ async def start_turn(
         "top_p": body.top_p,
         "seed": body.seed,
         "user": body.user,
+        "cache_salt": body.cache_salt,
     }
     context = dataclasses.replace(context, program=chain)
 
