@@ -51,7 +51,7 @@ from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.bounds import check_engine_requests
 from agentgate.gateway.admission.rate_limits import RateLimiter
 from agentgate.gateway.admission.waiting import Admission
-from agentgate.gateway.context import RequestContext
+from agentgate.gateway.context import RequestContext, filed_id
 from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.errors import ServiceUnavailableError
 from agentgate.gateway.generation import Generation
@@ -105,8 +105,9 @@ async def dispatch(
     ticket = d.admission.enter(count)
     try:
         engine = d.pool.pick(affinity=affinity)
+        filed = filed_id(context.key, job.request_id)  # the key's request: no other key reaches it
         lease = Lease(
-            job.request_id,
+            filed,
             context,
             registry=d.registry,
             sessions=d.sessions,
@@ -120,7 +121,7 @@ async def dispatch(
         job = tenant_job(dataclasses.replace(job, program=program), context.key, d.salt_by_key)
         generation = Generation(job, engine, d.tokenizer, d.metrics, ticket, lease)
         engine_ids = [c.request_id for c in generation.choices]
-        d.registry.register(job.request_id, engine, engine_ids, context, progress=generation)
+        d.registry.register(filed, engine, engine_ids, context, progress=generation)
     except BaseException:
         ticket.close()
         raise
@@ -131,7 +132,7 @@ async def dispatch(
         generation.close()
         raise
     if lease.keeps_reply:
-        d.sessions.bind(context.session_id, job.request_id, engine.address)
+        d.sessions.bind(context.session_id, filed, engine.address)
     return generation
 
 

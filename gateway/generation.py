@@ -36,7 +36,7 @@ from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.waiting import Ticket
 from agentgate.gateway.api_types.openai import PromptTokensDetails, Usage
 from agentgate.gateway.choice import Choice, choice_params, engine_request_ids
-from agentgate.gateway.context import NO_CONTEXT
+from agentgate.gateway.context import NO_CONTEXT, filed_id
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.job import Job
 from agentgate.gateway.lease import Lease
@@ -73,7 +73,9 @@ class Generation:
         self.prompts = job.prompts
         self.error: BaseException | None = None
         n, params = job.n, job.params
-        ids = engine_request_ids(job.request_id, len(job.prompts) * n)
+        # the id the server files it under: its key's (dispatch set the tenant; a bare job: its own id)
+        self.filed_id = filed_id(job.tenant, job.request_id) if job.tenant else job.request_id
+        ids = engine_request_ids(self.filed_id, len(job.prompts) * n)
         self.choices = [
             Choice(self, i, rid, i // n, job.prompts[i // n], choice_params(params, i % n), job.plan)
             for i, rid in enumerate(ids)

@@ -144,7 +144,7 @@ class Turn:
             input_items=self.input_items,
             messages=messages,
             engine=self.run.generation.engine.address,
-            request_id=self.request_id,
+            request_id=self.run.generation.filed_id,  # what cancel aborts: the key's own request
             program=self.program,
         )
 
