@@ -180,6 +180,16 @@ class Generation:
             self.error = exc
         return self.error  # type: ignore[return-value]
 
+    def failed(self, exc: Exception) -> BaseException:
+        """What a stream's error event tells of ``exc``, raised while its events were produced: an
+        engine error as :meth:`record_error` words it, anything else as it is (its event says only
+        "internal server error"; the detail is logged). Kept in ``error`` when it is the first."""
+        if isinstance(exc, EngineError):
+            return self.record_error(exc)
+        if self.error is None:
+            self.error = exc
+        return exc
+
     async def aclose(self) -> None:
         """End every choice's engine stream (shielded: runs while being cancelled too)."""
         with anyio.CancelScope(shield=True):
