@@ -61,12 +61,23 @@ async def create_response(request: Request) -> Response:
     if turn.loop is not None:
         return await _tool_loop(turn, body, request.receive)
     if body.background:
-        turn.response.status = "queued"
-        await turn.save()
+        await _queued(turn)
         return Response(encode(turn.response), media_type=JSON, background=BackgroundTask(_run, turn, None))
     if not await _run(turn, request.receive):
         return Response(status_code=499)  # nobody is listening any more
     return _json(turn.response)
+
+
+async def _queued(turn: Turn) -> None:
+    """Store a background response ``queued`` before it is answered. When that save fails, the
+    request fails (its error: 503 without Redis) and gives back everything it took: the admission
+    ticket, the registry entry, the lease and the engine request."""
+    turn.response.status = "queued"
+    try:
+        await turn.save()
+    except BaseException:
+        await turn.close_round()
+        raise
 
 
 async def compact_response(request: Request) -> Response:
@@ -120,8 +131,7 @@ async def _tool_loop(turn: Turn, body: ResponsesRequest, receive: Receive) -> Re
         return not await until_disconnect(receive, step)
 
     if body.background:
-        turn.response.status = "queued"
-        await turn.save()
+        await _queued(turn)
         return Response(encode(turn.response), media_type=JSON, background=BackgroundTask(_loop_in_background, turn))
     if not await collect_rounds(turn, watched):
         return Response(status_code=499)  # nobody is listening any more
