@@ -159,9 +159,13 @@ async def get_response(request: Request) -> Response:
 
 
 async def delete_response(request: Request) -> Response:
-    store = need_store(request.state.gateway.responses, "stored responses")
+    """Delete a stored response; one still running (background) is aborted, and stays deleted."""
+    gw: GatewayState = request.state.gateway
+    store = need_store(gw.responses, "stored responses")
     response_id = request.path_params["response_id"]
-    await store.delete(response_id, _owner(request))
+    stored = await store.delete(response_id, _owner(request))
+    if stored.response.status in RUNNING and stored.request_id is not None:
+        await gw.cluster.abort([stored.request_id])
     return _json(DeletedResponse(response_id))
 
 
