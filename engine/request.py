@@ -58,6 +58,7 @@ class Request:
         "grammar",
         "program",
         "served",
+        "key_served",
         "passed_since",
         "tenant",
         "cache_root",
@@ -102,6 +103,9 @@ class Request:
         # (engine.programs.table; set on arrival, engine.retention); without a program, its own.
         self.program = program
         self.served = ProgramRecord(level_since=self.arrival_time)
+        # Its API key's account: the service of all the key's programs and requests of none (set on
+        # arrival, engine.retention); the program policy ranks keys by it before their programs.
+        self.key_served = self.served
         # When a request that arrived after it was first admitted while it waited (the wait
         # bound counts from there: engine.waiting_queue); None: never passed.
         self.passed_since: float | None = None
@@ -110,6 +114,12 @@ class Request:
         self.tenant = tenant
         # The key of the block before its first: requests with another salt share no cached KV.
         self.cache_root = salted_root(cache_salt)
+
+    def serve(self, tokens: int, now: float) -> None:
+        """Count ``tokens`` served to it ``now``: to its program's account and its key's."""
+        self.served.serve(tokens, now)
+        if self.key_served is not self.served:
+            self.key_served.serve(tokens, now)
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -169,6 +169,7 @@ async def start_chat(
         plan,
         model.reasoning if thinking is not None else None,
         thinking,
+        request.cache_salt or "",
     )
     generation = await dispatch(dispatcher, job, context, conversation=request.messages)
     return ChatRun(generation, plan)

@@ -34,3 +34,16 @@ class RequestContext:
 
 
 NO_CONTEXT = RequestContext()
+
+
+def filed_id(key: str, request_id: str) -> str:
+    """The id a client's request id (``X-Request-Id``) is filed under inside the server (the request
+    registry, Redis, the engine): its key's, so the same id from two keys is two requests, and no
+    key can reach, or learn of, another's request by its id. Operators address requests by these ids
+    (``GET /v1/requests`` lists them)."""
+    return f"{key[:16]}.{request_id}"
+
+
+def client_id(filed: str) -> str:
+    """The client's own id of a :func:`filed_id` (or of an engine request id made from one)."""
+    return filed.split(".", 1)[1] if "." in filed else filed

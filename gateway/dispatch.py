@@ -51,7 +51,7 @@ from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.bounds import check_engine_requests
 from agentgate.gateway.admission.rate_limits import RateLimiter
 from agentgate.gateway.admission.waiting import Admission
-from agentgate.gateway.context import RequestContext
+from agentgate.gateway.context import RequestContext, filed_id
 from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.errors import ServiceUnavailableError
 from agentgate.gateway.generation import Generation
@@ -78,6 +78,15 @@ class Dispatcher:
     sessions: SessionStore | None = None  # None: no Redis
     programs: ProgramStore | None = None  # agent programs' last turns (None: no Redis)
     limiter: RateLimiter | None = None  # None: no rate limit configured
+    salt_by_key: bool = False  # --prefix-cache-isolation key: every request's cache salted with its key
+
+
+def tenant_job(job: Job, key: str, salt_by_key: bool) -> Job:
+    """``job`` as its key's: the engine's tenant is the key's digest, and under
+    ``--prefix-cache-isolation key`` the key's digest salts its prefix cache (before any salt of its own,
+    so two keys never share KV whatever salts they send)."""
+    salt = f"{key}\x1f{job.cache_salt}" if salt_by_key else job.cache_salt
+    return dataclasses.replace(job, tenant=key, cache_salt=salt)
 
 
 async def dispatch(
@@ -96,8 +105,9 @@ async def dispatch(
     ticket = d.admission.enter(count)
     try:
         engine = d.pool.pick(affinity=affinity)
+        filed = filed_id(context.key, job.request_id)  # the key's request: no other key reaches it
         lease = Lease(
-            job.request_id,
+            filed,
             context,
             registry=d.registry,
             sessions=d.sessions,
@@ -108,10 +118,10 @@ async def dispatch(
             program_id=program.program_id if program is not None else None,
             turn=job.turn,
         )
-        job = dataclasses.replace(job, program=program)
+        job = tenant_job(dataclasses.replace(job, program=program), context.key, d.salt_by_key)
         generation = Generation(job, engine, d.tokenizer, d.metrics, ticket, lease)
         engine_ids = [c.request_id for c in generation.choices]
-        d.registry.register(job.request_id, engine, engine_ids, context, progress=generation)
+        d.registry.register(filed, engine, engine_ids, context, progress=generation)
     except BaseException:
         ticket.close()
         raise
@@ -122,7 +132,7 @@ async def dispatch(
         generation.close()
         raise
     if lease.keeps_reply:
-        d.sessions.bind(context.session_id, job.request_id, engine.address)
+        d.sessions.bind(context.session_id, filed, engine.address)
     return generation
 
 

@@ -36,7 +36,7 @@ from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.waiting import Ticket
 from agentgate.gateway.api_types.openai import CompletionTokensDetails, PromptTokensDetails, Usage
 from agentgate.gateway.choice import Choice, choice_params, engine_request_ids
-from agentgate.gateway.context import NO_CONTEXT
+from agentgate.gateway.context import NO_CONTEXT, filed_id
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.job import Job
 from agentgate.gateway.lease import Lease
@@ -73,7 +73,9 @@ class Generation:
         self.prompts = job.prompts
         self.error: BaseException | None = None
         n, params = job.n, job.params
-        ids = engine_request_ids(job.request_id, len(job.prompts) * n)
+        # the id the server files it under: its key's (dispatch set the tenant; a bare job: its own id)
+        self.filed_id = filed_id(job.tenant, job.request_id) if job.tenant else job.request_id
+        ids = engine_request_ids(self.filed_id, len(job.prompts) * n)
         self.choices = [
             Choice(self, i, rid, i // n, job.prompts[i // n], choice_params(params, i % n), job.plan, job.splitter())
             for i, rid in enumerate(ids)
@@ -94,13 +96,20 @@ class Generation:
     def submit(self) -> None:
         """Send every choice's engine request (dispatch does, once the registry filed them); the
         first choice carries the program's tag."""
-        eos = self.tokenizer.eos_token_ids
+        eos, job = self.tokenizer.eos_token_ids, self.job
         for choice in self.choices:
             program = self.program if choice.index == 0 else None
-            outputs = self.engine.add(
-                choice.request_id, choice.prompt_ids, choice.params, eos, program, thinking=self.job.thinking
+            stream = self.engine.add(
+                choice.request_id,
+                choice.prompt_ids,
+                choice.params,
+                eos,
+                program,
+                tenant=job.tenant,
+                cache_salt=job.cache_salt,
+                thinking=job.thinking,
             )
-            choice.submitted(outputs)
+            choice.submitted(stream)
 
     async def events(self, index: int) -> AsyncIterator[list[ChoiceEvent]]:
         """Choice ``index``'s events, an engine output at a time, an event per token (see
@@ -174,6 +183,16 @@ class Generation:
         if self.error is None:
             self.error = exc
         return self.error  # type: ignore[return-value]
+
+    def failed(self, exc: Exception) -> BaseException:
+        """What a stream's error event tells of ``exc``, raised while its events were produced: an
+        engine error as :meth:`record_error` words it, anything else as it is (its event says only
+        "internal server error"; the detail is logged). Kept in ``error`` when it is the first."""
+        if isinstance(exc, EngineError):
+            return self.record_error(exc)
+        if self.error is None:
+            self.error = exc
+        return exc
 
     async def aclose(self) -> None:
         """End every choice's engine stream (shielded: runs while being cancelled too)."""

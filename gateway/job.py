@@ -34,6 +34,8 @@ class Job:
     plan: ToolPlan = NO_TOOLS  # how each choice's reply is read (NO_TOOLS: its text is its content)
     reasoning: ReasoningParser | None = None  # a reasoning model's parser: each reply's thinking comes apart
     thinking: ThinkingSpec | None = None  # what the engine enforces of the thinking (with ``reasoning``)
+    cache_salt: str = ""  # the prefix cache's salt (the request's cache_salt; dispatch adds the key's under isolation)
+    tenant: str = ""  # the API key's digest (dispatch sets it): the engine keeps drafts and tool gaps per tenant
 
     def splitter(self) -> ReasoningSplitter | None:
         """A new splitter for one choice's reply (None: not a reasoning model's request)."""

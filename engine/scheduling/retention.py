@@ -77,12 +77,15 @@ class KVRetention:
 
     # -- a program's turns -----------------------------------------------------------
     def on_arrival(self, request: Request) -> None:
-        """A turn arrived: give it its program's account (its service back to 0 after an absence
-        longer than its retention), learn the tool gap it ends, claim its pin."""
+        """A request arrived: give it its key's account; a turn, its program's account too (its
+        service back to 0 after an absence longer than its retention), learn the tool gap it ends,
+        claim its pin."""
         tag = request.program
+        now = self.clock()
+        # the key's account, whatever program (or none) the request names: a new id starts no key afresh
+        request.key_served = self.programs.touch(f"key\0{request.tenant}", now)
         if tag is None:
             return
-        now = self.clock()
         record = request.served = self.programs.touch(tag.program_id, now)
         record.tenant = request.tenant
         if record.in_flight == 0 and record.idle_since is not None:

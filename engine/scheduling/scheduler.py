@@ -267,7 +267,7 @@ class Scheduler:
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_cached
             if not request.ever_scheduled:
-                request.served.serve(request.num_tokens - num_cached, self.waiting.clock())
+                request.serve(request.num_tokens - num_cached, self.waiting.clock())
                 request.num_cached_tokens = num_cached
                 request.ever_scheduled = True
                 request.first_scheduled_time = time.monotonic()
@@ -356,7 +356,7 @@ class Scheduler:
                 self.kv.trim(request)
                 self.speculator.verified(request, num_drafted, len(tokens) - 1)
             confirmed, reason = confirm_tokens(request, tokens)
-            request.served.serve(len(confirmed), now)
+            request.serve(len(confirmed), now)
             self.num_sampling_steps += 1
             self.num_sampled_tokens += len(confirmed)
             if reason is not None:

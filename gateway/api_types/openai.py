@@ -18,6 +18,9 @@ from agentgate.gateway.errors import BadRequestError
 
 T = TypeVar("T")
 MAX_N = 128  # choices per request
+MAX_CACHE_SALT = 256  # characters of a request's cache_salt
+# vLLM's per-request prefix-cache salt: requests share cached prefixes only with requests of the same salt
+CacheSalt = Annotated[str, Meta(min_length=1, max_length=MAX_CACHE_SALT)]
 
 # -- requests ---------------------------------------------------------------------
 
@@ -70,6 +73,7 @@ class SamplingFields(Struct, kw_only=True):
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    cache_salt: CacheSalt | None = None
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):

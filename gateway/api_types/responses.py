@@ -12,6 +12,8 @@ from typing import Any
 
 from msgspec import Struct, field
 
+from agentgate.gateway.api_types.openai import CacheSalt
+
 
 class TextConfig(Struct, kw_only=True, omit_defaults=True):
     """``text``: the reply's format (``{"type": "text"}``, ``json_object`` or ``json_schema``)."""
@@ -42,6 +44,7 @@ class ResponsesRequest(Struct, kw_only=True):
     user: str | None = None
     truncation: str | None = None
     reasoning: dict[str, Any] | None = None
+    cache_salt: CacheSalt | None = None  # vLLM's extra: the prefix cache's salt
 
 
 class WebSocketCreate(ResponsesRequest, kw_only=True):

@@ -129,6 +129,11 @@ class Settings(HarnessSettings, ReasoningSettings):  # issue 49's and 48's flags
         engine=True,
     )
     # -- agents as programs (issue 26) ----------------------------------------------------
+    prefix_cache_isolation: str = setting(
+        "none (every API key shares cached prefixes: most reuse, but one key can time another's prompts) or key "
+        "(salted by key: keys never share KV, each prefills its own); a request's cache_salt salts further",
+        default="none",
+    )
     kv_retention: str = setting(
         "keep a program's KV while its tools run: auto (TTL learned from tool gaps), off, or SECONDS",
         default="auto",

@@ -13,6 +13,7 @@ from agentgate.gateway.mcp.allowlist import McpAllowlist
 RUNNERS = ("overlap", "sync", "null")
 RATE_LIMIT_REDIS_DOWN = ("allow", "reject")
 ON_ENGINE_DEATH = ("restart", "exit")
+PREFIX_CACHE_ISOLATION = ("none", "key")
 
 
 def check_settings(settings: Any) -> None:
@@ -41,6 +42,10 @@ def check_settings(settings: Any) -> None:
             )
     if settings.on_engine_death not in ON_ENGINE_DEATH:
         raise ValueError(f"on_engine_death must be one of {ON_ENGINE_DEATH}, got {settings.on_engine_death!r}")
+    if settings.prefix_cache_isolation not in PREFIX_CACHE_ISOLATION:
+        raise ValueError(
+            f"prefix_cache_isolation must be one of {PREFIX_CACHE_ISOLATION}, got {settings.prefix_cache_isolation!r}"
+        )
     if settings.health_degraded_status not in (200, 503):
         raise ValueError("health_degraded_status must be 200 or 503")
     if settings.engine_max_restarts < 0 or settings.engine_restart_window <= 0:

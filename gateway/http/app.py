@@ -184,6 +184,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
                     sessions=sessions,
                     programs=programs,
                     limiter=limiter,
+                    salt_by_key=settings.prefix_cache_isolation == "key",
                 ),
                 supervisor=supervisor,
                 cluster=Cluster(pool, registry, shared),

@@ -45,7 +45,6 @@ from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
-from agentgate.engine.errors import EngineError
 from agentgate.gateway.choice import Choice
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats import StreamFormat
@@ -181,6 +180,8 @@ def stream_generation(
                         tasks.start_soon(gen.run_choice, lambda c=choice: run(c))
                 usage = gen.usage
                 tail = fmt.error(gen.error) if gen.error is not None else fmt.closing(usage)
+            except Exception as exc:  # a choice's task failed (a group): the stream still ends with an error event
+                tail = fmt.error(gen.failed(exc))
             finally:
                 gen.close(usage)
             send.send_nowait(tail)
@@ -208,8 +209,8 @@ async def _single(gen: Generation, fmt: StreamFormat) -> AsyncIterator[bytes]:
                 yield data
         usage = gen.usage
         tail = fmt.closing(usage)
-    except EngineError as exc:
-        tail = fmt.error(gen.record_error(exc))
+    except Exception as exc:  # whatever it is, the stream ends with an error event (and [DONE])
+        tail = fmt.error(gen.failed(exc))
     finally:
         gen.close(usage)
     yield tail

@@ -46,9 +46,10 @@ RUNNING = frozenset({"queued", "in_progress"})
 ORPHAN_SWEEP_S = 5.0
 
 # KEYS: the response hash, the running index. ARGV: status, record, owner, ttl, response id, replica.
-# Returns 0 when it was cancelled meanwhile.
+# Returns 0 when it was cancelled or deleted meanwhile.
 _SAVE = """
-if redis.call('HGET', KEYS[1], 'status') == 'cancelled' then return 0 end
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == 'cancelled' or status == 'deleted' then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'record', ARGV[2], 'owner', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 if ARGV[1] == 'queued' or ARGV[1] == 'in_progress' then
@@ -66,6 +67,16 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if status ~= 'queued' and status ~= 'in_progress' then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'cancelled', 'record', ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[2])
+return 1
+"""
+
+# KEYS: the response hash, the running index. ARGV: owner, ttl, response id. What stays of a deleted
+# response: its status and owner (no record: it reads as 404), so a run still going never saves it again.
+_DELETE = """
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'status', 'deleted', 'owner', ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('HDEL', KEYS[2], ARGV[3])
 return 1
 """
 
@@ -101,6 +112,7 @@ class ResponseStore:
         self.ttl = max(1, int(ttl))
         self._save = shared.client.register_script(_SAVE)
         self._cancel = shared.client.register_script(_CANCEL)
+        self._delete = shared.client.register_script(_DELETE)
         self._fail_orphan = shared.client.register_script(_FAIL_ORPHAN)
         self._running = shared.keys.running_responses
         self._undecodable: set[str] = set()  # response ids whose record did not decode (logged once)
@@ -145,9 +157,13 @@ class ResponseStore:
         cancel = self._cancel(keys=[self._key(response_id), self._running], args=[_encoder.encode(stored), response_id])
         return bool(await self.shared.guard("cancelling a response", cancel))
 
-    async def delete(self, response_id: str, owner: str) -> None:
-        await self.load(response_id, owner)
-        await self.shared.guard("deleting a response", self.shared.client.delete(self._key(response_id)))
+    async def delete(self, response_id: str, owner: str) -> StoredResponse:
+        """Delete the response (404 unless ``owner`` may read it) and return it as it was: it stays
+        deleted, whatever a run still going tries to save."""
+        stored = await self.load(response_id, owner)
+        delete = self._delete(keys=[self._key(response_id), self._running], args=[owner, self.ttl, response_id])
+        await self.shared.guard("deleting a response", delete)
+        return stored
 
     async def resolve_orphans(self) -> list[str]:
         """Mark ``failed`` every running response whose replica is gone; returns their ids."""

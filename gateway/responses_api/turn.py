@@ -153,7 +153,7 @@ class Turn:
             input_items=self.input_items,
             messages=messages,
             engine=self.run.generation.engine.address,
-            request_id=self.request_id,
+            request_id=self.run.generation.filed_id,  # what cancel aborts: the key's own request
             program=self.program,
         )
 
@@ -224,6 +224,7 @@ async def start_turn(
         "top_p": body.top_p,
         "seed": body.seed,
         "user": body.user,
+        "cache_salt": body.cache_salt,
     }
     context = dataclasses.replace(context, program=chain)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from agentgate.engine.errors import EngineError
 from agentgate.gateway.events import ChoiceEvent
 from agentgate.gateway.formats.responses import ErrorFields, Event, ResponseEvents, sse_error_fields
 from agentgate.gateway.responses_api.turn import Turn
@@ -113,8 +112,8 @@ async def turn_events(turn: Turn, error_fields: ErrorFields = sse_error_fields) 
             if batch:
                 yield batch
         tail = await turn.closing_events(events)
-    except EngineError as exc:
-        tail = events.error(gen.record_error(exc))
+    except Exception as exc:  # whatever it is, the stream ends with an error event
+        tail = events.error(gen.failed(exc))
     finally:
         await turn.close_round()
     yield tail

@@ -233,7 +233,7 @@ class Cluster:
             return sorted(found), None
         try:
             if remaining:
-                elsewhere = await registry.held(remaining)
+                elsewhere = await registry.held(remaining, as_sent=True)
                 if elsewhere:
                     await shared.publish(
                         msgspec.json.encode(AbortIds(origin=self._origin, ids=sorted(elsewhere))),

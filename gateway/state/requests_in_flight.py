@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,12 +29,13 @@ import anyio
 from agentgate.engine.errors import EngineDeadError, EngineError
 from agentgate.engine.front.client import EngineClient
 from agentgate.gateway.api_types.openai import Usage
-from agentgate.gateway.context import RequestContext
+from agentgate.gateway.context import RequestContext, client_id
 from agentgate.gateway.errors import ConflictError
 from agentgate.gateway.state.redis_state import SharedState
 
 log = logging.getLogger("agentgate.gateway")
 
+_GLOB = re.compile(r"[\\*?\[\]]")  # what a Redis glob pattern treats as special
 REQUEST_TTL_S = 24 * 3600  # an entry outlives any request; removed when the request ends
 
 # KEYS: request hash, the key's request set. ARGV: replica, engine, session id, key digest, started,
@@ -144,22 +146,36 @@ class RequestRegistry:
         return len(self._requests)
 
     async def abort(self, request_ids: Iterable[str]) -> list[str]:
-        """Abort this gateway's requests by gateway id (X-Request-Id) or engine id; returns the ids found."""
+        """Abort this gateway's requests by the id they are filed under, an engine id, or (operators)
+        an ``X-Request-Id`` as a client sent it (every key's request with it); returns the ids found."""
         found: list[str] = []
         for request_id in request_ids:
-            entry = self._requests.get(request_id)
-            engine_ids = entry.engine_request_ids if entry is not None else [request_id]
-            if entry is None:
-                owner = self._by_engine_id.get(request_id)
-                if owner is None:
-                    continue
-                entry = self._requests[owner]
-            try:
-                await entry.engine.abort(engine_ids)
-            except EngineDeadError:
-                pass  # a dead engine has nothing left to abort
-            found.append(request_id)
+            targets = self._find(request_id)
+            for entry, engine_ids in targets:
+                try:
+                    await entry.engine.abort(engine_ids)
+                except EngineDeadError:
+                    pass  # a dead engine has nothing left to abort
+            if targets:
+                found.append(request_id)
         return found
+
+    def _find(self, request_id: str) -> list[tuple[Entry, list[str]]]:
+        """The entries ``request_id`` names, each with the engine ids to abort: the request filed
+        under it, the one with that engine id, else every request (or choice) a client sent it for."""
+        entry = self._requests.get(request_id)
+        if entry is not None:
+            return [(entry, entry.engine_request_ids)]
+        owner = self._by_engine_id.get(request_id)
+        if owner is not None:
+            return [(self._requests[owner], [request_id])]
+        whole = [(e, e.engine_request_ids) for rid, e in self._requests.items() if client_id(rid) == request_id]
+        choices = [
+            (self._requests[owner], [engine_id])
+            for engine_id, owner in self._by_engine_id.items()
+            if engine_id != owner and client_id(engine_id) == request_id
+        ]
+        return whole + choices
 
     async def drain(self, timeout: float, give_up: Callable[[], bool] = lambda: False) -> None:
         """For a graceful shutdown: let requests in flight finish for up to
@@ -197,8 +213,10 @@ class RequestRegistry:
         key_list = [keys.request(request_id), keys.key_requests(context.key)]
         self.shared.enqueue(lambda: self._started(keys=key_list, args=args))
 
-    async def held(self, request_ids: Iterable[str]) -> dict[str, str]:
-        """request id -> the live replica that holds it, for the ids some live replica holds."""
+    async def held(self, request_ids: Iterable[str], *, as_sent: bool = False) -> dict[str, str]:
+        """request id -> the live replica that holds it, for the ids some live replica holds.
+        ``as_sent`` (operators): an id filed under nothing is looked up as a client's ``X-Request-Id``
+        of any key (a scan)."""
         ids = list(request_ids)
         if not ids:
             return {}
@@ -207,7 +225,16 @@ class RequestRegistry:
             "finding requests on other replicas",
             self._held(keys=[keys.request(i) for i in ids], args=[keys.replica("")]),
         )
-        return {i: r for i, r in zip(ids, replicas, strict=True) if r}
+        found = {i: r for i, r in zip(ids, replicas, strict=True) if r}
+        for request_id in [i for i in ids if i not in found] if as_sent else []:
+            pattern = keys.request("*." + _GLOB.sub(r"\\\g<0>", request_id))
+            filed = await self.shared.guard("finding requests", _scan(self.shared, pattern))
+            if filed:
+                live = await self.shared.guard(
+                    "finding requests on other replicas", self._held(keys=filed, args=[keys.replica("")])
+                )
+                found.update({request_id: r for r in live if r})
+        return found
 
     async def requests_of(self, set_key: str) -> list[str]:
         """Request ids in a registry set (a session's or a key's), held by live replicas."""
@@ -230,3 +257,8 @@ class RequestRegistry:
 
         await shared.guard("listing requests", scan())
         return found
+
+
+async def _scan(shared: SharedState, pattern: str) -> list[str]:
+    """The keys matching ``pattern``."""
+    return [key async for key in shared.client.scan_iter(match=pattern, count=500)]

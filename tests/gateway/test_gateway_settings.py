@@ -46,6 +46,7 @@ def test_every_flag_has_an_environment_variable(monkeypatch, tmp_path):
             "runner": "sync",
             "tool_call_parser": "hermes",
             "on_engine_death": "exit",
+            "prefix_cache_isolation": "key",
             "health_degraded_status": "503",
             "trusted_proxies": "10.0.0.0/8,::1",
             "mcp_servers": "a=http://a.internal/mcp,b=http://b.internal/mcp",

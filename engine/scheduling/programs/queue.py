@@ -1,4 +1,7 @@
-"""The waiting queue under ``--scheduling-policy program``: by the rank of the request's program
+"""The waiting queue under ``--scheduling-policy program``: first by the rank of the request's API key
+(the same levels, of the service all its programs and its requests of no program have had: keys
+share the engine least served first, and a client that rotates its session, ``user`` or
+``prompt_cache_key`` starts no key afresh), then by the rank of the request's program
 (``engine.scheduling.programs.table``: the level of the service it has had, least first, as Autellix's PLAS
 orders programs, then who entered that level first), so a program's turn goes ahead of every
 program served a level more, and of those of its level that came after it; nothing a client
@@ -21,10 +24,10 @@ class ProgramQueue(FcfsQueue):
     """Ordered by program rank (see the module docstring); the head is found on each peek
     (waiting queues are short beside a step's work)."""
 
-    def order_key(self, request: Request, now: float) -> tuple[int, tuple[int, float], bool, float]:
+    def order_key(self, request: Request, now: float) -> tuple[int, tuple[int, float], tuple[int, float], bool, float]:
         if self.overdue(request, now):
-            return (0, (0, request.arrival_time), False, 0.0)
-        return (1, request.served.rank, not request.ever_scheduled, request.arrival_time)
+            return (0, (0, 0.0), (0, request.arrival_time), False, 0.0)
+        return (1, request.key_served.rank, request.served.rank, not request.ever_scheduled, request.arrival_time)
 
     def peek(self) -> Request:
         now = self.clock()

@@ -116,7 +116,15 @@ async def completions(request: Request) -> Response:
     )
     # a session records the prompt as the user's message
     conversation = [{"role": "user", "content": body.prompt}] if isinstance(body.prompt, str) else []
-    job = Job(request_id_of(request.scope), arrival, prompts, params, body.n, model=body.model or model.name)
+    job = Job(
+        request_id_of(request.scope),
+        arrival,
+        prompts,
+        params,
+        body.n,
+        model=body.model or model.name,
+        cache_salt=body.cache_salt or "",
+    )
     gen = await dispatch(gw.dispatcher, job, context_of(request.scope), conversation=conversation)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     fmt = CompletionFormat(

@@ -73,12 +73,23 @@ async def _respond(request: Request, gw: GatewayState, body: ResponsesRequest, t
     if turn.loop is not None:
         return await _tool_loop(turn, body, request.receive)
     if body.background:
-        turn.response.status = "queued"
-        await turn.save()
+        await _queued(turn)
         return Response(encode(turn.response), media_type=JSON, background=BackgroundTask(_run, turn, None))
     if not await _run(turn, request.receive):
         return Response(status_code=499)  # nobody is listening any more
     return _json(turn.response)
+
+
+async def _queued(turn: Turn) -> None:
+    """Store a background response ``queued`` before it is answered. When that save fails, the
+    request fails (its error: 503 without Redis) and gives back everything it took: the admission
+    ticket, the registry entry, the lease and the engine request."""
+    turn.response.status = "queued"
+    try:
+        await turn.save()
+    except BaseException:
+        await turn.close_round()
+        raise
 
 
 async def compact_response(request: Request) -> Response:
@@ -132,8 +143,7 @@ async def _tool_loop(turn: Turn, body: ResponsesRequest, receive: Receive) -> Re
         return not await until_disconnect(receive, step)
 
     if body.background:
-        turn.response.status = "queued"
-        await turn.save()
+        await _queued(turn)
         return Response(encode(turn.response), media_type=JSON, background=BackgroundTask(_loop_in_background, turn))
     if not await collect_rounds(turn, watched):
         return Response(status_code=499)  # nobody is listening any more
@@ -161,9 +171,13 @@ async def get_response(request: Request) -> Response:
 
 
 async def delete_response(request: Request) -> Response:
-    store = need_store(request.state.gateway.responses, "stored responses")
+    """Delete a stored response; one still running (background) is aborted, and stays deleted."""
+    gw: GatewayState = request.state.gateway
+    store = need_store(gw.responses, "stored responses")
     response_id = request.path_params["response_id"]
-    await store.delete(response_id, _owner(request))
+    stored = await store.delete(response_id, _owner(request))
+    if stored.response.status in RUNNING and stored.request_id is not None:
+        await gw.cluster.abort([stored.request_id])
     return _json(DeletedResponse(response_id))
 
 

@@ -103,6 +103,24 @@ def test_a_constant_user_does_not_outrank_fresh_programs_of_another_key():
     assert admission_order(core) == ["fresh0-1", "fresh1-1", "fresh2-1", "bob-next"]
 
 
+@pytest.mark.parametrize("program", [True, False], ids=["rotating-ids", "no-program"])
+def test_a_key_that_rotates_its_program_ids_does_not_outrank_another_keys_program(program):
+    """Key A served two levels' worth under a fresh program id each turn (or none); its next fresh
+    id, sent first, starts no key afresh: key B's new program, sent after it, goes first (issue 50).
+    Without the key's account, A's fresh program would rank level 0 with the earlier start."""
+    rng = random.Random(12)
+    core = big_core(policy="program", max_num_seqs=1)
+    for i in range(3):
+        turn(core, f"a-{i}", history(rng, SERVICE_QUANTUM // 2), f"user:rot{i}" if program else None, tenant="A")
+        run(core)
+        core.clock.now += 0.2
+    assert record(core, "key\0A").level >= 1
+    turn(core, "a-next", history(rng, 8), "user:rot-next" if program else None, tenant="A")
+    core.clock.now += 0.1
+    turn(core, "b-1", history(rng, 8), "cache:b", tenant="B")
+    assert admission_order(core) == ["b-1", "a-next"]
+
+
 def test_a_program_served_ten_times_more_than_the_others_goes_behind_them():
     rng = random.Random(12)
     core = big_core(policy="program", max_num_seqs=1)
