@@ -264,6 +264,9 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     # Thinking blocks the engine closed: at the thinking budget, or to leave max_tokens room for the
     # end sequence and the grammar's shortest completion (engine.structured.thinking).
     num_thinking_budget_closed: int = 0
+    # The wait bound in force, in seconds (``--max-wait``; auto: from turn service times,
+    # ``engine.scheduling.wait_bound``).
+    max_wait_s: float = 0.0
 
 
 class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):
