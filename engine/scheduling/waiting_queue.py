@@ -58,7 +58,13 @@ class FcfsQueue:
         return self._queue[0]
 
     def push(self, request: Request) -> None:
-        self._queue.append(request)
+        """Queue ``request``: last, but a round returning from tools the server ran goes first
+        (after the requests it finds there that did too)."""
+        if not request.server_tool_return:
+            self._queue.append(request)
+            return
+        ahead = next((i for i, r in enumerate(self._queue) if not r.server_tool_return), len(self._queue))
+        self._queue.insert(ahead, request)
 
     def push_preempted(self, request: Request) -> None:
         self._queue.appendleft(request)
