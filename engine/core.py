@@ -150,9 +150,10 @@ class EngineCore:
         server runs them, for at most that many seconds (engine.scheduling.retention)."""
         self.scheduler.retention.on_turn_ended(program_id, request_id, tool_names, server_hold)
 
-    def tools_returned(self, program_id: str, request_id: str, next_round: bool) -> None:
-        """The server-run tools of ``request_id``'s turn returned (engine.scheduling.retention)."""
-        self.scheduler.retention.on_tools_returned(program_id, request_id, next_round)
+    def tools_returned(self, program_id: str, request_id: str) -> None:
+        """The server-run tools of ``request_id``'s turn returned and the loop stopped
+        (engine.scheduling.retention)."""
+        self.scheduler.retention.on_tools_returned(program_id, request_id)
 
     def _grammar_compiler(self):
         if self._grammars is None:

@@ -215,10 +215,10 @@ class EngineClient:
         if not self.is_dead:
             self._socket.send(encode(TurnEnded(program_id, request_id, list(tool_names), server_hold)))
 
-    def tools_returned(self, program_id: str, request_id: str, next_round: bool) -> None:
-        """Tell the engine the server-run tools of a turn returned (``next_round``: it follows at once)."""
+    def tools_returned(self, program_id: str, request_id: str) -> None:
+        """Tell the engine the server-run tools of a turn returned and no next round follows."""
         if not self.is_dead:
-            self._socket.send(encode(ToolsReturned(program_id, request_id, next_round)))
+            self._socket.send(encode(ToolsReturned(program_id, request_id)))
 
     async def abort(self, request_ids: list[str]) -> None:
         self._check_alive()

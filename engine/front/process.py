@@ -202,7 +202,7 @@ class EngineServer:
         elif isinstance(message, TurnEnded):
             self.core.turn_ended(message.program_id, message.request_id, message.tool_names, message.server_hold)
         elif isinstance(message, ToolsReturned):
-            self.core.tools_returned(message.program_id, message.request_id, message.next_round)
+            self.core.tools_returned(message.program_id, message.request_id)
         elif isinstance(message, AbortRequests):
             ids = None if message.all_requests else message.request_ids
             self._send_outputs(self.core.abort_requests(ids))

@@ -86,12 +86,11 @@ class TurnEnded(msgspec.Struct, tag="turn_ended", array_like=True):
 
 
 class ToolsReturned(msgspec.Struct, tag="tools_returned", array_like=True):
-    """The server-run tools of ``request_id``'s turn returned: ``next_round`` follows at once
-    (else the loop stopped and the pin is released)."""
+    """The server-run tools of ``request_id``'s turn returned and no next round follows (the loop
+    stopped): the pin held for them is released. (A next round claims the pin itself.)"""
 
     program_id: str
     request_id: str
-    next_round: bool
 
 
 class AbortRequests(msgspec.Struct, tag="abort", array_like=True):

@@ -10,8 +10,8 @@ SECONDS``: that fixed TTL). It is released when the program's next turn is admit
 
 Tools the server runs (the hosted MCP loop) are not guessed at: the gateway's ``TurnEnded``
 says it runs them (``server_hold``: at most that many seconds), and the pin is held for exactly
-as long as they run: ``ToolsReturned`` ends it when the loop stops, or the next round, which
-arrives at once, claims it. That round is admitted first (``Request.server_tool_return``; the
+as long as they run: the next round, sent as they return, claims it, or ``ToolsReturned`` ends
+it when the loop stops there. That round is admitted first (``Request.server_tool_return``; the
 queues put it ahead of all but overdue requests) and its gap teaches no law: the learned gap
 laws are for client-run tools only.
 
@@ -214,15 +214,11 @@ class KVRetention:
         ttl = self.fixed_ttl if self.fixed_ttl is not None else self.gaps.law(program_id, key).ttl()
         pin.expires = pin.ended + ttl
 
-    def on_tools_returned(self, program_id: str, request_id: str, next_round: bool) -> None:
-        """The server's tools called by ``request_id`` returned: its next round follows at once
-        (``next_round``: the pin waits ``GRACE_S`` for it), or the loop stopped (the pin goes)."""
+    def on_tools_returned(self, program_id: str, request_id: str) -> None:
+        """The server's tools called by ``request_id`` returned and the loop stopped: the pin goes
+        (a next round would have claimed it)."""
         pin = self.pins.get(program_id)
-        if pin is None or pin.request_id != request_id or not pin.server_run or pin.claimed_by is not None:
-            return
-        if next_round:
-            pin.expires = self.clock() + GRACE_S
-        else:
+        if pin is not None and pin.request_id == request_id and pin.server_run and pin.claimed_by is None:
             self._release(pin, "loop_ended")
 
     # -- releasing -------------------------------------------------------------------

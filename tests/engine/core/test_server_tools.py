@@ -34,7 +34,6 @@ def test_a_server_run_tool_holds_the_pin_while_it_runs_and_its_next_round_goes_f
     retention.expire()
     assert "loop" in retention.pins
     turn(core, "other-1", history(rng, 8), "other")  # queued before the round returns
-    core.tools_returned("loop", "loop-1", next_round=True)
     turn(core, "loop-2", conversation + history(rng, 6), "loop", after=True)
     assert core.scheduler.waiting.peek().request_id == "loop-2", "the round after a server tool goes first"
     finished = run(core)
@@ -47,9 +46,9 @@ def test_a_loop_that_stops_after_its_tools_releases_the_pin_at_once():
     rng = random.Random(2)
     core = make_core()
     ended_turn(core, rng, "loop", server_hold=60.0)
-    core.tools_returned("loop", "other-id", next_round=False)  # not its turn: nothing
+    core.tools_returned("loop", "other-id")  # not its turn: nothing
     assert "loop" in core.scheduler.retention.pins
-    core.tools_returned("loop", "loop-1", next_round=False)
+    core.tools_returned("loop", "loop-1")
     stats = core.stats().retention
     assert stats.pins == 0 and stats.released_loop_ended == 1
     assert core.scheduler.kv.num_free_blocks == 64
