@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # torch only when a device is resolved: front ends import thi
     import torch
 
 from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.scheduling.wait_bound import parse_max_wait
 
 RunnerKind = Literal["overlap", "sync", "null"]
 RUNNERS: tuple[str, ...] = ("overlap", "sync", "null")
@@ -126,7 +127,9 @@ class EngineConfig:
                   ``engine.scheduling.programs.admission``) or "fcfs" (by request).
     max_wait:     seconds after which a waiting request is overdue, under every
                   policy: it goes first, program admission does not hold it, and
-                  nothing after it is admitted before it (``engine.scheduling.waiting_queue``).
+                  nothing after it is admitted before it (``engine.scheduling.waiting_queue``);
+                  "auto" (default): max(10 s, 3 x the median turn service time, measured
+                  online; ``engine.scheduling.wait_bound``), else a fixed number of seconds.
     deterministic: greedy output (and seeded sampling) that does not depend
                   on what else is in the batch: attention one token at a
                   time, row-invariant linears, a fixed thread count (CPU
@@ -161,7 +164,7 @@ class EngineConfig:
     kv_retention: str = "auto"
     kv_retention_max_fraction: float = 0.5
     scheduling_policy: str = "program"  # it won the agent-programs benchmark (docs/agent-programs.md)
-    max_wait: float = 10.0
+    max_wait: str = "auto"
     # The null runner only: seconds each step takes, to emulate a model.
     null_step_seconds: float = 0.0
     # The null runner only: a reply ends (its first EOS token) after this many tokens (None: never
@@ -212,8 +215,10 @@ class EngineConfig:
                 f"scheduling_policy must be one of {SCHEDULING_POLICIES}, got {self.scheduling_policy!r}",
                 "scheduling_policy",
             )
-        if not 0 < self.max_wait < float("inf"):
-            raise InvalidRequestError("max_wait must be a positive number of seconds", "max_wait")
+        try:
+            parse_max_wait(self.max_wait)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), "max_wait") from None
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise InvalidRequestError("gpu_memory_utilization must be in (0, 1]", "gpu_memory_utilization")
 

@@ -69,7 +69,7 @@ class EngineCore:
             kv,
             make_speculator(config, self.runner.batch_dependent_decode),
             waiting=make_queue(config.scheduling_policy, config.max_wait),
-            retention=KVRetention(kv.pool, retention, config.kv_retention_max_fraction),
+            retention=KVRetention(kv.pool, retention, config.kv_retention_max_fraction, kv.block_size),
             step_budget=make_step_budget(config, self.runner),
         )
         self._in_flight: deque[_InFlight] = deque()
@@ -144,10 +144,16 @@ class EngineCore:
         else:  # scheduled once its grammar has compiled (see _admit_compiled)
             self._compiling.append((request, self._grammar_compiler().submit(structured)))
 
-    def turn_ended(self, program_id: str, request_id: str, tool_names: list[str]) -> None:
+    def turn_ended(self, program_id: str, request_id: str, tool_names: list[str], server_hold: float = 0.0) -> None:
         """The front end read the reply of ``request_id``, a turn of ``program_id``: it called
-        ``tool_names`` (none: the conversation's pin, if any, is released)."""
-        self.scheduler.retention.on_turn_ended(program_id, request_id, tool_names)
+        ``tool_names`` (none: the conversation's pin, if any, is released); ``server_hold`` > 0: the
+        server runs them, for at most that many seconds (engine.scheduling.retention)."""
+        self.scheduler.retention.on_turn_ended(program_id, request_id, tool_names, server_hold)
+
+    def tools_returned(self, program_id: str, request_id: str) -> None:
+        """The server-run tools of ``request_id``'s turn returned and the loop stopped
+        (engine.scheduling.retention)."""
+        self.scheduler.retention.on_tools_returned(program_id, request_id)
 
     def _grammar_compiler(self):
         if self._grammars is None:

@@ -10,16 +10,16 @@ from agentgate.engine.config import SCHEDULING_POLICIES, EngineConfig
 from agentgate.engine.runner.base import ModelRunner
 from agentgate.engine.scheduling.programs.queue import ProgramQueue
 from agentgate.engine.scheduling.step_budget import StepBudget, resolve_max_step_ms
-from agentgate.engine.scheduling.waiting_queue import DEFAULT_MAX_WAIT_S, FcfsQueue
+from agentgate.engine.scheduling.waiting_queue import FcfsQueue
 from agentgate.engine.speculative import make_proposer
 from agentgate.engine.speculative.speculator import CPU_AUTO_MAX_BATCH, CPU_STEP_DRAFTS, CUDA_STEP_DRAFTS, Speculator
 
 log = logging.getLogger("agentgate.engine")
 
 
-def make_queue(policy: str, max_wait: float = DEFAULT_MAX_WAIT_S) -> FcfsQueue:
+def make_queue(policy: str, max_wait: str | float = "auto") -> FcfsQueue:
     """The waiting queue of ``--scheduling-policy`` (``engine.scheduling.waiting_queue``,
-    ``engine.scheduling.programs.queue``)."""
+    ``engine.scheduling.programs.queue``) keeping the wait bound ``max_wait`` (``engine.scheduling.wait_bound``)."""
     if policy == "fcfs":
         return FcfsQueue(max_wait)
     if policy == "program":

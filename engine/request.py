@@ -62,6 +62,7 @@ class Request:
         "passed_since",
         "tenant",
         "cache_root",
+        "server_tool_return",
     )
 
     def __init__(
@@ -97,6 +98,8 @@ class Request:
         self.ever_scheduled = False
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None  # when its first output token was confirmed
+        # A program's next round after tools the server ran (engine.scheduling.retention): admitted first.
+        self.server_tool_return = False
         # The request's RequestGrammar when its output is constrained.
         self.grammar = None
         # The agent program it is a turn of, and that program's account of the service it has had

@@ -88,6 +88,12 @@ class Generation:
         # The request's context as dispatch admitted it: a later round of the request starts in it.
         self.context = lease.context if lease is not None else NO_CONTEXT
         self._closed = False
+        # The tools the server runs for this turn (the hosted MCP loop, gateway.tool_loop) and for at
+        # most how many seconds: a turn that calls only these tells the engine so (its pin is held
+        # until they return: ``server_held``, ended by ``tools_returned``).
+        self.server_tools: frozenset[str] = frozenset()
+        self.server_hold = 0.0
+        self.server_held = False
         self.span = current_span()  # this request's trace span (None: tracing off)
         if self.span is not None:
             self.span.requested(job.model, params, len(self.choices))
@@ -216,7 +222,9 @@ class Generation:
             self._lease.release(usage.prompt_tokens, usage.completion_tokens, message, first.token_ids)
         if self.program is not None and self.program.tools_offered:
             ended = called if first.finish_reason == "stop" else []
-            self.engine.turn_ended(self.program.program_id, first.request_id, ended)
+            self.server_held = bool(ended) and self.server_hold > 0 and set(ended) <= self.server_tools
+            hold = self.server_hold if self.server_held else 0.0
+            self.engine.turn_ended(self.program.program_id, first.request_id, ended, hold)
         reasons = [c.finish_reason or ("error" if self.error is not None else None) for c in self.choices]
         if self.span is not None:
             self._trace_end(called, usage or self.usage, reasons)
@@ -228,6 +236,13 @@ class Generation:
             time.monotonic() - self.arrival,
             [FinishedChoice(len(c.prompt_ids), c.num_tokens, c.timings, c.reasoning_tokens) for c in self.choices],
         )
+
+    def tools_returned(self) -> None:
+        """The server-run tools this turn called returned and no next round follows: the engine
+        releases the pin it held for them (once; a next round claims the pin instead)."""
+        if self.server_held and self.program is not None:
+            self.server_held = False
+            self.engine.tools_returned(self.program.program_id, self.choices[0].request_id)
 
     def _trace_end(self, calls: list[str], usage: Usage, reasons: list[str | None]) -> None:
         """The span's end: usage, finish reasons (a first reply that called tools: ``tool_calls``,

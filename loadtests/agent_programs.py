@@ -205,7 +205,9 @@ async def run_round(url: str, round_id: str, args: argparse.Namespace) -> dict[s
             for agent in range(args.agents):
                 tasks.start_soon(one, agent)
         wall = time.perf_counter() - t0
-    return summarize(programs, wall)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:  # the wait bound in force now
+        health = (await http.get("/health")).json()
+    return {**summarize(programs, wall), "max_wait_s": health.get("max_wait_s") or float("nan")}
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -240,6 +242,8 @@ def summarize(programs: list[Program], wall: float) -> dict[str, float]:
         "recomputed_tokens": sum(t.prompt_tokens - t.cached_tokens for t in every),
         "output_tok_s": sum(t.completion_tokens for t in every) / wall,
         "final_prompt_tokens": statistics.median(p.turns[-1].prompt_tokens for p in done) if done else 0,
+        # The longest any turn waited for its first token: an upper bound of its wait in the queue.
+        "longest_wait": max((t.first_token - t.start for t in every if t.first_token is not None), default=0.0),
     }
 
 
@@ -257,7 +261,7 @@ def compare(servers: dict[str, Server], label: str, args: argparse.Namespace) ->
     print(f"\n{label}: medians of {args.rounds} rounds, {args.agents} agents x {args.turns} turns")
     print(
         f"{'server':<14}{'JCT p50':>9}{'p90':>8}{'p99':>8}{'ret TTFT p50':>14}{'p90':>8}{'ret hit':>9}{'call hit':>9}"
-        f"{'recomputed':>12}{'tok/s':>8}{'JCT p50 x':>11}{'p99 x':>8}{'tok/s x':>9}"
+        f"{'recomputed':>12}{'tok/s':>8}{'JCT p50 x':>11}{'p99 x':>8}{'tok/s x':>9}{'longest wait':>14}{'bound':>8}"
     )
     for name, m in medians.items():
         print(
@@ -266,7 +270,7 @@ def compare(servers: dict[str, Server], label: str, args: argparse.Namespace) ->
             f"{m['call_return_hit_rate']:>9.1%}"
             f"{m['recomputed_tokens']:>12.0f}{m['output_tok_s']:>8.1f}"
             f"{base['jct_p50'] / m['jct_p50']:>10.2f}x{m['jct_p99'] / base['jct_p99']:>7.2f}x"
-            f"{m['output_tok_s'] / base['output_tok_s']:>8.2f}x",
+            f"{m['output_tok_s'] / base['output_tok_s']:>8.2f}x{m['longest_wait']:>13.1f}s{m['max_wait_s']:>7.1f}s",
             flush=True,
         )
     return medians

@@ -54,6 +54,7 @@ from agentgate.engine.front.protocol import (
     SchedulerStats,
     StartupFailed,
     ThinkingSpec,
+    ToolsReturned,
     TurnEnded,
     decode_from_engine,
     encode,
@@ -210,11 +211,17 @@ class EngineClient:
             async for out in outputs:
                 yield out
 
-    def turn_ended(self, program_id: str, request_id: str, tool_names: list[str]) -> None:
+    def turn_ended(self, program_id: str, request_id: str, tool_names: list[str], server_hold: float = 0.0) -> None:
         """Tell the engine what a program's finished turn called (none: drop what it keeps for
-        it). Sent without waiting (ZMQ queues it), so a request's synchronous close can call it."""
+        it; ``server_hold`` > 0: the server runs them, for at most that many seconds). Sent without
+        waiting (ZMQ queues it), so a request's synchronous close can call it."""
         if not self.is_dead:
-            self._socket.send(encode(TurnEnded(program_id, request_id, list(tool_names))))
+            self._socket.send(encode(TurnEnded(program_id, request_id, list(tool_names), server_hold)))
+
+    def tools_returned(self, program_id: str, request_id: str) -> None:
+        """Tell the engine the server-run tools of a turn returned and no next round follows."""
+        if not self.is_dead:
+            self._socket.send(encode(ToolsReturned(program_id, request_id)))
 
     async def abort(self, request_ids: list[str]) -> None:
         self._check_alive()

@@ -41,6 +41,7 @@ from agentgate.engine.front.protocol import (
     Ready,
     Resume,
     StartupFailed,
+    ToolsReturned,
     TurnEnded,
     decode_to_engine,
     encode,
@@ -199,7 +200,9 @@ class EngineServer:
         elif isinstance(message, AddRequest):
             self._add(identity, message)
         elif isinstance(message, TurnEnded):
-            self.core.turn_ended(message.program_id, message.request_id, message.tool_names)
+            self.core.turn_ended(message.program_id, message.request_id, message.tool_names, message.server_hold)
+        elif isinstance(message, ToolsReturned):
+            self.core.tools_returned(message.program_id, message.request_id)
         elif isinstance(message, AbortRequests):
             ids = None if message.all_requests else message.request_ids
             self._send_outputs(self.core.abort_requests(ids))

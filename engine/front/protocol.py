@@ -2,7 +2,7 @@
 
 Every message is a msgspec struct encoded as msgpack (``array_like`` keeps
 them compact), one tagged union each way. Front end -> engine: Hello,
-AddRequest, TurnEnded, AbortRequests, and the calls that get a CallResult (Pause,
+AddRequest, TurnEnded, ToolsReturned, AbortRequests, and the calls that get a CallResult (Pause,
 Resume, IsPaused, GetStats, Health). Engine -> front end: Ready,
 StartupFailed, EngineOutputs, CallResult, Heartbeat. Token ids travel, never
 text.
@@ -75,11 +75,22 @@ class AddRequest(msgspec.Struct, tag="add", array_like=True, omit_defaults=True)
 
 class TurnEnded(msgspec.Struct, tag="turn_ended", array_like=True):
     """A program's turn (engine request ``request_id``) finished and the gateway has read
-    its reply: it called ``tool_names`` (empty: no tool call, so nothing is kept for it)."""
+    its reply: it called ``tool_names`` (empty: no tool call, so nothing is kept for it).
+    ``server_hold`` > 0: the server runs those tools itself (the hosted MCP loop), for at most
+    that many seconds; the pin is held until ToolsReturned or the next round (no TTL guessed)."""
 
     program_id: str
     request_id: str
     tool_names: list[str]
+    server_hold: float = 0.0
+
+
+class ToolsReturned(msgspec.Struct, tag="tools_returned", array_like=True):
+    """The server-run tools of ``request_id``'s turn returned and no next round follows (the loop
+    stopped): the pin held for them is released. (A next round claims the pin itself.)"""
+
+    program_id: str
+    request_id: str
 
 
 class AbortRequests(msgspec.Struct, tag="abort", array_like=True):
@@ -212,11 +223,17 @@ class RetentionStats(msgspec.Struct, array_like=True):
     released_expired: int = 0
     released_pressure: int = 0
     released_no_tool_call: int = 0
+    released_loop_ended: int = 0  # server-run tools returned and the loop stopped
     returning_turns: int = 0
     returning_queries_tokens: int = 0
     returning_hits_tokens: int = 0
     tool_gaps: int = 0
     tool_gap_seconds_sum: float = 0.0
+    # Pinned KV released for memory: the blocks only those pins held (freed to the LRU), and the
+    # returning turns of those programs that then found less of their conversation cached than
+    # the pin had held.
+    pressure_released_blocks: int = 0
+    returning_missed_after_eviction: int = 0
 
 
 # vLLM's buckets for its KV residency histograms (``vllm/v1/metrics/loggers.py``), in seconds.
@@ -264,6 +281,9 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     # Thinking blocks the engine closed: at the thinking budget, or to leave max_tokens room for the
     # end sequence and the grammar's shortest completion (engine.structured.thinking).
     num_thinking_budget_closed: int = 0
+    # The wait bound in force, in seconds (``--max-wait``; auto: from turn service times,
+    # ``engine.scheduling.wait_bound``).
+    max_wait_s: float = 0.0
 
 
 class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):
@@ -286,7 +306,9 @@ class CallResult(msgspec.Struct, tag="result", array_like=True, omit_defaults=Tr
     error: str | None = None
 
 
-ToEngine = Hello | AddRequest | TurnEnded | AbortRequests | Pause | Resume | IsPaused | GetStats | Health
+ToEngine = (
+    Hello | AddRequest | TurnEnded | ToolsReturned | AbortRequests | Pause | Resume | IsPaused | GetStats | Health
+)
 FromEngine = Ready | StartupFailed | EngineOutputs | CallResult | Heartbeat
 
 _encoder = msgspec.msgpack.Encoder()

@@ -6,7 +6,9 @@ overdue (it has waited ``--max-wait``), and any pin when nothing runs; a new pro
 waits for memory instead. By fcfs, any pin, and a pin is released before any running request
 is preempted. By program, memory goes by rank, pinned or running: a request may release only
 the pins of programs ranked after its own while anything runs, then preempts the running
-request ranked last (itself, if it is that one); pins go last ranked program first.
+request ranked last (itself, if it is that one). Among the pins a request may release, those of
+the programs served a level more first, and within a level the least expected loss
+(``engine.scheduling.pin_cost``).
 """
 
 from __future__ import annotations

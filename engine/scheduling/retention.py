@@ -8,13 +8,22 @@ TTL of the gap law of (program, tools) (``engine.scheduling.tool_gaps``; ``--kv-
 SECONDS``: that fixed TTL). It is released when the program's next turn is admitted
 (its blocks then held by that turn), at its TTL, or under pressure.
 
+Tools the server runs (the hosted MCP loop) are not guessed at: the gateway's ``TurnEnded``
+says it runs them (``server_hold``: at most that many seconds), and the pin is held for exactly
+as long as they run: the next round, sent as they return, claims it, or ``ToolsReturned`` ends
+it when the loop stops there. That round is admitted first (``Request.server_tool_return``; the
+queues put it ahead of all but overdue requests) and its gap teaches no law: the learned gap
+laws are for client-run tools only.
+
 Bounds and order. Blocks held by pins never exceed ``max_fraction`` of the cache: a pin
 that would pass it releases pins, new one included, in release order until it fits.
 Release order (bound and pressure): pins whose next turn has not arrived before pins
-whose turn waits to be admitted; among them, ``by_service`` (the program scheduling
-policy), the program ranked last first (``ProgramRecord.rank``); else the least likely to return within
-``HORIZON_S`` first (``GapLaw.return_soon``); then the oldest turn end. Releasing drops
-only the pin's references: blocks a running request shares are never taken from it.
+whose turn waits to be admitted; among them, the least expected loss first (tokens to
+recompute x their prefill cost x P(return soon): ``engine.scheduling.pin_cost`` states the
+rule; under the program policy, ``by_service``, within the level of service of the programs,
+those a level behind going first); then the oldest turn end. Releasing drops only the pin's references: blocks a running
+request shares are never taken from it. /metrics counts the pinned blocks released for memory
+and the returning turns of those programs that then missed part of what their pin held.
 
 Programs' accounts (``engine.scheduling.programs.table``) live here too: each arriving turn is given its
 program's record, whose service the scheduler counts. A program away longer than its
@@ -32,11 +41,14 @@ from agentgate.engine.config import parse_retention
 from agentgate.engine.front.protocol import RetentionStats
 from agentgate.engine.kv.block_pool import Block, BlockPool
 from agentgate.engine.request import Request
+from agentgate.engine.scheduling.pin_cost import exclusive_blocks, recompute_cost
 from agentgate.engine.scheduling.programs.table import ProgramRecord, ProgramTable
 from agentgate.engine.scheduling.tool_gaps import ToolGaps, tool_key
 
 # Seconds a pin lives before the gateway says whether its turn called tools.
 GRACE_S = 5.0
+# Programs remembered as having lost their pin to pressure, until their next turn is admitted.
+MAX_EVICTED = 4096
 
 
 @dataclass(slots=True)
@@ -49,6 +61,7 @@ class Pin:
     served: ProgramRecord  # its program's account (the program policy ranks by it)
     tools: str | None = None  # set once TurnEnded says what was called
     claimed_by: str | None = None  # the id of its next turn, waiting to be admitted
+    server_run: bool = False  # its tools run in the server: held until they return (not a law's TTL)
 
 
 class KVRetention:
@@ -59,6 +72,7 @@ class KVRetention:
         pool: BlockPool,
         mode: str = "auto",
         max_fraction: float = 0.5,
+        block_size: int = 16,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -73,7 +87,10 @@ class KVRetention:
         self.pins: dict[str, Pin] = {}
         self.held_blocks = 0
         self.counts = RetentionStats(max_held_blocks=self.max_held_blocks)
-        self.by_service = False  # release the pins of programs ranked last first (set by the program policy)
+        self.block_size = block_size
+        self.by_service = False  # the program policy: pins of programs a level behind go first (set by it)
+        # program id -> tokens its pin held when pressure released it (until its next turn is admitted)
+        self.evicted: dict[str, int] = {}
 
     # -- a program's turns -----------------------------------------------------------
     def on_arrival(self, request: Request) -> None:
@@ -93,7 +110,9 @@ class KVRetention:
                 record.start_again(now)
         record.in_flight += 1
         record.idle_since = None
-        if tag.after_tool_calls:
+        if tag.after_tool_calls and record.server_tools:
+            request.server_tool_return = True  # no law learns from it; admitted first
+        elif tag.after_tool_calls:
             self._observe_gap(tag, record.last_end, record.last_tools, now, request.tenant)
         pin = self.pins.get(tag.program_id)
         if pin is not None and pin.claimed_by is None:
@@ -118,6 +137,9 @@ class KVRetention:
             self.counts.returning_turns += 1
             self.counts.returning_queries_tokens += request.num_tokens
             self.counts.returning_hits_tokens += num_cached
+            lost = self.evicted.pop(tag.program_id, None)
+            if lost is not None and num_cached < lost:
+                self.counts.returning_missed_after_eviction += 1
         pin = self.pins.get(tag.program_id)
         if pin is not None:
             self._release(pin, "returned")
@@ -173,21 +195,34 @@ class KVRetention:
             pass
         return True
 
-    def on_turn_ended(self, program_id: str, request_id: str, tool_names: list[str]) -> None:
-        """The gateway read the reply of ``request_id``: it called ``tool_names``."""
+    def on_turn_ended(self, program_id: str, request_id: str, tool_names: list[str], server_hold: float = 0.0) -> None:
+        """The gateway read the reply of ``request_id``: it called ``tool_names``; ``server_hold`` > 0:
+        the server runs them, for at most that many seconds (the pin is held until they return)."""
         record = self.programs.get(program_id)
         key = tool_key(tool_names, record.tenant if record is not None else "") if tool_names else None
+        server = bool(key) and server_hold > 0
         if record is not None:
             record.last_tools = key
+            record.server_tools = server
         pin = self.pins.get(program_id)
         if pin is None or pin.request_id != request_id:
             return
         if key is None:
             self._release(pin, "no_tool_call")
             return
-        pin.tools = key
+        pin.tools, pin.server_run = key, server
+        if server:
+            pin.expires = self.clock() + server_hold
+            return
         ttl = self.fixed_ttl if self.fixed_ttl is not None else self.gaps.law(program_id, key).ttl()
         pin.expires = pin.ended + ttl
+
+    def on_tools_returned(self, program_id: str, request_id: str) -> None:
+        """The server's tools called by ``request_id`` returned and the loop stopped: the pin goes
+        (a next round would have claimed it)."""
+        pin = self.pins.get(program_id)
+        if pin is not None and pin.request_id == request_id and pin.server_run and pin.claimed_by is None:
+            self._release(pin, "loop_ended")
 
     # -- releasing -------------------------------------------------------------------
     def expire(self) -> None:
@@ -201,12 +236,9 @@ class KVRetention:
         in the order pressure releases them."""
         now = self.clock()
 
-        def key(pin: Pin) -> tuple[bool, tuple[float, float], float]:
-            if self.by_service:
-                level, since = pin.served.rank
-                return (pin.claimed_by is not None, (-level, -since), pin.ended)
-            law = self.gaps.law(pin.program_id, pin.tools)
-            return (pin.claimed_by is not None, (law.return_soon(now - pin.ended), 0.0), pin.ended)
+        def key(pin: Pin) -> tuple[bool, int, float, float]:
+            level = -pin.served.level if self.by_service else 0
+            return (pin.claimed_by is not None, level, self.expected_loss(pin, now), pin.ended)
 
         candidates = (
             p
@@ -214,6 +246,11 @@ class KVRetention:
             if p.program_id != exclude and (ranked_after is None or p.served.rank > ranked_after)
         )
         return sorted(candidates, key=key)
+
+    def expected_loss(self, pin: Pin, now: float) -> float:
+        """What releasing ``pin`` is expected to cost (``engine.scheduling.pin_cost``)."""
+        soon = 1.0 if pin.server_run else self.gaps.law(pin.program_id, pin.tools).return_soon(now - pin.ended)
+        return recompute_cost(pin.blocks, self.block_size) * soon
 
     def release_one(
         self, exclude: str | None, reason: str = "pressure", ranked_after: tuple[int, float] | None = None
@@ -231,6 +268,11 @@ class KVRetention:
             self._release(pin, "expired")
 
     def _release(self, pin: Pin, reason: str) -> None:
+        if reason == "pressure":
+            self.counts.pressure_released_blocks += exclusive_blocks(pin.blocks)
+            self.evicted[pin.program_id] = len(pin.blocks) * self.block_size
+            if len(self.evicted) > MAX_EVICTED:
+                del self.evicted[next(iter(self.evicted))]
         del self.pins[pin.program_id]
         for block in pin.blocks:
             block.pins -= 1

@@ -139,6 +139,7 @@ class Scheduler:
             num_accepted_tokens=self.speculator.num_accepted_tokens if self.speculator else 0,
             retention=self.retention.stats(),
             kv_residency=self.kv.pool.residency.stats(),
+            max_wait_s=self.waiting.max_wait,
         )
 
     # -- one step -----------------------------------------------------------
@@ -377,6 +378,8 @@ class Scheduler:
         elif not self.retention.on_finished(request, self.kv.detach):
             self.kv.free(request)
         self.retention.on_left(request)
+        if request.first_scheduled_time is not None and reason is not FinishReason.ABORT:
+            self.waiting.bound.observe(time.monotonic() - request.first_scheduled_time)
         if self.speculator is not None:
             self.speculator.finish(request.request_id)
         request.status = RequestStatus.FINISHED

@@ -3,7 +3,8 @@ fcfs``: by request; a preempted request goes back first), and the wait bound eve
 keeps. The program policy's order is ``engine.scheduling.programs.queue.ProgramQueue``, built on this one;
 ``engine.core_parts.make_queue`` picks the queue for the policy.
 
-The bound, under both: a request is *overdue* once ``max_wait`` seconds (``--max-wait``) have
+The bound, under both: a request is *overdue* once ``max_wait`` seconds (``--max-wait``: the bound
+in force, ``engine.scheduling.wait_bound``; ``auto`` follows the engine's turn service time) have
 passed since a request that arrived after it was first admitted ahead of it (the scheduler marks
 ``Request.passed_since``). Overdue requests go ahead of every other request (among them, by
 arrival), program admission does not hold them back, nothing after them is admitted while the
@@ -21,16 +22,23 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from agentgate.engine.request import Request
+from agentgate.engine.scheduling.wait_bound import MIN_WAIT_S, WaitBound
 
-# Seconds after which a waiting request is served by arrival, whatever the policy.
-DEFAULT_MAX_WAIT_S = 10.0
+# Seconds after which a waiting request is served by arrival, whatever the policy, while no turn's
+# service time has been measured (``auto``; the floor of the bound it keeps).
+DEFAULT_MAX_WAIT_S = MIN_WAIT_S
 
 
 class FcfsQueue:
-    def __init__(self, max_wait: float = DEFAULT_MAX_WAIT_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, max_wait: str | float = "auto", clock: Callable[[], float] = time.monotonic) -> None:
         self._queue: deque[Request] = deque()
-        self.max_wait = max_wait
+        self.bound = WaitBound(max_wait)
         self.clock = clock
+
+    @property
+    def max_wait(self) -> float:
+        """Seconds: the bound in force now."""
+        return self.bound.seconds
 
     def overdue(self, request: Request, now: float | None = None) -> bool:
         """Whether ``request`` has waited ``max_wait`` seconds since it was first passed (see the
@@ -50,7 +58,13 @@ class FcfsQueue:
         return self._queue[0]
 
     def push(self, request: Request) -> None:
-        self._queue.append(request)
+        """Queue ``request``: last, but a round returning from tools the server ran goes first
+        (after the requests it finds there that did too)."""
+        if not request.server_tool_return:
+            self._queue.append(request)
+            return
+        ahead = next((i for i, r in enumerate(self._queue) if not r.server_tool_return), len(self._queue))
+        self._queue.insert(ahead, request)
 
     def push_preempted(self, request: Request) -> None:
         self._queue.appendleft(request)

@@ -47,6 +47,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentgate.engine.scheduling.wait_bound import WaitBound
 from agentgate.gateway.config.flags import add_settings_flags, configure_logging, settings_from_args
 from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.observation.tracing import check_tracing, traces_endpoint
@@ -183,11 +184,12 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         for i in range(settings.engines):
             address = private_address()
             log.info(
-                "starting engine %d/%d (runner %s, model %s) on %s",
+                "starting engine %d/%d (runner %s, model %s, wait bound %s) on %s",
                 i + 1,
                 settings.engines,
                 engine_config.runner,
                 engine_config.model or "default",
+                WaitBound(engine_config.max_wait).describe(),
                 address,
             )
             process = start_engine_process(engine_config, address)
@@ -226,7 +228,13 @@ def _engine(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from agentgate.engine.model_files.model_path import model_display_name
 
     config = settings.engine_config()
-    log.info("engine (runner %s, model %s) binding %s", config.runner, config.model or "default", address)
+    log.info(
+        "engine (runner %s, model %s, wait bound %s) binding %s",
+        config.runner,
+        config.model or "default",
+        WaitBound(config.max_wait).describe(),
+        address,
+    )
     lifecycle = None
     if settings.redis_url is not None:  # announced in the registry gateways without --engine read
         from agentgate.gateway.engines.registry import EngineAnnouncer, undialable

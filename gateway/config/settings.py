@@ -146,10 +146,10 @@ class Settings(HarnessSettings, ReasoningSettings):  # issue 49's and 48's flags
         default="program",
         engine=True,
     )
-    max_wait: float = setting(
+    max_wait: str = setting(
         "seconds a request may wait while requests that came after it are admitted, under every policy; "
-        "then it goes first",
-        default=10.0,
+        "then it goes first. auto: max(10 s, 3 x the engine's median turn service time, measured online)",
+        default="auto",
         engine=True,
     )
     # -- HTTP -----------------------------------------------------------------------

@@ -85,6 +85,11 @@ class _EngineCollector(Collector):
             "or to leave max_tokens room for the answer.",
             sum(s.num_thinking_budget_closed for s in known),
         )
+        yield gauge(
+            "agentgate_max_wait_seconds",
+            "The wait bound in force: seconds a request may wait behind later ones (--max-wait; largest over engines).",
+            max((s.max_wait_s for s in known), default=0.0),
+        )
         yield from _speculation_metrics(known)
         yield from retention_metrics(known)
         yield gauge("agentgate_engines_alive", "Engines this gateway can reach.", self._alive())

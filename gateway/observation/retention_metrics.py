@@ -22,11 +22,15 @@ _COUNTERS = {
     "released_expired": "Pins released at their TTL.",
     "released_pressure": "Pins released for memory (bound or pressure).",
     "released_no_tool_call": "Pins released because the turn called no tool.",
+    "released_loop_ended": "Pins of server-run tools released because the tool loop stopped after them.",
     "returning_turns": "Turns returning after tool calls.",
     "returning_queries_tokens": "Prompt tokens of returning turns looked up in the prefix cache.",
     "returning_hits_tokens": "Prompt tokens of returning turns found in the prefix cache.",
     "tool_gaps": "Tool gaps observed (a turn's end to its program's next turn).",
     "tool_gap_seconds_sum": "Seconds of the tool gaps observed.",
+    "pressure_released_blocks": "Pinned KV blocks released for memory (held by those pins alone).",
+    "returning_missed_after_eviction": "Returning turns whose pin was released for memory that then missed "
+    "part of what it held.",
 }
 
 

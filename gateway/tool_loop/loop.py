@@ -8,10 +8,13 @@ response (or message), round after round.
               (gateway.tool_loop.rounds says what ends it)
 
 Each round is a chat turn of the request's program (``gateway.chat.start_chat``), its messages
-the previous round's plus the reply and the results, so the engine keeps the conversation's KV
-between rounds as between a client's turns, and the reply is read back from its own tokens
-(``gateway.programs.turn_tokens``). The loop keeps every round's items (the Responses API's
-output items, whichever API renders them) in :attr:`ToolLoop.output`.
+the previous round's plus the reply and the results, and the reply is read back from its own
+tokens (``gateway.programs.turn_tokens``). The engine is told that the server runs the round's
+tools (``Generation.server_tools``: its pin is held for exactly as long as they run, not for a
+TTL guessed from client tool gaps): the next round, sent as they return, claims the pin and is
+admitted first; where the loop stops instead, ``Generation.tools_returned`` releases it. The
+loop keeps every round's items (the Responses API's output items, whichever API renders them)
+in :attr:`ToolLoop.output`.
 
 Each API renders the loop its way: whole (:meth:`ToolLoop.collect`, with a
 :class:`WholeRendering`) or streamed (:meth:`ToolLoop.stream`, with a :class:`StreamRendering`
@@ -83,6 +86,7 @@ class ToolLoop:
         self.conversation = conversation
         self.output: list[Item] = list(rounds.opening)
         self.round_start = len(self.output)  # the first item of the reply running now
+        self._serve(run)
         self.earlier: Usage | None = None  # the usage of the earlier replies
         self.ended = False  # a reply ended the loop (not an error): the API writes its close
 
@@ -96,13 +100,29 @@ class ToolLoop:
         """End the running reply's generation and close it (its lease, metrics, the program's turn)."""
         await close_reply(self.run)
 
+    def _serve(self, run: ChatRun) -> None:
+        """Say which tools the server runs for ``run``'s turn and for at most how long (what is
+        left of the response's tool time, and a second for the round trip)."""
+        gen = run.generation
+        gen.server_tools = frozenset(name for name, (_, approval) in self.rounds.labels.items() if not approval)
+        calls = self.rounds.calls
+        gen.server_hold = max(calls.limits.budget - calls.spent, 0.0) + 1.0
+
     async def _next(self, items: list[Item]) -> None:
-        """The server ran the calls of the reply whose items are ``items``: start the next reply."""
+        """The server ran the calls of the reply whose items are ``items``: start the next reply
+        (it claims the pin the engine held for them)."""
         self.conversation += round_messages(items)
         self.round_start = len(self.output)
         earlier = self.usage
-        self.run = await self.rounds.start_next(self.conversation, earlier.completion_tokens)
+        run = await self.rounds.start_next(self.conversation, earlier.completion_tokens)
+        self.run.generation.server_held = False
+        self.run = run
+        self._serve(run)
         self.earlier = earlier
+
+    def _stopped(self) -> None:
+        """The loop ends here: a pin held for the last round's server-run tools goes."""
+        self.run.generation.tools_returned()
 
     async def _settle(self, item: Item, finish: str | None, watch: Watch | None = None) -> bool:
         """Run an ``mcp_call`` item's call, unless the reply was cut (then it is ``incomplete``);
@@ -118,6 +138,12 @@ class ToolLoop:
     async def collect(self, whole: WholeRendering, watch: Watch) -> bool:
         """Run every round, whole; False: the client left (``watch`` said so). An engine error is
         raised, unless nobody waits (``whole.background``)."""
+        try:
+            return await self._collect(whole, watch)
+        finally:
+            self._stopped()
+
+    async def _collect(self, whole: WholeRendering, watch: Watch) -> bool:
         while True:
             gen = self.run.generation
             if not await run_reply(self.run, watch):
@@ -153,6 +179,13 @@ class ToolLoop:
         """The rounds' events, as ``out`` renders them, up to the last reply's end (then
         :attr:`ended`; the API writes its close). The edge closes the round running when the
         client leaves."""
+        try:
+            async for part in self._stream(out):
+                yield part
+        finally:
+            self._stopped()
+
+    async def _stream(self, out: StreamRendering[T]) -> AsyncIterator[T]:
         yield out.opening()
         while True:
             gen = self.run.generation

@@ -95,6 +95,9 @@ def test_version_and_health(gateway):
     assert gateway.client.get("/version").json()["version"]
     health = gateway.client.get("/health").json()
     assert health["status"] == "ok" and health["engines"] == 1 and health["redis"] == "up"
+    # The wait bound in force (--max-wait auto: at least 10 s), the same on /metrics.
+    assert health["max_wait"] == "auto" and health["max_wait_s"] >= 10.0
+    assert metrics(gateway.client)["agentgate_max_wait_seconds"] == health["max_wait_s"]
 
 
 def test_health_min_engines_is_a_readiness_bar(gateway):

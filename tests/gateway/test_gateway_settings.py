@@ -84,12 +84,13 @@ def test_engine_config_carries_the_engine_flags(monkeypatch):
 
 
 def test_the_wait_bound_is_a_flag_of_serve_and_engine_and_reaches_the_engine(monkeypatch):
-    assert _serve_args([], monkeypatch).engine_config().max_wait == 10.0
-    assert _serve_args(["--max-wait", "2.5"], monkeypatch).engine_config().max_wait == 2.5
+    assert _serve_args([], monkeypatch).engine_config().max_wait == "auto"
+    assert _serve_args(["--max-wait", "2.5"], monkeypatch).engine_config().max_wait == "2.5"
     engine = build_parser().parse_args(["engine", "--max-wait", "3"])
-    assert settings_from_args(engine).engine_config().max_wait == 3.0
-    with pytest.raises(ValueError, match="max_wait"):
-        _serve_args(["--max-wait", "0"], monkeypatch).engine_config()
+    assert settings_from_args(engine).engine_config().max_wait == "3"
+    for bad in ("0", "soon", "inf"):
+        with pytest.raises(ValueError, match="max_wait"):
+            _serve_args(["--max-wait", bad], monkeypatch).engine_config()
 
 
 def test_the_step_budget_is_a_flag_of_serve_and_engine_and_reaches_the_engine(monkeypatch):

@@ -24,11 +24,13 @@ from openai.types.responses import ResponseMcpCallCompletedEvent, ResponseMcpLis
 from agentgate.engine.model_files.model_path import default_model_path
 from agentgate.engine.text.tokenizer import load_tokenizer
 from agentgate.gateway.state.key_digests import key_digest
+from tests.support.http import metrics
 from tests.support.mcp_scripts import FORBIDDEN_CALL_ANSWER, SCRIPTS, mcp_gateway
 from tests.support.mcp_servers import McpServers, mcp_servers
-from tests.support.scripted_engine import ScriptedGateway, served_over_http
+from tests.support.scripted_engine import SCRIPTED_ENGINE, ScriptedGateway, served_over_http
 
 SECRET = "sekrit-token-1234"
+BLOCK_TOKENS = SCRIPTED_ENGINE.block_size
 
 
 @pytest.fixture(scope="module")
@@ -354,3 +356,27 @@ def test_a_next_reply_the_gateway_cannot_start_fails_the_response(client: openai
         time.sleep(0.05)
     assert done.status == "failed" and done.error is not None
     assert [item.type for item in done.output] == ["mcp_list_tools", "mcp_call"]
+
+
+def test_the_engine_holds_the_conversation_through_server_run_tools_and_learns_no_gap(
+    gateway: ScriptedGateway, client: openai.OpenAI
+):
+    """Issue 51: the gateway tells the engine that it runs the tools itself: each round's pin is held
+    through the call (no TTL from the client tool-gap laws, which learn nothing from it) and the next
+    round claims it, hitting the conversation's blocks; the last round's pin goes with the loop."""
+    before = metrics(gateway.client)
+    response = create(client, "two-2", [calc()])
+    assert response.output_text == "It is 20."
+    after = metrics(gateway.client)
+
+    def delta(name: str) -> float:
+        return after[f"agentgate_kv_retention_{name}"] - before[f"agentgate_kv_retention_{name}"]
+
+    assert delta("tool_gaps_total") == 0, "a server-run tool's gap taught a law"
+    assert delta("returning_turns_total") == 2 and delta("released_returned_total") == 2
+    assert delta("released_pressure_total") == delta("released_expired_total") == 0
+    hits, queries = delta("returning_hits_tokens_total"), delta("returning_queries_tokens_total")
+    print(f"\nrounds after a server-run tool: {hits:.0f} of {queries:.0f} prompt tokens cached")
+    # New in each round: the results (a number in the template's tool message, under 24 tokens) and the
+    # last, partial block of what the round before read and wrote; every full block before the tool hits.
+    assert queries - hits <= 2 * (BLOCK_TOKENS + 24)

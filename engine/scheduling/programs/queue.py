@@ -11,7 +11,8 @@ before it: under this policy it was preempted because they outrank it (engine.sc
 the head it would hold their turns back while it waits for memory they hold.
 
 Overdue requests (the wait bound every policy keeps, ``engine.scheduling.waiting_queue``) go ahead of all
-of these, by arrival.
+of these, by arrival; then the rounds that return from tools the server ran (the hosted MCP loop:
+its KV is pinned through the call, ``engine.scheduling.retention``), by arrival.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ class ProgramQueue(FcfsQueue):
     def order_key(self, request: Request, now: float) -> tuple[int, tuple[int, float], tuple[int, float], bool, float]:
         if self.overdue(request, now):
             return (0, (0, 0.0), (0, request.arrival_time), False, 0.0)
-        return (1, request.key_served.rank, request.served.rank, not request.ever_scheduled, request.arrival_time)
+        if request.server_tool_return and not request.ever_scheduled:
+            return (1, (0, 0.0), (0, request.arrival_time), False, 0.0)
+        return (2, request.key_served.rank, request.served.rank, not request.ever_scheduled, request.arrival_time)
 
     def peek(self) -> Request:
         now = self.clock()

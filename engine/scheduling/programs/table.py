@@ -45,6 +45,7 @@ class ProgramRecord:
     last_end: float | None = None  # monotonic: when its last turn finished
     last_tools: str | None = None  # the tool key its last turn called; None: unknown or no call
     tenant: str = ""  # the API key's digest its turns came with (tool keys are scoped by it)
+    server_tools: bool = False  # its last turn's tools run in the server (the hosted MCP loop)
 
     @property
     def rank(self) -> tuple[int, float]:

@@ -34,6 +34,8 @@ class _Status(msgspec.Struct):
     replica: str
     engines_serving: int
     reasons: list[str]  # why degraded: each engine down (since when) and Redis
+    max_wait: str  # --max-wait as set: auto or seconds
+    max_wait_s: float | None  # the wait bound in force (the largest of the engines'); None: no engine answered
 
 
 class _Version(msgspec.Struct):
@@ -115,8 +117,13 @@ async def health(request: Request) -> Response:
         if redis == "down":
             problems.append("redis is unreachable: sessions answer 503 and operator calls reach this replica only")
     status, code = ("degraded", gw.settings.health_degraded_status) if problems else ("ok", 200)
+    bounds = [s.max_wait_s for s in await gw.pool.refresh_stats() if s is not None]
+    bound = max(bounds) if bounds else None
+    body = _Status(
+        status, len(gw.pool.engines), redis, gw.replica_id, gw.pool.num_live, problems, str(gw.settings.max_wait), bound
+    )
     return Response(
-        encode(_Status(status, len(gw.pool.engines), redis, gw.replica_id, gw.pool.num_live, problems)),
+        encode(body),
         code,
         media_type=JSON,
     )

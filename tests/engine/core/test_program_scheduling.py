@@ -176,16 +176,17 @@ def test_a_turn_waits_at_most_the_bound_behind_programs_ranked_before_it():
             core.step()
         core.clock.now += 1.0
     waited = core.clock.now - arrived
+    bound = core.scheduler.waiting.max_wait  # the bound in force (auto: from the turns' service times)
     assert head.request_id == "heavy-2", "the heavy program's turn starved"
-    assert DEFAULT_MAX_WAIT_S <= waited <= DEFAULT_MAX_WAIT_S + 1.0
+    assert bound <= waited <= bound + 1.0
     run(core)
     check_accounting(core)
 
 
-def starved_wait(policy: str, horizon: float = 150.0) -> float | None:
+def starved_wait(policy: str, horizon: float = 150.0) -> tuple[float | None, float]:
     """Seconds a new program's 8-token turn waits while an older program, whose conversation takes
-    38 of the 64 blocks (retention may hold 0.8 of them), loops on 1 s tool gaps; None: not
-    admitted within ``horizon``."""
+    38 of the 64 blocks (retention may hold 0.8 of them), loops on 1 s tool gaps (None: not
+    admitted within ``horizon``), and the wait bound in force then."""
     rng = random.Random(8)
     core = make_core(num_blocks=64, fraction=0.8, policy=policy)
     conversation = history(rng, 150)
@@ -203,11 +204,11 @@ def starved_wait(policy: str, horizon: float = 150.0) -> float | None:
             check_accounting(core)
             new = core.scheduler.requests.get("new-1")
             if new is None or new.status is RequestStatus.RUNNING:
-                return core.clock.now - arrived
+                return core.clock.now - arrived, core.scheduler.waiting.max_wait
         core.turn_ended("old", f"old-{i}", ["run_tests"])
         core.clock.now += 0.5
         if core.clock.now - arrived > horizon:
-            return None
+            return None, core.scheduler.waiting.max_wait
     raise AssertionError("unreachable")
 
 
@@ -215,9 +216,10 @@ def starved_wait(policy: str, horizon: float = 150.0) -> float | None:
 def test_a_program_looping_on_tools_keeps_no_new_program_waiting_past_the_bound(policy):
     """Issue 35: program admission held the new program for as long as the old one looped (over
     120 s); now the wait bound holds for it too."""
-    waited = starved_wait(policy)
-    print(f"\n{policy}: the new program's turn waited {waited} s (bound {DEFAULT_MAX_WAIT_S} s)")
-    assert waited is not None and waited <= DEFAULT_MAX_WAIT_S + 1.0
+    waited, bound = starved_wait(policy)
+    print(f"\n{policy}: the new program's turn waited {waited} s (bound in force {bound} s)")
+    assert bound >= DEFAULT_MAX_WAIT_S
+    assert waited is not None and waited <= bound + 1.0
 
 
 def test_preemption_takes_the_program_ranked_last():
@@ -282,7 +284,8 @@ def test_a_less_served_programs_pin_outlives_a_more_served_programs_pressure_onl
 def test_by_program_the_pin_bound_releases_the_pins_of_programs_ranked_last_first(heaviest):
     """Three programs' first turns end in turn; the third pin passes the bound (10 blocks), and the pin
     of the program ranked last goes: the one served a level more, whether it ended first or last; among
-    programs served alike, the one that started last."""
+    programs served alike (issue 51: pins yield by cost), the least expected loss: pins of one size,
+    the program away longest (a), whose return within the horizon the gap law makes least likely."""
     rng = random.Random(6)
     core = make_core(num_blocks=64, fraction=10 / 64, policy="program")
     if heaviest is not None:
@@ -291,7 +294,7 @@ def test_by_program_the_pin_bound_releases_the_pins_of_programs_ranked_last_firs
         turn(core, f"{name}-1", history(rng, 16), name)
         run(core)
         core.clock.now += 1.0
-    assert sorted(core.scheduler.retention.pins) == sorted({"a", "b", "c"} - {heaviest or "c"})
+    assert sorted(core.scheduler.retention.pins) == sorted({"a", "b", "c"} - {heaviest or "a"})
 
 
 @pytest.mark.parametrize("policy", ["program", "fcfs"])
