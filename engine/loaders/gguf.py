@@ -90,6 +90,8 @@ def _config(file: GGUFFile) -> ModelConfig:
 def _weights(
     file: GGUFFile, config: ModelConfig, dtype: torch.dtype, device: torch.device | str, mode: str
 ) -> dict[str, torch.Tensor | QuantizedWeight]:
+    from agentgate.engine.loaders import gguf_blocks  # imports `gguf`: only where a GGUF file is read
+
     names = [n for n in file.tensors if n != _ROPE_FREQS]
     hf_names = {n: _hf_name(n, file.path) for n in names}
 
@@ -99,7 +101,9 @@ def _weights(
         quantizable = quant.is_quantizable(hf_name, config.tie_word_embeddings)
         weight = quant.from_gguf(file.raw(name), info.type, info.shape[0], mode) if quantizable else None
         if weight is None:
-            weight = torch.from_numpy(file.dequantize(name))
+            weight = gguf_blocks.dense(file.raw(name), info.type, info.shape)
+            if weight is None:
+                weight = torch.from_numpy(file.dequantize(name))
             if quantizable:
                 weight = quant.from_dense(weight, mode)
         if config.architecture == "llama" and ".q_proj." in hf_name:

@@ -19,7 +19,7 @@ from agentgate.engine.layers.quant_linear import (
 from agentgate.engine.layers.quantized import GROUP_SIZE, Int4Groups, cat_rows, quantize_int4, quantize_int8
 from agentgate.engine.loaders import load_model
 from agentgate.engine.loaders import quantization as quant
-from agentgate.engine.loaders.gguf_blocks import decode
+from agentgate.engine.loaders.gguf_blocks import decode, dense
 from tests.engine.models.test_default_model import PROMPT
 
 Q = gguf.GGMLQuantizationType
@@ -71,6 +71,20 @@ def test_gguf_blocks_decode_to_the_files_values(qtype):
     assert groups.shape == (ROWS, COLS)
     assert groups.codes.max() <= 15
     assert torch.equal(groups.dequantize(), reference)  # bit for bit, as the gguf package computes them
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0])
+def test_dense_dequantizes_bit_for_bit_as_the_gguf_package(qtype):
+    """The loader's own dequantization (float32 starts) against ``gguf.quants``, every weight's bits."""
+    raw = file_blocks(qtype, seed=3)
+    ours = dense(raw, qtype, (ROWS // 4, 4, COLS))
+    reference = gguf.quants.dequantize(raw, qtype).reshape(ROWS // 4, 4, COLS)
+    assert ours.dtype == torch.float32
+    assert np.array_equal(ours.numpy().view(np.uint32), reference.view(np.uint32))
+
+
+def test_dense_leaves_the_types_it_does_not_cover_to_the_gguf_package():
+    assert dense(file_blocks(Q.Q4_K), Q.Q4_K, (ROWS, COLS)) is None
 
 
 @pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0])
