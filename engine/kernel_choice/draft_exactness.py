@@ -16,6 +16,8 @@ CPU, thread count, torch and model shapes (`engine.kernel_choice.row_choice_cach
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 
 import torch
@@ -24,6 +26,8 @@ from torch import nn
 from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.kernel_choice.row_choice_cache import MeasurementCache, cache_key
 from agentgate.engine.step_rows import decode_rows
+
+log = logging.getLogger("agentgate.engine")
 
 # The prompt ends this many tokens before a KV block's end: the drafts cross it, so the rows before
 # the boundary attend beside rows of one block more (the case a BLAS blocks by key count).
@@ -129,6 +133,12 @@ def drafted_rows_verdict(
     remembered = cache.recall(key)
     if remembered is not None and (remembered.value is None or isinstance(remembered.value, str)):
         return remembered.value
+    start = time.perf_counter()
     verdict = drafted_rows_differ(model, block_size, dtype, drafts)
+    log.info(
+        "speculative auto: a verify step checked against plain decoding in %.1f s: %s",
+        time.perf_counter() - start,
+        verdict or "the same logits, bit for bit",
+    )
     cache.remember(key, verdict)
     return verdict
