@@ -14,12 +14,13 @@ from agentgate.engine.kernel_choice.row_invariance import make_rows_invariant
 from agentgate.engine.loaders import load_model
 
 
-@pytest.fixture
-def tiny(tmp_path, tiny_hf) -> nn.Module:
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, tiny_hf) -> nn.Module:
     """A tiny random model whose linears give a row the same bits in any batch (plain BLAS
     linears need not: that alone can make a verify row differ)."""
-    tiny_hf(tmp_path, "llama")
-    model = load_model(str(tmp_path), dtype="float32").model
+    path = tmp_path_factory.mktemp("tiny")
+    tiny_hf(path, "llama")
+    model = load_model(str(path), dtype="float32").model
     make_rows_invariant(model, torch.float32, max_rows=16)
     return model
 
@@ -40,12 +41,14 @@ def test_attention_that_moves_with_the_rows_of_a_step_is_found(tiny, monkeypatch
     assert found is not None and "3 drafts (alone" in found
 
 
-def test_an_lm_head_whose_rows_depend_on_their_count_is_found_and_the_verdict_is_remembered(tiny, tmp_path):
+def test_an_lm_head_whose_rows_depend_on_their_count_is_found_and_the_verdict_is_remembered(
+    tiny, tmp_path, monkeypatch
+):
     assert drafted_rows_verdict(tiny, 4, torch.float32, 2, tmp_path) is None
     head = tiny.lm_head
     # Its rows move by a little when a call has more than one, as a BLAS's blocking does.
     exact = head.forward
-    head.forward = lambda x: exact(x) + 1e-3 * (x.shape[0] > 1)
+    monkeypatch.setattr(head, "forward", lambda x: exact(x) + 1e-3 * (x.shape[0] > 1), raising=False)
     assert drafted_rows_verdict(tiny, 4, torch.float32, 2, tmp_path) is None  # remembered
     found = drafted_rows_verdict(tiny, 4, torch.float32, 2, tmp_path, remeasure=True)
     assert found is not None and "other logits" in found
