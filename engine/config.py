@@ -94,7 +94,9 @@ class EngineConfig:
                   (default): "auto" on the CPU, where it drafts only in the
                   steps that compute every decode token exactly as a lone
                   request's (`engine.step_rows`), so greedy output is the
-                  same with and without drafts; "off" on CUDA, whose kernels
+                  same with and without drafts, and only where a load-time
+                  check finds a verify step's logits bit for bit those of
+                  plain decoding (`engine.kernel_choice.draft_exactness`); "off" on CUDA, whose kernels
                   compute a draft's row otherwise than a decode row.
     num_speculative_tokens: the most tokens drafted per request and step.
     speculative_step_tokens: the most draft tokens one step carries over all

@@ -59,16 +59,17 @@ def make_speculator(config: EngineConfig, batch_dependent_decode: Sequence[str] 
     """The speculator ``config.speculative`` asks for (``auto``: the suffix
     proposer where it pays: on a CPU while at most `CPU_AUTO_MAX_BATCH` requests
     decode; off with the null runner, and where ``batch_dependent_decode`` names
-    decode linears whose rows depend on the batch here, since drafts would then
-    change greedy tokens (`engine.kernel_choice.decode_exactness`); None: auto on the
-    CPU, off on CUDA)."""
+    what makes a drafted step compute other numbers than plain decoding here (decode
+    linears whose rows depend on the batch, `engine.kernel_choice.decode_exactness`; a
+    verify step's logits, `engine.kernel_choice.draft_exactness`), since drafts would then
+    change greedy tokens; None: auto on the CPU, off on CUDA)."""
     mode = config.resolved_speculative()
     cpu = config.resolved_device().type != "cuda"
     max_batch = CPU_AUTO_MAX_BATCH if mode == "auto" and cpu else None
     if mode == "auto" and cpu and batch_dependent_decode:
         log.warning(
-            "speculative auto: off: drafts would change greedy tokens here, the rows of these decode "
-            "linears depend on the batch on this CPU: %s",
+            "speculative auto: off: drafts would change greedy tokens here, a drafted step computes other "
+            "numbers than plain decoding on this CPU: %s",
             ", ".join(batch_dependent_decode),
         )
         return None

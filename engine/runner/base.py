@@ -13,6 +13,7 @@ import torch
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.kernel_choice.decode_exactness import batch_dependent_decode_linears
+from agentgate.engine.kernel_choice.draft_exactness import drafted_rows_verdict
 from agentgate.engine.kernel_choice.row_choice import choose_by_rows, release_quantized_weights
 from agentgate.engine.kernel_choice.row_invariance import NoInvariantMode, make_rows_invariant
 from agentgate.engine.loaders.quantization import describe
@@ -59,8 +60,10 @@ class ModelRunner(ABC):
     quantization: str = "none"
     weights: str = ""
     weight_bytes_per_step: int = 0
-    # Decode linears whose rows depend on the batch here (`engine.kernel_choice.decode_exactness`), checked
-    # on the CPU when --speculative is auto; then auto drafts nothing (`engine.core_parts.make_speculator`).
+    # What makes a drafted step compute other numbers than plain decoding here, checked on the CPU when
+    # --speculative is auto: decode linears whose rows depend on the batch (`engine.kernel_choice.decode_exactness`),
+    # else a verify step's logits (`engine.kernel_choice.draft_exactness`); then auto drafts nothing
+    # (`engine.core_parts.make_speculator`).
     batch_dependent_decode: tuple[str, ...] = ()
     kv_spec: KVCacheSpec
     vocab_size: int
@@ -142,6 +145,16 @@ class TorchModelRunner(ModelRunner):
                     remeasure=config.remeasure,
                 )
             )
+            if not self.batch_dependent_decode:
+                differs = drafted_rows_verdict(
+                    self.model,
+                    config.block_size,
+                    self.model.embed_tokens.weight.dtype,
+                    config.num_speculative_tokens,
+                    cache_dir,
+                    remeasure=config.remeasure,
+                )
+                self.batch_dependent_decode = () if differs is None else (differs,)
         self.quantization = self.loaded.quantization
         self.weights, self.weight_bytes_per_step = describe(self.model)
         if row_choice is not None:
