@@ -11,7 +11,7 @@ Reading a request's input items is the Responses API's (:mod:`gateway.responses_
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentgate.gateway.api_types.ids import new_id
@@ -94,6 +94,20 @@ def client_call_item(
     if namespace:
         item["namespace"] = namespace
     return item
+
+
+Sealing = Callable[[str], str]
+"""Seals a reasoning item's text into its ``encrypted_content`` (``seal_reasoning`` of
+``responses_api.reasoning_items`` with the deployment's sealer)."""
+
+
+def sealed(item: dict[str, Any], seal: Sealing | None) -> dict[str, Any]:
+    """``item`` as it goes out: a reasoning item with its ``encrypted_content`` when ``seal`` (the
+    request's ``include`` asked for it), any other item as it is."""
+    if seal is None or item.get("type") != "reasoning":
+        return item
+    text = "".join(part["text"] for part in item.get("content") or ())
+    return {**item, "encrypted_content": seal(text)}
 
 
 def output_items(

@@ -44,6 +44,7 @@ class ResponsesRequest(Struct, kw_only=True):
     user: str | None = None
     truncation: str | None = None
     reasoning: dict[str, Any] | None = None
+    include: list[str] | None = None  # "reasoning.encrypted_content": reasoning items carry it sealed
     cache_salt: CacheSalt | None = None  # vLLM's extra: the prefix cache's salt
 
 

@@ -65,6 +65,7 @@ class ResponseEvents:
         error_fields: ErrorFields = sse_error_fields,
         mcp_labels: Mapping[str, tuple[str, bool]] | None = None,
         names: it.CallNames | None = None,
+        seal: it.Sealing | None = None,
     ) -> None:
         self.response = response
         self.error_fields = error_fields
@@ -80,6 +81,7 @@ class ResponseEvents:
         self.mcp_labels = mcp_labels or {}
         self.pending: list[dict[str, Any]] = []  # mcp_call items whose arguments are done, to run
         self.names = names or {}  # namespaced and custom tools' calls (response_items.CallNames)
+        self.seal = seal  # include: reasoning.encrypted_content (responses_api.reasoning_items)
 
     def next_round(self) -> None:
         """The server ran the reply's tool calls; the model's next reply follows in the same response."""
@@ -186,7 +188,7 @@ class ResponseEvents:
         if item["type"] in _TEXT_EVENTS:
             kind = item["type"]
             make = it.message_item if kind == "message" else it.reasoning_item
-            done = make(text, status, item["id"])
+            done = it.sealed(make(text, status, item["id"]), self.seal)
             fields = {"logprobs": []} if kind == "message" else {}
             out = [
                 self._event(

@@ -26,6 +26,7 @@ the engine's cache, and the response has no output.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,7 +34,14 @@ from typing import Any
 
 from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.api_types.openai import Usage
-from agentgate.gateway.api_types.response_items import CallNames, chat_tools, output_items, round_messages
+from agentgate.gateway.api_types.response_items import (
+    CallNames,
+    Sealing,
+    chat_tools,
+    output_items,
+    round_messages,
+    sealed,
+)
 from agentgate.gateway.api_types.responses import (
     IncompleteDetails,
     InputTokensDetails,
@@ -54,6 +62,7 @@ from agentgate.gateway.reasoning.requests import RESPONSES_THINKING, responses_r
 from agentgate.gateway.responses_api import items as it
 from agentgate.gateway.responses_api.client_tools import client_tools
 from agentgate.gateway.responses_api.mcp_items import answer_approvals
+from agentgate.gateway.responses_api.reasoning_items import INCLUDE_ENCRYPTED, seal_reasoning
 from agentgate.gateway.responses_api.store import ResponseStore, StoredResponse
 from agentgate.gateway.tool_loop.loop import ToolLoop
 from agentgate.gateway.tool_loop.rounds import McpRounds, close_reply, round_id
@@ -84,6 +93,7 @@ class Turn:
     loop: ToolLoop | None = None  # the server-run tool loop (mcp tools: gateway.tool_loop)
     names: CallNames = dataclasses.field(default_factory=dict)  # namespaced and custom tools' calls
     omitted: list[str] = dataclasses.field(default_factory=list)  # hosted tools left out of the prompt
+    seal: Sealing | None = None  # include: reasoning.encrypted_content: seals a reasoning item's text
 
     @property
     def run(self) -> ChatRun:
@@ -114,7 +124,9 @@ class Turn:
         else:
             response.status = "completed"
         item_status = "completed" if response.status == "completed" else "incomplete"
-        response.output = output if output is not None else output_items(parsed, item_status, self.names)
+        if output is None:
+            output = [sealed(item, self.seal) for item in output_items(parsed, item_status, self.names)]
+        response.output = output
         response.usage = self.response_usage()
         response.completed_at = int(time.time()) if response.status == "completed" else None
         return response
@@ -164,7 +176,7 @@ class Turn:
     def events(self, error_fields: ErrorFields = sse_error_fields) -> ResponseEvents:
         """The turn's stream of events (``error_fields``: the transport's error event)."""
         labels = self.loop.rounds.labels if self.loop is not None else None
-        return ResponseEvents(self.response, error_fields, labels, self.names)
+        return ResponseEvents(self.response, error_fields, labels, self.names, self.seal)
 
     async def closing_events(self, events: ResponseEvents) -> list[Event]:
         """The last item's closing events, then (the response finished and stored) the final event."""
@@ -283,6 +295,8 @@ async def start_turn(
     )
     turn = Turn(response, run, store if response.store else None, context.key, conversation, input_items, chain, warmup)
     turn.names, turn.omitted = offer.names, offer.omitted
+    if INCLUDE_ENCRYPTED in (body.include or ()):
+        turn.seal = functools.partial(seal_reasoning, core.sealer)
     if rounds is not None:
         turn.loop = ToolLoop(rounds, run, conversation)
     return turn

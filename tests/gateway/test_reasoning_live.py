@@ -206,3 +206,39 @@ async def test_agents_sdk_keeps_reasoning_items_in_its_history(server):
         second = await Runner.run(agent, [*history, {"role": "user", "content": "And of Italy?"}])
     assert isinstance(second.final_output, str) and second.final_output.strip()
     assert any(item.type == "reasoning_item" for item in second.new_items)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_encrypted_reasoning_goes_out_sealed_and_comes_back(client, server, stream):
+    """Codex CLI's way: ``store: false`` with ``include: ["reasoning.encrypted_content"]``; the
+    reasoning item comes back in the next request's input as it came, and one changed is a 400."""
+    ask = {
+        "model": "SmolLM2-135M-Instruct",
+        "input": "What is the capital of France?",
+        "max_output_tokens": 40,
+        "temperature": 0,
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+        "reasoning": {"effort": "low"},
+    }
+    if stream:
+        with client.responses.stream(**ask) as stream:
+            events = list(stream)
+        done = [e.item for e in events if e.type == "response.output_item.done"]
+        final = events[-1].response  # completed, or incomplete when 40 tokens cut the answer
+        assert done[0].type == "reasoning" and done[0].encrypted_content == final.output[0].encrypted_content
+    else:
+        final = client.responses.create(**ask)
+    item = final.output[0]
+    assert item.type == "reasoning" and item.encrypted_content
+    assert item.content[0].text not in item.encrypted_content  # sealed, not encoded
+    returned = item.model_dump(exclude_none=True)
+    follow_up = [{"role": "user", "content": "What is the capital of France?"}, returned]
+    follow_up += [{"role": "user", "content": "And of Italy?"}]
+    again = client.responses.create(**{**ask, "input": follow_up, "include": []})
+    assert again.status in ("completed", "incomplete") and "encrypted_content" not in again.output[0].model_dump(
+        exclude_none=True
+    )
+    tampered = {**returned, "encrypted_content": returned["encrypted_content"][:-4] + "AAAA"}
+    reply = httpx.post(f"{server.url}/v1/responses", json={**ask, "input": [follow_up[0], tampered]}, timeout=120)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "input[1].encrypted_content", reply.text
