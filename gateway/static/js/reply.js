@@ -1,6 +1,6 @@
-// One assistant reply as it streams: content, tool calls merged from their
-// deltas (OpenAI's shape: index, id, function name, argument fragments),
-// finish reason, usage and timings.
+// One assistant reply as it streams: a reasoning model's thinking (delta.reasoning),
+// content, tool calls merged from their deltas (OpenAI's shape: index, id, function
+// name, argument fragments), finish reason, usage and timings.
 
 /** A gap between tokens longer than this, and than STALL_FACTOR times the
  * median gap, is a stall (the server paused, or the request was queued): it
@@ -14,6 +14,7 @@ export class Reply {
     this.firstTokenAt = null;
     this.lastTokenAt = null;
     this.gaps = []; // ms between consecutive chunks that carried tokens
+    this.reasoning = ""; // the thinking, apart from the answer (a reasoning model's)
     this.content = "";
     this.toolCalls = [];
     this.pieces = 0; // chunks that carried text or arguments: the token count when usage is missing
@@ -32,6 +33,11 @@ export class Reply {
       if (choice.index !== 0) continue;
       const delta = choice.delta || {};
       let grew = false;
+      const thought = delta.reasoning ?? delta.reasoning_content; // the same text under two names
+      if (thought) {
+        this.reasoning += thought;
+        grew = true;
+      }
       if (delta.content) {
         this.content += delta.content;
         grew = true;
@@ -99,10 +105,11 @@ export class Reply {
 
   /** The message to keep in the conversation (with what the page shows in `meta`), or null when nothing came. */
   message() {
-    if (!this.content && !this.toolCalls.length) return null;
+    if (!this.content && !this.toolCalls.length && !this.reasoning) return null;
     const calls = this.completeCalls;
     const message = { role: "assistant", content: this.content || (calls.length ? null : "") };
     if (calls.length) message.tool_calls = calls;
+    if (this.reasoning) message.reasoning = this.reasoning; // sent back: the template may reuse it
     message.meta = this.snapshot();
     const truncated = this.truncatedCalls;
     if (truncated.length) message.meta.truncatedCalls = truncated;

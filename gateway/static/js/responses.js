@@ -63,6 +63,7 @@ export async function* streamResponses(conn, body, messages, signal, sessionId =
     const data = JSON.parse(event.data);
     const chunk = (delta, extra = {}) => ({ model: data.response?.model, choices: [{ index: 0, delta, ...extra }] });
     if (data.type === "response.output_text.delta") yield chunk({ content: data.delta });
+    else if (data.type === "response.reasoning_text.delta") yield chunk({ reasoning: data.delta });
     else if (data.type === "response.output_item.done" && data.item.type === "function_call") {
       const { call_id: id, name, arguments: args } = data.item;
       yield chunk({ tool_calls: [{ index: calls++, id, type: "function", function: { name, arguments: args } }] });

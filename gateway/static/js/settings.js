@@ -8,13 +8,15 @@ const $ = (id) => document.getElementById(id);
 const KEYS = { "api-key": localStorage, endpoint: localStorage, "admin-key": sessionStorage };
 const SAVED = "agentgate.settings";
 const KEPT = [
-  "api", "temperature", "top-p", "max-tokens", "seed", "stop-sequences", "presence-penalty", "frequency-penalty",
-  "repetition-penalty", "system", "response-format", "json-schema", "tools", "tool-choice", "parallel-tool-calls",
+  "api", "temperature", "top-p", "max-tokens", "thinking-budget", "seed", "stop-sequences", "presence-penalty",
+  "frequency-penalty", "repetition-penalty", "system", "response-format", "json-schema", "tools", "tool-choice",
+  "parallel-tool-calls",
 ]; // prettier-ignore
 const NUMBERS = [
   ["temperature", "temperature", Number],
   ["top-p", "top_p", Number],
   ["max-tokens", "max_tokens", (v) => parseInt(v, 10)],
+  ["thinking-budget", "thinking_token_budget", (v) => parseInt(v, 10)],
   ["seed", "seed", (v) => parseInt(v, 10)],
   ["presence-penalty", "presence_penalty", Number],
   ["frequency-penalty", "frequency_penalty", Number],
@@ -145,6 +147,9 @@ export function requestOptions() {
     const value = parse(raw);
     if (!Number.isFinite(value)) throw new FieldError(id, `${$(id).labels[0].textContent.trim()}: not a number`);
     body[name] = value;
+  }
+  if (body.thinking_token_budget !== undefined && $("api").value === "responses") {
+    throw new FieldError("thinking-budget", "Thinking budget: the Responses API takes no token budget; use Chat completions");
   }
   const stops = $("stop-sequences").value.split("\n").filter((s) => s !== "");
   if (stops.length) body.stop = stops;

@@ -95,12 +95,17 @@ export function transcriptView(root, actions) {
   /** An assistant message: kept (`message.meta`) or streaming (`live` is the Reply). */
   function assistantMessage(message, live = null) {
     const node = article("assistant", "Assistant");
+    const thinking = element("details", "reasoning");
+    const thought = element("div", "thought");
+    thinking.append(element("summary", "", "Thinking"), thought);
+    thinking.hidden = true;
     const content = element("div", "content markdown");
     const calls = element("ol", "tool-calls");
     const stats = element("p", "stats");
     const bar = element("div", "msg-actions");
-    node.append(content, calls, stats, bar);
+    node.append(thinking, content, calls, stats, bar);
     let rendered = null;
+    let thinkingShown = null; // while streaming: null until the thinking starts
     let renderedAt = 0;
     let timer = null;
     const renderText = (text, now = false) => {
@@ -117,7 +122,12 @@ export function transcriptView(root, actions) {
       renderedAt = performance.now();
       follow(false, was);
     };
-    const show = (text, toolCalls, truncated, meta, final) => {
+    const show = (text, toolCalls, truncated, meta, final, reasoning = "") => {
+      thinking.hidden = !reasoning; // collapsed above the answer; open while only the thinking has come
+      if (thought.textContent !== reasoning) thought.textContent = reasoning;
+      // open once, while it thinks; folded once when the answer starts (then the reader decides)
+      if (!final && reasoning && thinkingShown === null) thinking.open = thinkingShown = true;
+      if (!final && thinkingShown && (text || toolCalls.length)) thinking.open = thinkingShown = false;
       renderText(text || "", final);
       renderToolCalls(calls, toolCalls, truncated, final, meta);
       stats.textContent = statsLine(meta, final);
@@ -136,13 +146,13 @@ export function transcriptView(root, actions) {
         update(reply, final = false) {
           const was = atBottom();
           show(reply.content, final ? reply.completeCalls : reply.toolCalls, final ? reply.truncatedCalls : [],
-               reply.snapshot(), final); // prettier-ignore
+               reply.snapshot(), final, reply.reasoning); // prettier-ignore
           follow(false, was);
         },
       };
     }
     const meta = message.meta || {};
-    show(textOf(message), message.tool_calls || [], meta.truncatedCalls || [], meta, true);
+    show(textOf(message), message.tool_calls || [], meta.truncatedCalls || [], meta, true, message.reasoning || "");
     return { node };
   }
 
