@@ -112,7 +112,7 @@ async def start_chat(
     characters before it is tokenized; a large one is rendered and tokenized on a worker thread,
     so the event loop (every other stream, ``/health``) never waits on it. A reasoning model's
     request gets its thinking budget (``request.thinking_token_budget`` or ``reasoning_effort``, 400s
-    naming the fields ``thinking_params`` says: :mod:`gateway.reasoning.budgets`) and the engine the
+    naming the fields ``thinking_params`` says: :func:`gateway.reasoning.requests.thinking_budget`) and the engine the
     thinking block to enforce."""
     model.check(request.model)
     request = with_template_defaults(request, model.template_kwargs)

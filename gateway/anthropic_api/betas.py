@@ -23,7 +23,7 @@ HONOURED_BETAS: dict[str, str] = {
     ),
     "mid-conversation-system-2026-04-07": (
         "system messages inside messages: a system turn where the chat template has one, else folded "
-        "into the user turn beside it (gateway.system_turns)"
+        "into the user turn beside it (gateway.tools.system_turns)"
     ),
     "thinking-token-count-2026-05-13": (
         "usage counts thinking tokens in output_tokens, as every reply's usage does here"
@@ -33,6 +33,9 @@ HONOURED_BETAS: dict[str, str] = {
         "block or a server tool-search tool is a 400 naming it"
     ),
     "effort-2025-11-24": "output_config.effort: accepted as the reasoning issue defines it",
+    "mcp-client-2025-04-04": (
+        "mcp_servers: the gateway runs the named servers' tools beside the model (anthropic_api.mcp_connector)"
+    ),
 }
 
 

@@ -3,13 +3,13 @@
 In: ``system``, messages of content blocks (``text``, ``tool_use`` in the assistant's turns,
 ``tool_result`` in the user's; the MCP connector's ``mcp_tool_use`` and ``mcp_tool_result``
 alike; ``system`` messages among them, Claude Code's mid-conversation system turns, placed by
-the chat template or folded: :mod:`gateway.system_turns`), ``tools`` with ``input_schema``
+the chat template or folded: :mod:`gateway.tools.system_turns`), ``tools`` with ``input_schema``
 (``defer_loading`` ones left out of the prompt, as the API defines them), ``context_management``
 edits (:mod:`~gateway.anthropic_api.context_edits`), ``tool_choice``
 (``auto``/``any``/``tool``/``none``, with ``disable_parallel_tool_use``) and ``stop_sequences``
 become a :class:`~gateway.api_types.openai.ChatCompletionRequest`: ``any`` is OpenAI's
 ``required`` and ``tool`` a named function, enforced by the same grammar.
-An assistant turn's ``thinking`` blocks are verified (their signature: :mod:`gateway.anthropic_api.thinking`)
+An assistant turn's ``thinking`` blocks are verified (their signature: :mod:`gateway.formats.anthropic_thinking`)
 and become its ``reasoning_content``; ``redacted_thinking`` blocks are accepted and not rendered.
 (What goes out, content blocks and stop reasons, is :mod:`gateway.formats.anthropic`'s.)
 """
@@ -20,10 +20,10 @@ import json
 from typing import Any
 
 from agentgate.gateway.anthropic_api.context_edits import apply_edits
-from agentgate.gateway.anthropic_api.thinking import thinking_of
 from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.api_types.openai import ChatCompletionRequest
 from agentgate.gateway.errors import BadRequestError
+from agentgate.gateway.formats.anthropic_thinking import thinking_of
 from agentgate.gateway.reasoning.history import with_reasoning
 from agentgate.gateway.state.sealing import Sealer
 from agentgate.gateway.translation import chat_request, text_of

@@ -88,7 +88,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     response_format: dict[str, Any] | None = None
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
-    thinking_token_budget: int | None = None  # vLLM's: thinking tokens at most (gateway.reasoning.budgets)
+    thinking_token_budget: int | None = None  # vLLM's: thinking tokens at most (gateway.reasoning.requests)
     reasoning_effort: str | None = None  # OpenAI's: none, minimal, low, medium, high
 
 

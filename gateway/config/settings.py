@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentgate.gateway.config.harness_settings import HarnessSettings
+from agentgate.gateway.config.mcp_settings import McpSettings
 from agentgate.gateway.config.reasoning_settings import ReasoningSettings
 from agentgate.gateway.config.setting_values import COMMANDS, env_values, setting
 from agentgate.gateway.config.settings_checks import check_settings, check_shared_state
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Settings(HarnessSettings, ReasoningSettings):  # issue 49's and 48's flags live in their own modules
+class Settings(HarnessSettings, ReasoningSettings, McpSettings):  # issue 49's, 48's and MCP flags: own modules
     # -- the model and the engine -------------------------------------------------
     model: str | None = setting(
         "model: a .gguf file or an HF directory (default: the default model); a gateway reads its tokenizer",
@@ -214,34 +215,6 @@ class Settings(HarnessSettings, ReasoningSettings):  # issue 49's and 48's flags
         "most output tokens one request may ask for; more is a 400 naming the parameter (default: no cap but "
         "the context)",
         default=None,
-    )
-    # -- hosted MCP tools (POST /v1/responses: gateway.mcp) ---------------------------
-    mcp_servers: tuple[str, ...] = setting(
-        "an MCP server requests may use, LABEL=URL (repeatable); an mcp tool names it by its label or URL. "
-        "With neither this nor --mcp-allow-url no mcp tool is allowed (400)",
-        flag="mcp-server",
-        default=(),
-    )
-    mcp_allow_urls: tuple[str, ...] = setting(
-        "URL pattern of MCP servers requests may name (repeatable): scheme and host:port exact, the path a "
-        "glob (https://tools.internal/mcp/*); any other server_url is a 400 naming it",
-        flag="mcp-allow-url",
-        default=(),
-    )
-    max_tool_rounds: int = setting(
-        "rounds of server-run (MCP) tool calls in one response; after the last the model answers without tools",
-        default=8,
-    )
-    mcp_call_timeout: float = setting("seconds one MCP tool call may take; then it is an mcp_call error", default=30.0)
-    mcp_result_bytes: int = setting(
-        "largest MCP tool result fed back, in bytes; larger is an mcp_call error", default=65536
-    )
-    mcp_tool_budget: float = setting(
-        "seconds all MCP tool calls of one response may take together; calls past it are mcp_call errors",
-        default=120.0,
-    )
-    mcp_list_ttl: float = setting(
-        "seconds an MCP server's tool list is cached, per server and credentials", default=300.0
     )
     # -- auth and CORS ----------------------------------------------------------
     api_keys: tuple[str, ...] = setting(

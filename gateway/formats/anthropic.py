@@ -9,7 +9,7 @@ Streamed, as Anthropic sends it (``event: <type>`` + ``data: <json>``)::
     message_delta (stop_reason, stop_sequence, usage), message_stop
 
 A ``thinking`` block comes first when the reply thinks: its text as ``thinking_delta``\ s, and its
-signature (the server's HMAC over the whole text: ``gateway.anthropic_api.thinking``) as one
+signature (the server's HMAC over the whole text: ``gateway.formats.anthropic_thinking``) as one
 ``signature_delta`` just before its ``content_block_stop``, as Anthropic sends it.
 
 An error after the stream started is an ``error`` event with Anthropic's body.
@@ -28,12 +28,12 @@ from typing import Any
 
 from msgspec import UNSET
 
-from agentgate.gateway.anthropic_api.thinking import thinking_block, thinking_signature
 from agentgate.gateway.api_types import response_items as it
 from agentgate.gateway.api_types.anthropic import AnthropicError, AnthropicErrorInfo, Message, MessageUsage
 from agentgate.gateway.api_types.openai import CompletionTokensDetails, Usage
 from agentgate.gateway.errors import error_parts
 from agentgate.gateway.events import ChoiceEvent
+from agentgate.gateway.formats.anthropic_thinking import thinking_block, thinking_signature
 from agentgate.gateway.formats.framing import named_event
 from agentgate.gateway.state.sealing import Sealer
 from agentgate.gateway.tools import ParsedOutput, ToolCall

@@ -40,8 +40,8 @@ from agentgate.engine.text.chat_template import (
     renders_string_arguments,
     template_supports_tools,
 )
-from agentgate.gateway.system_turns import place_system_turns
 from agentgate.gateway.tools.schema import resolve_tool_choice, to_builtins, validate_tools
+from agentgate.gateway.tools.system_turns import place_system_turns
 
 if TYPE_CHECKING:
     from agentgate.engine.text.tokenizer import Tokenizer

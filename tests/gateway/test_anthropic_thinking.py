@@ -15,11 +15,11 @@ import pytest
 from anthropic.lib.streaming._messages import accumulate_event
 
 from agentgate.engine.text.chat_template import render_chat
-from agentgate.gateway.anthropic_api.thinking import thinking_block, thinking_of, thinking_signature
 from agentgate.gateway.anthropic_api.translate import chat_messages
 from agentgate.gateway.api_types.anthropic import Message
 from agentgate.gateway.api_types.openai import Usage
 from agentgate.gateway.formats.anthropic import MessagesStream
+from agentgate.gateway.formats.anthropic_thinking import thinking_block, thinking_of, thinking_signature
 from agentgate.gateway.state.sealing import Sealer
 from tests.support.servers import SEALING_KEY, USER_KEY
 

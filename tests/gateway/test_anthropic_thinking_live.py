@@ -12,7 +12,7 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from agentgate.gateway.anthropic_api.thinking import thinking_of
+from agentgate.gateway.formats.anthropic_thinking import thinking_of
 from agentgate.gateway.state.sealing import Sealer
 from tests.support.servers import SEALING_KEY, start_server
 

@@ -51,7 +51,7 @@ class StubEngine:
     def owns(self, request_id: str) -> bool:
         return request_id in self.open
 
-    def add(self, request_id, prompt_ids, params, eos, program=None):
+    def add(self, request_id, prompt_ids, params, eos, program=None, *, tenant="", cache_salt="", thinking=None):
         return self.generate(request_id, prompt_ids, params, eos)
 
     async def generate(self, request_id, prompt_ids, params, eos):

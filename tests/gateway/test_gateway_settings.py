@@ -54,9 +54,14 @@ def test_every_flag_has_an_environment_variable(monkeypatch, tmp_path):
             "reasoning_parser": "qwen3",
             "chat_template": str(template),
             "default_chat_template_kwargs": '{"enable_thinking": false}',
+            "max_tokens_overflow": "clamp",
+            "hosted_tools": "web_search=a",
+            "sealing_key": "0123456789abcdef,fedcba9876543210",
         }
+        # Settings checked together: a hosted tool names an MCP server that --mcp-server gives.
+        alongside = {"hosted_tools": {"AGENTGATE_MCP_SERVER": "a=http://a.internal/mcp"}}
         raw = valid.get(f.name) or samples.get(kind, "x")
-        s = _serve_args([], monkeypatch, {env_name(f): raw})
+        s = _serve_args([], monkeypatch, {env_name(f): raw, **alongside.get(f.name, {})})
         value = getattr(s, f.name)
         expected = {
             "tuple": tuple(raw.split(",")),

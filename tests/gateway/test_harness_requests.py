@@ -17,7 +17,7 @@ import pytest
 from agentgate.gateway.anthropic_api.context_edits import apply_edits
 from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.errors import BadRequestError
-from agentgate.gateway.system_turns import place_system_turns, renders_later_system
+from agentgate.gateway.tools.system_turns import place_system_turns, renders_later_system
 from tests.support.inprocess import NULL_ENGINE, InProcessGateway
 from tests.support.templates import QWEN25
 

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import redis
 
+from agentgate.gateway.context import client_id
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for
 from tests.support.servers import RedisServer, free_port, launch_command, stop_all, wait_healthy
 from tests.support.tiny_models import tiny_chat_dir
@@ -39,10 +40,11 @@ def _serves_one(url: str) -> bool:
 
 
 def _engines_of(url: str) -> dict[str, str]:
-    """request id -> engine address of the requests in flight (GET /v1/requests, open on loopback)."""
+    """request id -> engine address of the requests in flight (GET /v1/requests, open on loopback,
+    lists them by the ids they are filed under: the client's own id behind its key's prefix)."""
     r = httpx.get(f"{url}/v1/requests", timeout=10)
     assert r.status_code == 200, r.text
-    return {item["id"]: item["engine"] for item in r.json()["data"]}
+    return {client_id(item["id"]): item["engine"] for item in r.json()["data"]}
 
 
 async def _until_listed(url: str, expected: dict[str, str], timeout: float = 10.0) -> None:

@@ -33,6 +33,7 @@ import redis
 
 from agentgate.engine.front.client import HEARTBEAT_TIMEOUT_S
 from agentgate.engine.front.socket_keys import make_keys
+from agentgate.gateway.context import client_id
 from agentgate.gateway.engines.registry import ENGINE_TTL_S
 from agentgate.loadtests.server import launch
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for
@@ -206,7 +207,8 @@ async def _engines_in_flight(client: httpx.AsyncClient, gateway: HostedServer, i
         while True:
             r = await client.get(f"{gateway.url}/v1/requests", headers=ADMIN)
             assert r.status_code == 200, r.text
-            found = {item["id"]: item["engine"] for item in r.json()["data"] if item["id"] in ids}
+            listed = {client_id(item["id"]): item["engine"] for item in r.json()["data"]}  # filed under the key
+            found = {request_id: engine for request_id, engine in listed.items() if request_id in ids}
             if set(found) == ids:
                 return found
             await anyio.sleep(0.05)
