@@ -20,6 +20,7 @@ from opentelemetry.trace import SpanKind  # noqa: E402
 from agentgate.engine.model_files.model_path import default_model_path  # noqa: E402
 from agentgate.engine.text.tokenizer import load_tokenizer  # noqa: E402
 from agentgate.gateway.config.settings import Settings  # noqa: E402
+from agentgate.gateway.context import client_id  # noqa: E402
 from agentgate.gateway.observation.tracing import Tracer, traces_endpoint  # noqa: E402
 from tests.support.scripted_engine import ScriptedGateway, scripted_gateway  # noqa: E402
 
@@ -98,7 +99,9 @@ def test_a_tool_call_is_one_span_continuing_the_callers_trace(traced):
     assert event.name == "gen_ai.tool.call" and dict(event.attributes) == {"gen_ai.tool.name": call["function"]["name"]}
     children = _children(spans, server)
     [queue], [prefill], [decode] = ([s for s in children if s.name == name] for name in ("queue", "prefill", "decode"))
-    assert {s.attributes["agentgate.engine.request_id"] for s in (queue, prefill, decode)} == {"tool-1"}
+    # The engine's id of the request: the client's id filed under its key (gateway.context.filed_id).
+    [engine_id] = {s.attributes["agentgate.engine.request_id"] for s in (queue, prefill, decode)}
+    assert engine_id != "tool-1" and client_id(engine_id) == "tool-1"
     # Back to back, from the engine's durations, the last ending within the request's span.
     assert queue.end_time == prefill.start_time and prefill.end_time == decode.start_time
     assert queue.start_time <= queue.end_time and decode.end_time <= server.end_time

@@ -1,9 +1,10 @@
 """The scripted model of the hosted-MCP tests (``tests/gateway/test_responses_mcp.py``,
 ``tests/gateway/test_anthropic_mcp.py``): each round of a reply is an engine request
-``<request id>`` then ``<request id>-r1``, ``-r2``..., and the script replies by those names
-(the request id's first word picks the script: a call of ``add`` first, then the answer), so
-every test knows what the model said; :func:`mcp_gateway` is the scripted gateway that
-allows the MCP server of ``tests.support.mcp_servers``.
+``<request id>`` then ``<request id>-r1``, ``-r2``... (filed under the API key, as every engine
+request id is: ``<key>.<request id>``, ``gateway.context.filed_id``), and the script replies by
+the client's part of those names (the request id's first word picks the script: a call of
+``add`` first, then the answer), so every test knows what the model said; :func:`mcp_gateway`
+is the scripted gateway that allows the MCP server of ``tests.support.mcp_servers``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agentgate.engine.model_files.model_path import default_model_path
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.text.tokenizer import load_tokenizer
 from agentgate.gateway.config.settings import Settings
+from agentgate.gateway.context import client_id
 from tests.support.mcp_servers import McpServers
 from tests.support.scripted_engine import Script, ScriptedGateway, scripted_gateway
 
@@ -55,7 +57,8 @@ def script(tokenizer) -> Script:
     encoded = {k: [tokenizer.encode(t, add_special_tokens=False) + [EOS] for t in v] for k, v in SCRIPTS.items()}
     answer = tokenizer.encode(FORBIDDEN_CALL_ANSWER, add_special_tokens=False) + [EOS]
 
-    def reply(request_id: str, params: SamplingParams) -> list[int]:
+    def reply(engine_id: str, params: SamplingParams) -> list[int]:
+        request_id = client_id(engine_id)  # the engine's id is the key's: <key digest>.<X-Request-Id>
         rounds = encoded.get(request_id.split("-")[0], encoded["add"])  # a WebSocket turn's id is a uuid
         later = re.search(r"-r(\d+)$", request_id)
         n = int(later.group(1)) if later else 0
