@@ -240,6 +240,10 @@ class EngineClient:
     def owns(self, request_id: str) -> bool:
         return request_id in self._streams
 
+    def forget(self, request_id: str) -> None:
+        """Stop routing ``request_id``'s outputs (its stream closed)."""
+        self._streams.pop(request_id, None)
+
     # -- calls ------------------------------------------------------------------
     async def _call(self, make: Callable[[int], EngineCall]) -> Any:
         """Send the call ``make(call_id)`` and wait for its result's value."""

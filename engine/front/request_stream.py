@@ -3,17 +3,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentgate.engine.errors import EngineError, InvalidRequestError
-from agentgate.engine.front.protocol import AbortRequests, EngineCoreOutput
+from agentgate.engine.front.protocol import EngineCoreOutput
 
-if TYPE_CHECKING:
-    from agentgate.engine.front.client import EngineClient
+
+class StreamOwner(Protocol):
+    """What a stream needs of the client that opened it (an ``EngineClient``)."""
+
+    @property
+    def is_dead(self) -> bool: ...
+
+    def forget(self, request_id: str) -> None: ...
+
+    async def abort(self, request_ids: list[str]) -> None: ...
 
 
 class RequestStream:
@@ -26,7 +34,7 @@ class RequestStream:
 
     def __init__(
         self,
-        client: EngineClient,
+        client: StreamOwner,
         request_id: str,
         send: MemoryObjectSendStream[EngineCoreOutput | BaseException],
         receive: MemoryObjectReceiveStream[EngineCoreOutput | BaseException],
@@ -69,12 +77,12 @@ class RequestStream:
             return
         self._closed = True
         client = self._client
-        client._streams.pop(self.request_id, None)
+        client.forget(self.request_id)
         self._send.close()
         self._receive.close()
         if not self._finished and not client.is_dead:
             with anyio.CancelScope(shield=True):
-                await client._send(AbortRequests([self.request_id]))
+                await client.abort([self.request_id])
 
 
 def _merge_queued(
