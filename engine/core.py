@@ -28,6 +28,7 @@ from agentgate.engine.front.protocol import (
     TokenLogprobs,
 )
 from agentgate.engine.kv.kv_cache_manager import KVCacheManager
+from agentgate.engine.lora.calls import LoraCalls
 from agentgate.engine.request import FinishReason, Request
 from agentgate.engine.runner.base import ModelRunner
 from agentgate.engine.sampling_params import SamplingParams
@@ -52,7 +53,7 @@ class _InFlight:
     launched: float  # time.perf_counter() before the runner took it
 
 
-class EngineCore:
+class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
     """Owns the scheduler and the runner; everything here runs on one thread."""
 
     def __init__(self, config: EngineConfig, runner: ModelRunner | None = None) -> None:
@@ -111,12 +112,15 @@ class EngineCore:
         tenant: str = "",
         cache_salt: str = "",
         thinking: ThinkingSpec | None = None,
+        lora: str = "",
     ) -> None:
         """Validate and queue a request; InvalidRequestError leaves no trace. ``program``: the
         agent program it is a turn of (KV retention, program scheduling); ``tenant`` and
         ``cache_salt``: see ``engine.front.protocol.AddRequest``; ``thinking``: its reasoning
-        model's thinking block, enforced before its grammar (engine.structured.thinking)."""
+        model's thinking block, enforced before its grammar (engine.structured.thinking); ``lora``: the
+        name of the LoRA adapter it runs through ("" for none; engine.lora)."""
         self.validate_request(request_id, prompt_token_ids, params)
+        adapter = self.lora_adapter(lora)
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
         request = Request(
             request_id,
@@ -129,6 +133,7 @@ class EngineCore:
             program=program,
             tenant=tenant,
             cache_salt=cache_salt,
+            lora=adapter,
         )
         structured = params.structured
         if thinking is not None:
