@@ -98,6 +98,7 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
             weights=runner.weights,
             weight_bytes_per_step=runner.weight_bytes_per_step,
             max_num_seqs=self.config.max_num_seqs,
+            loras=self.lora_names(),
         )
 
     # -- requests --------------------------------------------------------------
