@@ -267,7 +267,7 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
         return not self._in_flight and self.scheduler.num_in_flight_admitted == 0
 
     def stats(self) -> SchedulerStats:
-        return self.scheduler.stats()
+        return self.lora_stats(self.scheduler.stats(), self.scheduler.running, self.scheduler.waiting)
 
     # -- the step ----------------------------------------------------------------
     @property

@@ -8,6 +8,10 @@ from typing import TYPE_CHECKING
 from agentgate.engine.lora.adapter import LoraAdapter, LoraError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from agentgate.engine.front.protocol import SchedulerStats
+    from agentgate.engine.request import Request
     from agentgate.engine.runner.base import ModelRunner
 
 
@@ -30,6 +34,17 @@ class LoraCalls:
     def unload_lora(self, name: str) -> None:
         """Stop serving a LoRA adapter; its running requests finish (`LoraManager.unload`)."""
         self._lora(name).unload(name)
+
+    def lora_stats(
+        self, stats: SchedulerStats, running: Iterable[Request], waiting: Iterable[Request]
+    ) -> SchedulerStats:
+        """``stats`` with the adapters of the running and the waiting requests (vllm:lora_requests_info)."""
+        if self.runner.lora is None:
+            return stats
+        stats.running_loras = sorted({r.lora.name for r in running if r.lora is not None})
+        stats.waiting_loras = sorted({r.lora.name for r in waiting if r.lora is not None})
+        stats.max_loras = self.runner.lora.max_loras
+        return stats
 
     def lora_names(self) -> list[str]:
         return [] if self.runner.lora is None else sorted(self.runner.lora.adapters)

@@ -119,15 +119,29 @@ def test_adapters_load_and_unload_at_run_time(server, client, adapters, tmp_path
     assert gone.status_code == 404
 
 
+def _metrics(url: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer user-key"}, timeout=10).text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}"] = sample.value
+    return samples
+
+
 def test_an_adapter_unloaded_in_use_lets_its_request_finish(server, client, adapters):
     url = server.url
     body = {"lora_name": "busy", "lora_path": str(adapters["busy"])}
     assert httpx.post(f"{url}/v1/load_lora_adapter", json=body, headers=ADMIN, timeout=60).status_code == 200
-    long = dict(model="busy", prompt=PROMPT, max_tokens=48, temperature=0, extra_body={"ignore_eos": True})
+    long = dict(model="busy", prompt=PROMPT, max_tokens=96, temperature=0, extra_body={"ignore_eos": True})
     [alone] = client.completions.create(**long).choices
     stream = client.completions.create(**long, stream=True)
     chunks = iter(stream)
     text = next(chunks).choices[0].text  # the request runs
+    [info] = [name for name in _metrics(url) if name.startswith("vllm:lora_requests_info{")]
+    assert 'running_lora_adapters="busy"' in info and 'max_lora="3"' in info
     unloaded = threading.Event()
 
     def unload():
