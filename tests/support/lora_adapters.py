@@ -1,71 +1,22 @@
-"""PEFT LoRA adapters written by the tests (random weights, or zero B), and the merged-weights
+"""PEFT LoRA adapters written by the tests (`engine.lora.synthetic`), and the merged-weights
 reference: the base weights plus ``scale * B @ A`` in a dense copy of the model."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
-HF_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from agentgate.engine.lora import synthetic
+
 # SmolLM2-135M: hidden 576, 9 heads of 64, 3 KV heads, MLP 1536, 30 layers.
 SMOL = {"hidden": 576, "q": 576, "kv": 192, "inter": 1536, "layers": 30}
 
 
-def hf_shapes(dims: dict[str, int]) -> dict[str, tuple[int, int]]:
-    """HF module -> (in, out) for a model of ``dims``."""
-    h, q, kv, i = dims["hidden"], dims["q"], dims["kv"], dims["inter"]
-    return {
-        "q_proj": (h, q),
-        "k_proj": (h, kv),
-        "v_proj": (h, kv),
-        "o_proj": (q, h),
-        "gate_proj": (h, i),
-        "up_proj": (h, i),
-        "down_proj": (i, h),
-    }
-
-
-def write_adapter(
-    path: Path,
-    *,
-    rank: int = 8,
-    alpha: float = 16.0,
-    targets: tuple[str, ...] = HF_TARGETS,
-    seed: int = 0,
-    std: float = 0.05,
-    zero: bool = False,
-    rslora: bool = False,
-    dims: dict[str, int] = SMOL,
-    layers: int | None = None,
-) -> Path:
-    """A PEFT adapter directory at ``path``: A and B random (``std``), or B zero (``zero``: the
-    adapter changes nothing, as a freshly initialised PEFT adapter)."""
-    gen = torch.Generator().manual_seed(seed)
-    shapes = hf_shapes(dims)
-    tensors = {}
-    for layer in range(dims["layers"] if layers is None else layers):
-        for target in targets:
-            group = "self_attn" if target in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
-            prefix = f"base_model.model.model.layers.{layer}.{group}.{target}"
-            fan_in, fan_out = shapes[target]
-            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, fan_in, generator=gen) * std
-            b = torch.zeros(fan_out, rank) if zero else torch.randn(fan_out, rank, generator=gen) * std
-            tensors[f"{prefix}.lora_B.weight"] = b
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path / "adapter_model.safetensors"))
-    config = {
-        "peft_type": "LORA",
-        "r": rank,
-        "lora_alpha": alpha,
-        "target_modules": list(targets),
-        "use_rslora": rslora,
-        "base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
-    }
-    (path / "adapter_config.json").write_text(json.dumps(config))
-    return path
+def write_adapter(path: Path, *, dims: dict[str, int] = SMOL, **options: Any) -> Path:
+    """`synthetic.write_adapter` for the default model unless ``dims`` says otherwise."""
+    return synthetic.write_adapter(path, dims, **options)
 
 
 @torch.no_grad()
