@@ -149,3 +149,40 @@ def test_the_engine_without_lora_refuses_an_adapter_name():
     llm = LLM(runner="sync", num_kv_blocks=16)
     with pytest.raises(LoraError, match="started without LoRA"):
         llm.generate(["hi"], GREEDY, lora="any")
+
+
+def test_suffix_drafts_come_only_from_the_same_adapters_outputs():
+    """The speculator keys the suffix proposer by tenant and adapter: an adapter's replies never
+    draft for the base model's requests nor another adapter's, and do for its own."""
+    from agentgate.engine.lora.adapter import LoraAdapter
+    from agentgate.engine.request import Request
+    from agentgate.engine.speculative.proposers import SuffixProposer
+    from agentgate.engine.speculative.speculator import Speculator
+
+    proposer = SuffixProposer()
+    speculator = Speculator(proposer)
+    one, two = (LoraAdapter(n, "", 1, 1.0, {}, uid=f"{n}#1") for n in ("one", "two"))
+
+    def start(rid, prompt, lora):
+        request = Request(rid, prompt, SamplingParams(), seed=0, eos_token_ids=frozenset(), max_model_len=99, lora=lora)
+        speculator.start(request)
+
+    reply = [60, 61, 62, 63, 64]
+    start("first", [1, 2, 10, 11], one)
+    proposer.extend("first", reply)
+    proposer.finish("first")
+    start("base", [7, 8, 10, 11], None)
+    start("other", [7, 8, 10, 11], two)
+    start("same", [5, 6, 10, 11], one)
+    assert proposer.propose("base", [7, 8, 10, 11], 4) == []
+    assert proposer.propose("other", [7, 8, 10, 11], 4) == []
+    assert proposer.propose("same", [5, 6, 10, 11], 4) == reply[:4]
+
+
+def test_the_null_runner_refuses_lora():
+    from agentgate.engine.config import EngineConfig
+
+    with pytest.raises(InvalidRequestError, match="need a model"):
+        EngineConfig(runner="null", enable_lora=True)
+    with pytest.raises(InvalidRequestError, match="max_loras"):
+        EngineConfig(lora_modules=("a=/x", "b=/y"), max_loras=1)
