@@ -3,6 +3,7 @@ blocks) are returned by the runner, never written back into a config."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -50,6 +51,21 @@ def parse_max_step_ms(setting: str) -> float | None:
     if not 0 <= ms < float("inf"):
         raise ValueError(f"max_step_ms must be auto, off or a number of milliseconds, got {setting!r}")
     return ms
+
+
+def parse_lora_modules(specs: Sequence[str]) -> list[tuple[str, str]]:
+    """``--lora-modules NAME=PATH`` values as (name, path); ValueError for a malformed or repeated one."""
+    pairs, seen = [], set()
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise ValueError(f"lora_modules takes NAME=PATH, got {spec!r}")
+        if name in seen:
+            raise ValueError(f"lora_modules names {name!r} twice")
+        seen.add(name)
+        pairs.append((name, path))
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -175,6 +191,17 @@ class EngineConfig:
     # CPU threads for the model's math; None: every core the machine's other
     # processes leave free, re-measured as the engine runs (engine.cpu_threads).
     cpu_threads: int | None = None
+    # LoRA adapters (engine.lora, docs/lora.md): NAME=PATH PEFT directories loaded at start; the
+    # model's linears take adapters when any is given or enable_lora; at most max_loras loaded at
+    # once (so at most that many in a step), of rank at most max_lora_rank.
+    lora_modules: tuple[str, ...] = ()
+    enable_lora: bool = False
+    max_loras: int = 4
+    max_lora_rank: int = 16
+
+    @property
+    def lora_enabled(self) -> bool:
+        return self.enable_lora or bool(self.lora_modules)
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
@@ -221,6 +248,19 @@ class EngineConfig:
             parse_max_wait(self.max_wait)
         except ValueError as exc:
             raise InvalidRequestError(str(exc), "max_wait") from None
+        for name in ("max_loras", "max_lora_rank"):
+            if getattr(self, name) < 1:
+                raise InvalidRequestError(f"{name} must be positive", name)
+        try:
+            parse_lora_modules(self.lora_modules)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), "lora_modules") from None
+        if len(self.lora_modules) > self.max_loras:
+            raise InvalidRequestError(
+                f"{len(self.lora_modules)} lora_modules given, max_loras is {self.max_loras}", "max_loras"
+            )
+        if self.lora_enabled and self.runner == "null":
+            raise InvalidRequestError("LoRA adapters need a model (the null runner has none)", "lora_modules")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise InvalidRequestError("gpu_memory_utilization must be in (0, 1]", "gpu_memory_utilization")
 

@@ -28,6 +28,7 @@ from agentgate.engine.front.protocol import (
     TokenLogprobs,
 )
 from agentgate.engine.kv.kv_cache_manager import KVCacheManager
+from agentgate.engine.lora.calls import LoraCalls
 from agentgate.engine.request import FinishReason, Request
 from agentgate.engine.runner.base import ModelRunner
 from agentgate.engine.sampling_params import SamplingParams
@@ -52,7 +53,7 @@ class _InFlight:
     launched: float  # time.perf_counter() before the runner took it
 
 
-class EngineCore:
+class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
     """Owns the scheduler and the runner; everything here runs on one thread."""
 
     def __init__(self, config: EngineConfig, runner: ModelRunner | None = None) -> None:
@@ -97,6 +98,7 @@ class EngineCore:
             weights=runner.weights,
             weight_bytes_per_step=runner.weight_bytes_per_step,
             max_num_seqs=self.config.max_num_seqs,
+            loras=self.lora_names(),
         )
 
     # -- requests --------------------------------------------------------------
@@ -111,12 +113,15 @@ class EngineCore:
         tenant: str = "",
         cache_salt: str = "",
         thinking: ThinkingSpec | None = None,
+        lora: str = "",
     ) -> None:
         """Validate and queue a request; InvalidRequestError leaves no trace. ``program``: the
         agent program it is a turn of (KV retention, program scheduling); ``tenant`` and
         ``cache_salt``: see ``engine.front.protocol.AddRequest``; ``thinking``: its reasoning
-        model's thinking block, enforced before its grammar (engine.structured.thinking)."""
+        model's thinking block, enforced before its grammar (engine.structured.thinking); ``lora``: the
+        name of the LoRA adapter it runs through ("" for none; engine.lora)."""
         self.validate_request(request_id, prompt_token_ids, params)
+        adapter = self.lora_adapter(lora)
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
         request = Request(
             request_id,
@@ -129,6 +134,7 @@ class EngineCore:
             program=program,
             tenant=tenant,
             cache_salt=cache_salt,
+            lora=adapter,
         )
         structured = params.structured
         if thinking is not None:
@@ -261,7 +267,7 @@ class EngineCore:
         return not self._in_flight and self.scheduler.num_in_flight_admitted == 0
 
     def stats(self) -> SchedulerStats:
-        return self.scheduler.stats()
+        return self.lora_stats(self.scheduler.stats(), self.scheduler.running, self.scheduler.waiting)
 
     # -- the step ----------------------------------------------------------------
     @property

@@ -61,10 +61,12 @@ class LLM:
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         *,
         thinking: ThinkingSpec | Sequence[ThinkingSpec | None] | None = None,
+        lora: str | Sequence[str] = "",
     ) -> list[RequestOutput]:
         """Generate for every prompt (text, or token ids), all batched together; ``thinking``: the
         replies' thinking block (one, or one per prompt), which the engine enforces
-        (``engine.structured.thinking``)."""
+        (``engine.structured.thinking``); ``lora``: the LoRA adapter each runs through (one name, or
+        one per prompt; "" for the base model; ``engine.lora``)."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # type: ignore[list-item]
         prompt_list = list(prompts)
@@ -72,14 +74,17 @@ class LLM:
         blocks = list(thinking) if isinstance(thinking, Sequence) else [thinking] * len(prompt_list)
         if len(blocks) != len(prompt_list):
             raise InvalidRequestError(f"got {len(blocks)} thinking blocks for {len(prompt_list)} prompts", "thinking")
+        loras = [lora] * len(prompt_list) if isinstance(lora, str) else list(lora)
+        if len(loras) != len(prompt_list):
+            raise InvalidRequestError(f"got {len(loras)} LoRA adapters for {len(prompt_list)} prompts", "lora")
         outputs: dict[str, RequestOutput] = {}
         processors: dict[str, OutputProcessor] = {}
         eos = self.tokenizer.eos_token_ids if self.tokenizer else frozenset()
         try:
-            for prompt, p, block in zip(prompt_list, param_list, blocks):
+            for prompt, p, block, adapter in zip(prompt_list, param_list, blocks, loras):
                 ids = self._encode(prompt)
                 rid = f"llm-{next(self._ids)}"
-                self.core.add_request(rid, ids, p, eos, thinking=block)
+                self.core.add_request(rid, ids, p, eos, thinking=block, lora=adapter)
                 outputs[rid] = RequestOutput(rid, ids)
                 if self.tokenizer is not None:
                     processors[rid] = OutputProcessor(self.tokenizer, p)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import enum
 import time
+from typing import TYPE_CHECKING
 
 from agentgate.engine.front.protocol import ProgramTag, RequestTimings
 from agentgate.engine.kv.prefix_cache import salted_root
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduling.programs.table import ProgramRecord
+
+if TYPE_CHECKING:
+    from agentgate.engine.lora.adapter import LoraAdapter
 
 
 class RequestStatus(enum.Enum):
@@ -62,6 +66,7 @@ class Request:
         "passed_since",
         "tenant",
         "cache_root",
+        "lora",
         "server_tool_return",
     )
 
@@ -78,6 +83,7 @@ class Request:
         program: ProgramTag | None = None,
         tenant: str = "",
         cache_salt: str = "",
+        lora: LoraAdapter | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
@@ -115,8 +121,11 @@ class Request:
         # Its API key's digest (as the gateway names it; "" for an engine driven directly): drafts
         # come only from the same tenant's outputs (engine.speculative.proposers).
         self.tenant = tenant
+        # Its LoRA adapter (engine.lora), held to its end; its uid salts the prefix cache too, so no
+        # KV is shared across adapters (nor with the base model, nor with an earlier load of the name).
+        self.lora = lora
         # The key of the block before its first: requests with another salt share no cached KV.
-        self.cache_root = salted_root(cache_salt)
+        self.cache_root = salted_root(cache_salt if lora is None else f"{cache_salt}\0lora:{lora.uid}")
 
     def serve(self, tokens: int, now: float) -> None:
         """Count ``tokens`` served to it ``now``: to its program's account and its key's."""

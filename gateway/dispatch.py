@@ -41,7 +41,7 @@ The services it uses are a :class:`Dispatcher`, built once by the lifespan.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +79,7 @@ class Dispatcher:
     programs: ProgramStore | None = None  # agent programs' last turns (None: no Redis)
     limiter: RateLimiter | None = None  # None: no rate limit configured
     salt_by_key: bool = False  # --prefix-cache-isolation key: every request's cache salted with its key
+    loras: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the LoRA adapters, by name (ServedModel's)
 
 
 def tenant_job(job: Job, key: str, salt_by_key: bool) -> Job:
@@ -95,6 +96,8 @@ async def dispatch(
     """Admit, route, register and submit ``job`` (see the module docstring); ``conversation``:
     the messages a session records with the reply."""
     d = dispatcher
+    if job.model in d.loras:  # the request names a LoRA adapter: the engine runs it through that adapter
+        job = dataclasses.replace(job, lora=job.model)
     count = check_engine_requests(len(job.prompts), job.n, d.max_engine_requests)
     context = await _admit(d, context, count)
     program, affinity = job.program, context.engine

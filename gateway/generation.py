@@ -114,6 +114,7 @@ class Generation:
                 tenant=job.tenant,
                 cache_salt=job.cache_salt,
                 thinking=job.thinking,
+                lora=job.lora,
             )
             choice.submitted(stream)
 

@@ -36,6 +36,7 @@ class Job:
     thinking: ThinkingSpec | None = None  # what the engine enforces of the thinking (with ``reasoning``)
     cache_salt: str = ""  # the prefix cache's salt (the request's cache_salt; dispatch adds the key's under isolation)
     tenant: str = ""  # the API key's digest (dispatch sets it): the engine keeps drafts and tool gaps per tenant
+    lora: str = ""  # the LoRA adapter ``model`` names (dispatch sets it; "": the base model; docs/lora.md)
 
     def splitter(self) -> ReasoningSplitter | None:
         """A new splitter for one choice's reply (None: not a reasoning model's request)."""

@@ -35,16 +35,24 @@ class ServedModel:
     reasoning: ReasoningParser | None = None
     reasoning_budget: int | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # The LoRA adapters served beside the model (docs/lora.md): name -> where it was loaded from;
+    # changed in place by POST /v1/load_lora_adapter and /v1/unload_lora_adapter.
+    adapters: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.names[0]
 
+    @property
+    def served_names(self) -> list[str]:
+        """The model's names, then its LoRA adapters'."""
+        return [*self.names, *self.adapters]
+
     def check(self, model: str | None) -> None:
         """404 for a model this gateway does not serve (None means the served one)."""
-        if model is not None and model not in self.names:
+        if model is not None and model not in self.names and model not in self.adapters:
             raise NotFoundError(
-                f"The model `{model}` does not exist; this server serves {', '.join(self.names)}.",
+                f"The model `{model}` does not exist; this server serves {', '.join(self.served_names)}.",
                 param="model",
                 code="model_not_found",
             )

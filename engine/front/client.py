@@ -46,6 +46,7 @@ from agentgate.engine.front.protocol import (
     Health,
     Hello,
     IsPaused,
+    LoadLora,
     Pause,
     PauseMode,
     ProgramTag,
@@ -56,6 +57,7 @@ from agentgate.engine.front.protocol import (
     ThinkingSpec,
     ToolsReturned,
     TurnEnded,
+    UnloadLora,
     decode_from_engine,
     encode,
 )
@@ -185,6 +187,7 @@ class EngineClient:
         tenant: str = "",
         cache_salt: str = "",
         thinking: ThinkingSpec | None = None,
+        lora: str = "",
     ) -> RequestStream:
         """Submit a request (its ``AddRequest``, whose fields these are, ``thinking`` included, is sent
         now, without waiting: ZMQ queues it) and return the stream of its outputs."""
@@ -194,7 +197,7 @@ class EngineClient:
         send, receive = anyio.create_memory_object_stream[EngineCoreOutput | BaseException](math.inf)
         self._streams[request_id] = send
         ids, eos = list(prompt_token_ids), sorted(eos_token_ids)
-        add = AddRequest(request_id, ids, params, eos, program, tenant, cache_salt, thinking)
+        add = AddRequest(request_id, ids, params, eos, program, tenant, cache_salt, thinking, lora)
         self._socket.send(encode(add))
         return RequestStream(self, request_id, send, receive)
 
@@ -273,6 +276,13 @@ class EngineClient:
 
     async def health(self) -> bool:
         return bool(await self._call(Health))
+
+    async def load_lora(self, name: str, path: str) -> None:
+        """Load a LoRA adapter in the engine (EngineError naming what it refuses)."""
+        await self._call(lambda call_id: LoadLora(call_id, name, path))
+
+    async def unload_lora(self, name: str) -> None:
+        await self._call(lambda call_id: UnloadLora(call_id, name))
 
     # -- internals -------------------------------------------------------------
     def _check_alive(self) -> None:

@@ -37,12 +37,14 @@ from agentgate.engine.front.protocol import (
     Heartbeat,
     Hello,
     IsPaused,
+    LoadLora,
     Pause,
     Ready,
     Resume,
     StartupFailed,
     ToolsReturned,
     TurnEnded,
+    UnloadLora,
     decode_to_engine,
     encode,
 )
@@ -224,6 +226,7 @@ class EngineServer:
                 tenant=message.tenant,
                 cache_salt=message.cache_salt,
                 thinking=message.thinking,
+                lora=message.lora,
             )
         except EngineError as exc:
             failed = EngineCoreOutput(message.request_id, [], "error", error=str(exc), invalid=True)
@@ -249,6 +252,10 @@ class EngineServer:
                     value = core.stats()
                 case Health():
                     pass
+                case LoadLora(name=name, path=path):
+                    core.load_lora(name, path)
+                case UnloadLora(name=name):
+                    core.unload_lora(name)
         except EngineError as exc:
             self._send(identity, CallResult(call.call_id, error=str(exc)))
             return

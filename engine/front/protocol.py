@@ -3,7 +3,7 @@
 Every message is a msgspec struct encoded as msgpack (``array_like`` keeps
 them compact), one tagged union each way. Front end -> engine: Hello,
 AddRequest, TurnEnded, ToolsReturned, AbortRequests, and the calls that get a CallResult (Pause,
-Resume, IsPaused, GetStats, Health). Engine -> front end: Ready,
+Resume, IsPaused, GetStats, Health, LoadLora, UnloadLora). Engine -> front end: Ready,
 StartupFailed, EngineOutputs, CallResult, Heartbeat. Token ids travel, never
 text.
 """
@@ -71,6 +71,7 @@ class AddRequest(msgspec.Struct, tag="add", array_like=True, omit_defaults=True)
     tenant: str = ""
     cache_salt: str = ""
     thinking: ThinkingSpec | None = None
+    lora: str = ""  # the LoRA adapter it runs through, by name ("": the base model; engine.lora)
 
 
 class TurnEnded(msgspec.Struct, tag="turn_ended", array_like=True):
@@ -131,7 +132,22 @@ class Health(msgspec.Struct, tag="health", array_like=True):
     call_id: int
 
 
-EngineCall = Pause | Resume | IsPaused | GetStats | Health
+class LoadLora(msgspec.Struct, tag="load_lora", array_like=True):
+    """Load the LoRA adapter at ``path`` (a PEFT directory on the engine's host) as ``name``."""
+
+    call_id: int
+    name: str
+    path: str
+
+
+class UnloadLora(msgspec.Struct, tag="unload_lora", array_like=True):
+    """Stop serving LoRA adapter ``name``; its running requests finish through it."""
+
+    call_id: int
+    name: str
+
+
+EngineCall = Pause | Resume | IsPaused | GetStats | Health | LoadLora | UnloadLora
 
 
 class EngineInfo(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -153,6 +169,7 @@ class EngineInfo(msgspec.Struct, array_like=True, omit_defaults=True):
     weights: str = ""  # what the linear layers hold, e.g. "int4 Q4_1 x 120, int4 Q8_0 x 1"
     weight_bytes_per_step: int = 0
     max_num_seqs: int = 0  # sequences it runs at once (0: not said); front ends route by it
+    loras: list[str] = []  # the LoRA adapters it serves at the handshake, by name (engine.lora)
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -284,6 +301,11 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     # The wait bound in force, in seconds (``--max-wait``; auto: from turn service times,
     # ``engine.scheduling.wait_bound``).
     max_wait_s: float = 0.0
+    # LoRA adapters (engine.lora) of the running and the waiting requests, by name; at most this many
+    # loaded at once (0: LoRA off). vLLM's vllm:lora_requests_info reads them.
+    running_loras: list[str] = []
+    waiting_loras: list[str] = []
+    max_loras: int = 0
 
 
 class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):
@@ -307,7 +329,18 @@ class CallResult(msgspec.Struct, tag="result", array_like=True, omit_defaults=Tr
 
 
 ToEngine = (
-    Hello | AddRequest | TurnEnded | ToolsReturned | AbortRequests | Pause | Resume | IsPaused | GetStats | Health
+    Hello
+    | AddRequest
+    | TurnEnded
+    | ToolsReturned
+    | AbortRequests
+    | Pause
+    | Resume
+    | IsPaused
+    | GetStats
+    | Health
+    | LoadLora
+    | UnloadLora
 )
 FromEngine = Ready | StartupFailed | EngineOutputs | CallResult | Heartbeat
 

@@ -4,13 +4,14 @@ device and the paged KV cache sized from a byte budget or free memory."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentgate.engine.config import EngineConfig
+from agentgate.engine.config import EngineConfig, parse_lora_modules
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.kernel_choice.decode_exactness import batch_dependent_decode_linears
 from agentgate.engine.kernel_choice.draft_exactness import drafted_rows_verdict
@@ -23,6 +24,8 @@ from agentgate.engine.step_rows import EXACT_DECODE_REQUESTS
 
 if TYPE_CHECKING:
     from agentgate.engine.loaders import LoadedModel
+    from agentgate.engine.lora.adapter import LoraAdapter
+    from agentgate.engine.lora.manager import LoraManager
 
 CPU_KV_CACHE_BYTES = 1 << 30
 CPU_MAX_MODEL_LEN = 8192
@@ -70,6 +73,7 @@ class ModelRunner(ABC):
     architecture: str
     device: torch.device
     dtype: torch.dtype
+    lora: LoraManager | None = None  # LoRA adapters (engine.lora), on a model runner started with them
 
     @abstractmethod
     def execute(self, step: SchedulerOutput) -> Any: ...
@@ -170,6 +174,7 @@ class TorchModelRunner(ModelRunner):
         self.reads_shared_prefix = self.model.attention.reads_shared_prefix
         self.kv_spec = self._plan_kv_cache()
         self.kv_caches = self._allocate_kv_cache(self.kv_spec.num_blocks)
+        self.lora = self._start_lora()
         self.max_blocks_per_seq = -(-self.kv_spec.max_model_len // self.kv_spec.block_size)
         # Pure-decode batches replay CUDA graphs, in both runners alike.
         self.graphs: DecodeGraphs | None = None
@@ -183,6 +188,29 @@ class TorchModelRunner(ModelRunner):
                 self.device,
             )
             self.graphs.capture()
+
+    def _start_lora(self) -> LoraManager | None:
+        """Wrap the linears for LoRA (after every kernel choice, so it wraps the chosen kernels) and
+        load ``--lora-modules``; None without LoRA. Steps with adapter rows run eagerly (no CUDA graph)."""
+        if not self.config.lora_enabled:
+            return None
+        from agentgate.engine.lora.manager import LoraManager
+
+        lora = LoraManager(
+            self.model,
+            self.model_config,
+            max_loras=self.config.max_loras,
+            max_rank=self.config.max_lora_rank,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        for name, path in parse_lora_modules(self.config.lora_modules):
+            lora.load(name, path)
+        return lora
+
+    def lora_rows(self, row_adapters: list[tuple[LoraAdapter | None, int]]) -> AbstractContextManager[bool]:
+        """The step's adapters for its forward pass (`LoraManager.rows`); yields whether any row has one."""
+        return nullcontext(False) if self.lora is None else self.lora.rows(row_adapters)
 
     def shutdown(self) -> None:
         self.graphs = None

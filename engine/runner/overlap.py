@@ -173,13 +173,17 @@ class OverlapRunner(TorchModelRunner):
         batch = StepBatch(idx_d, lens_d, rows_d, num_tokens)
 
         pure_decode = num_tokens == num_rows
-        bucket = self.graphs.bucket_for(num_rows) if (self.graphs and pure_decode) else None
-        if bucket is not None:
-            hidden, logits_indices = self._graph_forward(batch, bucket)
-        else:
-            shared = count_shared_prefix_blocks([live.block_ids for live in lives]) if self.reads_shared_prefix else 0
-            with decode_rows(step.num_decode_tokens, step.num_decode_requests):
-                hidden, logits_indices = self._eager_forward(batch, lens, seq_lens_host, shared)
+        with self.lora_rows([(live.new.lora, n) for live, n in zip(lives, lens)]) as adapted:
+            # A step with adapter rows runs eagerly: the graphs hold the base model alone.
+            bucket = self.graphs.bucket_for(num_rows) if (self.graphs and pure_decode and not adapted) else None
+            if bucket is not None:
+                hidden, logits_indices = self._graph_forward(batch, bucket)
+            else:
+                shared = (
+                    count_shared_prefix_blocks([live.block_ids for live in lives]) if self.reads_shared_prefix else 0
+                )
+                with decode_rows(step.num_decode_tokens, step.num_decode_requests):
+                    hidden, logits_indices = self._eager_forward(batch, lens, seq_lens_host, shared)
 
         if not sample_rows:  # every row is a prefill chunk that does not finish its prompt
             post_update(batch, torch.empty(0, dtype=torch.long, device=self.device), self.slots)

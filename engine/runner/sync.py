@@ -106,14 +106,14 @@ class SyncRunner(TorchModelRunner):
                     sampling_rows.append(
                         SamplingRow(new.params, new.seed, new.eos_token_ids, history, new.num_prompt_tokens)
                     )
-        num_rows, num_tokens = len(tables), query_start[-1]
+        num_rows = len(tables)
         width = max(len(t) for t in tables)
         block_tables = np.zeros((num_rows, width), dtype=np.int32)
         for i, table in enumerate(tables):
             block_tables[i, : len(table)] = table
         # The step's arrays cross in one copy from a pinned ring, as the
         # overlapped runner's do: the two runners differ in when they wait.
-        ids_d, pos_d, slots_d, lens_d, qsl_d, tables_d, rows_d = self.staging.stage(
+        staged = self.staging.stage(
             [
                 input_ids,
                 np.concatenate(positions),
@@ -124,7 +124,32 @@ class SyncRunner(TorchModelRunner):
                 logits_rows,
             ]
         )
-        bucket = self.graphs.bucket_for(num_rows) if self.graphs and num_tokens == num_rows else None
+        rows_d = staged[6]
+        loras = [(self._states[row.request_id].new.lora, row.num_tokens) for row in step.scheduled]
+        with self.lora_rows(loras) as adapted:
+            hidden = self._forward(step, tables, seq_lens, query_start, staged, adapted)
+        if not sampling_rows:
+            return ModelRunnerOutput([], [])
+        with decode_rows(len(sampling_rows), len(groups)):  # every sampled row as a decode row, by request
+            logits = self.model.compute_logits(hidden[rows_d.long()])
+        if step.needs_bitmask:
+            return _Deferred(logits, sampling_rows, groups)
+        return self._sample(logits, sampling_rows, groups, None)
+
+    def _forward(
+        self,
+        step: SchedulerOutput,
+        tables: list[list[int]],
+        seq_lens: list[int],
+        query_start: list[int],
+        staged: list[torch.Tensor],
+        adapted: bool,
+    ) -> torch.Tensor:
+        """The step's forward pass: a CUDA graph for a pure-decode batch without adapters, else eager."""
+        ids_d, pos_d, slots_d, lens_d, qsl_d, tables_d, _ = staged
+        num_rows, num_tokens, width = len(tables), query_start[-1], max(len(t) for t in tables)
+        # A step with adapter rows runs eagerly: the graphs hold the base model alone.
+        bucket = self.graphs.bucket_for(num_rows) if self.graphs and num_tokens == num_rows and not adapted else None
         if bucket is not None:
             graphs = self.graphs
             graphs.pad(num_rows)
@@ -153,13 +178,7 @@ class SyncRunner(TorchModelRunner):
             )
             with decode_rows(step.num_decode_tokens, step.num_decode_requests):
                 hidden = self.model(ids_d.long(), pos_d.long(), meta, self.kv_caches)
-        if not sampling_rows:
-            return ModelRunnerOutput([], [])
-        with decode_rows(len(sampling_rows), len(groups)):  # every sampled row as a decode row, by request
-            logits = self.model.compute_logits(hidden[rows_d.long()])
-        if step.needs_bitmask:
-            return _Deferred(logits, sampling_rows, groups)
-        return self._sample(logits, sampling_rows, groups, None)
+        return hidden
 
     @torch.inference_mode()
     def complete(

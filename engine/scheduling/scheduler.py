@@ -285,6 +285,7 @@ class Scheduler:
                     eos_token_ids=request.eos_token_ids,
                     block_ids=self.kv.block_ids(request.request_id),
                     num_computed_tokens=num_cached,
+                    lora=request.lora,
                 )
             )
             rows[request.request_id] = num_tokens

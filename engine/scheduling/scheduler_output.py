@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from agentgate.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from agentgate.engine.lora.adapter import LoraAdapter
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,7 @@ class NewRequestData:
     eos_token_ids: frozenset[int]
     block_ids: list[int]
     num_computed_tokens: int
+    lora: LoraAdapter | None = None  # its LoRA adapter (engine.lora), held from arrival to end
 
 
 @dataclass(frozen=True)

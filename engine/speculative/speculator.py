@@ -47,7 +47,10 @@ class Speculator:
         self.num_forced_tokens = 0  # drafted by grammar jump-forward
 
     def start(self, request: Request) -> None:
-        self.proposer.start(request.request_id, request.all_token_ids, request.tenant)
+        # Drafts per tenant and per LoRA adapter: an adapter's outputs draft only for its own requests.
+        lora = request.lora
+        tenant = request.tenant if lora is None else f"{request.tenant}\0lora:{lora.uid}"
+        self.proposer.start(request.request_id, request.all_token_ids, tenant)
         self._lengths[request.request_id] = DraftLength(self.max_draft)
 
     def step_drafts(self, num_decoding: int) -> int:

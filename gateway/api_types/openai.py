@@ -121,6 +121,20 @@ class DetokenizeRequest(Struct, kw_only=True):
     tokens: list[int]
 
 
+class LoadLoraAdapterRequest(Struct, kw_only=True):
+    """POST /v1/load_lora_adapter (vLLM's body)."""
+
+    lora_name: str
+    lora_path: str
+
+
+class UnloadLoraAdapterRequest(Struct, kw_only=True):
+    """POST /v1/unload_lora_adapter (vLLM's body)."""
+
+    lora_name: str
+    lora_int_id: int | None = None  # vLLM's; unused
+
+
 class AbortRequestsRequest(Struct, kw_only=True):
     """What to abort: request ids, a session's requests, a key's requests (any together; none,
     or an empty list alone, aborts every request)."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentgate.gateway.config.harness_settings import HarnessSettings
+from agentgate.gateway.config.lora_settings import LoraSettings
 from agentgate.gateway.config.mcp_settings import McpSettings
 from agentgate.gateway.config.reasoning_settings import ReasoningSettings
 from agentgate.gateway.config.setting_values import COMMANDS, env_values, setting
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Settings(HarnessSettings, ReasoningSettings, McpSettings):  # issue 49's, 48's and MCP flags: own modules
+class Settings(HarnessSettings, ReasoningSettings, McpSettings, LoraSettings):  # issues 49, 48, MCP, 53: own modules
     # -- the model and the engine -------------------------------------------------
     model: str | None = setting(
         "model: a .gguf file or an HF directory (default: the default model); a gateway reads its tokenizer",

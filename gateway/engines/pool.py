@@ -32,7 +32,7 @@ from pathlib import Path
 
 import anyio
 
-from agentgate.engine.errors import EngineDeadError
+from agentgate.engine.errors import EngineDeadError, EngineError
 from agentgate.engine.front.client import EngineClient
 from agentgate.engine.front.protocol import EngineInfo, SchedulerStats
 
@@ -188,6 +188,23 @@ class EnginePool:
 
     async def resume(self, skip: Iterable[str] = ()) -> None:
         await self._each(lambda engine: engine.resume(), skip)
+
+    async def load_lora(self, name: str, path: str) -> None:
+        """Every live engine loads the LoRA adapter (the first refusal is raised)."""
+        await self._gather(lambda engine: engine.load_lora(name, path))
+
+    async def unload_lora(self, name: str) -> None:
+        """Every live engine that holds the LoRA adapter stops serving it."""
+
+        async def one(engine: EngineClient) -> None:
+            try:
+                await engine.unload_lora(name)
+            except EngineDeadError:
+                raise
+            except EngineError:
+                pass  # this engine did not hold it
+
+        await self._gather(one)
 
     async def is_paused(self) -> bool:
         results = await self._gather(lambda engine: engine.is_paused())

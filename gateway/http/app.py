@@ -57,7 +57,7 @@ from agentgate.gateway.http.middleware import (
     RequestIdMiddleware,
     WebSocketOriginMiddleware,
 )
-from agentgate.gateway.http.routes import anthropic, dashboard, openai, ops, playground, tokenize
+from agentgate.gateway.http.routes import anthropic, dashboard, lora, openai, ops, playground, tokenize
 from agentgate.gateway.http.routes import responses as responses_routes
 from agentgate.gateway.http.routes import sessions as sessions_routes
 from agentgate.gateway.http.tracing import TracingMiddleware
@@ -154,6 +154,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
                 info.max_model_len,
             )
             sealer = await deployment_sealer(settings.sealing_key, shared)
+            adapters = dict.fromkeys(info.loras, "")  # the engines' LoRA adapters (docs/lora.md), by name
             state = GatewayState(
                 settings=settings,
                 model=ServedModel(
@@ -173,6 +174,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
                     reasoning=reasoning,
                     reasoning_budget=settings.reasoning_budget,
                     template_kwargs=template_kwargs(settings.default_chat_template_kwargs),
+                    adapters=adapters,
                 ),
                 dispatcher=Dispatcher(
                     pool=pool,
@@ -185,6 +187,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
                     programs=programs,
                     limiter=limiter,
                     salt_by_key=settings.prefix_cache_isolation == "key",
+                    loras=adapters,
                 ),
                 supervisor=supervisor,
                 cluster=Cluster(pool, registry, shared),
@@ -239,6 +242,7 @@ def create_app(settings: Settings, *, engines: Sequence[EngineTarget], tracer: T
             *anthropic.routes,
             *tokenize.routes,
             *ops.routes,
+            *lora.routes,
             *sessions_routes.routes,
             *dashboard.routes,
             *playground.routes,

@@ -24,6 +24,7 @@ token counts as its requests run (this replica's requests only).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -142,6 +143,24 @@ class _SchedulerSeries(Collector):
                     counts: HistogramCounts = getattr(stats.kv_residency, field)
                     histogram.add_metric([self._model, address], _cumulative(counts), counts.total)
             yield histogram
+        yield from _lora_info([stats for _, stats in known])
+
+
+def _lora_info(stats: list[SchedulerStats]) -> Iterator[Metric]:
+    """vLLM's ``vllm:lora_requests_info`` (when an engine serves LoRA adapters): the adapters of the
+    running and the waiting requests (comma-separated, over every engine), ``--max-loras``; the
+    value is the time of the scrape, as vLLM's."""
+    if not any(s.max_loras for s in stats):
+        return
+    metric = GaugeMetricFamily(
+        "vllm:lora_requests_info",
+        "Running stats on lora requests.",
+        labels=["running_lora_adapters", "waiting_lora_adapters", "max_lora"],
+    )
+    running = ",".join(sorted({name for s in stats for name in s.running_loras}))
+    waiting = ",".join(sorted({name for s in stats for name in s.waiting_loras}))
+    metric.add_metric([running, waiting, str(max(s.max_loras for s in stats))], time.time())
+    yield metric
 
 
 def _cumulative(histogram: HistogramCounts) -> list[tuple[str, float]]:

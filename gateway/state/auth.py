@@ -8,7 +8,8 @@ Route groups:
   (``GET /``, ``/playground``, ``/static/...``: they hold no secret; the keys
   are typed into them and sent to the API like any client's);
 - admin: ``/pause``, ``/resume``, ``/is_paused``, ``/abort_requests``,
-  ``/dashboard/stats`` and ``DELETE /v1/requests/{id}``: the admin key, required whenever any key is
+  ``/dashboard/stats``, ``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter`` and
+  ``DELETE /v1/requests/{id}``: the admin key, required whenever any key is
   configured (with API keys but no admin key, nobody may call them);
 - user: everything else (``/v1/*``, ``/tokenize``, ``/detokenize``): an API
   key or the admin key, when API keys are configured.
@@ -52,7 +53,17 @@ METRICS_PATH = "/metrics"
 PAGE_PATHS = frozenset({"/", "/playground"})
 OPS_PAGE_PATHS = frozenset({"/dashboard"})
 PAGE_PREFIX = "/static/"
-ADMIN_PATHS = frozenset({"/pause", "/resume", "/is_paused", "/abort_requests", "/dashboard/stats"})
+ADMIN_PATHS = frozenset(
+    {
+        "/pause",
+        "/resume",
+        "/is_paused",
+        "/abort_requests",
+        "/dashboard/stats",
+        "/v1/load_lora_adapter",
+        "/v1/unload_lora_adapter",
+    }
+)
 ADMIN_DELETE_PREFIX = "/v1/requests/"
 CLOSED_OFF_LOOPBACK = (
     "{what} need{s} {key} on a server that listens beyond loopback, and none is configured: start it with "

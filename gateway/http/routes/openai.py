@@ -152,6 +152,7 @@ async def _complete(request: Request, gen: Generation, fmt: ChatFormat | Complet
 async def models(request: Request) -> Response:
     model = request.state.gateway.model
     cards = [ModelCard(name, model.created, model.max_model_len, model.root) for name in model.names]
+    cards += [ModelCard(name, model.created, model.max_model_len, name, parent=model.name) for name in model.adapters]
     return Response(encode(ModelList(cards)), media_type=JSON)
 
 
@@ -160,7 +161,11 @@ async def model_card(request: Request) -> Response:
     model = request.state.gateway.model
     name = request.path_params["model_id"]
     model.check(name)
-    return Response(encode(ModelCard(name, model.created, model.max_model_len, model.root)), media_type=JSON)
+    if name in model.adapters:  # a LoRA adapter: its parent is the model
+        card = ModelCard(name, model.created, model.max_model_len, name, parent=model.name)
+    else:
+        card = ModelCard(name, model.created, model.max_model_len, model.root)
+    return Response(encode(card), media_type=JSON)
 
 
 routes = [

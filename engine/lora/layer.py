@@ -1,0 +1,86 @@
+"""A linear with per-row LoRA adapters: ``y = base(x) + (x[rows] @ A^T) @ (scale * B)^T`` for the
+rows of each adapter in the step.
+
+The step's rows are grouped by adapter (`LoraStep.rows`): each adapter's tokens are one slice when
+they are contiguous, else an index, and its low-rank product is computed once per group and added
+to those rows: a segmented matmul in torch (CPU; on CUDA the same torch ops, no Triton kernel yet).
+The base linear runs exactly as without LoRA: a step without adapters never touches its output,
+and a zero adapter adds exact zeros, so both give bit-identical results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from agentgate.engine.lora.adapter import LoraAdapter
+
+Rows = slice | Tensor
+
+
+class LoraStep:
+    """The adapter groups of the step being run, shared by every `LoraLinear` of a model."""
+
+    def __init__(self) -> None:
+        self.groups: list[tuple[LoraAdapter, Rows]] = []
+
+    @contextmanager
+    def rows(self, row_adapters: Sequence[tuple[LoraAdapter | None, int]], device: torch.device) -> Iterator[bool]:
+        """For the forward pass of a step whose rows (in order) compute ``n`` tokens each through
+        ``adapter`` (None: the base model alone); yields whether any row has an adapter."""
+        runs: dict[int, tuple[LoraAdapter, list[tuple[int, int]]]] = {}
+        start = 0
+        for adapter, n in row_adapters:
+            if adapter is not None and n:
+                spans = runs.setdefault(id(adapter), (adapter, []))[1]
+                if spans and spans[-1][1] == start:
+                    spans[-1] = (spans[-1][0], start + n)
+                else:
+                    spans.append((start, start + n))
+            start += n
+        self.groups = [(adapter, _rows(spans, device)) for adapter, spans in runs.values()]
+        try:
+            yield bool(self.groups)
+        finally:
+            self.groups = []
+
+
+def _rows(spans: list[tuple[int, int]], device: torch.device) -> Rows:
+    if len(spans) == 1:
+        return slice(*spans[0])
+    return torch.cat([torch.arange(a, b) for a, b in spans]).to(device)
+
+
+class LoraLinear(nn.Module):
+    """``base`` (any [rows, in] -> [rows, out] module) plus the step's adapters for ``key``
+    (``layers.N.<module>``, the key of `LoraAdapter.weights`)."""
+
+    def __init__(self, base: nn.Module, key: str, step: LoraStep) -> None:
+        super().__init__()
+        self.base = base
+        self.key = key
+        self.step = step
+        self.in_features: int = base.in_features
+        self.out_features: int = base.out_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.base(x)
+        for adapter, rows in self.step.groups:
+            pair = adapter.weights.get(self.key)
+            if pair is None:
+                continue
+            a, b = pair
+            delta = (x[rows] @ a.T) @ b.T
+            if isinstance(rows, slice):
+                y[rows] += delta
+            else:
+                y.index_add_(0, rows, delta)
+        return y
+
+    def extra_repr(self) -> str:
+        return f"key={self.key!r}"
