@@ -223,6 +223,8 @@ class Choice:
             if self.num_tokens == 0:
                 metrics.first_token(gen.engine.address, now - gen.arrival, queue_time)
                 gen.ticket.started()
+                if len(new) > 1:  # the tokens merged into the first output came with it: 0 s apart
+                    metrics.next_tokens(gen.engine.address, 0.0, len(new) - 1)
             else:
                 if gap is None:
                     gap = (now - self._last_time) / len(new)

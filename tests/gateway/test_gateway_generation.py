@@ -51,7 +51,7 @@ class StubEngine:
     def owns(self, request_id: str) -> bool:
         return request_id in self.open
 
-    def add(self, request_id, prompt_ids, params, eos, program=None, *, tenant="", cache_salt="", thinking=None):
+    def add(self, request_id, prompt_ids, params, eos, program=None, **fields):  # tenant, salt, thinking, lora
         return self.generate(request_id, prompt_ids, params, eos)
 
     async def generate(self, request_id, prompt_ids, params, eos):
@@ -114,6 +114,20 @@ async def test_a_merged_output_streams_one_chunk_per_token_and_a_stop_string_abo
     assert by_engine[("agentgate_engine_inter_token_latency_seconds_count", "stub")] == 3
     assert samples["agentgate_generation_tokens_total"] == 4
     assert samples["agentgate_prompt_tokens_total"] == 3
+
+
+async def test_tokens_merged_into_the_first_output_count_as_inter_token_gaps(tokenizer):
+    """Under load the first output can carry several tokens (the client merges what queued up):
+    one first token, and every other token one inter-token gap, as for later outputs."""
+    ids = tokenizer.encode(" one two three four five", add_special_tokens=False)
+    engine = StubEngine([EngineCoreOutput("r", ids[:3]), EngineCoreOutput("r", ids[3:], "length")])
+    metrics = Metrics()
+    gen = _generation(tokenizer, engine, SamplingParams(max_tokens=5), metrics)
+    [_ async for _ in gen.choices[0].events()]
+    gen.close()
+    samples = {s.name: s.value for m in metrics.registry.collect() for s in m.samples}
+    assert samples["agentgate_time_to_first_token_seconds_count"] == 1
+    assert samples["agentgate_inter_token_latency_seconds_count"] == len(ids) - 1
 
 
 async def test_non_streaming_collect_keeps_text_tokens_and_logprobs(tokenizer):
