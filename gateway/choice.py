@@ -22,9 +22,8 @@ from typing import Protocol
 
 import msgspec
 
-from agentgate.engine.front.client import EngineClient
+from agentgate.engine.front.client import EngineClient, RequestStream
 from agentgate.engine.front.protocol import EngineCoreOutput, ProgramTag, RequestTimings, TokenLogprobs
-from agentgate.engine.front.request_stream import RequestStream
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.text.output_processor import OutputProcessor
 from agentgate.engine.text.tokenizer import Tokenizer

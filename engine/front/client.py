@@ -29,11 +29,12 @@ import anyio
 import msgspec
 import zmq
 import zmq.asyncio
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.errors import EngineDeadError, EngineError, InvalidRequestError
 from agentgate.engine.front.addresses import private_address, remove_socket_file
+from agentgate.engine.front.output_merging import merge_queued
 from agentgate.engine.front.protocol import (
     AbortRequests,
     AddRequest,
@@ -61,7 +62,6 @@ from agentgate.engine.front.protocol import (
     decode_from_engine,
     encode,
 )
-from agentgate.engine.front.request_stream import RequestStream
 from agentgate.engine.front.socket_keys import GatewayKeys, secure_client, uses_curve
 from agentgate.engine.front.spawn import start_engine_process, stop_engine_process
 from agentgate.engine.sampling_params import SamplingParams
@@ -333,3 +333,64 @@ class EngineClient:
         for pending in list(self._calls.values()):
             pending.error = error
             pending.done.set()
+
+
+class RequestStream:
+    """One engine request's outputs, an async iterator that ends after the output carrying a
+    finish reason (an engine error is raised: InvalidRequestError for what the request asked,
+    EngineError otherwise; EngineDeadError when the engine died). :meth:`aclose` ends it: a
+    request not finished yet is aborted in the engine (shielded from cancellation)."""
+
+    __slots__ = ("request_id", "_client", "_send", "_receive", "_held", "_finished", "_closed")
+
+    def __init__(
+        self,
+        client: EngineClient,
+        request_id: str,
+        send: MemoryObjectSendStream[EngineCoreOutput | BaseException],
+        receive: MemoryObjectReceiveStream[EngineCoreOutput | BaseException],
+    ) -> None:
+        self.request_id = request_id
+        self._client = client
+        self._send = send
+        self._receive = receive
+        self._held: EngineCoreOutput | BaseException | None = None  # taken from the queue, not returned yet
+        self._finished = False
+        self._closed = False
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> EngineCoreOutput:
+        """The next output; a consumer that fell behind gets what queued up merged into one."""
+        if self._finished or self._closed:
+            raise StopAsyncIteration
+        try:
+            item, self._held = self._held if self._held is not None else await self._receive.receive(), None
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+        if isinstance(item, BaseException):
+            await self.aclose()
+            raise item
+        if item.finish_reason == "error" and item.error:
+            self._finished = True
+            await self.aclose()
+            raise InvalidRequestError(item.error) if item.invalid else EngineError(item.error)
+        item, self._held = merge_queued(item, self._receive)
+        if item.finish_reason is not None:
+            self._finished = True
+            await self.aclose()
+        return item
+
+    async def aclose(self) -> None:
+        """Stop reading: the request is forgotten here and, unless it finished, aborted in the engine."""
+        if self._closed:
+            return
+        self._closed = True
+        client = self._client
+        client.forget(self.request_id)
+        self._send.close()
+        self._receive.close()
+        if not self._finished and not client.is_dead:
+            with anyio.CancelScope(shield=True):
+                await client.abort([self.request_id])
