@@ -148,6 +148,33 @@ def test_bad_reasoning_fields_are_400s_naming_them(server, body, param):
     assert reply.json()["error"]["param"] == param
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("thinking_token_budget", 8), ("reasoning_effort", "low"), ("chat_template_kwargs", {"enable_thinking": False})],
+)
+def test_completions_refuse_the_reasoning_fields_naming_them(server, field, value, stream):
+    """A raw prompt has no chat template and no reasoning parser reads it: chat's reasoning fields on
+    /v1/completions are a 400 naming the field (OpenAI's error body), streamed or not, never ignored;
+    the same request without the field (or with it null) runs."""
+    body = {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0, "stream": stream}
+    reply = httpx.post(f"{server.url}/v1/completions", json={**body, field: value}, timeout=120)
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert (error["param"], error["type"]) == (field, "invalid_request_error"), error
+    assert f"`{field}`" in error["message"] and "/v1/chat/completions" in error["message"], error
+    for fine in (body, {**body, field: None}):
+        assert httpx.post(f"{server.url}/v1/completions", json=fine, timeout=120).status_code == 200
+
+
+def test_completions_reasoning_field_refused_through_the_openai_sdk(client):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(
+            model="SmolLM2-135M-Instruct", prompt="Hello", max_tokens=4, extra_body={"thinking_token_budget": 8}
+        )
+    assert refused.value.body["param"] == "thinking_token_budget"
+
+
 def test_responses_reasoning_item_before_the_message(client):
     response = client.responses.create(
         model="SmolLM2-135M-Instruct",
