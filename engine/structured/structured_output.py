@@ -24,10 +24,7 @@ token included. Then:
   character opening a container or another member (``{``, ``[``, ``,``; inside
   a string too: ``","`` ends one member and starts the next) are masked unless
   the closing itself starts with one, so the closing cannot grow by more than
-  a few tokens a step (never start what cannot close); where such tokens are
-  few (outside a string), each is checked instead and kept when the reply can
-  still close after it with the margin (``{`` where the closing opens with
-  ``{"``: the model's own way of opening a required object stays open to it);
+  a few tokens a step (never start what cannot close);
 - closing: within :data:`MARGIN` tokens of it, the closing is forced, one token
   a step (offered as jump-forward drafts too), and the reply ends on the end
   token, whole, before ``max_tokens``.
@@ -298,12 +295,7 @@ class RequestGrammar:
             return
         first = bitmask[row, closing[0] >> 5].item() & _bit(closing[0])
         if left <= len(closing) + MARGIN + CAUTION:
-            opening = _tokens(bitmask[row] & ~self.closer.allowed_unless_opening)
             bitmask[row] &= self.closer.allowed_unless_opening
-            if len(opening) <= _MAX_CHECKED:  # few (outside a string): each kept where the reply still closes
-                for token in opening:
-                    if self._closes_after(token, left, state):
-                        bitmask[row, token >> 5] |= _bit(token)
         if left <= len(closing) + MARGIN + CAUTION + self.minimum:  # a new call (the shortest reply) may not fit
             self._drop_unclosable(bitmask, row, left, state)
         bitmask[row, closing[0] >> 5] |= first
@@ -319,19 +311,14 @@ class RequestGrammar:
         for token in risky:
             if token in stop or (not may_end and not self.closer.texts[token].strip()):
                 continue  # the end; or whitespace inside the structure, which closes as it stood
-            if not self._closes_after(token, left, state):
+            fork = self.matcher.fork()
+            if not fork.accept_token(token):
+                continue
+            after = state.copy()
+            after.feed(self.closer.texts[token])
+            closing = self.closer.closing(fork, after)
+            if closing is None or 1 + len(closing) + MARGIN > left:
                 bitmask[row, token >> 5] &= ~_bit(token)
-
-    def _closes_after(self, token: int, left: int, state: JsonStringState) -> bool:
-        """Whether, after ``token`` (one the grammar allows), the reply can still close within ``left``
-        tokens (this one included), with the margin."""
-        fork = self.matcher.fork()
-        if not fork.accept_token(token):
-            return True  # the grammar forbids it: not the budget's to judge
-        after = state.copy()
-        after.feed(self.closer.texts[token])
-        closing = self.closer.closing(fork, after)
-        return closing is not None and 1 + len(closing) + MARGIN <= left
 
     def forced_tokens(self, limit: int) -> list[int]:
         """Jump-forward: up to ``limit`` tokens spelling the continuation the
