@@ -94,23 +94,23 @@ def test_a_forced_call_comes_after_the_thinking(server, tool_choice):
     [call] = message["tool_calls"]
     assert call["function"]["name"] == "get_weather" and call["function"]["arguments"].startswith("{")
     assert reply["usage"]["completion_tokens_details"]["reasoning_tokens"] <= 8 + END_TAG_TOKENS
-    # Issue 48: said to be cut exactly where the budget changed the reply. The same request with room
-    # to spare shows what the model writes: if that fits in max_tokens, the narrowing near the end
-    # changed no token it chose and the call is "tool_calls" (named: 54 tokens); if it does not (with
-    # parallel calls this model repeats its call, 97 tokens, the repeat dropped by the reader), "length".
+    # Issue 48: said to be cut only where the budget changed the reply. The same request with room to
+    # spare shows what the model writes: where that does not fit in max_tokens (with parallel calls
+    # this model repeats its call: 97 tokens, the repeat dropped by the reader) the reply is "length";
+    # a reply that says "tool_calls" holds the very call the roomy one does. (Named, 54 tokens, fits,
+    # yet is "length" too: caution near the end replaces the model's ' {' with the closing's ' {"'.)
     roomy = httpx.post(
         f"{server.url}/v1/chat/completions",
         json={**body, "max_tokens": 700, "temperature": 0, "thinking_token_budget": 8},
         timeout=120,
     ).json()
-    fits = roomy["usage"]["completion_tokens"] <= body["max_tokens"]
     assert roomy["choices"][0]["finish_reason"] == "tool_calls", roomy
-    assert reply["choices"][0]["finish_reason"] == ("tool_calls" if fits else "length"), (reply, roomy["usage"])
-    if fits:
-        assert (
-            reply["choices"][0]["message"]["tool_calls"][0]["function"]
-            == roomy["choices"][0]["message"]["tool_calls"][0]["function"]
-        )
+    finish = reply["choices"][0]["finish_reason"]
+    if roomy["usage"]["completion_tokens"] > body["max_tokens"]:
+        assert finish == "length", (reply, roomy["usage"])
+    assert finish in ("tool_calls", "length"), reply
+    if finish == "tool_calls":
+        assert call["function"] == roomy["choices"][0]["message"]["tool_calls"][0]["function"]
 
 
 def test_metrics_count_reasoning_tokens_and_closed_thinking(server):
