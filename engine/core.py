@@ -329,13 +329,14 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
         step before it has resolved, so its grammars are current."""
         if not self._in_flight or not self._in_flight[0].awaiting_bitmask:
             return
-        from agentgate.engine.structured.structured_output import new_bitmask
+        from agentgate.engine.structured.structured_output import new_bitmask, unnarrowed_bitmask
         from agentgate.engine.structured.thinking import Redirects, ThinkingGate
 
         entry = self._in_flight[0]
         step = entry.step
         bitmask = new_bitmask(step.num_sampling_rows, self.vocab_size, pinned=self.runner.device.type == "cuda")
         redirects = Redirects()  # rows in an open thinking block: an end-of-turn token there ends the block
+        narrowed: dict = {}  # rows a forced-call budget narrowed, as their grammar alone allowed them
         index = 0
         for row in step.scheduled:
             request = self.scheduler.requests.get(row.request_id)
@@ -344,8 +345,10 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
                     request.grammar.fill(bitmask, index, row.draft_token_ids, redirects)
                 else:
                     request.grammar.fill(bitmask, index, row.draft_token_ids)
+                narrowed.update(request.grammar.unnarrowed)
             index += row.num_sampling_rows
-        self.runner.complete(entry.handle, bitmask, redirects.tensors(step.num_sampling_rows))
+        redirect = redirects.tensors(step.num_sampling_rows)
+        self.runner.complete(entry.handle, bitmask, redirect, unnarrowed_bitmask(bitmask, narrowed))
         entry.awaiting_bitmask = False
 
     def _release_if_idle(self) -> None:

@@ -82,13 +82,19 @@ class ModelRunner(ABC):
     def wait(self, handle: Any) -> ModelRunnerOutput: ...
 
     def complete(
-        self, handle: Any, bitmask: torch.Tensor, redirect: tuple[torch.Tensor, torch.Tensor] | None = None
+        self,
+        handle: Any,
+        bitmask: torch.Tensor,
+        redirect: tuple[torch.Tensor, torch.Tensor] | None = None,
+        unnarrowed: torch.Tensor | None = None,
     ) -> None:
         """Sample a step launched with ``step.needs_bitmask``: ``execute`` ran
         its forward pass and left sampling for now, when the grammar bitmask
         ([sampling rows, words], rows in step order; unconstrained rows all
         ones) is known. ``redirect``: (from, to) for rows whose end-of-turn
-        tokens become another (``SamplingBatch.redirect_from``)."""
+        tokens become another (``SamplingBatch.redirect_from``). ``unnarrowed``:
+        the mask before forced-call budgets narrowed it (``SamplingBatch.unnarrowed_bitmask``;
+        the output's ``overridden_rows`` say where that changed the best token)."""
         raise NotImplementedError(f"{type(self).__name__} does not support constrained decoding")
 
     @abstractmethod

@@ -29,6 +29,7 @@ class HostOutput:
     top_ids: torch.Tensor | None
     top_logprobs: torch.Tensor | None
     event: torch.cuda.Event | None
+    overridden: torch.Tensor | None = None  # [N] bool (SamplerOutput.overridden)
 
 
 class _Slot:
@@ -40,6 +41,7 @@ class _Slot:
         self.logprobs = pinned(max_rows, torch.float32)
         self.top_ids = pinned(max_rows * MAX_LOGPROBS, torch.long)
         self.top_logprobs = pinned(max_rows * MAX_LOGPROBS, torch.float32)
+        self.overridden = pinned(max_rows, torch.bool)
         self.event = torch.cuda.Event()
 
 
@@ -57,7 +59,9 @@ class OutputRing:
 
     def copy_out(self, result: SamplerOutput) -> HostOutput:
         if not self._cuda:
-            return HostOutput(result.token_ids, result.logprobs, result.top_token_ids, result.top_logprobs, None)
+            return HostOutput(
+                result.token_ids, result.logprobs, result.top_token_ids, result.top_logprobs, None, result.overridden
+            )
         slot = self._slots[self._next]
         self._next = (self._next + 1) % RING_DEPTH
         stream = self._stream
@@ -69,6 +73,7 @@ class OutputRing:
                 (result.logprobs, slot.logprobs),
                 (result.top_token_ids, slot.top_ids),
                 (result.top_logprobs, slot.top_logprobs),
+                (result.overridden, slot.overridden),
             ):
                 if tensor is None:
                     outs.append(None)
@@ -78,4 +83,5 @@ class OutputRing:
                 host.copy_(tensor, non_blocking=True)
                 outs.append(host)
             slot.event.record(stream)
-        return HostOutput(*outs, slot.event)
+        tokens, logprobs, top_ids, top_logprobs, overridden = outs
+        return HostOutput(tokens, logprobs, top_ids, top_logprobs, slot.event, overridden)

@@ -198,9 +198,13 @@ class OverlapRunner(TorchModelRunner):
 
     @torch.inference_mode()
     def complete(
-        self, handle: _Deferred, bitmask: torch.Tensor, redirect: tuple[torch.Tensor, torch.Tensor] | None = None
+        self,
+        handle: _Deferred,
+        bitmask: torch.Tensor,
+        redirect: tuple[torch.Tensor, torch.Tensor] | None = None,
+        unnarrowed: torch.Tensor | None = None,
     ) -> None:
-        """Sample a deferred step; the bitmask (pinned on CUDA) is copied
+        """Sample a deferred step; the bitmasks (pinned on CUDA) are copied
         without blocking."""
         mask = bitmask.to(self.device, non_blocking=True)
         redirect_d = None if redirect is None else tuple(t.to(self.device) for t in redirect)
@@ -213,6 +217,7 @@ class OverlapRunner(TorchModelRunner):
             handle.drafts,
             handle.verifies,
             redirect_d,
+            None if unnarrowed is None else unnarrowed.to(self.device, non_blocking=True),
         )
 
     def _sample(
@@ -225,9 +230,11 @@ class OverlapRunner(TorchModelRunner):
         drafts: StepDrafts | None,
         verifies: list[_Verify] | None,
         redirect: tuple[torch.Tensor, torch.Tensor] | None = None,
+        unnarrowed: torch.Tensor | None = None,
     ) -> _StepHandle:
         batch = self._sampling_batch(step, lives, drafts)
         batch.allowed_bitmask = bitmask
+        batch.unnarrowed_bitmask = unnarrowed
         if redirect is not None:
             batch.redirect_from, batch.redirect_to = redirect
         result = sample(logits, batch)
@@ -296,6 +303,8 @@ class OverlapRunner(TorchModelRunner):
             if out.top_ids is not None:
                 output.top_token_ids = out.top_ids[rows].tolist()
                 output.top_logprobs = out.top_logprobs[rows].tolist()
+        if out.overridden is not None:
+            output.overridden_rows = set(out.overridden.nonzero().flatten().tolist())
         return output
 
     def _verified(self, request_ids: list[str], verifies: list[_Verify], tokens: list[int]) -> ModelRunnerOutput:

@@ -182,9 +182,13 @@ class SyncRunner(TorchModelRunner):
 
     @torch.inference_mode()
     def complete(
-        self, handle: _Deferred, bitmask: torch.Tensor, redirect: tuple[torch.Tensor, torch.Tensor] | None = None
+        self,
+        handle: _Deferred,
+        bitmask: torch.Tensor,
+        redirect: tuple[torch.Tensor, torch.Tensor] | None = None,
+        unnarrowed: torch.Tensor | None = None,
     ) -> None:
-        handle.output = self._sample(handle.logits, handle.rows, handle.groups, bitmask, redirect)
+        handle.output = self._sample(handle.logits, handle.rows, handle.groups, bitmask, redirect, unnarrowed)
 
     def _sample(
         self,
@@ -193,6 +197,7 @@ class SyncRunner(TorchModelRunner):
         groups: list[_Verify],
         bitmask: torch.Tensor | None,
         redirect: tuple[torch.Tensor, torch.Tensor] | None = None,
+        unnarrowed: torch.Tensor | None = None,
     ) -> ModelRunnerOutput:
         """Sample every row, then verify each request's drafts (see
         `engine.speculative.verify`): its state takes the emitted tokens,
@@ -202,6 +207,8 @@ class SyncRunner(TorchModelRunner):
             batch.allowed_bitmask = bitmask.to(self.device)
         if redirect is not None:
             batch.redirect_from, batch.redirect_to = (t.to(self.device) for t in redirect)
+        if unnarrowed is not None:
+            batch.unnarrowed_bitmask = unnarrowed.to(self.device)
         result = sample(logits, batch)
         tokens = result.token_ids.tolist()
         firsts, extras = [], []
@@ -216,6 +223,8 @@ class SyncRunner(TorchModelRunner):
             extras.append(emitted[1:])
         request_ids = [group.request_id for group in groups]
         output = ModelRunnerOutput(request_ids, firsts, extras if any(g.drafts for g in groups) else None)
+        if result.overridden is not None:
+            output.overridden_rows = set(result.overridden.nonzero().flatten().tolist())
         if result.logprobs is not None:  # rows that want logprobs never draft: one row each
             first_rows = [group.first_row for group in groups]
             output.logprobs = result.logprobs[first_rows].tolist()

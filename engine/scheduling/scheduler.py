@@ -357,6 +357,8 @@ class Scheduler:
                 request.num_computed_tokens -= num_drafted - (len(tokens) - 1)
                 self.kv.trim(request)
                 self.speculator.verified(request, num_drafted, len(tokens) - 1)
+            if request.grammar is not None:  # where the budget removed the model's best (issue 48)
+                request.grammar.note_overridden(result.overridden_rows or ())
             confirmed, reason = confirm_tokens(request, tokens)
             request.serve(len(confirmed), now)
             self.num_sampling_steps += 1

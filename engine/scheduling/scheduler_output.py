@@ -127,3 +127,6 @@ class ModelRunnerOutput:
     logprobs: list[float] | None = None
     top_token_ids: list[list[int]] | None = None
     top_logprobs: list[list[float]] | None = None
+    # Sampling rows (the grammar bitmask's) where a forced-call budget removed the token the model would
+    # have taken (``SamplerOutput.overridden``); None when no row was narrowed.
+    overridden_rows: set[int] | None = None

@@ -29,14 +29,18 @@ token included. Then:
   a step (offered as jump-forward drafts too), and the reply ends on the end
   token, whole, before ``max_tokens``.
 
-**Said to be cut.** Wherever the budget narrowed what the grammar allowed at a token the reply
-took (the closing forced, or tokens masked for caution), the reply may not be what the model
-would have written: a value or call the budget closed. :attr:`RequestGrammar.budget_cut` says
-so, and the engine ends such a reply with ``length``, not ``stop`` (``engine.scheduling.scheduler``): the
-front ends report it as cut (``length``, Responses ``incomplete``, Anthropic ``max_tokens``), its
-arguments whole JSON all the same. A reply the budget never narrowed keeps ``stop`` and its
-calls are the model's own. ``tests/gateway/test_tools_live.py`` checks both ways against the
-same requests with room to spare; ``loadtests/forced_budget_sweep.py`` counts them.
+**Said to be cut.** Where the budget narrowed what the grammar allowed (the closing forced, or
+tokens masked for caution), the sampler also takes the best token under the grammar's own mask
+(:attr:`RequestGrammar.unnarrowed`, ``SamplingBatch.unnarrowed_bitmask``); where the budget had
+removed that token, the reply is not what the model would have written: a value or call the
+budget closed. :attr:`RequestGrammar.budget_cut` says so, and the engine ends such a reply with
+``length``, not ``stop`` (``engine.token_events``): the front ends report it as cut (``length``,
+Responses ``incomplete``, Anthropic ``max_tokens``), its arguments whole JSON all the same. A
+narrowing the model's own choice never ran into (issue 48: the last ~34 tokens before the budget
+are always narrowed, a reply that fits in them is still the model's) keeps ``stop``, as does a
+reply the budget never narrowed: its calls are the model's own. ``tests/gateway/test_tools_live.py``
+checks both ways against the same requests with room to spare; ``loadtests/forced_budget_sweep.py``
+counts them.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
@@ -195,9 +200,11 @@ class RequestGrammar:
         self._state = JsonStringState()
         self._closing: list[int] | None = None  # being written: the rest of the closing
         self.num_closing_tokens = 0  # tokens the closing wrote (not the model's choice)
-        # Positions (tokens accepted before them) whose last fill the budget narrowed.
-        self._narrowed: set[int] = set()
-        self.budget_cut = False  # the budget narrowed a token the reply took (module docstring)
+        # This step's rows the budget narrowed: row -> (position: tokens accepted before it, the
+        # grammar's own row before the narrowing); and the positions where that removed the model's best.
+        self._narrowed: dict[int, tuple[int, torch.Tensor]] = {}
+        self._overridden: set[int] = set()
+        self.budget_cut = False  # the budget removed a token the model would have taken (module docstring)
 
     def accept(self, token: int) -> bool:
         """Advance past a sampled token; False if the grammar forbids it."""
@@ -205,7 +212,7 @@ class RequestGrammar:
             return True  # the grammar is done; the request ends on this token
         if not self.matcher.accept_token(token):
             return False
-        if self.num_accepted in self._narrowed:
+        if self.num_accepted in self._overridden:
             self.budget_cut = True
         self.num_accepted += 1
         if self.budget is not None:
@@ -225,9 +232,10 @@ class RequestGrammar:
         forbids stay as they are: that draft cannot match the target's
         token, so nothing after it is accepted."""
         self._fill_one(bitmask, row)
+        self._narrowed.clear()
+        self._overridden.clear()
         state = self._state.copy() if self.budget is not None else None
         if state is not None:
-            self._narrowed.clear()
             self._fit_noting(bitmask, row, 0, state)
         advanced = 0
         for offset, token in enumerate(drafts, 1):
@@ -242,11 +250,24 @@ class RequestGrammar:
             self.matcher.rollback(advanced)
 
     def _fit_noting(self, bitmask: torch.Tensor, row: int, offset: int, state: JsonStringState) -> None:
-        """`_fit`, noting the position when it took a token the grammar allowed there."""
+        """`_fit`, noting the row (and its position) when it took a token the grammar allowed there."""
         before = bitmask[row].clone()
         self._fit(bitmask, row, offset, state)
         if not torch.equal(before, bitmask[row]):
-            self._narrowed.add(self.num_accepted + offset)
+            self._narrowed[row] = (self.num_accepted + offset, before)
+
+    @property
+    def unnarrowed(self) -> dict[int, torch.Tensor]:
+        """The rows of the last fill the budget narrowed: each as the grammar alone allowed it."""
+        return {row: before for row, (_, before) in self._narrowed.items()}
+
+    def note_overridden(self, rows: Iterable[int]) -> None:
+        """The step of the last fill was sampled: ``rows`` (sampling rows of the step) are those
+        whose best token under the grammar's own mask the budget had removed. Their positions mark
+        the reply cut when it takes them (``accept``)."""
+        rows = set(rows)
+        self._overridden = {position for row, (position, _) in self._narrowed.items() if row in rows}
+        self._narrowed.clear()
 
     def _fit(self, bitmask: torch.Tensor, row: int, offset: int, state: JsonStringState) -> None:
         """Narrow ``bitmask[row]`` (the token after ``offset`` drafts) so the reply ends within its
@@ -316,6 +337,18 @@ class RequestGrammar:
             bitmask[row].fill_(-1)
         else:
             self.matcher.fill_next_token_bitmask(bitmask, row)
+
+
+def unnarrowed_bitmask(bitmask: torch.Tensor, rows: dict[int, torch.Tensor]) -> torch.Tensor | None:
+    """The step's mask before any budget narrowed it (``SamplingBatch.unnarrowed_bitmask``): ``bitmask``
+    with each narrowed row as its grammar alone allowed it (never less than the narrowed row allows);
+    None when no row was narrowed."""
+    if not rows:
+        return None
+    full = bitmask.clone().pin_memory() if bitmask.is_pinned() else bitmask.clone()
+    for row, before in rows.items():
+        full[row] |= before
+    return full
 
 
 def new_bitmask(num_rows: int, vocab_size: int, pinned: bool) -> torch.Tensor:

@@ -154,6 +154,16 @@ class ThinkingGate:
         return self.inner is not None and self.inner.budget_cut
 
     @property
+    def unnarrowed(self) -> dict:
+        """The grammar's rows of the last fill that its budget narrowed (``RequestGrammar.unnarrowed``)."""
+        return self.inner.unnarrowed if self.inner is not None else {}
+
+    def note_overridden(self, rows: Iterable[int]) -> None:
+        """As ``RequestGrammar.note_overridden``: the rows where the budget removed the model's best."""
+        if self.inner is not None:
+            self.inner.note_overridden(rows)
+
+    @property
     def closed_by(self) -> ClosedBy | None:
         return self.state.closed_by
 

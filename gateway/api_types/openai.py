@@ -102,6 +102,14 @@ class CompletionRequest(SamplingFields, kw_only=True):
     suffix: str | None = None
     best_of: int | None = None
     add_special_tokens: bool = True
+    # Chat's reasoning fields, recognised so that they are refused (a 400 naming each: a raw prompt has no
+    # chat template and no reasoning parser reads it; docs/reasoning.md), never silently ignored.
+    thinking_token_budget: int | None = None
+    reasoning_effort: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+COMPLETION_REASONING_FIELDS = ("thinking_token_budget", "reasoning_effort", "chat_template_kwargs")
 
 
 class TokenizeRequest(Struct, kw_only=True):

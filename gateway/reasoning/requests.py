@@ -3,9 +3,10 @@ under the request's own ``chat_template_kwargs``, and the thinking block the eng
 (:class:`~engine.front.protocol.ThinkingSpec`: the parser's tags, whether the rendered prompt opened
 the block, the budget below).
 
-A request's thinking budget, in tokens, from what it asked for: an explicit budget (chat and
-completions ``thinking_token_budget``, vLLM's name; Messages ``thinking.budget_tokens``), an effort
-(chat ``reasoning_effort``, Responses ``reasoning.effort``) or the server's ``--reasoning-budget``.
+A request's thinking budget, in tokens, from what it asked for: an explicit budget (chat
+``thinking_token_budget``, vLLM's name; Messages ``thinking.budget_tokens``), an effort (chat
+``reasoning_effort``, Responses ``reasoning.effort``) or the server's ``--reasoning-budget``.
+``/v1/completions`` refuses these fields (a raw prompt: no template, no parser; docs/reasoning.md).
 
 Thinking and answer share ``max_tokens`` (Anthropic's rule): a budget must leave room for an answer,
 so an explicit one of ``max_tokens`` or more is a 400 naming its field, and an effort is a share of

@@ -169,3 +169,19 @@ def test_a_reply_the_budget_closed_ends_as_length_and_one_the_model_finished_as_
         assert cut.finish_reason == "length" and cut.text != free.text, (budget, cut.text)
         assert len(cut.token_ids) <= budget
         jsonschema.validate(json.loads(cut.text), NOTE)
+
+
+def test_a_budget_that_narrows_the_grammar_but_never_changes_the_models_choice_is_not_a_cut(llm):
+    """Issue 48: the last ~34 tokens before a forced reply's budget are always narrowed (caution, the
+    closing offered), so a reply that ends within them was said to be cut (``length``) even where
+    every token it took was the model's own best under the grammar alone. With a few tokens to spare
+    (needed + 6, + 10: narrowed, not changed) it is the free reply and ``stop``; with fewer than it
+    needs the budget did change it, and it says ``length``."""
+    free = _note(llm, 400)
+    needed = len(free.token_ids)
+    for budget in (needed + 6, needed + 10):
+        roomy = _note(llm, budget)
+        assert (roomy.finish_reason, roomy.text) == ("stop", free.text), budget
+    cut = _note(llm, needed - 1)
+    assert cut.finish_reason == "length" and cut.text != free.text, cut.text
+    jsonschema.validate(json.loads(cut.text), NOTE)

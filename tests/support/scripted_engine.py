@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 
 import anyio.from_thread
 import httpx
+import torch
 import uvicorn
 
 from agentgate.engine.config import EngineConfig
@@ -71,8 +72,18 @@ class ScriptedRunner(NullRunner):
         self.num_steps += 1
         return ModelRunnerOutput(ids, tokens, None)
 
-    def complete(self, handle: ModelRunnerOutput, bitmask: object, redirect: object = None) -> None:
-        """A constrained step: the script asks neither the grammar nor a thinking redirect."""
+    def complete(
+        self, handle: ModelRunnerOutput, bitmask: torch.Tensor, redirect: object = None, unnarrowed: object = None
+    ) -> None:
+        """A constrained step: the script asks neither the grammar nor a thinking redirect. The script
+        is the model's best token: where a forced-call budget narrowed the mask (``unnarrowed``) and
+        the narrowed mask forbids it, the budget removed it (``ModelRunnerOutput.overridden_rows``)."""
+        if unnarrowed is not None:
+            handle.overridden_rows = {
+                row
+                for row, token in enumerate(handle.sampled_token_ids)
+                if not (int(bitmask[row, token >> 5]) >> (token & 31)) & 1
+            }
 
     def release(self, request_ids: list[str]) -> None:
         super().release(request_ids)

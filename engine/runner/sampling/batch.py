@@ -73,6 +73,9 @@ class SamplingBatch:
     # inside a thinking block becomes the block's end: engine.structured.thinking).
     redirect_from: Tensor | None = None  # [N, R] int64, -1 padded
     redirect_to: Tensor | None = None  # [N] int64; -1 = none
+    # The grammars' own masks before a forced-call budget narrowed ``allowed_bitmask`` (never less than it
+    # allows; None when no row was narrowed): the sampler says where the budget removed the best token.
+    unnarrowed_bitmask: Tensor | None = None  # [N, ceil(V'/32)] int32
 
 
 @dataclass
@@ -81,3 +84,4 @@ class SamplerOutput:
     logprobs: Tensor | None  # [N] float32, raw logprob of the sampled token
     top_token_ids: Tensor | None  # [N, K] int64, highest first
     top_logprobs: Tensor | None  # [N, K] float32, descending
+    overridden: Tensor | None = None  # [N] bool: the best token under unnarrowed_bitmask is one allowed_bitmask removed

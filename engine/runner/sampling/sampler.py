@@ -31,6 +31,11 @@ Order of processing, per row:
    its ``redirect_to`` id instead (an end-of-turn inside a thinking block
    becomes the block's end). Logprobs stay those of the token sampled.
 
+With an ``unnarrowed_bitmask`` (a forced-call budget narrowed some rows' grammar masks), step 3
+applies it instead, and after step 6 the row's best token is noted (``overridden``: the narrowed
+mask removed it) before the narrowed mask is applied: the same tokens are sampled, and the engine
+learns whether the budget changed what the model would have written (issue 48).
+
 Every step is row-wise, so a row's token depends only on its own logits and
 parameters, never on the batch around it or its row index. The noise is exact
 integer arithmetic, identical on CPU and CUDA; the float steps (softmax, log)
@@ -119,24 +124,28 @@ def sample(logits: Tensor, batch: SamplingBatch) -> SamplerOutput:
     bitmask = batch.allowed_bitmask
     if bitmask is not None:
         bitmask = _fit_bitmask(bitmask, vocab_size)
+    unnarrowed = batch.unnarrowed_bitmask
+    if unnarrowed is not None and bitmask is not None:
+        unnarrowed = _fit_bitmask(unnarrowed, vocab_size)
+    else:
+        unnarrowed = None
     num_top = min(batch.flags.max_num_logprobs, vocab_size)
     rows_per_chunk = max(1, MAX_CHUNK_ELEMENTS // max(1, vocab_size))
 
-    parts: list[tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]] = []
+    parts: list[tuple[Tensor | None, ...]] = []
     for start in range(0, num_rows, rows_per_chunk):
         rows = slice(start, min(start + rows_per_chunk, num_rows))
-        parts.append(_sample_chunk(logits[rows], batch, rows, bitmask, num_top, tables))
+        parts.append(_sample_chunk(logits[rows], batch, rows, bitmask, unnarrowed, num_top, tables))
     if len(parts) == 1:
-        token_ids, logprobs, top_ids, top_logprobs = parts[0]
+        token_ids, logprobs, top_ids, top_logprobs, overridden = parts[0]
     else:
-        token_ids = torch.cat([p[0] for p in parts])
-        logprobs = torch.cat([p[1] for p in parts]) if num_top >= 0 else None
-        top_ids = torch.cat([p[2] for p in parts]) if num_top > 0 else None
-        top_logprobs = torch.cat([p[3] for p in parts]) if num_top > 0 else None
+        token_ids, logprobs, top_ids, top_logprobs, overridden = (
+            torch.cat([p[i] for p in parts]) if parts[0][i] is not None else None for i in range(5)
+        )
     if batch.redirect_to is not None and batch.redirect_from is not None:
         hit = (batch.redirect_from == token_ids[:, None]).any(dim=1) & (batch.redirect_to >= 0)
         token_ids = torch.where(hit, batch.redirect_to, token_ids)
-    return SamplerOutput(token_ids, logprobs, top_ids, top_logprobs)
+    return SamplerOutput(token_ids, logprobs, top_ids, top_logprobs, overridden)
 
 
 def _sample_chunk(
@@ -144,18 +153,23 @@ def _sample_chunk(
     batch: SamplingBatch,
     rows: slice,
     bitmask: Tensor | None,
+    unnarrowed: Tensor | None,
     num_top: int,
     tables: _VocabTables,
-) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
-    raw_logprobs = top_ids = top_logprobs = None
+) -> tuple[Tensor | None, ...]:
+    raw_logprobs = top_ids = top_logprobs = overridden = None
     if num_top >= 0:
         raw_logprobs = torch.log_softmax(logits, dim=-1)
         if num_top > 0:
             top_logprobs, top_ids = torch.topk(raw_logprobs, num_top, dim=-1)
 
-    _apply_constraints_(logits, batch, rows, bitmask, tables)
+    _apply_constraints_(logits, batch, rows, bitmask if unnarrowed is None else unnarrowed, tables)
     if batch.flags.any_penalties:
         _apply_penalties_(logits, batch, rows)
+    if unnarrowed is not None:  # the best token the grammar alone allows, then the budget's narrowing
+        allowed = _allowed(bitmask[rows], tables)
+        overridden = ~allowed.gather(1, logits.argmax(dim=-1)[:, None]).squeeze(1)
+        logits.masked_fill_(~allowed, _NEG_INF)
 
     if batch.flags.all_greedy:
         token_ids = logits.argmax(dim=-1)
@@ -181,7 +195,7 @@ def _sample_chunk(
     token_logprobs = None
     if raw_logprobs is not None:
         token_logprobs = raw_logprobs.gather(1, token_ids[:, None]).squeeze(1)
-    return token_ids, token_logprobs, top_ids, top_logprobs
+    return token_ids, token_logprobs, top_ids, top_logprobs, overridden
 
 
 def _fit_bitmask(bitmask: Tensor, vocab_size: int) -> Tensor:
@@ -206,14 +220,18 @@ def _apply_constraints_(
         # Padding (-1) adds 0.0 to token 0: exact, and order-independent.
         logits.scatter_add_(1, ids.clamp(min=0), torch.where(ids >= 0, values, 0.0))
     if bitmask is not None:
-        words = bitmask[rows].index_select(1, tables.bit_words)  # [n, V] int32
-        words.bitwise_right_shift_(tables.bit_shifts[None, :]).bitwise_and_(1)
-        logits.masked_fill_(words == 0, _NEG_INF)
+        logits.masked_fill_(~_allowed(bitmask[rows], tables), _NEG_INF)
     if batch.suppressed_ids is not None:
         ids = batch.suppressed_ids[rows]
         # amin with +inf leaves padded slots alone whatever else hits token 0.
         src = torch.where(ids >= 0, _NEG_INF, float("inf")).to(logits.dtype)
         logits.scatter_reduce_(1, ids.clamp(min=0), src, reduce="amin", include_self=True)
+
+
+def _allowed(bitmask: Tensor, tables: _VocabTables) -> Tensor:
+    """[n, V] bool: the tokens a bitmask's rows allow."""
+    words = bitmask.index_select(1, tables.bit_words)  # [n, V] int32
+    return words.bitwise_right_shift_(tables.bit_shifts[None, :]).bitwise_and_(1) != 0
 
 
 def _apply_penalties_(logits: Tensor, batch: SamplingBatch, rows: slice) -> None:

@@ -21,6 +21,7 @@ from starlette.routing import Route
 from agentgate.gateway.admission.bounds import OFF_LOOP_CHARS, check_prompt_chars
 from agentgate.gateway.admission.output_budget import COMPLETIONS_DEFAULT
 from agentgate.gateway.api_types.openai import (
+    COMPLETION_REASONING_FIELDS,
     ChatCompletionRequest,
     CompletionRequest,
     ModelCard,
@@ -84,6 +85,13 @@ async def completions(request: Request) -> Response:
         )
     if body.suffix:
         raise BadRequestError("`suffix` is not supported", param="suffix")
+    for name in COMPLETION_REASONING_FIELDS:
+        if getattr(body, name) is not None:
+            raise BadRequestError(
+                f"`{name}` is not supported on /v1/completions: a raw prompt has no chat template and no "
+                "reasoning parser reads it (use /v1/chat/completions)",
+                param=name,
+            )
     if body.best_of is not None and body.best_of != body.n:
         raise BadRequestError(
             "`best_of` other than `n` is not supported (this server scores no candidates)", param="best_of"

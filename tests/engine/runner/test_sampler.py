@@ -308,6 +308,38 @@ def test_a_redirected_row_emits_its_target_for_the_tokens_it_names():
     assert out.token_ids.tolist() == [42, *best[1:].tolist()]
 
 
+def test_a_budget_narrowed_row_says_whether_the_narrowing_removed_its_best_token(monkeypatch):
+    """Issue 48: a forced-call budget narrows a grammar's mask near its end. The sampler takes the
+    same tokens as under the narrowed mask alone, and says per row whether the best token under the
+    grammar's own mask is one the narrowing removed: only then did the budget change the reply."""
+    v = 96
+    torch.manual_seed(11)
+    logits = torch.randn(6, v)
+    best = logits.argmax(-1).tolist()
+    others = [sorted(set(range(v)) - {b})[:5] for b in best]
+    own = [set(range(v))] * 6
+    narrowed = [
+        set(others[0]),  # the best removed
+        {best[1], *others[1]},  # the best kept: the narrowing changed nothing
+        set(range(v)),  # not narrowed
+        set(others[3]),  # sampled rows: the best removed, and kept
+        {best[4], *others[4]},
+        {best[5]},  # only the best left
+    ]
+    params = [SamplingParams(temperature=0.0)] * 3 + [SamplingParams(temperature=1.0, seed=s) for s in range(3)]
+    batch = make_batch(params, v, allowed=narrowed, positions=list(range(6)))
+    plain = run(logits, batch)
+    assert plain.overridden is None  # no unnarrowed mask: nothing to say
+    batch.unnarrowed_bitmask = make_batch(params, v, allowed=own).allowed_bitmask
+    out = run(logits, batch)
+    assert out.overridden.tolist() == [True, False, False, True, False, False]
+    assert torch.equal(out.token_ids, plain.token_ids)  # the same tokens as under the narrowed mask alone
+    assert all(token in narrowed[row] for row, token in enumerate(out.token_ids.tolist()))
+    monkeypatch.setattr(sampler, "MAX_CHUNK_ELEMENTS", 2 * v)  # several chunks
+    chunked = run(logits, batch)
+    assert torch.equal(chunked.overridden, out.overridden) and torch.equal(chunked.token_ids, out.token_ids)
+
+
 def test_repetition_penalty_semantics():
     # seen tokens: positive logits divided, negative multiplied; unseen untouched
     logits = torch.tensor([[2.0, 1.5, -0.5, -0.9, 0.0]])
