@@ -179,3 +179,31 @@ def test_the_tool_loop_stands_under_both_apis_and_neither_api_reads_through_the_
         for mine, other in (API_PACKAGES, API_PACKAGES[::-1]):
             if module.startswith(mine):
                 assert not any(m.startswith(other) for m in reached), module
+
+
+GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
+
+
+def _modules_naming_gateway_state(root: Path) -> list[str]:
+    """Modules under ``root`` outside the HTTP edge (gateway/http/) and app_state.py that import
+    ``GatewayState``, under TYPE_CHECKING or in a function included."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith("http/") or relative == "app_state.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and any(alias.name == "GatewayState" for alias in node.names):
+                found.append(relative)
+    return found
+
+
+def test_nothing_below_the_routes_takes_the_gateway_state(tmp_path):
+    """app_state.py's promise: routes hand each service what it needs, never GatewayState whole."""
+    assert _modules_naming_gateway_state(GATEWAY) == []
+    (tmp_path / "tool_loop").mkdir()
+    (tmp_path / "tool_loop" / "loop.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from agentgate.gateway.app_state import GatewayState\n"
+    )
+    assert _modules_naming_gateway_state(tmp_path) == ["tool_loop/loop.py"]
