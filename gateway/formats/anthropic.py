@@ -57,8 +57,12 @@ def anthropic_error(status: int, message: str) -> AnthropicError:
 
 
 def message_usage(usage: Usage) -> MessageUsage:
-    """Anthropic's usage; a reasoning model's reply also says its ``output_tokens_details.thinking_tokens``."""
-    u = MessageUsage(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+    """Anthropic's usage: ``input_tokens`` are the prompt tokens not read from the prefix cache, as
+    Anthropic counts them (the prompt is ``input_tokens + cache_read_input_tokens``, what Claude Code
+    adds up as the context used); a reasoning model's reply also says its
+    ``output_tokens_details.thinking_tokens``."""
+    cached = usage.cached_tokens
+    u = MessageUsage(usage.prompt_tokens - cached, usage.completion_tokens, cached)
     if isinstance(usage.completion_tokens_details, CompletionTokensDetails):
         u.output_tokens_details = {"thinking_tokens": usage.reasoning_tokens}
     return u
