@@ -16,9 +16,12 @@ token, nor does a neighbour joining or leaving (issue 41). ``--speculative auto`
 steps only (`engine.speculative.speculator`). Checked on a 2-core Intel Xeon (AVX-512 BF16, AMX;
 torch 2.13): the int4 and int8 weight-only kernels give a row the same bits alone and in batches of
 2 to 64 rows at any offset, and at 1 or 2 threads, for every projection shape of the default model
-and its LM head; `_decode_attention` gives a row the same bits beside other rows, longer or
-shorter, at 1 or 2 threads. The cost: small steps read no shared prefix apart (each row streams
-its whole context), and a drafted step's rows stay on the quantized kernels past the crossover.
+and its LM head; `_decode_attention` gives a row the same bits beside other rows whose contexts
+span as many KV blocks, at 1 or 2 threads, but not beside a row of more blocks (its keys padded to
+that row's count: a draft at position 43 beside one at 48, issue 52), so a small step runs its
+decode rows apart by block count (`engine.attention.torch._parts_by_blocks`). The cost: small
+steps read no shared prefix apart (each row streams its whole context), run one attention call per
+block count, and a drafted step's rows stay on the quantized kernels past the crossover.
 
 The runner puts a step's decode rows first (the scheduler orders them so) and says how many
 tokens and requests they hold with `decode_rows`; rows nobody described (outside it) all count

@@ -54,10 +54,10 @@ def _paged_attention(
 ) -> torch.Tensor:
     """`paged_attention` with the step's decode rows worked out (`_DecodeRows.of`)."""
     if decode is not None and decode.tokens is None:
-        return _decode_attention(query, k_cache, v_cache, scale, plan=decode.plan)
+        return _decode_rows_attention(query, k_cache, v_cache, scale, decode)
     out = torch.zeros_like(query)
     if decode is not None:
-        out[decode.tokens] = _decode_attention(query[decode.tokens], k_cache, v_cache, scale, plan=decode.plan)
+        out[decode.tokens] = _decode_rows_attention(query[decode.tokens], k_cache, v_cache, scale, decode)
     starts = meta.query_start_loc_cpu.tolist()
     group = query.shape[1] // k_cache.shape[2]
     for i, seq_len in enumerate(meta.seq_lens_cpu.tolist()):
@@ -184,6 +184,9 @@ class _DecodeRows(NamedTuple):
     tokens: torch.Tensor | None
     plan: _DecodePlan
     expanded: bool
+    # In a small step whose decode rows read contexts of different block counts: the rows (of the
+    # decode rows, in order) of each block count, with their own plan; empty otherwise.
+    parts: tuple[tuple[torch.Tensor, _DecodePlan], ...] = ()
 
     @classmethod
     def of(
@@ -202,7 +205,8 @@ class _DecodeRows(NamedTuple):
             plan = _DecodePlan.build(
                 query, k_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, shared, has_empty_rows
             )
-            return cls(None, plan, False)
+            parts = _parts_by_blocks(query, k_cache, meta.block_tables, meta.seq_lens_cpu.tolist()) if small else ()
+            return cls(None, plan, False, parts)
         starts = meta.query_start_loc_cpu.tolist()
         rows, tokens, seq_lens = [], [], []
         for i, seq_len in enumerate(meta.seq_lens_cpu.tolist()):
@@ -217,16 +221,65 @@ class _DecodeRows(NamedTuple):
             return None
         device = query.device
         tokens_d = torch.tensor(tokens, device=device)
+        block_tables = meta.block_tables[torch.tensor(rows, device=device)]
         plan = _DecodePlan.build(
             query[tokens_d],
             k_cache,
-            meta.block_tables[torch.tensor(rows, device=device)],
+            block_tables,
             torch.tensor(seq_lens, dtype=torch.int32, device=device),
             max(seq_lens),
             shared,
             has_empty_rows=False,
         )
-        return cls(tokens_d, plan, small)
+        parts = _parts_by_blocks(query[tokens_d], k_cache, block_tables, seq_lens) if small else ()
+        return cls(tokens_d, plan, small, parts)
+
+
+def _parts_by_blocks(
+    query: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: list[int]
+) -> tuple[tuple[torch.Tensor, _DecodePlan], ...]:
+    """A small step's decode rows (``query`` [rows, heads, dim], one block table and context length
+    each) grouped by how many KV blocks a row's context spans, each group with the plan of a step of
+    its rows alone; empty when every row spans as many. A lone decode token's scores and weighted
+    sum run over its own whole blocks; run beside a longer context (a later draft of its request
+    that crossed a block boundary, a neighbour's), they would run over that row's block count, keys
+    past its end masked, and a bf16 batched matmul that blocks its work by the number of keys
+    (oneDNN with AMX) rounds them otherwise (issue 52: a draft at position 43 beside one at 48, 64
+    keys against 48, moved a logit by half a unit). So each group runs over exactly its own blocks."""
+    block_size = k_cache.shape[1]
+    counts = [max(-(-seq_len // block_size), 1) for seq_len in seq_lens]
+    if len(set(counts)) <= 1:
+        return ()
+    device = query.device
+    parts = []
+    for count in sorted(set(counts)):
+        members = [i for i, c in enumerate(counts) if c == count]
+        lens = [seq_lens[i] for i in members]
+        members_d = torch.tensor(members, device=device)
+        plan = _DecodePlan.build(
+            query[members_d],
+            k_cache,
+            block_tables[members_d],
+            torch.tensor(lens, dtype=torch.int32, device=device),
+            max(lens),
+            0,
+            has_empty_rows=min(lens) == 0,
+        )
+        parts.append((members_d, plan))
+    return tuple(parts)
+
+
+def _decode_rows_attention(
+    query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float, decode: _DecodeRows
+) -> torch.Tensor:
+    """`_decode_attention` of the decode rows ``query``, in one call, or one per part of
+    ``decode.parts`` (`_parts_by_blocks`)."""
+    if not decode.parts:
+        return _decode_attention(query, k_cache, v_cache, scale, plan=decode.plan)
+    out = torch.empty_like(query)
+    for members, plan in decode.parts:
+        out[members] = _decode_attention(query[members], k_cache, v_cache, scale, plan=plan)
+    return out
 
 
 def decode_expands(decode: _DecodeRows | None) -> bool:

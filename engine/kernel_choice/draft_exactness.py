@@ -32,6 +32,8 @@ log = logging.getLogger("agentgate.engine")
 # The prompt ends this many tokens before a KV block's end: the drafts cross it, so the rows before
 # the boundary attend beside rows of one block more (the case a BLAS blocks by key count).
 _BEFORE_BOUNDARY = 3
+# Random contexts the attention alone is checked on (`drafted_attention_differs`).
+_ATTENTION_SEEDS = 40
 
 
 class _Sequences:
@@ -92,7 +94,76 @@ class _Sequences:
 
 def drafted_rows_differ(model: nn.Module, block_size: int, dtype: torch.dtype, drafts: int) -> str | None:
     """Where a verify step of ``drafts`` drafts gives a token other logits than decoding it alone
-    (see the module docstring), in words; None when every logit is the same, bit for bit."""
+    (see the module docstring), or the model's attention other numbers (`drafted_attention_differs`),
+    in words; None when every logit is the same, bit for bit."""
+    return _drafted_logits_differ(model, block_size, dtype, drafts) or drafted_attention_differs(
+        model, block_size, dtype, drafts
+    )
+
+
+def drafted_attention_differs(
+    model: nn.Module, block_size: int, dtype: torch.dtype, drafts: int, seeds: int = _ATTENTION_SEEDS
+) -> str | None:
+    """Where the model's attention gives a verify step's rows other numbers than their tokens
+    decoded alone, in words; None when none does. The model check above runs a few random tokens,
+    whose sums seldom sit near a bf16 rounding boundary: it passed where a draft at position 43,
+    run over its request's 64 keys instead of its own 48, changed a greedy reply (issue 52). This
+    runs the attention alone on the model's head shapes over ``seeds`` random contexts of large
+    magnitudes (where a sum often sits near a boundary), drafts crossing the end of the 2nd KV
+    block, and compares every row bit for bit (before the fix it found the difference on an AMX
+    Xeon; 12 contexts did not)."""
+    config = model.config
+    heads, kv_heads, dim = config.num_heads, config.num_kv_heads, config.head_dim
+    device = model.embed_tokens.weight.device
+    attention = model.attention
+    first = 2 * block_size - min(_BEFORE_BOUNDARY, drafts)
+    length = first + drafts + 1
+    table = torch.arange(-(-length // block_size) + 1, dtype=torch.int32, device=device)
+    for seed in range(seeds):
+        generator = torch.Generator().manual_seed(seed)
+        k = (torch.randn(length, kv_heads, dim, generator=generator) * 3).to(dtype=dtype, device=device)
+        v = torch.randn(length, kv_heads, dim, generator=generator).to(dtype=dtype, device=device)
+        q = (torch.randn(length, heads, dim, generator=generator) * 3).to(dtype=dtype, device=device)
+        k_cache = torch.zeros(len(table), block_size, kv_heads, dim, dtype=dtype, device=device)
+        v_cache = torch.zeros_like(k_cache)
+        k_cache.view(-1, kv_heads, dim)[:length] = k
+        v_cache.view(-1, kv_heads, dim)[:length] = v
+        verified = _decode_attention_rows(attention, q, k_cache, v_cache, table, first, length, dim**-0.5)
+        for row, position in enumerate(range(first, length)):
+            alone = _decode_attention_rows(attention, q, k_cache, v_cache, table, position, position + 1, dim**-0.5)
+            if not torch.equal(verified[row], alone[0]):
+                return (
+                    f"the attention of a verify step of {drafts} drafts (from position {first}) gave the row "
+                    f"at position {position} other numbers than its token decoded alone"
+                )
+    return None
+
+
+def _decode_attention_rows(
+    attention, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, table, first: int, end: int, scale
+) -> torch.Tensor:
+    """``attention``'s output for the decode rows of positions [first, end) of one request (its
+    keys already in the cache), as one small step's."""
+    device = q.device
+    count = end - first
+    query_start = torch.tensor([0, count], dtype=torch.int32)
+    lens = torch.tensor([end], dtype=torch.int32)
+    meta = AttentionMetadata(
+        slot_mapping=torch.arange(first, end, device=device),
+        query_start_loc=query_start.to(device),
+        seq_lens=lens.to(device),
+        block_tables=table[None],
+        max_query_len=count,
+        max_seq_len=end,
+        query_start_loc_cpu=query_start,
+        seq_lens_cpu=lens,
+    )
+    with torch.inference_mode(), decode_rows(count, 1):
+        return attention.paged_attention(q[first:end], k_cache, v_cache, meta, scale)
+
+
+def _drafted_logits_differ(model: nn.Module, block_size: int, dtype: torch.dtype, drafts: int) -> str | None:
+    """`drafted_rows_differ`'s check of the whole model's logits."""
     prompt = 2 * block_size - min(_BEFORE_BOUNDARY, drafts)
     generator = torch.Generator().manual_seed(52)
     tokens = torch.randint(model.config.vocab_size, (2, prompt + drafts + 1), generator=generator).tolist()
@@ -127,6 +198,7 @@ def drafted_rows_verdict(
     shapes = (
         f"{config.architecture} layers={config.num_layers} hidden={config.hidden_size} vocab={config.vocab_size} "
         f"{','.join(sorted({type(m).__name__ for m in model.modules()}))} {dtype} block={block_size} drafts={drafts}"
+        " attention-rows"  # verdicts from before the attention check (issue 52) are not reused
     )
     cache = MeasurementCache(cache_dir, remeasure=remeasure)
     key = cache_key("drafted rows", shapes)

@@ -8,8 +8,10 @@ form whose numbers do not depend on how many rows run, or a greedy reply changes
 A request asking for logprobs is never drafted (`engine.speculative.speculator`), so those sends
 decode token by token, as ``--speculative off`` does; sent without logprobs, the same prompts are
 drafted by ``--speculative auto`` (the default), the second send from the first's reply, and must
-give the same text (issue 52). loadtests/greedy_drafts.py sends 200 prompts so against a
-``--speculative off`` server.
+give the same text (issue 52: a verify row's attention once ran over its request's longest
+draft's KV blocks and rounded otherwise in bf16 on an AMX Xeon; a small step now runs its decode
+rows apart by block count, `engine.attention.torch._parts_by_blocks`). loadtests/greedy_drafts.py
+sends 200 prompts so against a ``--speculative off`` server.
 """
 
 from __future__ import annotations
@@ -64,10 +66,6 @@ def drafted_tokens(server: LiveServer) -> float:
     raise AssertionError("/metrics has no agentgate_spec_draft_tokens")
 
 
-@pytest.mark.xfail(
-    strict=False,  # not strict: it passes alone here and failed inside the full suite (order-dependent drafts)
-    reason="issue 52: under --speculative auto a drafted second send can differ from the first on this CPU",
-)
 def test_each_greedy_prompt_sent_twice_gets_the_same_reply_token_for_token_and_bit_for_bit(default_server):
     assert len(RETRY_PROMPTS) == 20
     first = [greedy_reply(default_server, prompt) for prompt in RETRY_PROMPTS]
@@ -77,10 +75,6 @@ def test_each_greedy_prompt_sent_twice_gets_the_same_reply_token_for_token_and_b
     assert [logprobs for _, logprobs, _ in second] == [logprobs for _, logprobs, _ in first]
 
 
-@pytest.mark.xfail(
-    strict=False,  # not strict: issue 52 is not reproduced on this CPU; the load-time check may not catch it on CI's
-    reason="issue 52: under --speculative auto a drafted second send can differ from the first on this CPU",
-)
 def test_drafted_sends_of_each_greedy_prompt_give_the_text_of_decoding_token_by_token(default_server):
     undrafted = [greedy_reply(default_server, prompt)[0] for prompt in RETRY_PROMPTS]  # logprobs: no drafts
     before = drafted_tokens(default_server)
