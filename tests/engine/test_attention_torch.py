@@ -256,21 +256,28 @@ def prompt_rows_attention(q, k_cache, v_cache, table, seq_len):
         return paged_attention(q, k_cache, v_cache, meta, 0.125)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_a_prompt_row_computes_the_same_numbers_however_much_of_its_prompt_runs_with_it(seed):
-    """bf16 (the CPU's KV dtype), magnitudes where a sum often sits near a rounding boundary: a
-    prompt's rows computed whole, as a cached prompt's last tokens (one row included) and in
-    chunks are bit for bit the same (issue 35: a retried greedy request repeats itself). One SDPA
-    call per sequence, as before, differs on some of these seeds."""
+def _near_rounding_bf16(seed: int, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(queries, key cache, value cache, block table) of ``length`` bf16 tokens, 9 query and 3 KV
+    heads of 64, blocks of 16: magnitudes where a sum often sits near a rounding boundary."""
     g = torch.Generator().manual_seed(seed)
-    length, heads, kv_heads, dim, block = 75, 9, 3, 64, 16
+    heads, kv_heads, dim, block = 9, 3, 64, 16
     k = (torch.randn(length, kv_heads, dim, generator=g) * 3).bfloat16()
     v = torch.randn(length, kv_heads, dim, generator=g).bfloat16()
     q = (torch.randn(length, heads, dim, generator=g) * 3).bfloat16()
     k_cache = torch.zeros(-(-length // block) + 1, block, kv_heads, dim, dtype=torch.bfloat16)
     v_cache = torch.zeros_like(k_cache)
     write_kv(k, v, k_cache, v_cache, torch.arange(length))
-    table = torch.arange(k_cache.shape[0], dtype=torch.int32)
+    return q, k_cache, v_cache, torch.arange(k_cache.shape[0], dtype=torch.int32)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_prompt_row_computes_the_same_numbers_however_much_of_its_prompt_runs_with_it(seed):
+    """bf16 (the CPU's KV dtype), magnitudes where a sum often sits near a rounding boundary: a
+    prompt's rows computed whole, as a cached prompt's last tokens (one row included) and in
+    chunks are bit for bit the same (issue 35: a retried greedy request repeats itself). One SDPA
+    call per sequence, as before, differs on some of these seeds."""
+    length = 75
+    q, k_cache, v_cache, table = _near_rounding_bf16(seed, length)
     whole = prompt_rows_attention(q, k_cache, v_cache, table, length)
     for suffix in (1, 3, 11, 27, 43):
         got = prompt_rows_attention(q[-suffix:], k_cache, v_cache, table, length)
@@ -307,15 +314,8 @@ def test_a_drafted_row_computes_the_numbers_of_its_token_decoded_alone(seed):
     every row the same bits as decoding its token alone (issue 52: the rows before the boundary,
     run over the last row's 64 keys, came out otherwise than over their own 48 on an AMX Xeon,
     and a greedy reply changed)."""
-    g = torch.Generator().manual_seed(seed)
-    length, heads, kv_heads, dim, block = 49, 9, 3, 64, 16
-    k = (torch.randn(length, kv_heads, dim, generator=g) * 3).bfloat16()
-    v = torch.randn(length, kv_heads, dim, generator=g).bfloat16()
-    q = (torch.randn(length, heads, dim, generator=g) * 3).bfloat16()
-    k_cache = torch.zeros(-(-length // block) + 1, block, kv_heads, dim, dtype=torch.bfloat16)
-    v_cache = torch.zeros_like(k_cache)
-    write_kv(k, v, k_cache, v_cache, torch.arange(length))
-    table = torch.arange(k_cache.shape[0], dtype=torch.int32)
+    length = 49
+    q, k_cache, v_cache, table = _near_rounding_bf16(seed, length)
     positions = range(42, length)
     verified = small_step_decode_attention(q, k_cache, v_cache, table, [(p, q[p]) for p in positions], 1)
     for row, p in enumerate(positions):
