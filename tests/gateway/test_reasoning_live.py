@@ -6,6 +6,7 @@ the module; the real openai SDK and Agents SDK."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import httpx
@@ -111,6 +112,28 @@ def test_a_forced_call_comes_after_the_thinking(server, tool_choice):
     assert finish in ("tool_calls", "length"), reply
     if finish == "tool_calls":
         assert call["function"] == roomy["choices"][0]["message"]["tool_calls"][0]["function"]
+
+
+def test_litellm_reads_the_reasoning_as_reasoning_content_whole_and_streamed(server):
+    """litellm at its defaults (the ``openai/`` provider, as its users point it at a vLLM-like server)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network here: its bundled map
+    import litellm
+
+    fields = {
+        "model": "openai/SmolLM2-135M-Instruct",
+        "api_base": f"{server.url}/v1",
+        "api_key": "unused",
+        "messages": QUESTION,
+        "max_tokens": 30,  # as the openai SDK's test above: the two sends agree greedily this far
+        "temperature": 0,
+        "extra_body": {"thinking_token_budget": 8},
+    }
+    whole = litellm.completion(**fields).choices[0].message
+    assert whole.reasoning_content and whole.content and "think>" not in whole.content + whole.reasoning_content
+    chunks = list(litellm.completion(**fields, stream=True))
+    deltas = [chunk.choices[0].delta for chunk in chunks if chunk.choices]
+    assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == whole.reasoning_content
+    assert "".join(d.content or "" for d in deltas) == whole.content
 
 
 def test_metrics_count_reasoning_tokens_and_closed_thinking(server):
