@@ -264,8 +264,17 @@ async def test_agents_sdk_keeps_reasoning_items_in_its_history(server):
     set_tracing_disabled(True)
     sdk = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused")
     set_default_openai_client(sdk)
-    settings = ModelSettings(max_tokens=256, reasoning=Reasoning(effort="minimal"))  # room for a whole answer
-    agent = Agent(name="geo", instructions="Answer briefly.", model="SmolLM2-135M-Instruct", model_settings=settings)
+    # Room for a whole answer; a salt of its own, so no other test's cached KV changes its greedy path
+    # (the Agents SDK takes an incomplete response for an error).
+    settings = ModelSettings(
+        max_tokens=256, reasoning=Reasoning(effort="minimal"), extra_body={"cache_salt": "agents-sdk-history"}
+    )
+    agent = Agent(
+        name="geo",
+        instructions="Reply with the name of the city only.",
+        model="SmolLM2-135M-Instruct",
+        model_settings=settings,
+    )
     async with sdk:
         first = await Runner.run(agent, "What is the capital of France?")
         history = first.to_input_list()
