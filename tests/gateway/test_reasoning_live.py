@@ -32,7 +32,9 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    # Greedy by default, for the Agents SDK (it sends no temperature); every other request here sets one.
     flags = ["--runner", "sync", "--dtype", "float32", "--max-model-len", "2048", "--chat-template", str(TEMPLATE)]
+    flags += ["--default-temperature", "0"]
     live = start_server(tmp_path_factory.mktemp("reasoning-server"), *flags)
     yield live
     live.stop()
@@ -265,13 +267,13 @@ async def test_agents_sdk_keeps_reasoning_items_in_its_history(server):
     sdk = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused")
     set_default_openai_client(sdk)
     # Room for a whole answer; a salt of its own, so no other test's cached KV changes its greedy path
-    # (the Agents SDK takes an incomplete response for an error).
+    # (greedy by the server's default; the Agents SDK takes an incomplete response for an error).
     settings = ModelSettings(
         max_tokens=256, reasoning=Reasoning(effort="minimal"), extra_body={"cache_salt": "agents-sdk-history"}
     )
     agent = Agent(
         name="geo",
-        instructions="Reply with the name of the city only.",
+        instructions="Answer in one word.",
         model="SmolLM2-135M-Instruct",
         model_settings=settings,
     )

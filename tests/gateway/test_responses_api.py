@@ -4,7 +4,8 @@ embedded Redis stores the responses): the openai SDK's ``responses.create``
 streamed and not, chained by ``previous_response_id``, with a forced tool
 call and its output sent back, background + poll + cancel, OpenAI's errors;
 and the OpenAI Agents SDK with its default model settings running an agent
-with a function tool to its final answer."""
+with a function tool to its final answer, on a server of its own whose
+default temperature is 0 (``agents_server``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from tests.support.answers import CAPITAL_CHAT, reference_chat
 from tests.support.http import engine_idle, wait_for
+from tests.support.servers import start_server
 
 MODEL = "SmolLM2-135M-Instruct"
 WEATHER = {
@@ -36,6 +38,18 @@ WEATHER = {
 def client(model_server):
     with openai.OpenAI(base_url=f"{model_server.url}/v1", api_key="unused", max_retries=0) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def agents_server(tmp_path_factory):
+    """The Agents SDK sends no temperature by default, so the server's default decides. The default
+    model's own (0.2) sends it into a loop to the end of the context about one run in four, and the
+    SDK takes that honest ``incomplete`` for an error; a deployment that defaults to greedy (as here)
+    gives the SDK's unchanged request a reply that ends."""
+    flags = ["--runner", "sync", "--dtype", "float32", "--max-model-len", "2048", "--default-temperature", "0"]
+    live = start_server(tmp_path_factory.mktemp("agents-server"), *flags)
+    yield live
+    live.stop()
 
 
 def test_create_retrieve_list_input_items_delete(client, model_server):
@@ -215,11 +229,11 @@ def test_errors_are_openais(client):
 
 
 @pytest.mark.anyio
-async def test_openai_agents_sdk_runs_an_agent_with_a_function_tool_to_its_final_answer(model_server):
+async def test_openai_agents_sdk_runs_an_agent_with_a_function_tool_to_its_final_answer(agents_server):
     """The Agents SDK as its docs show it: default model settings (it calls the Responses API)."""
     from agents import Runner
 
-    agent, _, client = _weather_agent(model_server)
+    agent, _, client = _weather_agent(agents_server)
     async with client:  # closed on this test's event loop
         result = await Runner.run(agent, "What is the weather in Paris?")
     assert isinstance(result.final_output, str) and result.final_output.strip()
@@ -227,15 +241,15 @@ async def test_openai_agents_sdk_runs_an_agent_with_a_function_tool_to_its_final
 
 
 @pytest.mark.anyio
-async def test_openai_agents_sdk_with_tool_choice_required_runs_the_tool(model_server):
+async def test_openai_agents_sdk_with_tool_choice_required_runs_the_tool(agents_server):
     """Issue 28: the tool is forced through ModelSettings, so the agent's run must call it: the
     function ran with the city the model wrote, its output went back and the run ended on an answer."""
     from agents import ModelSettings, Runner
 
-    # Reset to auto after the call (the SDK's default). 128 tokens: room past the budget's last tokens,
+    # Reset to auto after the call (the SDK's default). 256 tokens: room past the budget's last tokens,
     # where a call finished there is said to be cut (issue 35) and the SDK raises on an incomplete reply.
     settings = ModelSettings(tool_choice="required", max_tokens=256)
-    agent, cities, client = _weather_agent(model_server, model_settings=settings)
+    agent, cities, client = _weather_agent(agents_server, model_settings=settings)
     async with client:  # closed on this test's event loop
         result = await Runner.run(agent, "What is the weather in Paris?", max_turns=4)
     assert cities and all(isinstance(city, str) for city in cities), result.new_items
@@ -245,13 +259,13 @@ async def test_openai_agents_sdk_with_tool_choice_required_runs_the_tool(model_s
     assert len(result.raw_responses) >= 2  # the call, then the answer after its output
 
 
-def _weather_agent(model_server, **options):
+def _weather_agent(server, **options):
     """An Agents SDK agent on this server with a get_weather function tool, the cities it ran for, and
     the SDK's default client (close it on the test's event loop)."""
     from agents import Agent, function_tool, set_default_openai_client, set_tracing_disabled
 
     set_tracing_disabled(True)
-    client = openai.AsyncOpenAI(base_url=f"{model_server.url}/v1", api_key="unused")
+    client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused")
     set_default_openai_client(client)
     cities: list[str] = []
 
