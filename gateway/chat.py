@@ -46,7 +46,7 @@ from agentgate.gateway.prompts import (
 from agentgate.gateway.reasoning.requests import CHAT_THINKING, ThinkingParams, thinking_spec, with_template_defaults
 from agentgate.gateway.served_model import ServedModel
 from agentgate.gateway.state.sealing import Sealer
-from agentgate.gateway.tools.plan import ToolPlan
+from agentgate.gateway.tools.plan import ToolPlan, stops_outside_calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +152,7 @@ async def start_chat(
         structured=structured,
         defaults=model.sampling,
     )
+    params = stops_outside_calls(params, plan)
     turn = None
     if turns is not None and program_id is not None and request.n == 1:
         turn = TurnStart(turns, program_id, text, prompt)

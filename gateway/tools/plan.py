@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentgate.engine.sampling_params import StructuredOutput
+import msgspec
+
+from agentgate.engine.sampling_params import SamplingParams, StructuredOutput
 from agentgate.gateway.tools.parser_base import StreamingToolParser
 
 
@@ -32,3 +34,14 @@ class ToolPlan:
 
 
 NO_TOOLS = ToolPlan()
+
+
+def stops_outside_calls(params: SamplingParams, plan: ToolPlan) -> SamplingParams:
+    """``params`` as the engine and the reply reader get them under ``plan``. Stop strings and stop
+    token ids end text, never a call: a forced call's reply (``tool_choice`` required or named,
+    Anthropic's ``any`` or ``tool``) is nothing but its calls after any thinking, so they have nothing
+    to end there. Kept, a stop string the arguments contain would cut the call mid-JSON under a reply
+    that still says ``tool_calls`` (issue 50)."""
+    if not (plan.forced and plan.parser is not None) or not (params.stop or params.stop_token_ids):
+        return params
+    return msgspec.structs.replace(params, stop=[], stop_token_ids=[])

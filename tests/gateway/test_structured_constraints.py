@@ -317,6 +317,22 @@ def test_tool_plan(tokenizer):
     assert tool_plan(tokenizer, _request(tools=[WEATHER]), "llama3_json").parser is Llama3JsonToolParser
 
 
+def test_stop_strings_and_ids_reach_the_engine_except_under_a_forced_call(tokenizer):
+    """Issue 50: they end text, never a call; a forced reply is nothing but its calls."""
+    from agentgate.engine.sampling_params import SamplingParams
+    from agentgate.gateway.tools.plan import stops_outside_calls
+
+    params = SamplingParams(stop=['"'], stop_token_ids=[42])
+    forced = tool_plan(tokenizer, _request(tools=[WEATHER], tool_choice="required"))
+    unforced = [
+        tool_plan(tokenizer, _request(tools=[WEATHER])),
+        tool_plan(tokenizer, _request(response_format={"type": "json_object"})),  # forced, but no call to cut
+    ]
+    stripped = stops_outside_calls(params, forced)
+    assert forced.forced and (stripped.stop, stripped.stop_token_ids) == ([], [])
+    assert all(stops_outside_calls(params, plan) is params for plan in unforced)
+
+
 def test_parallel_false_keeps_the_first_call_only():
     text = "Checking.\n" + CALL + "\n" + TIME_CALL + "\nDone."
     reader = ReplyReader(ToolPlan(HermesToolParser, max_calls=1))

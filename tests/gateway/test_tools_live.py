@@ -421,33 +421,47 @@ WRITE_FILE = {
 POEM = "Write a long poem about the sea to poems/sea.txt."
 
 
-def _cut_call(server: LiveServer, api: str, budget: int, stream: bool) -> tuple[str, dict]:
-    """(how the reply ended, as the API says it; the call's arguments) of a forced write_file call."""
-    asked = [{"role": "user", "content": POEM}]
+def _cut_call(
+    server: LiveServer,
+    api: str,
+    budget: int,
+    stream: bool,
+    *,
+    function: dict = WRITE_FILE,
+    ask: str = POEM,
+    stop: list[str] | None = None,
+) -> tuple[str, dict]:
+    """(how the reply ended, as the API says it; the call's arguments) of a forced call of
+    ``function`` (write_file by default) asked for by ``ask``; ``stop``: the stop strings sent (chat's
+    ``stop``, Messages' ``stop_sequences``; the Responses API has none)."""
+    asked = [{"role": "user", "content": ask}]
     if api == "chat":
         path = "/v1/chat/completions"
         body = {
             "messages": asked,
-            "tools": [{"type": "function", "function": WRITE_FILE}],
+            "tools": [{"type": "function", "function": function}],
             "tool_choice": "required",
             "max_tokens": budget,
+            **({"stop": stop} if stop else {}),
         }
     elif api == "messages":
         path = "/v1/messages"
-        tool = {"name": "write_file", "description": "Write a text file", "input_schema": WRITE_FILE["parameters"]}
+        tool = {"name": function["name"], "description": function["description"]}
         model = httpx.get(f"{server.url}/v1/models").json()["data"][0]["id"]
         body = {
             "model": model,
             "messages": asked,
-            "tools": [tool],
+            "tools": [{**tool, "input_schema": function["parameters"]}],
             "tool_choice": {"type": "any"},
             "max_tokens": budget,
+            **({"stop_sequences": stop} if stop else {}),
         }
     else:
+        assert not stop, "the Responses API has no stop strings"
         path = "/v1/responses"
         body = {
-            "input": POEM,
-            "tools": [{"type": "function", **WRITE_FILE}],
+            "input": ask,
+            "tools": [{"type": "function", **function}],
             "tool_choice": "required",
             "max_output_tokens": budget,
             "store": False,
@@ -469,16 +483,26 @@ def _cut_call(server: LiveServer, api: str, budget: int, stream: bool) -> tuple[
     ]
     if api == "chat":
         finish = next(c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"])
-        arguments = "".join(
+        arguments = "".join(  # the first call's, as the whole reply's reader takes
             t["function"].get("arguments") or ""
             for e in events
             for c in e["choices"]
             for t in c["delta"].get("tool_calls") or ()
+            if t["index"] == 0
         )
         return finish, json.loads(arguments)
     if api == "messages":
         stop = next(e["delta"]["stop_reason"] for e in events if e["type"] == "message_delta")
-        partial = "".join(e["delta"].get("partial_json", "") for e in events if e["type"] == "content_block_delta")
+        first = next(
+            e["index"]
+            for e in events
+            if e["type"] == "content_block_start" and e["content_block"]["type"] == "tool_use"
+        )
+        partial = "".join(
+            e["delta"].get("partial_json", "")
+            for e in events
+            if e["type"] == "content_block_delta" and e["index"] == first
+        )
         return stop, json.loads(partial)
     done = next(e["response"] for e in events if e["type"] in ("response.completed", "response.incomplete"))
     arguments = next(e["arguments"] for e in events if e["type"] == "response.function_call_arguments.done")
@@ -503,6 +527,19 @@ def test_a_call_the_budget_closed_says_so_in_every_api(server, api, stream):
     said, arguments = _cut_call(server, api, minimum + 8, stream)
     assert said == {"chat": "length", "messages": "max_tokens", "responses": "incomplete:max_output_tokens"}[api]
     jsonschema.validate(arguments, WRITE_FILE["parameters"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", ["chat", "messages"])
+def test_a_stop_string_the_arguments_hold_never_cuts_a_forced_call(server, api, stream):
+    """Issue 50: stop strings end text, never a call. Each of these would match inside the forced
+    get_weather call's JSON (every key is quoted; the city is Paris); the call still ends whole,
+    validates and is said to be a call (tool_calls; tool_use), streamed and not."""
+    weather = WEATHER["function"]
+    stop = ['"', "city", "Paris"]
+    said, arguments = _cut_call(server, api, 200, stream, function=weather, ask=PARIS[0]["content"], stop=stop)
+    assert said == {"chat": "tool_calls", "messages": "tool_use"}[api], (said, arguments)
+    jsonschema.validate(arguments, weather["parameters"])
 
 
 @pytest.mark.parametrize("stream", [False, True])
