@@ -17,10 +17,10 @@ so when the whole conversation and the instruction leave fewer than ``MIN_SUMMAR
 of the context, the oldest turns are left out of what the model reads (whole turns, from a
 user message on, so no tool output loses its call), the fewest that make room; the item
 records how many messages were left out. The summary's budget is what is left, at most
-``SUMMARY_TOKENS`` and the server's ``--max-tokens-cap``. A summary the budget cut is marked:
-the item's ``status`` is ``incomplete`` and its payload says ``cut`` (read back, the model is
-told so). When not even the last turn leaves room, the 400 names ``input``, which the client
-sent, never ``max_tokens``, which it did not.
+``SUMMARY_TOKENS`` and the server's ``--max-tokens-cap``. A summary the budget or an abort cut
+(anything but the model's own end) is marked: the item's ``status`` is ``incomplete`` and its
+payload says ``cut`` (read back, the model is told so). When not even the last turn leaves
+room, the 400 names ``input``, which the client sent, never ``max_tokens``, which it did not.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def compacted(run: ChatRun, messages: list[dict[str, Any]], sealer: Sealer, drop
     users = [user_message_item(m["content"]) for m in messages if m["role"] == "user"]
     usage = gen.usage
     summary = it.compaction_item(
-        (parsed.content or "").strip(), sealer, cut=choice.finish_reason == "length", dropped=dropped
+        (parsed.content or "").strip(), sealer, cut=choice.finish_reason != "stop", dropped=dropped
     )
     return CompactedResponse(
         id=new_id("resp"),

@@ -122,6 +122,37 @@ async def test_pause_abort_ends_running_requests_and_new_ones_wait(null):
     assert check_chat_stream(late.payloads())["finish"] == {0: "length"}
 
 
+async def test_a_compaction_an_operator_aborted_is_incomplete(null):
+    """Issue 50: the summary an abort cut short is marked so (the compaction item ``incomplete``),
+    never passed off as a whole summary."""
+    rid = f"compact-abort-{time.monotonic_ns()}"
+    body = {"model": "SmolLM2-135M-Instruct", "input": "Tell me about the sea, at length."}
+    async with _client() as client, anyio.create_task_group() as tasks:
+        replies: list[httpx.Response] = []
+
+        async def compact() -> None:
+            headers = {**null.headers, "X-Request-Id": rid}
+            replies.append(await client.post(f"{null.url}/v1/responses/compact", json=body, headers=headers))
+
+        tasks.start_soon(compact)
+        with anyio.fail_after(10):
+            while not (ids := await _listed_ids(client, null, rid)):
+                assert not replies, replies[0].text  # answered before it could be aborted
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.3)  # some of the summary written
+        r = await client.delete(f"{null.url}/v1/requests/{ids[0]}", headers=null.admin_headers)
+        assert r.status_code == 200, r.text
+    [reply] = replies
+    assert reply.status_code == 200, reply.text
+    [summary] = [item for item in reply.json()["output"] if item["type"] == "compaction"]
+    assert summary["status"] == "incomplete", summary
+
+
+async def _listed_ids(client: httpx.AsyncClient, server, rid: str) -> list[str]:
+    listed = (await client.get(f"{server.url}/v1/requests", headers=server.admin_headers)).json()["data"]
+    return [entry["id"] for entry in listed if entry["id"].endswith(rid)]
+
+
 async def test_bad_pause_mode_is_a_400(null):
     async with _client() as client:
         r = await client.post(f"{null.url}/pause", params={"mode": "nap"}, headers=null.admin_headers)
