@@ -18,6 +18,17 @@ from agentgate.gateway.api_types.ids import new_id
 from agentgate.gateway.tools import ParsedOutput, ToolCall
 
 
+def cut_short(finish: str | None) -> bool:
+    """Whether a reply that ended with ``finish`` was ended before the model ended it: by its
+    budget (``length``) or by an abort. Its items are ``incomplete`` and its hosted calls not run."""
+    return finish in ("length", "abort")
+
+
+def item_status(finish: str | None) -> str:
+    """The status of the output items of a reply that ended with ``finish``."""
+    return "incomplete" if cut_short(finish) else "completed"
+
+
 def message_item(text: str, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
     return {
         "id": item_id or new_id("msg"),

@@ -184,7 +184,7 @@ class ResponseEvents:
             return []
         self.item = None
         text, index = "".join(self.text), self.output_index
-        status = "incomplete" if self.finish_reason == "length" else "completed"
+        status = it.item_status(self.finish_reason)
         if item["type"] in _TEXT_EVENTS:
             kind = item["type"]
             make = it.message_item if kind == "message" else it.reasoning_item

@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 
 from agentgate.engine.errors import EngineError
 from agentgate.gateway.api_types.openai import Usage
-from agentgate.gateway.api_types.response_items import round_messages
+from agentgate.gateway.api_types.response_items import cut_short, item_status, round_messages
 from agentgate.gateway.chat import ChatRun
 from agentgate.gateway.errors import GatewayError
 from agentgate.gateway.events import ChoiceEvent
@@ -127,7 +127,7 @@ class ToolLoop:
     async def _settle(self, item: Item, finish: str | None, watch: Watch | None = None) -> bool:
         """Run an ``mcp_call`` item's call, unless the reply was cut (then it is ``incomplete``);
         False: the client left (``watch`` said so)."""
-        if finish == "length":
+        if cut_short(finish):
             item["status"] = "incomplete"
             return True
         if watch is None:
@@ -152,7 +152,7 @@ class ToolLoop:
                 raise gen.error
             choice = gen.choices[0]
             parsed, finish = choice.reply, choice.reply_finish
-            items = round_items(parsed, self.rounds.labels, "incomplete" if finish == "length" else "completed")
+            items = round_items(parsed, self.rounds.labels, item_status(finish))
             self.output += items
             go_on = self.rounds.continues(items, finish, gen.error is not None)
             for item in _calls(items):

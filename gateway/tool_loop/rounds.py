@@ -100,7 +100,7 @@ class McpRounds:
     def continues(self, round_items: list[dict[str, Any]], finish: str | None, failed: bool) -> bool:
         """Whether the loop goes on after a round whose output items are ``round_items``."""
         kinds = {item["type"] for item in round_items}
-        ended = failed or finish == "length" or bool(kinds & {"function_call", "mcp_approval_request"})
+        ended = failed or it.cut_short(finish) or bool(kinds & {"function_call", "mcp_approval_request"})
         return not ended and "mcp_call" in kinds
 
     async def start_next(self, conversation: list[dict[str, Any]], used_tokens: int) -> ChatRun:
@@ -114,12 +114,13 @@ class McpRounds:
 
 def round_items(parsed: ParsedOutput, labels: dict[str, tuple[str, bool]], status: str) -> list[dict[str, Any]]:
     """A whole reply's output items: its text, and each call as a function_call, an mcp_call
-    (to run) or an mcp_approval_request."""
+    (to run) or an mcp_approval_request; ``status``: the text's and the function calls' (the
+    reply's :func:`~gateway.api_types.response_items.item_status`)."""
     items = [it.message_item(parsed.content, status)] if parsed.content else []
     for call in parsed.tool_calls:
         server = labels.get(call.name)
         if server is None:
-            items.append(it.function_call_item(call))
+            items.append(it.function_call_item(call, status))
         elif server[1]:
             items.append(it.approval_request_item(server[0], call.name, call.arguments))
         else:

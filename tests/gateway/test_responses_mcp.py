@@ -137,6 +137,27 @@ def test_a_client_function_call_ends_the_response_as_without_mcp(client: openai.
     assert response.output[1].name == "get_weather"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_in_a_round_its_budget_cut_is_incomplete(client: openai.OpenAI, stream: bool):
+    """Issue 50: the budget, not the model, ended the round (its call whole in its last tokens, the
+    end of turn past them): the response is incomplete and so is the function_call item, streamed
+    and not, never a completed item in an incomplete response."""
+    said = SCRIPTS["client"][0]
+    budget = len(load_tokenizer(default_model_path()).encode(said, add_special_tokens=False))
+    weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+    created = create(client, f"client-cut-{stream}", [calc(), weather], max_output_tokens=budget, stream=stream)
+    if stream:
+        events = list(created)
+        done = [e.item for e in events if e.type == "response.output_item.done" and e.item.type == "function_call"]
+        response = events[-1].response
+        assert [item.status for item in done] == ["incomplete"]
+    else:
+        response = created
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+    [call] = [item for item in response.output if item.type == "function_call"]
+    assert call.status == "incomplete" and call.name == "get_weather"
+
+
 def test_the_sse_transport_under_an_allowed_pattern(client: openai.OpenAI, servers: McpServers):
     response = create(client, "add-2", [calc(server_label="calc-sse", server_url=servers.sse_url)])
     assert response.output[1].output == "5" and response.output[1].server_label == "calc-sse"
