@@ -190,3 +190,26 @@ def test_a_tool_loop_the_server_runs_is_charged_once_for_all_its_rounds(monkeypa
                 r = gw.client.post(path, json=body, headers={"X-Request-Id": f"add-{i}"})
                 assert r.status_code == 200 and "The sum is 5." in r.text, r.text
                 assert charges == [("anonymous", 1)], (path, charges)
+
+
+@pytest.mark.parametrize("finish", ["stop", "tool_calls", "length", "abort"])
+def test_a_round_an_abort_or_its_budget_cut_has_incomplete_items_and_no_next_round(finish):
+    """Issue 50: a reply ended before the model ended it (its budget, an abort) leaves its text and
+    function calls incomplete and its hosted calls unrun (the loop ends); one the model ended is
+    completed and its hosted calls run in the next round."""
+    from agentgate.gateway.api_types.response_items import cut_short, item_status
+    from agentgate.gateway.tool_loop.rounds import McpRounds, round_items
+    from agentgate.gateway.tools import ParsedOutput, ToolCall
+
+    parsed = ParsedOutput("Checking.", [ToolCall("call_1", "get_weather", '{"city": "Paris"}')])
+    cut = finish in ("length", "abort")
+    assert cut_short(finish) is cut
+    items = round_items(parsed, {}, item_status(finish))
+    assert [(item["type"], item["status"]) for item in items] == [
+        ("message", "incomplete" if cut else "completed"),
+        ("function_call", "incomplete" if cut else "completed"),
+    ]
+    hosted = round_items(ParsedOutput(None, [ToolCall("call_2", "add", "{}")]), {"add": ("calc", False)}, "completed")
+    assert [item["type"] for item in hosted] == ["mcp_call"]
+    # continues() reads only its arguments: the rounds' state does not enter the rule
+    assert McpRounds.continues(None, hosted, finish, False) is not cut  # type: ignore[arg-type]
