@@ -25,8 +25,15 @@ def cut_short(finish: str | None) -> bool:
 
 
 def item_status(finish: str | None) -> str:
-    """The status of the output items of a reply that ended with ``finish``."""
+    """The status of the last output item of a reply that ended with ``finish``."""
     return "incomplete" if cut_short(finish) else "completed"
+
+
+def statuses(count: int, last: str) -> list[str]:
+    """The statuses of a reply's ``count`` items, ``last`` the last one's (:func:`item_status`): a
+    cut ends the item being written, the last; the model closed those before it (so the streamed
+    items, each done as the next opens, say the same)."""
+    return ["completed"] * (count - 1) + [last] if count else []
 
 
 def message_item(text: str, status: str = "completed", item_id: str | None = None) -> dict[str, Any]:
@@ -125,10 +132,14 @@ def output_items(
     parsed: ParsedOutput, status: str = "completed", names: CallNames | None = None
 ) -> list[dict[str, Any]]:
     """A reply's items: its reasoning first, then its message, then its calls (``names``: the
-    offered client tools' namespaces and kinds)."""
-    items = [reasoning_item(parsed.reasoning, status)] if parsed.reasoning else []
-    items += [message_item(parsed.content, status)] if parsed.content else []
-    return items + [client_call_item(call, names or {}) for call in parsed.tool_calls]
+    offered client tools' namespaces and kinds); ``status``: the last one's (:func:`statuses`)."""
+    makers: list[Callable[[str], dict[str, Any]]] = []
+    if parsed.reasoning:
+        makers.append(lambda mark: reasoning_item(parsed.reasoning or "", mark))
+    if parsed.content:
+        makers.append(lambda mark: message_item(parsed.content or "", mark))
+    makers += [lambda mark, call=call: client_call_item(call, names or {}, mark) for call in parsed.tool_calls]
+    return [make(mark) for make, mark in zip(makers, statuses(len(makers), status), strict=True)]
 
 
 def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:

@@ -114,13 +114,15 @@ class McpRounds:
 
 def round_items(parsed: ParsedOutput, labels: dict[str, tuple[str, bool]], status: str) -> list[dict[str, Any]]:
     """A whole reply's output items: its text, and each call as a function_call, an mcp_call
-    (to run) or an mcp_approval_request; ``status``: the text's and the function calls' (the
-    reply's :func:`~gateway.api_types.response_items.item_status`)."""
-    items = [it.message_item(parsed.content, status)] if parsed.content else []
-    for call in parsed.tool_calls:
+    (to run) or an mcp_approval_request; ``status``: the last item's (the reply's
+    :func:`~gateway.api_types.response_items.item_status`), the text's and function calls' before
+    it completed (:func:`~gateway.api_types.response_items.statuses`)."""
+    marks = it.statuses(bool(parsed.content) + len(parsed.tool_calls), status)
+    items = [it.message_item(parsed.content, marks[0])] if parsed.content else []
+    for call, mark in zip(parsed.tool_calls, marks[len(items) :], strict=True):
         server = labels.get(call.name)
         if server is None:
-            items.append(it.function_call_item(call, status))
+            items.append(it.function_call_item(call, mark))
         elif server[1]:
             items.append(it.approval_request_item(server[0], call.name, call.arguments))
         else:

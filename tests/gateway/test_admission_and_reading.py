@@ -194,9 +194,9 @@ def test_a_tool_loop_the_server_runs_is_charged_once_for_all_its_rounds(monkeypa
 
 @pytest.mark.parametrize("finish", ["stop", "tool_calls", "length", "abort"])
 def test_a_round_an_abort_or_its_budget_cut_has_incomplete_items_and_no_next_round(finish):
-    """Issue 50: a reply ended before the model ended it (its budget, an abort) leaves its text and
-    function calls incomplete and its hosted calls unrun (the loop ends); one the model ended is
-    completed and its hosted calls run in the next round."""
+    """Issue 50: a reply ended before the model ended it (its budget, an abort) leaves the item it
+    was writing (its last) incomplete and its hosted calls unrun (the loop ends); the text the model
+    closed before is completed. One the model ended is completed and its hosted calls run."""
     from agentgate.gateway.api_types.response_items import cut_short, item_status
     from agentgate.gateway.tool_loop.rounds import McpRounds, round_items
     from agentgate.gateway.tools import ParsedOutput, ToolCall
@@ -206,7 +206,7 @@ def test_a_round_an_abort_or_its_budget_cut_has_incomplete_items_and_no_next_rou
     assert cut_short(finish) is cut
     items = round_items(parsed, {}, item_status(finish))
     assert [(item["type"], item["status"]) for item in items] == [
-        ("message", "incomplete" if cut else "completed"),
+        ("message", "completed"),
         ("function_call", "incomplete" if cut else "completed"),
     ]
     hosted = round_items(ParsedOutput(None, [ToolCall("call_2", "add", "{}")]), {"add": ("calc", False)}, "completed")

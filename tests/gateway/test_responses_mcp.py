@@ -138,24 +138,27 @@ def test_a_client_function_call_ends_the_response_as_without_mcp(client: openai.
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_call_in_a_round_its_budget_cut_is_incomplete(client: openai.OpenAI, stream: bool):
-    """Issue 50: the budget, not the model, ended the round (its call whole in its last tokens, the
-    end of turn past them): the response is incomplete and so is the function_call item, streamed
-    and not, never a completed item in an incomplete response."""
-    said = SCRIPTS["client"][0]
+@pytest.mark.parametrize("hosted", [True, False], ids=["mcp-loop", "no-loop"])
+def test_the_item_a_budget_cut_is_incomplete_and_those_before_it_completed(client, hosted, stream):
+    """Issue 50: the budget, not the model, ended the reply (text, then a call whole in its last
+    tokens, the end of turn past them): the response is incomplete and so is the call, the item
+    being written; the text the model closed before it is completed. The same whole and streamed
+    (where each item is done as the next opens), in the MCP loop's rounds and without one."""
+    said = SCRIPTS["both"][0]
     budget = len(load_tokenizer(default_model_path()).encode(said, add_special_tokens=False))
     weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
-    created = create(client, f"client-cut-{stream}", [calc(), weather], max_output_tokens=budget, stream=stream)
+    tools = [calc(), weather] if hosted else [weather]
+    created = create(client, f"both-{hosted}-{stream}", tools, max_output_tokens=budget, stream=stream)
     if stream:
         events = list(created)
-        done = [e.item for e in events if e.type == "response.output_item.done" and e.item.type == "function_call"]
+        done = [(e.item.type, getattr(e.item, "status", None)) for e in events if e.type == "response.output_item.done"]
+        assert done[-2:] == [("message", "completed"), ("function_call", "incomplete")], done
         response = events[-1].response
-        assert [item.status for item in done] == ["incomplete"]
     else:
         response = created
     assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
-    [call] = [item for item in response.output if item.type == "function_call"]
-    assert call.status == "incomplete" and call.name == "get_weather"
+    said = [(item.type, item.status) for item in response.output if item.type != "mcp_list_tools"]
+    assert said == [("message", "completed"), ("function_call", "incomplete")]
 
 
 def test_the_sse_transport_under_an_allowed_pattern(client: openai.OpenAI, servers: McpServers):

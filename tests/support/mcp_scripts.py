@@ -38,6 +38,7 @@ SCRIPTS = {
     "slow": [_call("sleep", seconds=5), "Too slow."],
     "loop": [_call("add", a=1, b=1)],
     "client": [_call("get_weather", city="Paris")],
+    "both": ["Checking.\n" + _call("get_weather", city="Paris")],
     "text": ["Hello."],
     "huge": [_call("big", size=6000), "Never said."],
 }
