@@ -8,6 +8,7 @@ the bytes of :class:`~gateway.formats.anthropic.MessagesStream`). A call the loo
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from agentgate.gateway.tool_loop.loop import ToolLoop
 from agentgate.gateway.tool_loop.rounds import McpRounds, Watch, round_id
 from agentgate.gateway.tools import ParsedOutput
 
+logger = logging.getLogger(__name__)
 RAN = ("completed", "failed")  # an mcp_call item's statuses once the server ran it
 
 
@@ -57,7 +59,14 @@ class WholeMessage:
         self.blocks += out
 
     async def refused(self, exc: BaseException) -> None:
-        raise exc  # never called: someone waits
+        """After calls ran: the message holds every block so far and stops on ``pause_turn``
+        (Anthropic's "send it back as it is to go on"; the calls are not run again), never an
+        error that hides what ran."""
+        logger.warning("a message's tool loop stopped after its MCP calls ran: %s", exc)
+        message = self.message
+        message.content = self.blocks
+        message.stop_reason, message.stop_sequence = "pause_turn", None
+        message.usage = message_usage(self.loop.usage)
 
     async def between(self) -> bool:
         return True
@@ -89,7 +98,7 @@ class StreamedMessage:
     def settled(self, item: dict[str, Any]) -> bytes:
         return self.fmt.result(result_block(item)) if item["status"] in RAN else b""
 
-    def error(self, exc: BaseException) -> bytes:
+    async def error(self, exc: BaseException) -> bytes:
         return self.fmt.error(exc)
 
     def next_round(self) -> None:
@@ -103,7 +112,8 @@ def message_format(loop: ToolLoop, message: Message, sealer: Sealer) -> Messages
 
 
 async def collect_message(loop: ToolLoop, message: Message, watch: Watch) -> bool:
-    """Run every round, whole, into ``message``; False: the client left. Engine errors are raised."""
+    """Run every round, whole, into ``message``; False: the client left. Engine errors before any
+    call ran are raised; after, the message stops on ``pause_turn`` (:meth:`WholeMessage.refused`)."""
     return await loop.collect(WholeMessage(loop, message), watch)
 
 

@@ -52,7 +52,7 @@ class Message(Struct, kw_only=True):
     id: str
     model: str
     content: list[dict[str, Any]] = field(default_factory=list)
-    stop_reason: str | None = None  # end_turn | max_tokens | stop_sequence | tool_use
+    stop_reason: str | None = None  # end_turn | max_tokens | stop_sequence | tool_use | pause_turn (MCP loop)
     stop_sequence: str | None = None
     usage: MessageUsage = field(default_factory=lambda: MessageUsage(0, 0))
     type: str = "message"

@@ -53,8 +53,15 @@ class StreamedResponse:
     def settled(self, item: dict[str, Any]) -> list[Event]:
         return self.events.settled(item)
 
-    def error(self, exc: BaseException) -> list[Event]:
-        return self.events.error(exc)
+    async def error(self, exc: BaseException) -> list[Event]:
+        """The error event and ``response.failed``, the response stored failed with every item so
+        far first (a client that reads it can retrieve what ran)."""
+        assert self.turn.loop is not None
+        self.turn.response.output = list(self.turn.loop.output)
+        self.turn.fail(exc)
+        events = self.events.error(exc)  # response.failed as stored
+        await self.turn.save()
+        return events
 
     def next_round(self) -> None:
         self.events.next_round()
@@ -73,6 +80,9 @@ class WholeResponse:
         self.turn.response.output = list(self.turn.loop.output)
 
     async def refused(self, exc: BaseException) -> None:
+        """The response ``failed`` with ``exc``, its items so far kept, and stored."""
+        assert self.turn.loop is not None
+        self.turn.response.output = list(self.turn.loop.output)
         self.turn.fail(exc)
         await self.turn.save()
 
@@ -86,8 +96,9 @@ class WholeResponse:
 
 
 async def collect_rounds(turn: Turn, watch: Watch) -> bool:
-    """Run a response's tool loop to its end, whole; the response finished and stored. False: the
-    client left. An engine error is raised, unless nobody waits (a background response)."""
+    """Run a response's tool loop to its end, whole; the response finished and stored (``failed``
+    with its items where the loop could not go on after a call ran). False: the client left. An
+    engine error before any call ran is raised, unless nobody waits (a background response)."""
     assert turn.loop is not None
     return await turn.loop.collect(WholeResponse(turn), watch)
 

@@ -19,10 +19,13 @@ in :attr:`ToolLoop.output`.
 Each API renders the loop its way: whole (:meth:`ToolLoop.collect`, with a
 :class:`WholeRendering`) or streamed (:meth:`ToolLoop.stream`, with a :class:`StreamRendering`
 of event lists or SSE bytes). A call the loop does not run because the reply was cut by its
-output budget is ``incomplete``; a run call is ``completed`` or ``failed``. A next reply the
-gateway cannot start (its queue full, the results past the context) is raised to a client
-that waits whole, ends a stream with the API's error event, and is the rendering's to record
-where nobody waits (a background response).
+output budget is ``incomplete``; a run call is ``completed`` or ``failed``. Once a hosted call
+has run, the loop never ends in an HTTP error that hides it: a next reply the gateway cannot
+start (its queue full, the results past the context) or a round the engine fails is the
+rendering's to record with every item so far (:meth:`WholeRendering.refused`: the Responses
+API's ``failed`` response, stored; the Messages API's ``pause_turn``), and ends a stream with the
+API's error event after them (the Responses API's stored first). Before any call ran, the
+error answers a client that waits whole.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ class WholeRendering(Protocol):
         """A round's reply, read whole, and its items (its MCP calls run or left)."""
 
     async def refused(self, exc: BaseException) -> None:
-        """The next reply could not start (only where nobody waits)."""
+        """The loop cannot go on (``exc``: why) and its reply says so with every item so far: a
+        hosted call ran (or nobody waits), so an HTTP error would hide what ran."""
 
     async def between(self) -> bool:
         """The next reply started; False: the request was cancelled meanwhile (the loop stops)."""
@@ -72,7 +76,10 @@ class StreamRendering(Protocol[T]):
     def settled(self, item: Item) -> T:
         """An ``mcp_call`` item, run (or left ``incomplete``)."""
 
-    def error(self, exc: BaseException) -> T: ...
+    async def error(self, exc: BaseException) -> T:
+        """The stream's error events: the loop cannot go on (``exc``: why); what the API keeps of
+        the reply (the Responses API's stored response) recorded first."""
+
     def next_round(self) -> None: ...
 
 
@@ -120,6 +127,11 @@ class ToolLoop:
         self._serve(run)
         self.earlier = earlier
 
+    @property
+    def ran_calls(self) -> bool:
+        """Whether the server has run a hosted call for this request (an approved one included)."""
+        return any(item["type"] == "mcp_call" and item["status"] in ("completed", "failed") for item in self.output)
+
     def _stopped(self) -> None:
         """The loop ends here: a pin held for the last round's server-run tools goes."""
         self.run.generation.tools_returned()
@@ -149,7 +161,10 @@ class ToolLoop:
             if not await run_reply(self.run, watch):
                 return False
             if gen.error is not None and not whole.background:
-                raise gen.error
+                if not self.ran_calls:  # nothing ran: the error answers
+                    raise gen.error
+                await whole.refused(gen.error)
+                return True
             choice = gen.choices[0]
             parsed, finish = choice.reply, choice.reply_finish
             items = round_items(parsed, self.rounds.labels, item_status(finish))
@@ -164,9 +179,7 @@ class ToolLoop:
             try:
                 await self._next(items)
             except (GatewayError, EngineError) as exc:  # refused (a full queue, results past the context)
-                if not whole.background:
-                    raise
-                await whole.refused(exc)
+                await whole.refused(exc)  # after calls ran: the reply holds them, never an HTTP error
                 return True
             if not await whole.between():  # cancelled meanwhile: its reply too
                 await self.close_round()
@@ -194,7 +207,7 @@ class ToolLoop:
                     if chunk := out.chunk(events):
                         yield chunk
             except EngineError as exc:
-                yield out.error(gen.record_error(exc))
+                yield await out.error(gen.record_error(exc))
                 return
             finally:
                 await self.close_round()
@@ -212,7 +225,7 @@ class ToolLoop:
             try:
                 await self._next(items)
             except (GatewayError, EngineError) as exc:  # refused: the stream says why
-                yield out.error(exc)
+                yield await out.error(exc)
                 return
             out.next_round()
         self.ended = True

@@ -117,3 +117,12 @@ def test_the_blocks_read_back_in_the_next_request(client: anthropic.Anthropic):
         extra_headers={"X-Request-Id": "text-1"},
     )
     assert again.content[0].text == "Hello."
+
+
+def test_calls_that_ran_before_the_loop_could_not_go_on_end_the_message_on_pause_turn(client: anthropic.Anthropic):
+    """Issue 50: a 6000-character result leaves no room in the context for the next reply. The call
+    ran, so the reply is no HTTP error hiding it (a client would retry and run it twice): the message
+    holds its use and result blocks and stops on ``pause_turn``."""
+    message = create(client, "huge-1", [calc(client.servers)])
+    assert [block.type for block in message.content] == ["mcp_tool_use", "mcp_tool_result"]
+    assert message.content[1].is_error is False and message.stop_reason == "pause_turn"

@@ -362,24 +362,33 @@ def test_the_next_reply_starts_from_the_tokens_the_model_read_and_wrote(gateway:
     assert len(kept) == 2 and all(ids is not None for ids in kept)
 
 
-def test_a_next_reply_the_gateway_cannot_start_fails_the_response(client: openai.OpenAI):
-    """A 6000-character result leaves no room in the context (1024 tokens) for the next reply."""
-    with pytest.raises(openai.BadRequestError) as refused:
-        create(client, "huge-1", [calc()])
-    assert "context" in str(refused.value) or "long" in str(refused.value)
+def test_a_next_reply_the_gateway_cannot_start_fails_the_response_with_the_calls_that_ran(client: openai.OpenAI):
+    """A 6000-character result leaves no room in the context (1024 tokens) for the next reply. The
+    call ran, so the response never hides it behind an HTTP error (issue 50: the client would retry
+    and run it twice): it is ``failed`` with the call's item, stored, whole, streamed and in the
+    background alike."""
+    failed = create(client, "huge-1", [calc()])
+    assert failed.status == "failed" and failed.error is not None
+    assert "context" in failed.error.message or "long" in failed.error.message, failed.error
+    assert [item.type for item in failed.output] == ["mcp_list_tools", "mcp_call"]
+    assert failed.output[1].output and failed.output[1].status == "completed"  # the result the next reply lacked
     with client.responses.stream(
         model="m", input="Go.", tools=[calc()], extra_headers={"X-Request-Id": "huge-2"}
     ) as stream:
-        kinds = [event.type for event in stream]
+        events = list(stream)
+    kinds = [event.type for event in events]
     assert kinds[-2:] == ["error", "response.failed"] and "response.mcp_call.completed" in kinds
+    assert [item.type for item in events[-1].response.output] == ["mcp_list_tools", "mcp_call"]
     queued = create(client, "huge-3", [calc()], background=True)
     for _ in range(200):  # at most 10 s
         done = client.responses.retrieve(queued.id)
         if done.status not in ("queued", "in_progress"):
             break
         time.sleep(0.05)
-    assert done.status == "failed" and done.error is not None
-    assert [item.type for item in done.output] == ["mcp_list_tools", "mcp_call"]
+    for response_id in (failed.id, events[-1].response.id, queued.id):
+        stored = client.responses.retrieve(response_id)
+        assert stored.status == "failed" and stored.error is not None, response_id
+        assert [item.type for item in stored.output] == ["mcp_list_tools", "mcp_call"], response_id
 
 
 def test_the_engine_holds_the_conversation_through_server_run_tools_and_learns_no_gap(
