@@ -198,6 +198,11 @@ class EngineConfig:
     enable_lora: bool = False
     max_loras: int = 4
     max_lora_rank: int = 16
+    # Grammars (engine.structured): a constrained request waits at most grammar_compile_timeout
+    # seconds for its grammar (then a 400 on its schema's field); compiles run on
+    # grammar_compile_workers threads, a tenant on at most half of them (engine.structured.compile_pool).
+    grammar_compile_timeout: float = 30.0
+    grammar_compile_workers: int = 4
 
     @property
     def lora_enabled(self) -> bool:
@@ -248,7 +253,9 @@ class EngineConfig:
             parse_max_wait(self.max_wait)
         except ValueError as exc:
             raise InvalidRequestError(str(exc), "max_wait") from None
-        for name in ("max_loras", "max_lora_rank"):
+        if not self.grammar_compile_timeout > 0:
+            raise InvalidRequestError("grammar_compile_timeout must be positive", "grammar_compile_timeout")
+        for name in ("max_loras", "max_lora_rank", "grammar_compile_workers"):
             if getattr(self, name) < 1:
                 raise InvalidRequestError(f"{name} must be positive", name)
         try:

@@ -10,7 +10,6 @@ import random
 import time
 import uuid
 from collections import deque
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +34,7 @@ from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduling.retention import KVRetention
 from agentgate.engine.scheduling.scheduler import PauseState, Scheduler, SchedulerLimits
 from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.engine.structured.grammar_waits import GrammarWaits
 from agentgate.engine.token_events import TokenEvent
 
 log = logging.getLogger("agentgate.engine")
@@ -78,7 +78,7 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
         self._seeds = random.Random(config.seed)
         self.engine_id = uuid.uuid4().hex[:12]
         self._grammars = None  # GrammarCompiler, made on the first constrained request
-        self._compiling: list[tuple[Request, Future]] = []
+        self._compiling = GrammarWaits(config.grammar_compile_timeout)  # requests waiting for their grammar
 
     def info(self, model_name: str) -> EngineInfo:
         runner = self.runner
@@ -148,7 +148,7 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
         if structured is None:
             self.scheduler.add_request(request)
         else:  # scheduled once its grammar has compiled (see _admit_compiled)
-            self._compiling.append((request, self._grammar_compiler().submit(structured)))
+            self._compiling.add(request, self._grammar_compiler().submit(structured, tenant))
 
     def turn_ended(self, program_id: str, request_id: str, tool_names: list[str], server_hold: float = 0.0) -> None:
         """The front end read the reply of ``request_id``, a turn of ``program_id``: it called
@@ -168,43 +168,22 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
 
             if self.config.runner == "null":
                 raise InvalidRequestError("structured outputs need a model with a tokenizer", "structured")
-            self._grammars = GrammarCompiler(resolve_model_path(self.config.model), self.vocab_size)
+            workers = self.config.grammar_compile_workers
+            self._grammars = GrammarCompiler(resolve_model_path(self.config.model), self.vocab_size, workers=workers)
         return self._grammars
 
     def _admit_compiled(self) -> list[EngineCoreOutput]:
-        """Schedule requests whose grammar is ready; fail those whose grammar
-        could not be compiled."""
+        """Schedule requests whose grammar is ready; the final outputs of those whose grammar failed
+        or missed its deadline (engine.structured.grammar_waits)."""
         if not self._compiling:
             return []
-        from agentgate.engine.structured.structured_output import RequestGrammar
-
-        failed, waiting = [], []
-        for request, future in self._compiling:
-            if not future.done():
-                waiting.append((request, future))
-            elif future.exception() is not None:
-                error = future.exception()
-                failed.append(
-                    EngineCoreOutput(
-                        request.request_id,
-                        [],
-                        "error",
-                        error=str(error),
-                        invalid=isinstance(error, InvalidRequestError),
-                    )
-                )
-            else:
-                grammar = RequestGrammar(future.result())
-                if request.grammar is None:
-                    request.grammar = grammar
-                else:  # its thinking gate: the grammar starts after the thinking
-                    request.grammar.attach(grammar)
-                self.scheduler.add_request(request)
-        self._compiling = waiting
+        ready, failed = self._compiling.take_ready()
+        for request in ready:
+            self.scheduler.add_request(request)
         return failed
 
     def validate_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        if request_id in self.scheduler.requests or any(r.request_id == request_id for r, _ in self._compiling):
+        if request_id in self.scheduler.requests or request_id in self._compiling:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         if not prompt_token_ids:
             raise InvalidRequestError("the prompt is empty", "prompt")
@@ -221,14 +200,7 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
     def abort_requests(self, request_ids: list[str] | None) -> list[EngineCoreOutput]:
         """Abort the named requests (every request for None); returns their
         final outputs."""
-        aborted = self.scheduler.abort_requests(request_ids)
-        kept = []
-        for request, future in self._compiling:
-            if request_ids is None or request.request_id in request_ids:
-                aborted.append(request)
-            else:
-                kept.append((request, future))
-        self._compiling = kept
+        aborted = self.scheduler.abort_requests(request_ids) + self._compiling.remove(request_ids)
         self._release_if_idle()
         return [EngineCoreOutput(r.request_id, [], FinishReason.ABORT.value) for r in aborted]
 
@@ -236,8 +208,7 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
         """After a failed step: end every request with finish reason "error"
         and drop the steps in flight, so the engine can carry on."""
         self._in_flight.clear()
-        failed = self.scheduler.abort_requests(None) + [r for r, _ in self._compiling]
-        self._compiling = []
+        failed = self.scheduler.abort_requests(None) + self._compiling.remove(None)
         self.runner.release(self.scheduler.take_released())
         return [EngineCoreOutput(r.request_id, [], "error", error=message) for r in failed]
 

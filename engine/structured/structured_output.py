@@ -1,9 +1,10 @@
 """Constrained decoding with xgrammar: grammars compiled off the step loop,
 one matcher per request, and the token bitmask the sampler applies.
 
-Grammars compile on a thread pool (xgrammar releases the GIL), so a request
-waits for its grammar without stalling the engine loop; compiled grammars
-are cached by their spec, least recently used first out past
+Grammars compile on a few threads (xgrammar releases the GIL), shared fairly
+by tenants (``engine.structured.compile_pool``), so a request waits for its
+grammar without stalling the engine loop or another key's grammars; compiled
+grammars are cached by their spec, least recently used first out past
 :data:`GRAMMAR_CACHE_BYTES` (specs are the clients': each entry counts its
 spec and its compiled grammar's own size; xgrammar's own cache is off). A
 request's matcher accepts each token as the step that sampled it resolves.
@@ -49,8 +50,8 @@ import json
 import sys
 import threading
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from functools import cached_property
+from concurrent.futures import Future
+from functools import cached_property, partial
 from pathlib import Path
 
 import torch
@@ -59,6 +60,7 @@ import xgrammar as xgr
 from agentgate.engine.byte_lru import ByteLRU, str_bytes
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.sampling_params import StructuredOutput, budget_error
+from agentgate.engine.structured.compile_pool import FairCompilePool
 from agentgate.engine.structured.grammar_closing import Budgeted, Closer, JsonStringState
 
 GRAMMAR_CACHE_BYTES = 256 << 20
@@ -79,7 +81,8 @@ _MAX_CHECKED = 64
 
 
 class GrammarCompiler:
-    """Compiles StructuredOutput specs for one tokenizer/vocabulary."""
+    """Compiles StructuredOutput specs for one tokenizer/vocabulary, on ``workers`` threads fair per
+    tenant (``engine.structured.compile_pool``)."""
 
     def __init__(
         self,
@@ -87,18 +90,19 @@ class GrammarCompiler:
         vocab_size: int,
         max_threads: int = 2,
         *,
+        workers: int = 4,
         cache_bytes: int = GRAMMAR_CACHE_BYTES,
         minimum_bytes: int = MINIMUM_CACHE_BYTES,
     ) -> None:
         self.tokenizer_path = tokenizer_path
         self.vocab_size = vocab_size
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar")
+        self._pool = FairCompilePool(workers)
         self._max_threads = max_threads
-        # Used by the engine's thread (submit) and the worker (a compile done): under the lock.
+        # Used by the workers and the engine's thread: under the lock (a compile itself runs outside it).
         self._lock = threading.Lock()
-        self._cache: ByteLRU[tuple[str, str], Future[xgr.CompiledGrammar]] = ByteLRU(cache_bytes)
-        # Tokens of the shortest reply, per spec; the worker's alone.
-        self._minimum: ByteLRU[tuple[str, str], int] = ByteLRU(minimum_bytes)
+        self._build_lock = threading.Lock()  # the compiler and closer are built once, by one worker
+        self._cache: ByteLRU[tuple[str, str], xgr.CompiledGrammar] = ByteLRU(cache_bytes)
+        self._minimum: ByteLRU[tuple[str, str], int] = ByteLRU(minimum_bytes)  # shortest reply's tokens, per spec
 
     @cached_property
     def _compiler(self) -> xgr.GrammarCompiler:
@@ -118,39 +122,41 @@ class GrammarCompiler:
         )
         return xgr.GrammarCompiler(info, max_threads=self._max_threads, cache_enabled=False)
 
-    def submit(self, spec: StructuredOutput) -> Future[xgr.CompiledGrammar | Budgeted]:
-        """The compiled grammar (cached by spec); with ``spec.max_tokens`` a :class:`Budgeted` one,
-        or InvalidRequestError when the budget cannot hold the shortest reply."""
+    def submit(self, spec: StructuredOutput, tenant: str = "") -> Future[xgr.CompiledGrammar | Budgeted]:
+        """The compiled grammar (cached by spec; a cached one is a done future at once); with
+        ``spec.max_tokens`` a :class:`Budgeted` one, or InvalidRequestError when the budget cannot
+        hold the shortest reply. ``tenant``: whose compile it is (its fair share of the workers)."""
         key = spec.kind()
-        with self._lock:
-            future = self._cache.get(key)
-            compile_now = future is None or (future.done() and future.exception() is not None)
-            if compile_now:
-                future = self._pool.submit(self._compile, *key)
-                self._cache.put(key, future, _compiled_bytes(key, future))
-        if compile_now:  # outside the lock: a compile already done calls back at once, here
-            future.add_done_callback(lambda done: self._recount(key, done))
         if spec.max_tokens is None:
-            return future
-        return self._pool.submit(self._budgeted, key, future, spec.max_tokens)  # after the compile, same worker
+            with self._lock:
+                compiled = self._cache.get(key)
+            if compiled is not None:
+                done: Future[xgr.CompiledGrammar | Budgeted] = Future()
+                done.set_result(compiled)
+                return done
+        return self._pool.submit(tenant, partial(self._ready, key, spec.max_tokens))
 
-    def _recount(self, key: tuple[str, str], done: Future[xgr.CompiledGrammar]) -> None:
-        """A compile ended: its cache entry counts the compiled grammar's size now (a failed one goes)."""
+    def _ready(self, key: tuple[str, str], budget: int | None) -> xgr.CompiledGrammar | Budgeted:
+        """On a worker: the grammar of ``key`` (compiled unless cached meanwhile), budgeted when ``budget``."""
         with self._lock:
-            if self._cache.peek(key) is done:
-                if done.exception() is None:
-                    self._cache.put(key, done, _compiled_bytes(key, done))
-                else:
-                    self._cache.pop(key)
-
-    def _budgeted(self, key: tuple[str, str], compiled: Future[xgr.CompiledGrammar], budget: int) -> Budgeted:
-        grammar = compiled.result()
-        closer = self.closer
-        minimum = self._minimum.get(key)
+            grammar = self._cache.get(key)
+        if grammar is None:
+            with self._build_lock:
+                self._compiler  # noqa: B018 - the first compile builds it
+            grammar = self._compile(*key)
+            with self._lock:
+                self._cache.put(key, grammar, str_bytes(*key) + grammar.memory_size_bytes)
+        if budget is None:
+            return grammar
+        with self._build_lock:
+            closer = self.closer
+        with self._lock:
+            minimum = self._minimum.get(key)
         if minimum is None:
             path = closer.closing(xgr.GrammarMatcher(grammar), JsonStringState())
             minimum = len(path) if path is not None else 0
-            self._minimum.put(key, minimum, str_bytes(*key) + sys.getsizeof(minimum))
+            with self._lock:
+                self._minimum.put(key, minimum, str_bytes(*key) + sys.getsizeof(minimum))
         if minimum > budget:
             raise InvalidRequestError(budget_error(budget, minimum), "max_tokens")
         return Budgeted(grammar, budget, closer, minimum)
@@ -177,13 +183,7 @@ class GrammarCompiler:
             raise InvalidRequestError(f"invalid {kind.replace('_', ' ')}: {exc}", "structured") from exc
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _compiled_bytes(key: tuple[str, str], future: Future[xgr.CompiledGrammar]) -> int:
-    """An entry's size: its spec, and its grammar once compiled."""
-    compiled = future.result() if future.done() and future.exception() is None else None
-    return str_bytes(*key) + (compiled.memory_size_bytes if compiled is not None else 0)
+        self._pool.shutdown()
 
 
 class RequestGrammar:

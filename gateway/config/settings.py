@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentgate.gateway.config.grammar_settings import GrammarSettings
 from agentgate.gateway.config.harness_settings import HarnessSettings
 from agentgate.gateway.config.lora_settings import LoraSettings
 from agentgate.gateway.config.mcp_settings import McpSettings
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Settings(HarnessSettings, ReasoningSettings, McpSettings, LoraSettings):  # issues 49, 48, MCP, 53: own modules
+class Settings(HarnessSettings, ReasoningSettings, McpSettings, LoraSettings, GrammarSettings):  # own modules
     # -- the model and the engine -------------------------------------------------
     model: str | None = setting(
         "model: a .gguf file or an HF directory (default: the default model); a gateway reads its tokenizer",
