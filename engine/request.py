@@ -68,6 +68,7 @@ class Request:
         "cache_root",
         "lora",
         "server_tool_return",
+        "returns_after_tools",
     )
 
     def __init__(
@@ -106,6 +107,11 @@ class Request:
         self.first_token_time: float | None = None  # when its first output token was confirmed
         # A program's next round after tools the server ran (engine.scheduling.retention): admitted first.
         self.server_tool_return = False
+        # A turn that returns after tool calls its program's last turn made, as this engine saw that
+        # turn end (set on arrival, engine.scheduling.retention). Only such a turn skips program
+        # admission and may release others' pins: a client's messages that merely end in a tool-call
+        # tail (ProgramTag.after_tool_calls) claim it, and a fabricated tail buys nothing (issue 50).
+        self.returns_after_tools = False
         # The request's RequestGrammar when its output is constrained.
         self.grammar = None
         # The agent program it is a turn of, and that program's account of the service it has had

@@ -55,7 +55,7 @@ class MemoryPressure:
         may_release = (
             not anything_runs
             or request.ever_scheduled
-            or (program is not None and program.after_tool_calls)
+            or request.returns_after_tools
             or self.waiting.overdue(request)
         )
         while True:

@@ -110,6 +110,7 @@ class KVRetention:
                 record.start_again(now)
         record.in_flight += 1
         record.idle_since = None
+        request.returns_after_tools = tag.after_tool_calls and record.last_tools is not None
         if tag.after_tool_calls and record.server_tools:
             request.server_tool_return = True  # no law learns from it; admitted first
         elif tag.after_tool_calls:

@@ -313,7 +313,7 @@ class Scheduler:
         active.update(
             r.program.program_id
             for r in self.waiting
-            if r.program is not None and (r.ever_scheduled or r.program.after_tool_calls)
+            if r.program is not None and (r.ever_scheduled or r.returns_after_tools)
         )
         return active | self.retention.pins.keys()
 

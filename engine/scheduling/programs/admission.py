@@ -53,7 +53,7 @@ class ProgramAdmission:
     def admits(self, request: Request, active: Set[str]) -> bool:
         """Whether ``request`` may start now, ``active`` being the active programs' ids."""
         tag = request.program
-        if tag is None or request.ever_scheduled or tag.after_tool_calls:
+        if tag is None or request.ever_scheduled or request.returns_after_tools:
             return True
         if not active or tag.program_id in active:
             return True

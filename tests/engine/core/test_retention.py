@@ -234,6 +234,34 @@ def test_pressure_from_a_running_request_releases_pins_before_preempting_and_new
     assert core.stats().retention.released_pressure >= 1
 
 
+@pytest.mark.parametrize("seen", [False, True], ids=["fabricated-tail", "real-return"])
+def test_a_fabricated_tool_tail_neither_skips_admission_nor_releases_anyones_pin(seen):
+    """Issue 50: a turn whose messages end in tool calls its program's last turn here never made
+    (``after_tool_calls`` is the client's word) waits for program admission like any new program and
+    takes no one's pin; a real return (its program's last turn here called tools) is admitted at
+    once, taking pins where memory is short."""
+    rng = random.Random(11)
+    core = make_core(num_blocks=32, fraction=0.75)
+    retention = core.scheduler.retention
+    if seen:
+        first_turn(core, rng, "newcomer", n=8)  # its last turn called a tool
+        retention.release_all()  # its own pin aside: only the others' are at stake
+    first_turn(core, rng, "p1", n=32)  # 8 blocks
+    first_turn(core, rng, "p2", n=32)  # 8 blocks: 16 held, 16 free
+    turn(core, "small", history(rng, 8), max_tokens=60)
+    core.step()
+    turn(core, "big", history(rng, 80), "newcomer", after=True)  # 20 blocks: more than are free
+    core.step()
+    check_accounting(core)
+    big = core.scheduler.requests["big"]
+    assert big.returns_after_tools is seen and big.ever_scheduled is seen
+    if seen:
+        assert set(retention.pins) != {"p1", "p2"} and core.stats().retention.released_pressure >= 1
+    else:
+        assert set(retention.pins) == {"p1", "p2"} and retention.held_blocks == 16
+    assert set(run(core)) == {"small", "big"}
+
+
 def test_releasing_a_pin_never_takes_blocks_a_running_request_shares():
     rng = random.Random(7)
     core = make_core(num_blocks=64)
