@@ -53,10 +53,7 @@ class MemoryPressure:
         program = request.program
         ranked_after = self.ranked_after(request) if anything_runs else None
         may_release = (
-            not anything_runs
-            or request.ever_scheduled
-            or request.returns_after_tools
-            or self.waiting.overdue(request)
+            not anything_runs or request.ever_scheduled or request.returns_after_tools or self.waiting.overdue(request)
         )
         while True:
             hits = self.kv.find_cached_prefix(request)
