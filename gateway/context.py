@@ -22,12 +22,12 @@ ANONYMOUS = "anonymous"  # the key digest of a request without an API key (gatew
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     key: str = ANONYMOUS  # the API key's digest
-    session_id: str | None = None
+    session_id: str | None = None  # X-Session-Id, filed under the key (filed_id): two keys' same id are two sessions
     # The engine to run on when it can (affinity; None: any): a Responses chain's, then, once
     # admitted, the session's engine before it.
     engine: str | None = None
     program: str | None = None  # the Responses chain the request continues (its first response's id)
-    admin: bool = False  # the key may act as the admin (it may open any key's session)
+    admin: bool = False  # the key may act as the admin (its X-Session-Id names its own session, as any key's)
     # Dispatch charged the request's rate limit and opened its session: a later round of the same
     # request (a server-run tool loop's next reply) runs in this context and is not charged again.
     admitted: bool = False

@@ -35,7 +35,7 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from agentgate.gateway.context import NO_CONTEXT, RequestContext
+from agentgate.gateway.context import NO_CONTEXT, RequestContext, filed_id
 from agentgate.gateway.errors import (
     BadRequestError,
     GatewayError,
@@ -246,4 +246,6 @@ def request_context(scope: Scope, keys: KeyChecker) -> RequestContext:
     token = bearer_token(scope)
     session_id = session_id_of(scope)
     admin = session_id is not None and keys.for_caller(is_remote(scope)).is_admin(token)
-    return RequestContext(key_digest(token), session_id, admin=admin)
+    key = key_digest(token)
+    # filed under the key, as request ids are: the same X-Session-Id from two keys is two sessions
+    return RequestContext(key, filed_id(key, session_id) if session_id is not None else None, admin=admin)

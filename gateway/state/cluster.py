@@ -43,6 +43,7 @@ import msgspec
 
 from agentgate.engine.errors import EngineDeadError, EngineError
 from agentgate.engine.front.protocol import PauseMode
+from agentgate.gateway.context import client_id
 from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.state.redis_state import RedisUnavailableError, SharedState
 from agentgate.gateway.state.requests_in_flight import Entry, RequestRegistry
@@ -221,7 +222,9 @@ class Cluster:
         key: str | None = None,
     ) -> tuple[list[str], str | None]:
         """Abort by request ids, a session and/or a key digest, on every replica: the ids found,
-        and UNREACHABLE when Redis is (then only this replica's requests are aborted)."""
+        and UNREACHABLE when Redis is (then only this replica's requests are aborted). A session is
+        named by its filed id (``GET /v1/sessions`` lists them) or as a client sent it (every key's
+        session of that ``X-Session-Id``), as request ids are."""
         registry, shared = self.registry, self.shared
         found = set(await registry.abort(request_ids)) if request_ids else set()
         remaining = [i for i in request_ids if i not in found]
@@ -241,7 +244,8 @@ class Cluster:
                     )
                     found |= set(elsewhere)
             if session_id is not None:
-                found |= set(await registry.requests_of(shared.keys.session_requests(session_id)))
+                for filed in await self._sessions_named(session_id):
+                    found |= set(await registry.requests_of(shared.keys.session_requests(filed)))
                 await shared.publish(
                     msgspec.json.encode(AbortSession(origin=self._origin, session=session_id)), "aborting a session"
                 )
@@ -264,10 +268,18 @@ class Cluster:
         await self.pool.abort_all()
         return told
 
+    async def _sessions_named(self, session_id: str) -> list[str]:
+        """The filed ids of the live sessions ``session_id`` names (see :meth:`abort`)."""
+        shared = self.shared
+        assert shared is not None
+        listed = await shared.guard("aborting a session", shared.client.zrange(shared.keys.sessions, 0, -1))
+        return [s for s in listed if session_id in (s, client_id(s))] or [session_id]
+
     async def _abort_local(self, *, session_id: str | None = None, key: str | None = None) -> list[str]:
         def match(entry: Entry) -> bool:
             ctx = entry.context
-            return (session_id is not None and ctx.session_id == session_id) or (key is not None and ctx.key == key)
+            named = ctx.session_id is not None and session_id in (ctx.session_id, client_id(ctx.session_id))
+            return (session_id is not None and named) or (key is not None and ctx.key == key)
 
         ids = self.registry.matching(match)
         if ids:

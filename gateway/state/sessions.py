@@ -6,10 +6,14 @@ reply), usage (prompt / completion tokens), the number of turns, the engine
 it is bound to (affinity: its prefix is cached there), its creation and last
 activity. It expires ``--session-ttl`` seconds after its last activity.
 
+- A session's id is the client's ``X-Session-Id`` filed under its key
+  (``gateway.context.filed_id``, done by the middleware): the same id from two keys is two
+  sessions, and no key reaches, or learns of, another's. Every method here takes the filed id.
 - A request naming a session opens it (:meth:`SessionStore.open`, one script
   call on the request's path): created on first use and owned by the key that
   created it; another key's session is a 404, the answer a missing one gets on
-  every route (the admin key may use any). It returns the engine the session is bound to.
+  every route (the admin key may read and delete any, by the filed id ``GET /v1/sessions``
+  lists). It returns the engine the session is bound to.
 - Once the request is routed, :meth:`SessionStore.bind` records its engine
   (affinity) and the request among the session's requests in flight; when it
   ends, :meth:`SessionStore.record_turn` records the turn (usage, messages,
@@ -33,8 +37,8 @@ from typing import Any
 import msgspec
 
 from agentgate.gateway.api_types.openai import AssistantMessage
-from agentgate.gateway.context import ANONYMOUS
-from agentgate.gateway.errors import NotFoundError
+from agentgate.gateway.context import ANONYMOUS, client_id, filed_id
+from agentgate.gateway.errors import BadRequestError, NotFoundError
 from agentgate.gateway.state.redis_state import SharedState
 from agentgate.gateway.state.requests_in_flight import RequestRegistry
 
@@ -136,10 +140,37 @@ class SessionStore:
             ),
         )
         if status == "forbidden":  # the same answer as a missing session: no way to learn that it exists
-            raise _not_found(session_id)
+            raise _not_found(client_id(session_id))
         return engine or None
 
-    async def get(self, session_id: str, key: str, admin: bool) -> dict[str, Any]:
+    async def resolve(self, given: str, key: str, admin: bool) -> str:
+        """The filed id a route's ``given`` session id names: the caller's own session of that id;
+        for the admin, failing that, the session filed under ``given`` (the id the list shows), else
+        the one session of any key with that client id (a 400 when several keys have one)."""
+        own = filed_id(key, given)
+        if not admin:
+            return own
+        client = self.shared.client
+
+        async def find() -> str | list[str]:
+            for filed in (own, given):
+                if await client.exists(self.keys.session(filed)):
+                    return filed
+            return [s for s in await client.zrange(self.keys.sessions, 0, -1) if client_id(s) == given]
+
+        found = await self.shared.guard("reading a session", find())
+        if isinstance(found, str):
+            return found
+        if len(found) > 1:
+            raise BadRequestError(
+                f"{len(found)} keys have a session {given!r}: name one by the id GET /v1/sessions lists",
+                param="session_id",
+                code="ambiguous_session_id",
+            )
+        return found[0] if found else own
+
+    async def get(self, session_id: str, key: str, admin: bool, *, shown: str | None = None) -> dict[str, Any]:
+        """The session (``shown``: the id the caller named it by, its filed id by default)."""
         client = self.shared.client
 
         async def read() -> tuple[dict[str, str], set[str], int]:
@@ -152,9 +183,9 @@ class SessionStore:
 
         fields, in_flight, ttl = await self.shared.guard("reading a session", read())
         if not fields or "owner" not in fields or (fields["owner"] != key and not admin):
-            raise _not_found(session_id)
+            raise _not_found(shown or session_id)
         live = await self.registry.held(in_flight) if in_flight else {}
-        return _view(session_id, fields, ttl, sorted(live), with_messages=True)
+        return _view(shown or session_id, fields, ttl, sorted(live), with_messages=True)
 
     async def list(self, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
         """Sessions, most recently active first (admin)."""
@@ -183,8 +214,8 @@ class SessionStore:
 
         return await self.shared.guard("listing sessions", read())
 
-    async def delete(self, session_id: str, key: str, admin: bool) -> list[str]:
-        """Remove the session; returns its request ids that were in flight."""
+    async def delete(self, session_id: str, key: str, admin: bool, *, shown: str | None = None) -> list[str]:
+        """Remove the session; returns its request ids that were in flight (``shown``: as :meth:`get`)."""
         result = await self.shared.guard(
             "deleting a session",
             self._delete(
@@ -197,7 +228,7 @@ class SessionStore:
             ),
         )
         if result == "missing":
-            raise _not_found(session_id)
+            raise _not_found(shown or session_id)
         return sorted(result)
 
     def bind(self, session_id: str, request_id: str, engine: str) -> None:

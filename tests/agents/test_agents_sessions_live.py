@@ -11,6 +11,7 @@ import pytest
 from agentgate.agents import AsyncAdmin, AsyncClient
 from agentgate.agents.errors import NotFoundError, UnsupportedError
 from agentgate.agents.ops_cli import main as ops
+from agentgate.gateway.context import client_id
 from tests.support.http import metrics
 from tests.support.servers import ADMIN_KEY, USER_KEY
 
@@ -37,11 +38,12 @@ async def test_a_session_handle_records_turns_and_can_be_deleted(sessions_server
         info = await session.session_info()
         assert info["id"] == "agents-sdk-session-1" and info["turns"] == 2
         assert [m["role"] for m in info["messages"]][:3] == ["user", "assistant", "user"]
-        assert "agents-sdk-session-1" in [s["id"] for s in await a.sessions()]
+        # listed by the id filed under the user's key; the admin's calls name it as the client did
+        assert "agents-sdk-session-1" in [client_id(s["id"]) for s in await a.sessions()]
 
         assert ops(["--url", server.url, "--admin-key", ADMIN_KEY, "--json", "sessions", "list"]) == 0
         listed = json.loads(capsys.readouterr().out)
-        assert "agents-sdk-session-1" in [s["id"] for s in listed]
+        assert "agents-sdk-session-1" in [client_id(s["id"]) for s in listed]
         assert ops(["--url", server.url, "--admin-key", ADMIN_KEY, "sessions", "show", "agents-sdk-session-1"]) == 0
         assert "messages" in capsys.readouterr().out
         assert ops(["--url", server.url, "--admin-key", ADMIN_KEY, "sessions", "delete", "agents-sdk-session-1"]) == 0

@@ -5,7 +5,8 @@ cache are the real ones), two user keys.
 - Request ids: the same ``X-Request-Id`` from two keys is two requests (no 409 that tells one
   key of the other's id); each runs to its own end; an operator aborts one by the id
   ``GET /v1/requests`` lists, and the other runs on.
-- Stored responses and sessions: another key's id reads as 404 on every route, never 403.
+- Stored responses and sessions: another key's id reads as 404 on every route, never 403; the
+  same ``X-Session-Id`` from two keys is two sessions, which the admin reads by their listed ids.
 - Prefix cache: by default keys share cached prompt prefixes (``usage.prompt_tokens_details.cached_tokens``);
   ``--prefix-cache-isolation key`` salts each key's, so keys never share KV; a request's
   ``cache_salt`` salts it further either way.
@@ -21,7 +22,7 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import NULL_FLAGS
-from tests.support.http import StreamRecorder, chat_body, check_chat_stream
+from tests.support.http import StreamRecorder, chat_body, check_chat_stream, wait_for
 from tests.support.servers import USER_KEY, USER_KEY_2, LiveServer, bearer, start_server
 
 A, B = bearer(USER_KEY), bearer(USER_KEY_2)
@@ -155,3 +156,37 @@ def test_another_keys_session_reads_as_404(null):
             r = client.request(method, f"/v1/sessions/{session}", headers=B)
             assert r.status_code == 404, (method, r.text)
         assert client.get(f"/v1/sessions/{session}", headers=A).status_code == 200
+
+
+def test_one_session_id_from_two_keys_is_two_sessions_and_the_admin_reads_each_by_its_listed_id(null):
+    """Issue 50: X-Session-Id is filed under the key, as request ids are: B's use of A's id opens B's own
+    session (no 404 that tells B the id exists), each counts its own turns, and deleting one leaves
+    the other; the admin reads and deletes any by the id GET /v1/sessions lists."""
+    session = f"s-{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=null.url, timeout=60) as client:
+        for headers, turns in ((A, 2), (B, 1)):
+            for _ in range(turns):
+                r = client.post(
+                    "/v1/chat/completions", headers={**headers, "X-Session-Id": session}, json=chat_body(2, False)
+                )
+                assert r.status_code == 200, r.text
+
+        def turns_of(headers: dict) -> int:
+            return client.get(f"/v1/sessions/{session}", headers=headers).json()["turns"]
+
+        wait_for(lambda: (turns_of(A), turns_of(B)) == (2, 1), timeout=10, message="each key's own turns")
+        assert client.get(f"/v1/sessions/{session}", headers=A).json()["id"] == session  # as the key named it
+        listed = client.get("/v1/sessions", headers=null.admin_headers).json()["data"]
+        filed = sorted(s["id"] for s in listed if s["id"].endswith(f".{session}"))
+        assert len(filed) == 2 and all(not f.startswith(session) for f in filed), listed
+        assert {client.get(f"/v1/sessions/{f}", headers=null.admin_headers).json()["turns"] for f in filed} == {1, 2}
+        r = client.get(f"/v1/sessions/{session}", headers=null.admin_headers)  # two keys' sessions of that id
+        assert r.status_code == 400 and r.json()["error"]["code"] == "ambiguous_session_id", r.text
+        assert client.delete(f"/v1/sessions/{session}", headers=B).status_code == 200
+        assert client.get(f"/v1/sessions/{session}", headers=B).status_code == 404
+        assert turns_of(A) == 2  # B's delete removed B's session only
+        [left] = [
+            s["id"] for s in client.get("/v1/sessions", headers=null.admin_headers).json()["data"] if s["id"] in filed
+        ]
+        assert client.delete(f"/v1/sessions/{left}", headers=null.admin_headers).status_code == 200
+        assert client.get(f"/v1/sessions/{session}", headers=A).status_code == 404

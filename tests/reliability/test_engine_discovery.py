@@ -15,7 +15,7 @@ import httpx
 import pytest
 import redis
 
-from agentgate.gateway.context import client_id
+from agentgate.gateway.context import ANONYMOUS, client_id, filed_id
 from tests.support.http import StreamRecorder, chat_body, parse_sse, wait_for
 from tests.support.servers import RedisServer, free_port, launch_command, stop_all, wait_healthy
 from tests.support.tiny_models import tiny_chat_dir
@@ -208,7 +208,8 @@ def test_session_affinity_is_shared_by_gateways_and_moves_once_when_its_engine_i
         sid = "agent-1"
         first = _turn(gateways[0].url, sid, 0)
         assert [_turn(gateways[i % 2].url, sid, i) for i in range(1, 5)] == [first] * 4
-        assert 110 < db.ttl(f"agentgate:session:{sid}") <= 120  # the binding lives as long as the session
+        filed = filed_id(ANONYMOUS, sid)  # the session, filed under its key (no keys here: the anonymous one)
+        assert 110 < db.ttl(f"agentgate:session:{filed}") <= 120  # the binding lives as long as the session
 
         gone = addresses.index(first)
         engines[gone].kill()  # SIGKILL: no drain, no withdrawal; the gateways notice by heartbeat

@@ -11,7 +11,9 @@
 
 Each answers 503 (``redis_unavailable``) while Redis is unreachable, and 503
 (``redis_not_configured``) on a gateway started without Redis. A session that
-does not exist, or belongs to another key, is a 404.
+does not exist, or belongs to another key, is a 404. Session ids are the keys' own (filed under
+the key, as request ids are): a key names its sessions by its ``X-Session-Id``; the admin names
+any by the id the list shows.
 """
 
 from __future__ import annotations
@@ -72,23 +74,31 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
     return value
 
 
-async def get_session(request: Request) -> Response:
+async def _session(request: Request) -> tuple[str, str, str, bool]:
+    """(the id the caller named, the session's filed id, the caller's key digest, admin)
+    (:meth:`~gateway.state.sessions.SessionStore.resolve`)."""
     gw: GatewayState = request.state.gateway
     _shared(gw)
+    assert gw.sessions is not None
     key, admin = caller(request)
-    return _json(await gw.sessions.get(request.path_params["session_id"], key, admin))
+    given = request.path_params["session_id"]
+    return given, await gw.sessions.resolve(given, key, admin), key, admin
+
+
+async def get_session(request: Request) -> Response:
+    gw: GatewayState = request.state.gateway
+    given, filed, key, admin = await _session(request)
+    return _json(await gw.sessions.get(filed, key, admin, shown=given))
 
 
 async def delete_session(request: Request) -> Response:
     gw: GatewayState = request.state.gateway
-    _shared(gw)
-    key, admin = caller(request)
-    session_id = request.path_params["session_id"]
-    in_flight = await gw.sessions.delete(session_id, key, admin)
-    aborted, _ = await gw.cluster.abort(session_id=session_id)  # deleting the session needed Redis: it is up
+    given, filed, key, admin = await _session(request)
+    in_flight = await gw.sessions.delete(filed, key, admin, shown=given)
+    aborted, _ = await gw.cluster.abort(session_id=filed)  # deleting the session needed Redis: it is up
     return _json(
         {
-            "id": session_id,
+            "id": given,
             "object": "session.deleted",
             "deleted": True,
             "aborted": sorted(set(in_flight) | set(aborted)),
