@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from agentgate.engine.front.protocol import ProgramTag, RequestTimings
 from agentgate.engine.kv.prefix_cache import salted_root
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.scheduling.programs.table import ProgramRecord
+from agentgate.engine.scheduling.programs.table import ProgramRecord, Rank
 
 if TYPE_CHECKING:
     from agentgate.engine.lora.adapter import LoraAdapter
@@ -132,6 +132,11 @@ class Request:
         self.lora = lora
         # The key of the block before its first: requests with another salt share no cached KV.
         self.cache_root = salted_root(cache_salt if lora is None else f"{cache_salt}\0lora:{lora.uid}")
+
+    @property
+    def rank(self) -> Rank:
+        """The program policy's rank: its key's account, then its program's (lower goes first)."""
+        return (self.key_served.rank, self.served.rank)
 
     def serve(self, tokens: int, now: float) -> None:
         """Count ``tokens`` served to it ``now``: to its program's account and its key's."""

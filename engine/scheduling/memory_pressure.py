@@ -4,8 +4,9 @@
 A waiting head may release pins for its memory when it is a returning turn, resumes, or is
 overdue (it has waited ``--max-wait``), and any pin when nothing runs; a new program's turn
 waits for memory instead. By fcfs, any pin, and a pin is released before any running request
-is preempted. By program, memory goes by rank, pinned or running: a request may release only
-the pins of programs ranked after its own while anything runs, then preempts the running
+is preempted. By program, memory goes by rank, pinned or running, as the waiting queue orders
+(the API key's attained service first, then the program's: ``Request.rank``): a request may
+release only the pins ranked after its own while anything runs, then preempts the running
 request ranked last (itself, if it is that one). Among the pins a request may release, those of
 the programs served a level more first, and within a level the least expected loss
 (``engine.scheduling.pin_cost``).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from agentgate.engine.kv.kv_cache_manager import KVCacheManager
 from agentgate.engine.request import Request
+from agentgate.engine.scheduling.programs.table import Rank
 from agentgate.engine.scheduling.retention import KVRetention
 from agentgate.engine.scheduling.waiting_queue import FcfsQueue
 
@@ -30,18 +32,19 @@ class MemoryPressure:
         self.by_program = by_program
         retention.by_service = by_program
 
-    def ranked_after(self, request: Request) -> tuple[int, float] | None:
-        """Whose pins ``request`` may release for memory: by program, only those of programs ranked
-        after its own (the pins of programs ranked before outrank its needs: the running request
-        ranked last is preempted instead, itself included); by fcfs, any (None)."""
-        return request.served.rank if self.by_program else None
+    def ranked_after(self, request: Request) -> Rank | None:
+        """Whose pins ``request`` may release for memory: by program, only those ranked after its
+        own, its key's rank first, then its program's (the pins of those ranked before outrank its
+        needs: the running request ranked last is preempted instead, itself included); by fcfs,
+        any (None)."""
+        return request.rank if self.by_program else None
 
     def victim(self, running: list[Request]) -> Request:
         """The running request to preempt: the last admitted (fcfs), or the last admitted of
         the programs ranked last (program policy)."""
         if not self.by_program:
             return running[-1]
-        return max(reversed(running), key=lambda r: r.served.rank)
+        return max(reversed(running), key=lambda r: r.rank)
 
     def allocate_waiting(self, request: Request, budget: int, anything_runs: bool) -> tuple[int, int | None]:
         """Allocate the waiting ``request``'s blocks (prefix hits, then up to ``budget`` tokens):

@@ -42,7 +42,7 @@ from agentgate.engine.front.protocol import RetentionStats
 from agentgate.engine.kv.block_pool import Block, BlockPool
 from agentgate.engine.request import Request
 from agentgate.engine.scheduling.pin_cost import exclusive_blocks, recompute_cost
-from agentgate.engine.scheduling.programs.table import ProgramRecord, ProgramTable
+from agentgate.engine.scheduling.programs.table import ProgramRecord, ProgramTable, Rank
 from agentgate.engine.scheduling.tool_gaps import ToolGaps, tool_key
 
 # Seconds a pin lives before the gateway says whether its turn called tools.
@@ -59,6 +59,13 @@ class Pin:
     ended: float  # monotonic
     expires: float
     served: ProgramRecord  # its program's account (the program policy ranks by it)
+    key_served: ProgramRecord  # its API key's account (ranked before the program's)
+
+    @property
+    def rank(self) -> Rank:
+        """As :attr:`Request.rank`: its key's, then its program's."""
+        return (self.key_served.rank, self.served.rank)
+
     tools: str | None = None  # set once TurnEnded says what was called
     claimed_by: str | None = None  # the id of its next turn, waiting to be admitted
     server_run: bool = False  # its tools run in the server: held until they return (not a law's TTL)
@@ -185,7 +192,7 @@ class KVRetention:
         kept = blocks(request)
         if not kept:
             return True
-        pin = Pin(tag.program_id, request.request_id, kept, now, now + GRACE_S, request.served)
+        pin = Pin(tag.program_id, request.request_id, kept, now, now + GRACE_S, request.served, request.key_served)
         self.pins[tag.program_id] = pin
         for block in kept:
             block.pins += 1
@@ -232,19 +239,17 @@ class KVRetention:
         for pin in [p for p in self.pins.values() if p.expires <= now and p.claimed_by is None]:
             self._release(pin, "expired")
 
-    def release_order(self, exclude: str | None = None, ranked_after: tuple[int, float] | None = None) -> list[Pin]:
+    def release_order(self, exclude: str | None = None, ranked_after: Rank | None = None) -> list[Pin]:
         """Pins (but ``exclude``'s, and only those of programs ranked after ``ranked_after`` when given)
         in the order pressure releases them."""
         now = self.clock()
 
-        def key(pin: Pin) -> tuple[bool, int, float, float]:
-            level = -pin.served.level if self.by_service else 0
-            return (pin.claimed_by is not None, level, self.expected_loss(pin, now), pin.ended)
+        def key(pin: Pin) -> tuple[bool, tuple[int, int], float, float]:
+            levels = (-pin.key_served.level, -pin.served.level) if self.by_service else (0, 0)
+            return (pin.claimed_by is not None, levels, self.expected_loss(pin, now), pin.ended)
 
         candidates = (
-            p
-            for p in self.pins.values()
-            if p.program_id != exclude and (ranked_after is None or p.served.rank > ranked_after)
+            p for p in self.pins.values() if p.program_id != exclude and (ranked_after is None or p.rank > ranked_after)
         )
         return sorted(candidates, key=key)
 
@@ -253,9 +258,7 @@ class KVRetention:
         soon = 1.0 if pin.server_run else self.gaps.law(pin.program_id, pin.tools).return_soon(now - pin.ended)
         return recompute_cost(pin.blocks, self.block_size) * soon
 
-    def release_one(
-        self, exclude: str | None, reason: str = "pressure", ranked_after: tuple[int, float] | None = None
-    ) -> bool:
+    def release_one(self, exclude: str | None, reason: str = "pressure", ranked_after: Rank | None = None) -> bool:
         """Release the first pin in release order (not ``exclude``'s; only a program's ranked after
         ``ranked_after`` when given); False: none left."""
         order = self.release_order(exclude, ranked_after)

@@ -33,6 +33,11 @@ def service_level(tokens: int) -> int:
     return (tokens // SERVICE_QUANTUM).bit_length()
 
 
+Rank = tuple[tuple[int, float], tuple[int, float]]
+"""The program policy's rank of a request or a pin: its API key's account's, then its program's
+(:attr:`ProgramRecord.rank` each); lower goes first."""
+
+
 @dataclass(slots=True)
 class ProgramRecord:
     """A program's account. A request of no program gets a record of its own, never in the table."""

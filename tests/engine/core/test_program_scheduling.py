@@ -249,6 +249,52 @@ def test_preemption_takes_the_program_ranked_last():
     assert set(preempted) == {"heavy-1"}
 
 
+def test_memory_goes_by_the_keys_rank_before_the_programs():
+    """Issue 50: under pressure the program policy ranks as its waiting queue does, the API key's
+    attained service first. Key "heavy" was served a level's worth; its programs are fresh and
+    entered their level before key "light"'s: the running request of the heavy key is preempted,
+    and a light key's request may take the heavy key's pins (by program ranks alone, neither)."""
+    rng = random.Random(14)
+    core = make_core(num_blocks=24, policy="program", retention="off", max_num_batched_tokens=256)
+    core.scheduler.retention.programs.touch("key\0heavy", core.clock()).serve(SERVICE_QUANTUM, core.clock())
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    core.add_request(
+        "heavy-1", history(rng, 20), params, arrival_time=core.clock(), program=ProgramTag("h"), tenant="heavy"
+    )
+    core.step()
+    core.clock.now += 1.0
+    core.add_request(
+        "light-1", history(rng, 20), params, arrival_time=core.clock(), program=ProgramTag("l"), tenant="light"
+    )
+    heavy, light = core.scheduler.requests["heavy-1"], core.scheduler.requests["light-1"]
+    assert heavy.served.rank < light.served.rank and heavy.rank > light.rank  # the programs' order, the keys'
+    assert core.scheduler.memory.victim([heavy, light]) is heavy
+    preempted = set()
+    while core.has_work:
+        core.step()
+        check_accounting(core)
+        preempted |= {
+            r
+            for r in ("heavy-1", "light-1")
+            if getattr(core.scheduler.requests.get(r), "status", None) == RequestStatus.PREEMPTED
+        }
+    assert core.scheduler.num_preemptions > 0 and preempted == {"heavy-1"}
+
+    pinned = make_core(num_blocks=64, policy="program")
+    pinned.scheduler.retention.programs.touch("key\0heavy", pinned.clock()).serve(SERVICE_QUANTUM, pinned.clock())
+    turn(pinned, "h-1", history(rng, 16), "h", tenant="heavy")
+    run(pinned)
+    pinned.clock.now += 1.0
+    turn(pinned, "l-1", history(rng, 16), "l", tenant="light", max_tokens=30)
+    pinned.step()
+    later = pinned.scheduler.requests["l-1"]
+    retention = pinned.scheduler.retention
+    assert [
+        p.program_id for p in retention.release_order("l", ranked_after=pinned.scheduler.memory.ranked_after(later))
+    ] == ["h"]
+    run(pinned)
+
+
 @pytest.mark.parametrize("policy", ["program", "fcfs"])
 def test_a_less_served_programs_pin_outlives_a_more_served_programs_pressure_only_by_program(policy):
     """Two running turns of a program outgrow memory while another program, served less, has its
