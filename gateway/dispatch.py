@@ -57,6 +57,7 @@ from agentgate.gateway.errors import ServiceUnavailableError
 from agentgate.gateway.generation import Generation
 from agentgate.gateway.job import Job
 from agentgate.gateway.lease import Lease
+from agentgate.gateway.observation.log_context import note_adapter
 from agentgate.gateway.observation.metrics import Metrics
 from agentgate.gateway.programs.last_turns import ProgramStore
 from agentgate.gateway.state.requests_in_flight import RequestRegistry
@@ -98,6 +99,7 @@ async def dispatch(
     d = dispatcher
     if job.model in d.loras:  # the request names a LoRA adapter: the engine runs it through that adapter
         job = dataclasses.replace(job, lora=job.model)
+        note_adapter(job.lora)  # on its access line
     count = check_engine_requests(len(job.prompts), job.n, d.max_engine_requests)
     context = await _admit(d, context, count)
     program, affinity = job.program, context.engine

@@ -126,6 +126,11 @@ class Generation:
                 yield batch
 
     @property
+    def lora(self) -> str:
+        """The LoRA adapter it runs through ("": the base model)."""
+        return self.job.lora
+
+    @property
     def usage(self) -> Usage:
         prompt = sum(len(p) for p in self.prompts)
         completion = sum(c.num_tokens for c in self.choices)

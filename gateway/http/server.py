@@ -20,7 +20,7 @@ from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.engines.pool import EngineTarget
 from agentgate.gateway.http.app import create_app
 from agentgate.gateway.http.slow_clients import guarded_protocol
-from agentgate.gateway.http.tracing import TraceIdLogFilter
+from agentgate.gateway.http.tracing import AccessLogFilter
 
 
 def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[socket.socket] | None = None) -> int:
@@ -51,11 +51,11 @@ def run_gateway(settings: Settings, targets: list[EngineTarget], sockets: list[s
 
 def _log_config() -> dict:
     """uvicorn's logging, but for its access line, which ends with the request's trace id when it
-    is traced (``gateway.http.tracing``)."""
+    is traced and its LoRA adapter when it names one (``gateway.http.tracing``)."""
     config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    config["formatters"]["access"]["fmt"] += "%(trace_id)s"
-    config["filters"] = {"trace_id": {"()": TraceIdLogFilter}}
-    config["handlers"]["access"]["filters"] = ["trace_id"]
+    config["formatters"]["access"]["fmt"] += "%(trace_id)s%(lora)s"
+    config["filters"] = {"access": {"()": AccessLogFilter}}
+    config["handlers"]["access"]["filters"] = ["access"]
     return config
 
 

@@ -14,6 +14,7 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentgate.gateway.http.middleware import GENERATION_PATHS
+from agentgate.gateway.observation.log_context import noted_adapter
 from agentgate.gateway.observation.tracing import TRACE_ID_HEADER, Tracer, current_span
 
 _HEADER = TRACE_ID_HEADER.encode()
@@ -45,12 +46,15 @@ class TracingMiddleware:
             await self.app(scope, receive, send_with_trace_id)
 
 
-class TraceIdLogFilter(logging.Filter):
+class AccessLogFilter(logging.Filter):
     """Gives a log record ``trace_id``: `` trace_id=<32 hex digits>`` when written while a traced
-    request runs (uvicorn writes its access line as the response starts), else empty; the access
-    line's format ends with it (``gateway.http.server``)."""
+    request runs (uvicorn writes its access line as the response starts), else empty; and ``lora``:
+    `` lora=NAME`` when that request runs through a LoRA adapter (``gateway.observation.log_context``),
+    else empty. The access line's format ends with them (``gateway.http.server``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         span = current_span()
         record.trace_id = f" trace_id={span.trace_id}" if span is not None else ""
+        adapter = noted_adapter()
+        record.lora = f" lora={adapter}" if adapter else ""
         return True

@@ -68,6 +68,7 @@ class RequestLoad(msgspec.Struct):
     output_tokens: int
     session: str | None
     owner: str
+    adapter: str | None = None  # the LoRA adapter it runs through (None: the base model)
 
 
 class DashboardStats(msgspec.Struct):
@@ -115,6 +116,7 @@ def _request(request_id: str, entry: Entry, now: float) -> RequestLoad:
         output_tokens=usage.completion_tokens if usage is not None else 0,
         session=ctx.session_id,
         owner=owner_label(ctx.key),
+        adapter=(progress.lora or None) if progress is not None else None,
     )
 
 

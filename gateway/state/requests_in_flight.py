@@ -69,6 +69,11 @@ class Progress(Protocol):
     @property
     def usage(self) -> Usage: ...
 
+    @property
+    def lora(self) -> str:
+        """The LoRA adapter it runs through ("": the base model)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:

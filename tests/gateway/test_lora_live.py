@@ -38,6 +38,7 @@ def server(tmp_path_factory, adapters):
         f"rand={adapters['rand']}",
         "--max-loras",
         "3",
+        "--access-log",
         api_key="user-key",
         admin_key="admin-key",
     )
@@ -85,6 +86,16 @@ def test_responses_and_messages_select_the_adapter(server, client):
 
     adapted_msg, base_msg = messages("rand"), messages(BASE)
     assert adapted_msg["model"] == "rand" and adapted_msg["content"] != base_msg["content"]
+
+
+def test_the_access_log_names_the_adapter_of_a_request_that_ran_through_one(server, client):
+    """Issue 53: the access line of a request through an adapter ends with ``lora=NAME``; a request on
+    the base model's says nothing of adapters."""
+    for model in ("rand", BASE):  # one after the other: their lines in that order
+        client.completions.create(model=model, prompt=PROMPT, max_tokens=2)
+    lines = [line for line in server.log().splitlines() if '"POST /v1/completions HTTP/1.1" 200' in line]
+    adapter, base = lines[-2:]
+    assert adapter.endswith(" lora=rand") and " lora=" not in base, lines[-2:]
 
 
 def test_an_unknown_model_is_a_404_naming_it(client):
@@ -140,6 +151,8 @@ def test_an_adapter_unloaded_in_use_lets_its_request_finish(server, client, adap
     stream = client.completions.create(**long, stream=True)
     chunks = iter(stream)
     text = next(chunks).choices[0].text  # the request runs
+    stats = httpx.get(f"{url}/dashboard/stats", headers=ADMIN, timeout=30).json()
+    assert [r["adapter"] for r in stats["requests"]] == ["busy"]  # the dashboard's request list names it
     [info] = [name for name in _metrics(url) if name.startswith("vllm:lora_requests_info{")]
     assert 'running_lora_adapters="busy"' in info and 'max_lora="3"' in info
     unloaded = threading.Event()

@@ -65,7 +65,7 @@ function drawRequests(requests, engines) {
     ...requests.map((r) => {
       const row = document.createElement("tr");
       const engine = `engine ${engines.indexOf(r.engine) + 1}`;
-      const cells = [r.id, engine, r.session ?? "–", r.owner, formatAge(r.age), r.prompt_tokens, r.output_tokens];
+      const cells = [r.id, engine, r.session ?? "–", r.owner, r.adapter ?? "–", formatAge(r.age), r.prompt_tokens, r.output_tokens];
       cells.forEach((value, i) => {
         const cell = document.createElement(i === 0 ? "th" : "td");
         if (i === 0) cell.scope = "row";
