@@ -126,6 +126,7 @@ async def start_chat(
         tools_offered=bool(request.tools),
         prompt_cache_key=request.prompt_cache_key,
         user=request.user,
+        adapter=request.model if request.model in model.adapters else "",
     )
     program_id = program.program_id if program is not None else None
     if chars > OFF_LOOP_CHARS:

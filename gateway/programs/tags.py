@@ -3,7 +3,9 @@
 A program is, in this order: the session (``X-Session-Id``), the Responses chain (its first
 response's id), the request's ``prompt_cache_key``, or its ``user``. Its id is a digest of
 that and the API key's digest, so two keys' ``user: "bob"`` are two programs and no client
-string reaches the engine.
+string reaches the engine; and of the LoRA adapter the request runs through, if any
+(``docs/lora.md``), so one conversation through two adapters is two programs: their KV is not
+shared (the prefix cache is salted per adapter), so neither are their pins, ranks or turns.
 
 A turn comes back *after tool calls* when the conversation's last assistant message made
 calls and only their results follow it. When that previous turn ended, and on which engine,
@@ -23,7 +25,11 @@ from agentgate.gateway.api_types.openai import AssistantMessage
 from agentgate.gateway.context import RequestContext
 
 
-def program_id(context: RequestContext, prompt_cache_key: str | None, user: str | None) -> str | None:
+def program_id(
+    context: RequestContext, prompt_cache_key: str | None, user: str | None, adapter: str = ""
+) -> str | None:
+    """The program's id (see the module docstring); ``adapter``: the LoRA adapter's name ("": none)."""
+    through = f"\0lora\0{adapter}" if adapter else ""
     for kind, value in (
         ("session", context.session_id),
         ("chain", context.program),
@@ -31,7 +37,7 @@ def program_id(context: RequestContext, prompt_cache_key: str | None, user: str 
         ("user", user),
     ):
         if value:
-            digest = hashlib.sha256(f"{context.key}\0{kind}\0{value}".encode()).hexdigest()[:24]
+            digest = hashlib.sha256(f"{context.key}\0{kind}\0{value}{through}".encode()).hexdigest()[:24]
             return f"{kind}:{digest}"
     return None
 
@@ -61,10 +67,11 @@ def program_tag(
     tools_offered: bool,
     prompt_cache_key: str | None = None,
     user: str | None = None,
+    adapter: str = "",
 ) -> ProgramTag | None:
     """The tag of a chat request's engine request, None when it belongs to no program (its
-    ``previous_turn_end`` is dispatch's to fill in)."""
-    pid = program_id(context, prompt_cache_key, user)
+    ``previous_turn_end`` is dispatch's to fill in); ``adapter``: the LoRA adapter it runs through."""
+    pid = program_id(context, prompt_cache_key, user, adapter)
     if pid is None:
         return None
     tools = called_tools(messages)

@@ -39,3 +39,16 @@ def test_a_turn_after_tool_calls_carries_their_names():
     assert not again.after_tool_calls and not again.tools_offered
     assert programs.reply_tools({"role": "assistant", "content": "ok"}) == [] and programs.reply_tools(None) == []
     assert programs.program_tag(RequestContext(), [user], tools_offered=True) is None
+
+
+def test_one_conversation_through_two_adapters_is_two_programs():
+    """Issue 53: the adapter a request runs through is part of its program (KV, pins, ranks and
+    turns are the adapter's own: the prefix cache shares nothing across adapters)."""
+    context = RequestContext(key="k", session_id="s")
+    base, first, again, other = (
+        programs.program_id(context, None, None, adapter) for adapter in ("", "tools-v1", "tools-v1", "tools-v2")
+    )
+    assert first == again and len({base, first, other}) == 3
+    assert base == programs.program_id(context, None, None)  # the base model's ids are as they were
+    tag = programs.program_tag(context, [{"role": "user", "content": "hi"}], tools_offered=True, adapter="tools-v1")
+    assert tag.program_id == first
