@@ -78,6 +78,24 @@ class Outcomes:
         return text + "".join(f"\n    broken stream's end: {tail!r}" for tail in self.broken_tails)
 
 
+def ended_whole(tail: str) -> bool:
+    """Whether a chat stream whose last characters are ``tail`` ended whole: on ``data: [DONE]``, with
+    no error event (a ``data:`` object with a top-level ``error``) among its last events. The text a
+    model streamed may say "error" (``"content":"error"``): that is no error event."""
+    if not tail.rstrip().endswith("data: [DONE]"):
+        return False
+    for line in tail.splitlines():
+        if not line.startswith("data: {"):
+            continue
+        try:
+            event = json.loads(line[len("data: ") :])
+        except ValueError:  # the tail's first line, cut
+            continue
+        if isinstance(event, dict) and "error" in event:
+            return False
+    return True
+
+
 async def one_stream(client: httpx.AsyncClient, url: str, body: dict, out: Outcomes) -> None:
     """One streaming chat request, its end recorded in ``out``."""
     started = time.monotonic()
@@ -92,8 +110,7 @@ async def one_stream(client: httpx.AsyncClient, url: str, body: dict, out: Outco
                 tail = ""
                 async for text in response.aiter_text():
                     tail = (tail + text)[-2000:]
-                ok = tail.rstrip().endswith("data: [DONE]") and '"error"' not in tail
-                if ok:
+                if ended_whole(tail):
                     out.completed += 1
                     out.latencies.append(time.monotonic() - started)
                 else:

@@ -161,3 +161,17 @@ weird{path="a b"} 7 1700000000
     assert prometheus.histogram_quantile(s, "h", 0.99) == 1.0
     before = prometheus.parse('h_bucket{le="0.1"} 1.0\nh_bucket{le="1.0"} 1.0\nh_bucket{le="+Inf"} 1.0')
     assert prometheus.histogram_quantile(prometheus.delta(s, before), "h", 0.5) == pytest.approx(0.775)
+
+
+def test_a_stream_whose_text_says_error_ended_whole_and_one_with_an_error_event_did_not():
+    """The soak counted streams whose text held the token "error" as ended by an error event (issue 50's
+    5 of 19,392: each of their tails ends on finish_reason length and [DONE])."""
+    from agentgate.loadtests.reliability.common import ended_whole
+
+    chunk = '{"choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":%s}]}'
+    said = f"ta: {chunk % ('x', 'null')}\r\n\r\ndata: {chunk % ('error', 'null')}\r\n\r\n"
+    whole = said + f"data: {chunk % ('s', chr(34) + 'length' + chr(34))}\r\n\r\ndata: [DONE]\r\n\r\n"
+    assert ended_whole(whole)
+    failed = said + 'data: {"error":{"message":"engine died","type":"server_error"}}\r\n\r\ndata: [DONE]\r\n\r\n'
+    assert not ended_whole(failed)
+    assert not ended_whole(said)  # no [DONE]
