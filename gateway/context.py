@@ -44,6 +44,14 @@ def filed_id(key: str, request_id: str) -> str:
     return f"{key[:16]}.{request_id}"
 
 
+def adapter_session(session_id: str, adapter: str | None) -> str:
+    """The session a request through the LoRA adapter ``adapter`` keeps under ``session_id`` (a filed or
+    a client's id): its own, apart from the base model's and other adapters' sessions of that id (its
+    record, conversation and engine affinity), as its programs and KV are. A space joins them, and no
+    ``X-Session-Id`` holds one, so no session a client names is an adapter's by accident."""
+    return f"{session_id} lora:{adapter}" if adapter else session_id
+
+
 def client_id(filed: str) -> str:
     """The client's own id of a :func:`filed_id` (or of an engine request id made from one)."""
     return filed.split(".", 1)[1] if "." in filed else filed

@@ -51,7 +51,7 @@ from agentgate.engine.text.tokenizer import Tokenizer
 from agentgate.gateway.admission.bounds import check_engine_requests
 from agentgate.gateway.admission.rate_limits import RateLimiter
 from agentgate.gateway.admission.waiting import Admission
-from agentgate.gateway.context import RequestContext, filed_id
+from agentgate.gateway.context import RequestContext, adapter_session, filed_id
 from agentgate.gateway.engines.pool import EnginePool
 from agentgate.gateway.errors import ServiceUnavailableError
 from agentgate.gateway.generation import Generation
@@ -101,7 +101,7 @@ async def dispatch(
         job = dataclasses.replace(job, lora=job.model)
         note_adapter(job.lora)  # on its access line
     count = check_engine_requests(len(job.prompts), job.n, d.max_engine_requests)
-    context = await _admit(d, context, count)
+    context = await _admit(d, context, count, job.lora)
     program, affinity = job.program, context.engine
     if program is not None and d.programs is not None:
         last = await d.programs.last_turn(program.program_id)
@@ -141,11 +141,14 @@ async def dispatch(
     return generation
 
 
-async def _admit(d: Dispatcher, context: RequestContext, count: int) -> RequestContext:
-    """Charge the key's rate limit ``count`` engine requests and open the session, once per
-    request: the context admitted, its engine the session's when it is bound to one."""
+async def _admit(d: Dispatcher, context: RequestContext, count: int, lora: str) -> RequestContext:
+    """Charge the key's rate limit ``count`` engine requests and open the session (the adapter's own
+    under a LoRA adapter ``lora``: `adapter_session`), once per request: the context admitted, its
+    engine the session's when it is bound to one."""
     if context.admitted:
         return context
+    if context.session_id is not None:
+        context = dataclasses.replace(context, session_id=adapter_session(context.session_id, lora))
     if d.limiter is not None:
         await d.limiter.admit(context.key, count)
     engine = context.engine

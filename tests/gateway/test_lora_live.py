@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from agentgate.engine import LLM, SamplingParams
+from tests.support.http import wait_for
 from tests.support.lora_adapters import write_adapter
 from tests.support.servers import start_server
 
@@ -174,3 +175,33 @@ def test_an_adapter_unloaded_in_use_lets_its_request_finish(server, client, adap
     assert finish == "length" and text == alone.text
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="busy", prompt=PROMPT, max_tokens=2)
+
+
+def test_one_session_id_through_the_base_and_an_adapter_is_two_sessions(server):
+    """Issue 53: sessions are per adapter, as programs are: the same ``X-Session-Id`` through the base
+    model and through ``rand`` keeps two records (turns and messages apart); ``?model=rand`` names the
+    adapter's, and a model the server does not serve is a 404 naming it."""
+    headers = {"Authorization": "Bearer user-key", "X-Session-Id": "per-adapter"}
+    for model, text in ((BASE, "Name a colour."), ("rand", "Name a fruit."), ("rand", "Name a tree.")):
+        body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": 2}
+        reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=headers, timeout=60)
+        assert reply.status_code == 200, reply.text
+    user = {"Authorization": "Bearer user-key"}
+
+    def session(query: str = "") -> dict:
+        reply = httpx.get(f"{server.url}/v1/sessions/per-adapter{query}", headers=user, timeout=10)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    wait_for(lambda: session()["turns"] == 1 and session("?model=rand")["turns"] == 2, message="both recorded")
+    said = lambda view: [m["content"] for m in view["messages"] if m["role"] == "user"]  # noqa: E731
+    assert said(session()) == ["Name a colour."]
+    assert said(session("?model=rand")) == ["Name a tree."]  # a session keeps its last conversation
+    assert session(f"?model={BASE}")["turns"] == 1
+    unknown = httpx.get(f"{server.url}/v1/sessions/per-adapter?model=nope", headers=user, timeout=10)
+    assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model", unknown.text
+    deleted = httpx.delete(f"{server.url}/v1/sessions/per-adapter?model=rand", headers=user, timeout=10)
+    assert deleted.status_code == 200, deleted.text
+    assert session()["turns"] == 1  # the base model's session stays
+    gone = httpx.get(f"{server.url}/v1/sessions/per-adapter?model=rand", headers=user, timeout=10)
+    assert gone.status_code == 404, gone.text

@@ -2,8 +2,8 @@
 
 | route | who | what |
 |---|---|---|
-| ``GET /v1/sessions/{id}`` | the owner or admin | the session, its messages and requests in flight |
-| ``DELETE /v1/sessions/{id}`` | the owner or admin | abort its requests (every replica), remove it |
+| ``GET /v1/sessions/{id}[?model=ADAPTER]`` | the owner or admin | the session, its messages and requests in flight |
+| ``DELETE /v1/sessions/{id}[?model=ADAPTER]`` | the owner or admin | abort its requests (every replica), remove it |
 | ``GET /v1/sessions?limit=&offset=`` | admin | sessions, most recently active first (no messages) |
 | ``GET /v1/requests`` | admin | requests in flight on every replica (the registry) |
 | ``GET /v1/replicas`` | admin | the live gateway replicas |
@@ -13,7 +13,8 @@ Each answers 503 (``redis_unavailable``) while Redis is unreachable, and 503
 (``redis_not_configured``) on a gateway started without Redis. A session that
 does not exist, or belongs to another key, is a 404. Session ids are the keys' own (filed under
 the key, as request ids are): a key names its sessions by its ``X-Session-Id``; the admin names
-any by the id the list shows.
+any by the id the list shows. A request through a LoRA adapter keeps the adapter's own session of
+its ``X-Session-Id`` (``docs/lora.md``); ``?model=ADAPTER`` names that one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from starlette.routing import Route
 
 from agentgate.gateway.api_types.openai import encode
 from agentgate.gateway.app_state import GatewayState
+from agentgate.gateway.context import adapter_session
 from agentgate.gateway.errors import BadRequestError, ServiceUnavailableError
 from agentgate.gateway.http.forwarded import is_remote
 from agentgate.gateway.http.middleware import bearer_token
@@ -76,12 +78,18 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 
 async def _session(request: Request) -> tuple[str, str, str, bool]:
     """(the id the caller named, the session's filed id, the caller's key digest, admin)
-    (:meth:`~gateway.state.sessions.SessionStore.resolve`)."""
+    (:meth:`~gateway.state.sessions.SessionStore.resolve`); ``?model=ADAPTER`` names the session a
+    LoRA adapter keeps under that id (`adapter_session`), and an unknown model is a 404 naming it."""
     gw: GatewayState = request.state.gateway
     _shared(gw)
     assert gw.sessions is not None
     key, admin = caller(request)
     given = request.path_params["session_id"]
+    model = request.query_params.get("model")
+    if model is not None:
+        gw.model.check(model)  # 404 naming a model this gateway does not serve
+        if model in gw.model.adapters:
+            given = adapter_session(given, model)
     return given, await gw.sessions.resolve(given, key, admin), key, admin
 
 
