@@ -6,6 +6,13 @@ they are contiguous, else an index, and its low-rank product is computed once pe
 to those rows: a segmented matmul in torch (CPU; on CUDA the same torch ops, no Triton kernel yet).
 The base linear runs exactly as without LoRA: a step without adapters never touches its output,
 and a zero adapter adds exact zeros, so both give bit-identical results.
+
+Under ``--deterministic`` (``LoraStep.row_invariant``) a row's low-rank product depends on that row
+alone, as the base linears' do (`engine.layers.batch_invariant`): each row is computed alone in a
+zero-padded tile of ``TILE_ROWS`` rows, the same two matmuls on the same shapes whatever the step
+holds (that module's ``per row`` mode: a BLAS may compute a row differently by its position in a
+tile or by the number of rows, so only this mode holds on every CPU; it costs two small matmuls per
+adapter row and module).
 """
 
 from __future__ import annotations
@@ -15,7 +22,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+
+from agentgate.engine.layers.batch_invariant import TILE_ROWS
 
 if TYPE_CHECKING:
     from agentgate.engine.lora.adapter import LoraAdapter
@@ -26,8 +36,9 @@ Rows = slice | Tensor
 class LoraStep:
     """The adapter groups of the step being run, shared by every `LoraLinear` of a model."""
 
-    def __init__(self) -> None:
+    def __init__(self, row_invariant: bool = False) -> None:
         self.groups: list[tuple[LoraAdapter, Rows]] = []
+        self.row_invariant = row_invariant  # --deterministic: each row's product computed alone
 
     @contextmanager
     def rows(self, row_adapters: Sequence[tuple[LoraAdapter | None, int]], device: torch.device) -> Iterator[bool]:
@@ -56,6 +67,14 @@ def _rows(spans: list[tuple[int, int]], device: torch.device) -> Rows:
     return torch.cat([torch.arange(a, b) for a, b in spans]).to(device)
 
 
+def _low_rank(x: Tensor, a: Tensor, b: Tensor, row_invariant: bool) -> Tensor:
+    """``(x @ a.T) @ b.T``; with ``row_invariant``, each row alone in a zero-padded tile (see the
+    module docstring)."""
+    if not row_invariant:
+        return (x @ a.T) @ b.T
+    return torch.cat([((F.pad(row, (0, 0, 0, TILE_ROWS - 1)) @ a.T) @ b.T)[:1] for row in x.split(1)])
+
+
 class LoraLinear(nn.Module):
     """``base`` (any [rows, in] -> [rows, out] module) plus the step's adapters for ``key``
     (``layers.N.<module>``, the key of `LoraAdapter.weights`)."""
@@ -75,7 +94,7 @@ class LoraLinear(nn.Module):
             if pair is None:
                 continue
             a, b = pair
-            delta = (x[rows] @ a.T) @ b.T
+            delta = _low_rank(x[rows], a, b, self.step.row_invariant)
             if isinstance(rows, slice):
                 y[rows] += delta
             else:

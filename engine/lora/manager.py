@@ -31,10 +31,12 @@ class LoraManager:
         max_rank: int,
         dtype: torch.dtype,
         device: torch.device,
+        row_invariant: bool = False,
     ) -> None:
+        """``row_invariant`` (``--deterministic``): each row's low-rank products depend on that row alone."""
         self.config, self.max_loras, self.max_rank = config, max_loras, max_rank
         self.dtype, self.device = dtype, device
-        self.step = LoraStep()
+        self.step = LoraStep(row_invariant)
         self.adapters: dict[str, LoraAdapter] = {}
         self.last_load_seconds = 0.0
         for i in range(config.num_layers):

@@ -209,6 +209,7 @@ class TorchModelRunner(ModelRunner):
             max_rank=self.config.max_lora_rank,
             dtype=self.dtype,
             device=self.device,
+            row_invariant=self.config.deterministic,
         )
         for name, path in parse_lora_modules(self.config.lora_modules):
             lora.load(name, path)
