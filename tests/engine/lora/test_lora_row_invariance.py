@@ -18,7 +18,8 @@ IN, OUT, RANK = 576, 1536, 16  # the default model's gate/up input and a project
 
 def _layer(row_invariant: bool, dtype: torch.dtype) -> tuple[LoraLinear, LoraStep, LoraAdapter]:
     torch.manual_seed(0)
-    # the base linear as --deterministic runs it (row-invariant in its safest mode), so the check is of the adapter's part
+    # the base linear as --deterministic runs it (row-invariant in its safest mode),
+    # so the check is of the adapter's part
     base = RowInvariantLinear(nn.Linear(IN, OUT, bias=False).to(dtype), "per row")
     a, b = torch.randn(RANK, IN, dtype=dtype) / 8, torch.randn(OUT, RANK, dtype=dtype) / 8
     adapter = LoraAdapter("rand", "rand", RANK, 2.0, {"layers.0.mlp": (a, b)})
