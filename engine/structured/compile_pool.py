@@ -46,6 +46,7 @@ class FairCompilePool:
         self._lock = threading.Lock()
         self._waiting: OrderedDict[str, deque[_Job]] = OrderedDict()  # by how long each has waited
         self._running: Counter[str] = Counter()
+        self._busy = 0  # workers running a job: the sum of _running
 
     def submit(self, tenant: str, job: Callable[[], T]) -> Future[T]:
         """``job``'s result, once a worker has run it for ``tenant``. A cancelled future that has
@@ -65,16 +66,22 @@ class FairCompilePool:
     def _take(self) -> list[tuple[str, _Job]]:
         """Under the lock: the waiting jobs free workers start now, fewest running first."""
         taken = []
-        while sum(self._running.values()) < self.workers:
+        while self._busy < self.workers:
             ready = [tenant for tenant in self._waiting if self._running[tenant] < self._share]
             if not ready:
                 break
             tenant = min(ready, key=lambda t: self._running[t])  # min keeps the longest waiting of equals
             queue = self._waiting.pop(tenant)
-            taken.append((tenant, queue.popleft()))
+            job = queue.popleft()
+            while job[0].cancelled() and queue:  # jobs cancelled while they waited never take a worker
+                job = queue.popleft()
             if queue:  # its next waits behind the others
                 self._waiting[tenant] = queue
+            if job[0].cancelled():
+                continue
+            taken.append((tenant, job))
             self._running[tenant] += 1
+            self._busy += 1
         return taken
 
     def _start(self, starts: list[tuple[str, _Job]]) -> None:
@@ -97,6 +104,7 @@ class FairCompilePool:
     def _finished(self, tenant: str) -> None:
         with self._lock:
             self._running[tenant] -= 1
+            self._busy -= 1
             if self._running[tenant] <= 0:
                 del self._running[tenant]
             starts = self._take()

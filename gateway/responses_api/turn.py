@@ -138,6 +138,13 @@ class Turn:
         self.response.error = ResponseError(str(info.code or "server_error"), info.message)
         self.response.usage = self.response_usage()
 
+    async def fail_keeping(self, exc: BaseException, output: list[dict[str, Any]]) -> None:
+        """The response failed with ``exc``, ``output`` (every item so far) kept, and stored, so a
+        client that reads it can retrieve what ran."""
+        self.response.output = list(output)
+        self.fail(exc)
+        await self.save()
+
     def response_usage(self) -> ResponseUsage:
         usage = self.usage()
         return ResponseUsage(

@@ -57,11 +57,8 @@ class StreamedResponse:
         """The error event and ``response.failed``, the response stored failed with every item so
         far first (a client that reads it can retrieve what ran)."""
         assert self.turn.loop is not None
-        self.turn.response.output = list(self.turn.loop.output)
-        self.turn.fail(exc)
-        events = self.events.error(exc)  # response.failed as stored
-        await self.turn.save()
-        return events
+        await self.turn.fail_keeping(exc, self.turn.loop.output)
+        return self.events.error(exc)  # response.failed as stored
 
     def next_round(self) -> None:
         self.events.next_round()
@@ -82,9 +79,7 @@ class WholeResponse:
     async def refused(self, exc: BaseException) -> None:
         """The response ``failed`` with ``exc``, its items so far kept, and stored."""
         assert self.turn.loop is not None
-        self.turn.response.output = list(self.turn.loop.output)
-        self.turn.fail(exc)
-        await self.turn.save()
+        await self.turn.fail_keeping(exc, self.turn.loop.output)
 
     async def between(self) -> bool:
         return not self.background or await self.turn.save()

@@ -153,9 +153,12 @@ class SessionStore:
         client = self.shared.client
 
         async def find() -> str | list[str]:
-            for filed in (own, given):
-                if await client.exists(self.keys.session(filed)):
-                    return filed
+            async with client.pipeline(transaction=False) as pipe:  # both candidates in one round trip
+                pipe.exists(self.keys.session(own))
+                pipe.exists(self.keys.session(given))
+                own_exists, given_exists = await pipe.execute()
+            if own_exists or given_exists:
+                return own if own_exists else given
             return [s for s in await client.zrange(self.keys.sessions, 0, -1) if client_id(s) == given]
 
         found = await self.shared.guard("reading a session", find())
