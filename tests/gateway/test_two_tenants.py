@@ -10,7 +10,8 @@ admin key and ``--prefix-cache-isolation key``.
   session of the id, the operator routes (admin only: a user key's 403).
 - Stored responses: the victim's, finished or running in the background, is a 404 to the attacker
   on every route (the cancel and DELETE of a running one leave it running), and a
-  ``previous_response_id`` to it is ``previous_response_not_found``.
+  ``previous_response_id`` to it (HTTP, streamed or whole, a compaction, the WebSocket mode) is
+  ``previous_response_not_found``.
 - The prefix cache under ``--prefix-cache-isolation key``: the attacker's identical prompt gets no
   cached tokens from the victim's, while each key reuses its own
   (``usage.prompt_tokens_details.cached_tokens``).
@@ -42,6 +43,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from websockets.sync.client import connect
 
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduling.programs.table import SERVICE_QUANTUM
@@ -55,6 +57,8 @@ from tests.engine.core.test_retention import history, run
 from tests.support.http import parse_sse
 from tests.support.servers import ADMIN_KEY, USER_KEY, USER_KEY_2, LiveServer, bearer, start_server
 
+MODEL = "SmolLM2-135M-Instruct"
+WS_TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
 LONG = 900  # a victim's request that runs while the attacker acts (it is ended by its own key)
 SHORT = 4
 
@@ -249,6 +253,9 @@ async def test_the_victims_stored_responses_are_a_404_to_the_attacker_finished_o
                 body = {"input": "go on", "previous_response_id": victims, "max_output_tokens": SHORT, "stream": stream}
                 status, error = await respond(client, body, keys.attacker)
                 assert status == 400 and error["error"]["code"] == "previous_response_not_found", error
+                body = {"model": MODEL, "previous_response_id": victims}
+                r = await client.post("/v1/responses/compact", headers=keys.attacker, json=body)
+                assert r.status_code == 400 and r.json()["error"]["code"] == "previous_response_not_found", r.text
             r = await client.get(f"/v1/responses/{running['id']}", headers=keys.victim)
             assert r.json()["status"] in ("queued", "in_progress"), r.text  # neither cancelled nor deleted
         finally:
@@ -268,6 +275,24 @@ async def test_the_victims_stored_responses_are_a_404_to_the_attacker_finished_o
         assert (await ended())["status"] in ("completed", "incomplete")  # it ran to its own end
         r = await client.get(f"/v1/responses/{finished['id']}/input_items", headers=keys.victim)
         assert r.status_code == 200 and secret in r.text  # the attacker's DELETE deleted nothing
+
+
+@pytest.mark.parametrize("keys", DIRECTIONS)
+def test_over_the_websocket_mode_the_victims_response_is_not_the_attackers_to_continue(server, keys):
+    def turn(headers: dict[str, str], **body: Any) -> dict[str, Any]:
+        """One ``response.create`` on a new socket: its last event."""
+        with connect(server.url.replace("http://", "ws://") + "/v1/responses", additional_headers=headers) as socket:
+            socket.send(json.dumps({"type": "response.create", "max_output_tokens": SHORT, **body}))
+            while (event := json.loads(socket.recv(timeout=60)))["type"] not in WS_TERMINAL:
+                pass
+        return event
+
+    secret = _unique("victim's words")
+    victims = turn(keys.victim, input=secret)["response"]["id"]
+    assert turn(keys.victim, input="go on", previous_response_id=victims)["type"] != "error"  # its own: continued
+    error = turn(keys.attacker, input="go on", previous_response_id=victims)
+    assert error["type"] == "error" and error["error"]["code"] == "previous_response_not_found", error
+    assert secret not in json.dumps(error)
 
 
 @pytest.mark.anyio
