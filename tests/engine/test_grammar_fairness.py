@@ -14,12 +14,10 @@ from concurrent.futures import Future
 import pytest
 
 from agentgate.engine import LLM, SamplingParams
-from agentgate.engine.model_files.model_path import resolve_model_path
 from agentgate.engine.request import Request
 from agentgate.engine.sampling_params import StructuredOutput
 from agentgate.engine.structured.compile_pool import FairCompilePool, tenant_share
 from agentgate.engine.structured.grammar_waits import GrammarWaits
-from agentgate.engine.structured.structured_output import GrammarCompiler
 
 # xgrammar takes seconds over this pattern's repetition bound (about 6 s on two idle cores)
 SLOW = {"type": "object", "properties": {"a": {"type": "string", "pattern": "[a-z]{1,10000}"}}, "required": ["a"]}
@@ -146,6 +144,9 @@ SALTED = StructuredOutput(json_schema=json.dumps({"type": "object", "properties"
 def test_a_salted_request_compiles_its_own_grammar_and_unsalted_ones_share():
     """A compile's time would tell a tenant whether another already sent its schema: compiled grammars
     are shared only within one cache salt (the prefix cache's, per request or per key)."""
+    from agentgate.engine.model_files.model_path import resolve_model_path
+    from agentgate.engine.structured.structured_output import GrammarCompiler  # imported here, as by the engine
+
     compiler = GrammarCompiler(resolve_model_path(None), 49152)
     try:
 
