@@ -148,7 +148,7 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
         if structured is None:
             self.scheduler.add_request(request)
         else:  # scheduled once its grammar has compiled (see _admit_compiled)
-            self._compiling.add(request, self._grammar_compiler().submit(structured, tenant))
+            self._compiling.add(request, self._grammar_compiler().submit(structured, tenant, cache_salt))
 
     def turn_ended(self, program_id: str, request_id: str, tool_names: list[str], server_hold: float = 0.0) -> None:
         """The front end read the reply of ``request_id``, a turn of ``program_id``: it called

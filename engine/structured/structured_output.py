@@ -4,10 +4,14 @@ one matcher per request, and the token bitmask the sampler applies.
 Grammars compile on a few threads (xgrammar releases the GIL), shared fairly
 by tenants (``engine.structured.compile_pool``), so a request waits for its
 grammar without stalling the engine loop or another key's grammars; compiled
-grammars are cached by their spec, least recently used first out past
-:data:`GRAMMAR_CACHE_BYTES` (specs are the clients': each entry counts its
-spec and its compiled grammar's own size; xgrammar's own cache is off). A
-request's matcher accepts each token as the step that sampled it resolves.
+grammars are cached by their spec and the request's cache salt, least recently
+used first out past :data:`GRAMMAR_CACHE_BYTES` (specs are the clients': each
+entry counts its salt, its spec and its compiled grammar's own size; xgrammar's
+own cache is off). The salt keeps tenants apart as the prefix cache does (a
+request's ``cache_salt``, the key's digest under ``--prefix-cache-isolation
+key``): a salted request compiles its own grammar and never finds another salt's,
+so a compile's time reveals nothing of what other salts sent; unsalted requests
+share. A request's matcher accepts each token as the step that sampled it resolves.
 
 **Replies that fit their budget.** A spec with ``max_tokens`` (a forced tool
 call, a response_format: the reply is nothing but the structure) must end whole
@@ -64,9 +68,12 @@ from agentgate.engine.structured.compile_pool import FairCompilePool
 from agentgate.engine.structured.grammar_closing import Budgeted, Closer, JsonStringState
 
 GRAMMAR_CACHE_BYTES = 256 << 20
-"""Compiled grammars kept, by spec: spec text and compiled size counted."""
+"""Compiled grammars kept, by cache salt and spec: their text and the compiled size counted."""
 MINIMUM_CACHE_BYTES = 16 << 20
-"""Shortest-reply lengths kept, by spec: spec text counted."""
+"""Shortest-reply lengths kept, by cache salt and spec: their text counted."""
+
+GrammarKey = tuple[str, str, str]
+"""(cache salt, kind, spec): what a compiled grammar is cached by ("" salt: shared by unsalted requests)."""
 
 MARGIN = 4
 """Tokens beyond the closing's own at which a budgeted reply starts writing it: room for the
@@ -101,8 +108,9 @@ class GrammarCompiler:
         # Used by the workers and the engine's thread: under the lock (a compile itself runs outside it).
         self._lock = threading.Lock()
         self._build_lock = threading.Lock()  # the compiler and closer are built once, by one worker
-        self._cache: ByteLRU[tuple[str, str], xgr.CompiledGrammar] = ByteLRU(cache_bytes)
-        self._minimum: ByteLRU[tuple[str, str], int] = ByteLRU(minimum_bytes)  # shortest reply's tokens, per spec
+        self._cache: ByteLRU[GrammarKey, xgr.CompiledGrammar] = ByteLRU(cache_bytes)
+        self._minimum: ByteLRU[GrammarKey, int] = ByteLRU(minimum_bytes)  # shortest reply's tokens, per salt and spec
+        self.num_compiles = 0  # grammars compiled (not found cached), under the lock
 
     @cached_property
     def _compiler(self) -> xgr.GrammarCompiler:
@@ -122,11 +130,15 @@ class GrammarCompiler:
         )
         return xgr.GrammarCompiler(info, max_threads=self._max_threads, cache_enabled=False)
 
-    def submit(self, spec: StructuredOutput, tenant: str = "") -> Future[xgr.CompiledGrammar | Budgeted]:
-        """The compiled grammar (cached by spec; a cached one is a done future at once); with
-        ``spec.max_tokens`` a :class:`Budgeted` one, or InvalidRequestError when the budget cannot
-        hold the shortest reply. ``tenant``: whose compile it is (its fair share of the workers)."""
-        key = spec.kind()
+    def submit(
+        self, spec: StructuredOutput, tenant: str = "", cache_salt: str = ""
+    ) -> Future[xgr.CompiledGrammar | Budgeted]:
+        """The compiled grammar (cached by ``cache_salt`` and spec; a cached one is a done future at
+        once); with ``spec.max_tokens`` a :class:`Budgeted` one, or InvalidRequestError when the
+        budget cannot hold the shortest reply. ``tenant``: whose compile it is (its fair share of the
+        workers); ``cache_salt``: the request's (``Request.cache_root``'s), so that only requests of
+        the same salt share a compiled grammar (the module docstring)."""
+        key = (cache_salt, *spec.kind())
         if spec.max_tokens is None:
             with self._lock:
                 compiled = self._cache.get(key)
@@ -136,15 +148,17 @@ class GrammarCompiler:
                 return done
         return self._pool.submit(tenant, partial(self._ready, key, spec.max_tokens))
 
-    def _ready(self, key: tuple[str, str], budget: int | None) -> xgr.CompiledGrammar | Budgeted:
+    def _ready(self, key: GrammarKey, budget: int | None) -> xgr.CompiledGrammar | Budgeted:
         """On a worker: the grammar of ``key`` (compiled unless cached meanwhile), budgeted when ``budget``."""
         with self._lock:
             grammar = self._cache.get(key)
         if grammar is None:
             with self._build_lock:
                 self._compiler  # noqa: B018 - the first compile builds it
-            grammar = self._compile(*key)
+            _, kind, spec = key
+            grammar = self._compile(kind, spec)
             with self._lock:
+                self.num_compiles += 1
                 self._cache.put(key, grammar, str_bytes(*key) + grammar.memory_size_bytes)
         if budget is None:
             return grammar

@@ -57,8 +57,12 @@ def test_the_grammar_compiler_keeps_its_compiled_grammars_and_shortest_replies_w
             compiler.submit(specs[-1]).result()
         assert compiler._cache.nbytes <= 200_000 and 0 < len(compiler._cache) < 8
         assert compiler._minimum.nbytes <= 1_000 and 0 < len(compiler._minimum) < 8
-        assert specs[-1].kind() in compiler._cache and specs[0].kind() not in compiler._cache
+        unsalted = [("", *spec.kind()) for spec in specs]  # keyed by cache salt and spec
+        assert unsalted[-1] in compiler._cache and unsalted[0] not in compiler._cache
         again = compiler.submit(specs[0]).result()  # forgotten, compiled again
-        assert again.minimum > 0 and specs[0].kind() in compiler._cache
+        assert again.minimum > 0 and unsalted[0] in compiler._cache
+        assert compiler.num_compiles == 9
+        compiler.submit(specs[0], cache_salt="s" * 10_000).result()  # the salt is counted in the bound too
+        assert compiler._cache.nbytes <= 200_000 and compiler._minimum.nbytes <= 1_000
     finally:
         compiler.shutdown()

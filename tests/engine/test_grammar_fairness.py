@@ -1,6 +1,8 @@
 """Issue 50: grammar compiles are bounded in time and shared fairly by tenants. The pool's rules with
 jobs that wait on events (no model), the engine's deadline, then the real default model: one key's
-slow schema is a clear error within its bound while another key's small constrained request runs."""
+slow schema is a clear error within its bound while another key's small constrained request runs;
+compiled grammars are shared only by requests of one cache salt (no compile time reveals another
+tenant's schemas)."""
 
 from __future__ import annotations
 
@@ -134,3 +136,45 @@ def test_one_keys_slow_schema_is_a_clear_error_in_its_bound_and_never_holds_anot
     # b's compile ran beside a's (before: behind it, seconds); a's wait ended at its bound, its compile still running
     assert small_at < TIMEOUT <= slow_at < TIMEOUT + 2.0, (small_at, slow_at)
     assert slow_out.invalid and "--grammar-compile-timeout" in slow_out.error
+
+
+SALTED = StructuredOutput(json_schema=json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}}))
+
+
+def test_a_salted_request_compiles_its_own_grammar_and_unsalted_ones_share():
+    """A compile's time would tell a tenant whether another already sent its schema: compiled grammars
+    are shared only within one cache salt (the prefix cache's, per request or per key)."""
+    from agentgate.engine.model_files.model_path import resolve_model_path
+    from agentgate.engine.structured.structured_output import GrammarCompiler  # imported here, as by the engine
+
+    compiler = GrammarCompiler(resolve_model_path(None), 49152)
+    try:
+
+        def compiles(tenant: str, salt: str = "") -> int:
+            compiler.submit(SALTED, tenant, salt).result(30)
+            return compiler.num_compiles
+
+        assert compiles("a", "salt-a") == 1
+        assert compiles("b", "salt-b") == 2  # the same schema, another salt: its own compile
+        assert compiles("a", "salt-a") == 2  # the same salt: found cached
+        assert compiles("b", "salt-b") == 2
+        assert compiles("a") == 3  # unsalted: one compile that every unsalted request shares
+        assert compiles("b") == 3
+    finally:
+        compiler.shutdown()
+
+
+def test_the_engine_files_a_requests_grammar_under_its_cache_salt(llm):
+    core, prompt = llm.core, llm.tokenizer.encode("Give a number as JSON.")
+    params = SamplingParams(temperature=0, max_tokens=4, structured=SALTED)
+    core.add_request("salted", prompt, params, tenant="c", cache_salt="salt-c")  # not the slow key a
+    core.add_request("unsalted", prompt, params, tenant="d")
+    ended, deadline = {}, time.monotonic() + 30
+    while core.has_work and time.monotonic() < deadline:
+        if core.only_compiling:
+            time.sleep(0.005)
+        ended.update((out.request_id, out.error) for out in core.step() if out.finish_reason is not None)
+    assert ended == {"salted": None, "unsalted": None}
+    cached = core._grammars._cache
+    assert ("salt-c", *SALTED.kind()) in cached and ("", *SALTED.kind()) in cached
+    assert ("salt-d", *SALTED.kind()) not in cached and ("salt-a", *SALTED.kind()) not in cached
