@@ -148,6 +148,10 @@ class GrammarCompiler:
                 return done
         return self._pool.submit(tenant, partial(self._ready, key, spec.max_tokens))
 
+    def compiling(self, tenant: str) -> int:
+        """Compiles of ``tenant`` running now (one past its wait's bound still runs: the module docstring)."""
+        return self._pool.running(tenant)
+
     def _ready(self, key: GrammarKey, budget: int | None) -> xgr.CompiledGrammar | Budgeted:
         """On a worker: the grammar of ``key`` (compiled unless cached meanwhile), budgeted when ``budget``."""
         with self._lock:
