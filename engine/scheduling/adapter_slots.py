@@ -31,11 +31,15 @@ class AdapterLimit:
 
     def plan(self, running: Iterable[Request], waiting: Iterable[Request], first: Sequence[Request] = ()) -> None:
         """Plan a step for these pending requests: the adapters of ``first``, then of the oldest by arrival."""
-        self.held = False
-        pending = sorted((r for r in (*running, *waiting) if r.lora is not None), key=lambda r: r.arrival_time)
+        self.held, self.allowed, limit = False, None, self.max_loras
+        if limit is None:
+            return
+        pending = [r for r in (*running, *waiting) if r.lora is not None]
+        if len({r.lora.uid for r in pending}) <= limit:  # ``first`` is among them: every adapter fits
+            return
+        pending.sort(key=lambda r: r.arrival_time)
         kept = list(dict.fromkeys(r.lora.uid for r in (*first, *pending) if r.lora is not None))
-        limit = self.max_loras
-        self.allowed = set(kept[:limit]) if limit is not None and len(kept) > limit else None
+        self.allowed = set(kept[:limit])
 
     def replan(self, running: Sequence[Request], waiting: Iterable[Request], head: Request | None) -> bool:
         """After a step that scheduled nothing: when it held a request, plan again with the running
