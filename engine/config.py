@@ -192,11 +192,13 @@ class EngineConfig:
     # processes leave free, re-measured as the engine runs (engine.cpu_threads).
     cpu_threads: int | None = None
     # LoRA adapters (engine.lora, docs/lora.md): NAME=PATH PEFT directories loaded at start; the
-    # model's linears take adapters when any is given or enable_lora; at most max_loras loaded at
-    # once (so at most that many in a step), of rank at most max_lora_rank.
+    # model's linears take adapters when any is given or enable_lora; at most max_cpu_loras loaded
+    # (stored) at once (None: max_loras), at most max_loras resident in one step (the scheduler
+    # holds the rest), of rank at most max_lora_rank.
     lora_modules: tuple[str, ...] = ()
     enable_lora: bool = False
     max_loras: int = 4
+    max_cpu_loras: int | None = None
     max_lora_rank: int = 16
     # Grammars (engine.structured): a constrained request waits at most grammar_compile_timeout
     # seconds for its grammar (then a 400 on its schema's field); compiles run on
@@ -207,6 +209,11 @@ class EngineConfig:
     @property
     def lora_enabled(self) -> bool:
         return self.enable_lora or bool(self.lora_modules)
+
+    @property
+    def stored_loras(self) -> int:
+        """The most LoRA adapters loaded at once: ``max_cpu_loras``, by default ``max_loras``."""
+        return self.max_loras if self.max_cpu_loras is None else self.max_cpu_loras
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
@@ -262,9 +269,17 @@ class EngineConfig:
             parse_lora_modules(self.lora_modules)
         except ValueError as exc:
             raise InvalidRequestError(str(exc), "lora_modules") from None
-        if len(self.lora_modules) > self.max_loras:
+        if self.stored_loras < self.max_loras:
             raise InvalidRequestError(
-                f"{len(self.lora_modules)} lora_modules given, max_loras is {self.max_loras}", "max_loras"
+                f"--max-cpu-loras {self.stored_loras} is below --max-loras {self.max_loras}: the adapters stored "
+                "(--max-cpu-loras) include those resident in one step (--max-loras)",
+                "max_cpu_loras",
+            )
+        if len(self.lora_modules) > self.stored_loras:
+            raise InvalidRequestError(
+                f"{len(self.lora_modules)} lora_modules given, --max-cpu-loras is {self.stored_loras} "
+                "(by default --max-loras)",
+                "max_cpu_loras",
             )
         if self.lora_enabled and self.runner == "null":
             raise InvalidRequestError("LoRA adapters need a model (the null runner has none)", "lora_modules")

@@ -72,6 +72,7 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
             waiting=make_queue(config.scheduling_policy, config.max_wait),
             retention=KVRetention(kv.pool, retention, config.kv_retention_max_fraction, kv.block_size),
             step_budget=make_step_budget(config, self.runner),
+            max_loras=config.max_loras if config.lora_enabled else None,
         )
         self._in_flight: deque[_InFlight] = deque()
         self._last_resolved = 0.0  # time.perf_counter() when the last step resolved

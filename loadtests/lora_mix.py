@@ -1,6 +1,7 @@
 """The cost of mixing LoRA adapters in one batch (issue 53, docs/lora.md), in one process.
 
     python -m agentgate.loadtests.lora_mix [--agents 16] [--output-tokens 32] [--rank 8] [--rounds 1]
+        [--max-loras 4]
 
 One engine (the default model unless ``--model``, started with ``--enable-lora``) loads four
 random rank-``--rank`` adapters on every projection (written to a temporary directory) and runs
@@ -8,7 +9,10 @@ random rank-``--rank`` adapters on every projection (written to a temporary dire
 request on the base model (0 adapters), all through one adapter (1), spread over four (4). Each
 way runs after a warm-up and ``--rounds`` times (prompts differ per run: no run hits another's
 prefix cache). Prints output tokens/s per way (median over the rounds) and the ratios to the base
-model, the memory one adapter holds, and the time one load took. Run it alone: it measures CPU time.
+model, the memory one adapter holds, and the time one load took. The four adapters are stored
+(``--max-cpu-loras 4``); ``--max-loras`` below 4 makes the four-adapter way hold the requests of
+adapters past it a step (`engine.scheduling.adapter_slots`): the held steps are printed too. Run it
+alone: it measures CPU time.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--max-loras", type=int, default=4, help="adapters in one step (4 stored)")
     args = parser.parse_args(argv)
-    llm = LLM(args.model, enable_lora=True, max_loras=4, max_lora_rank=max(16, args.rank))
+    llm = LLM(args.model, enable_lora=True, max_loras=args.max_loras, max_cpu_loras=4, max_lora_rank=max(16, args.rank))
     runner = llm.core.runner
     dims = model_dims(runner.model_config)
     with tempfile.TemporaryDirectory() as tmp:
@@ -55,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
             loads.append(runner.lora.last_load_seconds)
     adapter = runner.lora.get("a0")
     print(f"model {runner.architecture}, {runner.weights}; {args.agents} agents x {args.output_tokens} tokens")
+    print(f"--max-loras {args.max_loras}, 4 adapters stored")
     print(f"one adapter (rank {args.rank}, 7 projections x {dims['layers']} layers): {adapter.nbytes / 2**20:.2f} MiB")
     print(f"a load took {statistics.median(loads) * 1000:.0f} ms (median of 4; first {loads[0] * 1000:.0f} ms)")
     run(llm, args.agents, 4, 4, "warm-up")
@@ -66,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     for way, values in figures.items():
         tps = statistics.median(values)
         print(f"{way:>11}: {tps:7.1f} output tokens/s ({tps / base:.2f} x the base model)")
+    print(f"steps that held a request for its adapter: {llm.core.stats().num_lora_held_steps}")
 
 
 if __name__ == "__main__":

@@ -302,10 +302,13 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     # ``engine.scheduling.wait_bound``).
     max_wait_s: float = 0.0
     # LoRA adapters (engine.lora) of the running and the waiting requests, by name; at most this many
-    # loaded at once (0: LoRA off). vLLM's vllm:lora_requests_info reads them.
+    # in one step (--max-loras; 0: LoRA off). vLLM's vllm:lora_requests_info reads them.
     running_loras: list[str] = []
     waiting_loras: list[str] = []
     max_loras: int = 0
+    # Steps that held a request because the step had --max-loras distinct adapters already
+    # (engine.scheduling.adapter_slots).
+    num_lora_held_steps: int = 0
 
 
 class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):

@@ -1,9 +1,16 @@
 """A linear with per-row LoRA adapters: ``y = base(x) + (x[rows] @ A^T) @ (scale * B)^T`` for the
 rows of each adapter in the step.
 
-The step's rows are grouped by adapter (`LoraStep.rows`): each adapter's tokens are one slice when
-they are contiguous, else an index, and its low-rank product is computed once per group and added
-to those rows: a segmented matmul in torch (CPU; on CUDA the same torch ops, no Triton kernel yet).
+Two forms (`LoraStep.rows` picks by whether the step has resident slots, `engine.lora.slots`):
+
+- segmented (the CPU): the step's rows are grouped by adapter, each adapter's tokens one slice when
+  they are contiguous, else an index, and its low-rank product is computed once per group from the
+  stored adapter and added to those rows: a segmented matmul in torch;
+- slots (CUDA): the step's adapters are made resident in the slot stacks and one kernel call per
+  linear (``engine.kernels.lora.add_lora``, BGMV: each token row gathers its slot's A and B) adds
+  every row's product; base-model rows carry slot -1 and are never written. The kernel computes
+  each row alone, so this form is row-invariant as it stands.
+
 The base linear runs exactly as without LoRA: a step without adapters never touches its output,
 and a zero adapter adds exact zeros, so both give bit-identical results.
 
@@ -29,6 +36,7 @@ from agentgate.engine.layers.batch_invariant import TILE_ROWS
 
 if TYPE_CHECKING:
     from agentgate.engine.lora.adapter import LoraAdapter
+    from agentgate.engine.lora.slots import LoraSlots
 
 Rows = slice | Tensor
 
@@ -39,11 +47,20 @@ class LoraStep:
     def __init__(self, row_invariant: bool = False) -> None:
         self.groups: list[tuple[LoraAdapter, Rows]] = []
         self.row_invariant = row_invariant  # --deterministic: each row's product computed alone
+        self.slots: LoraSlots | None = None  # resident slots: the kernel form (module docstring)
+        self.slot_ids: Tensor | None = None  # the step's slot per token row (-1: base), in the kernel form
 
     @contextmanager
     def rows(self, row_adapters: Sequence[tuple[LoraAdapter | None, int]], device: torch.device) -> Iterator[bool]:
         """For the forward pass of a step whose rows (in order) compute ``n`` tokens each through
         ``adapter`` (None: the base model alone); yields whether any row has an adapter."""
+        if self.slots is not None:
+            self.slot_ids = _slot_ids(self.slots, row_adapters, device)
+            try:
+                yield self.slot_ids is not None
+            finally:
+                self.slot_ids = None
+            return
         runs: dict[int, tuple[LoraAdapter, list[tuple[int, int]]]] = {}
         start = 0
         for adapter, n in row_adapters:
@@ -59,6 +76,23 @@ class LoraStep:
             yield bool(self.groups)
         finally:
             self.groups = []
+
+
+def _slot_ids(
+    slots: LoraSlots, row_adapters: Sequence[tuple[LoraAdapter | None, int]], device: torch.device
+) -> Tensor | None:
+    """The slot of each token row (-1 for the base model's), the step's adapters made resident; None
+    when no row has an adapter."""
+    adapters = [adapter for adapter, n in row_adapters if adapter is not None and n]
+    if not adapters:
+        return None
+    slot = slots.assign(adapters)
+    ids = [slot[adapter.uid] if adapter is not None else -1 for adapter, n in row_adapters for _ in range(n)]
+    host = torch.tensor(ids, dtype=torch.int32)
+    if device.type == "cuda":
+        # torch's pinned allocator keeps the buffer until the copy has run: no host-device sync.
+        return host.pin_memory().to(device, non_blocking=True)
+    return host
 
 
 def _rows(spans: list[tuple[int, int]], device: torch.device) -> Rows:
@@ -89,6 +123,11 @@ class LoraLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.base(x)
+        step = self.step
+        if step.slot_ids is not None:
+            a_stack, b_stack = step.slots.stacks[self.key]
+            step.slots.kernel(y, x, a_stack, b_stack, step.slot_ids)
+            return y
         for adapter, rows in self.step.groups:
             pair = adapter.weights.get(self.key)
             if pair is None:

@@ -206,6 +206,7 @@ class TorchModelRunner(ModelRunner):
             self.model,
             self.model_config,
             max_loras=self.config.max_loras,
+            max_cpu_loras=self.config.stored_loras,
             max_rank=self.config.max_lora_rank,
             dtype=self.dtype,
             device=self.device,

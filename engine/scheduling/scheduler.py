@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from agentgate.engine.front.protocol import SchedulerStats
 from agentgate.engine.kv.kv_cache_manager import KVCacheManager
 from agentgate.engine.request import FinishReason, Request, RequestStatus
+from agentgate.engine.scheduling.adapter_slots import AdapterLimit
+from agentgate.engine.scheduling.admission_order import active_programs, next_waiting
 from agentgate.engine.scheduling.memory_pressure import MemoryPressure
 from agentgate.engine.scheduling.programs.admission import ProgramAdmission
 from agentgate.engine.scheduling.retention import KVRetention
@@ -55,7 +57,9 @@ class Scheduler:
 
     A program's service (``Request.served``) counts the prompt tokens a turn computes when first
     admitted (what the prefix cache did not hold) and each token sampled; recomputing after a
-    preemption is not charged to it."""
+    preemption is not charged to it.
+
+    ``max_loras``: at most that many distinct LoRA adapters in a step (engine.scheduling.adapter_slots)."""
 
     def __init__(
         self,
@@ -66,8 +70,10 @@ class Scheduler:
         waiting: FcfsQueue | None = None,
         retention: KVRetention | None = None,
         step_budget: StepBudget | None = None,
+        max_loras: int | None = None,
     ) -> None:
         self.limits = limits
+        self.adapters = AdapterLimit(max_loras)
         self.step_budget = step_budget
         self.kv = kv
         self.speculator = speculator
@@ -140,6 +146,7 @@ class Scheduler:
             retention=self.retention.stats(),
             kv_residency=self.kv.pool.residency.stats(),
             max_wait_s=self.waiting.max_wait,
+            num_lora_held_steps=self.adapters.num_held_steps,
         )
 
     # -- one step -----------------------------------------------------------
@@ -164,11 +171,15 @@ class Scheduler:
         if self.pause_state is PauseState.PAUSED_ALL:
             return out
         self.retention.expire()
-        budget = self.limits.max_num_batched_tokens
         rows: dict[str, int] = {}
         drafts: dict[str, tuple[int, ...]] = {}
-        budget = self._schedule_running(out, rows, drafts, budget)
+        self.adapters.plan(self.running, self.waiting)
+        budget = self._schedule_running(out, rows, drafts, self.limits.max_num_batched_tokens)
         self._schedule_waiting(out, rows, budget)
+        if not rows and self.adapters.replan(self.running, self.waiting, self.waiting.peek() if self.waiting else None):
+            budget = self._schedule_running(out, rows, drafts, self.limits.max_num_batched_tokens)
+            self._schedule_waiting(out, rows, budget)
+        self.adapters.step_done()
         for request_id, num_tokens in rows.items():
             request = self.requests[request_id]
             draft = drafts.get(request_id, ())
@@ -219,8 +230,8 @@ class Scheduler:
         (preempting for its memory if need be); returns what is left of both."""
         if budget == 0 or request.status is not RequestStatus.RUNNING:  # none left; preempted earlier
             return budget, draft_room
-        if request.num_pending_outputs >= request.max_tokens:
-            return budget, draft_room  # its last token is in flight
+        if request.num_pending_outputs >= request.max_tokens or not self.adapters.allows(request):
+            return budget, draft_room  # its last token is in flight, or its adapter waits a step
         speculator = self.speculator
         wanted = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
         draft = speculator.draft(request, draft_room) if draft_room > 0 else []
@@ -250,10 +261,14 @@ class Scheduler:
 
     def _schedule_waiting(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> None:
         # Active programs, once per step; each admission adds its own (engine.programs.admission).
-        active = self._active_programs() if self.admission is not None and self.waiting else None
+        active = (
+            active_programs(self.running, self.waiting, self.retention.pins.keys())
+            if self.admission is not None and self.waiting
+            else None
+        )
         latest_arrival = None  # of the requests admitted: those waiting that came before are passed
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
-            request = self._next_waiting(active)
+            request = next_waiting(self.waiting, self.adapters, self.admission, active)
             if request is None:
                 break
             if self.pause_state is PauseState.PAUSED_NEW and not request.ever_scheduled:
@@ -297,25 +312,6 @@ class Scheduler:
             self.kv.cache_full_blocks(request, num_cached + num_tokens)
         if latest_arrival is not None and self.waiting:
             self.waiting.mark_passed(latest_arrival)
-
-    def _next_waiting(self, active: set[str] | None) -> Request | None:
-        """The head of the queue; by program, the first in its order that program admission
-        lets start (engine.programs.admission) given the ``active`` programs, None when it lets
-        none; an overdue head is never held back, nor passed."""
-        head = self.waiting.peek()
-        if active is None or head.program is None or self.waiting.overdue(head) or self.admission.admits(head, active):
-            return head
-        return next((r for r in self.waiting.ordered() if self.admission.admits(r, active)), None)
-
-    def _active_programs(self) -> set[str]:
-        """Programs with a running request, a pin, or a turn waiting that returns or resumes."""
-        active = {r.program.program_id for r in self.running if r.program is not None}
-        active.update(
-            r.program.program_id
-            for r in self.waiting
-            if r.program is not None and (r.ever_scheduled or r.returns_after_tools)
-        )
-        return active | self.retention.pins.keys()
 
     def _preempt(self, request: Request) -> None:
         """Free the request's blocks and requeue it first in line; it is

@@ -57,6 +57,10 @@ class FcfsQueue:
     def peek(self) -> Request:
         return self._queue[0]
 
+    def ordered(self) -> list[Request]:
+        """The waiting requests in the order they are served."""
+        return list(self._queue)
+
     def push(self, request: Request) -> None:
         """Queue ``request``: last, but a round returning from tools the server ran goes first
         (after the requests it finds there that did too)."""

@@ -23,6 +23,13 @@ class LoraSettings:
         engine=True,
     )
     max_loras: int = setting(
-        "most LoRA adapters loaded at once (so at most that many in one step)", default=4, engine=True
+        "most LoRA adapters resident in one engine step (requests of further adapters wait a step)",
+        default=4,
+        engine=True,
+    )
+    max_cpu_loras: int | None = setting(
+        "most LoRA adapters loaded (stored in host memory) at once, at least --max-loras (default: --max-loras)",
+        default=None,
+        engine=True,
     )
     max_lora_rank: int = setting("largest rank of a LoRA adapter", default=16, engine=True)

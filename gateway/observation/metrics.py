@@ -85,6 +85,11 @@ class _EngineCollector(Collector):
             "or to leave max_tokens room for the answer.",
             sum(s.num_thinking_budget_closed for s in known),
         )
+        yield counter(
+            "agentgate_lora_held_steps",
+            "Engine steps that held a request because --max-loras other LoRA adapters filled the step.",
+            sum(s.num_lora_held_steps for s in known),
+        )
         yield gauge(
             "agentgate_max_wait_seconds",
             "The wait bound in force: seconds a request may wait behind later ones (--max-wait; largest over engines).",

@@ -20,6 +20,7 @@ METRIC_NAMES = [
     "agentgate_preemptions_total",
     "agentgate_budget_closed_replies_total",
     "agentgate_thinking_budget_closed_total",
+    "agentgate_lora_held_steps_total",
     "agentgate_reasoning_tokens_total",
     "agentgate_time_to_first_token_seconds_count",
     "agentgate_inter_token_latency_seconds_count",

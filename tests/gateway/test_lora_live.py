@@ -38,7 +38,9 @@ def server(tmp_path_factory, adapters):
         "--lora-modules",
         f"rand={adapters['rand']}",
         "--max-loras",
-        "3",
+        "1",
+        "--max-cpu-loras",
+        "2",
         "--access-log",
         api_key="user-key",
         admin_key="admin-key",
@@ -111,18 +113,36 @@ def test_adapters_load_and_unload_at_run_time(server, client, adapters, tmp_path
     assert user.status_code == 403
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="late", prompt=PROMPT, max_tokens=2)
-    loaded = httpx.post(f"{url}/v1/load_lora_adapter", json=body, headers=ADMIN, timeout=60)
-    assert loaded.status_code == 200, loaded.text
-    again = httpx.post(f"{url}/v1/load_lora_adapter", json=body, headers=ADMIN, timeout=60)
-    assert again.status_code == 400 and "already loaded" in again.json()["error"]["message"]
     (tmp_path / "empty").mkdir()
     bad = {"lora_name": "bad", "lora_path": str(tmp_path / "empty")}
     refused = httpx.post(f"{url}/v1/load_lora_adapter", json=bad, headers=ADMIN, timeout=60)
     assert refused.status_code == 400 and "no adapter_config.json" in refused.json()["error"]["message"]
+    loaded = httpx.post(f"{url}/v1/load_lora_adapter", json=body, headers=ADMIN, timeout=60)
+    assert loaded.status_code == 200, loaded.text
+    again = httpx.post(f"{url}/v1/load_lora_adapter", json=body, headers=ADMIN, timeout=60)
+    assert again.status_code == 400 and "already loaded" in again.json()["error"]["message"]
     assert {card.id for card in client.models.list().data} == {BASE, "rand", "late"}
+    third = {"lora_name": "third", "lora_path": str(adapters["busy"])}
+    full = httpx.post(f"{url}/v1/load_lora_adapter", json=third, headers=ADMIN, timeout=60)
+    assert full.status_code == 400 and "--max-cpu-loras is 2" in full.json()["error"]["message"]
     late = client.completions.create(model="late", prompt=PROMPT, max_tokens=12, temperature=0)
     rand = client.completions.create(model="rand", prompt=PROMPT, max_tokens=12, temperature=0)
     assert late.choices[0].text != rand.choices[0].text
+    # Both at once with --max-loras 1: one waits while the other's steps run; each text is its own.
+    held = _metrics(url)["agentgate_lora_held_steps_total{}"]
+    texts: dict[str, str] = {}
+
+    def complete(model: str) -> None:
+        reply = client.completions.create(model=model, prompt=PROMPT, max_tokens=12, temperature=0)
+        texts[model] = reply.choices[0].text
+
+    workers = [threading.Thread(target=complete, args=(model,)) for model in ("late", "rand", BASE)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert texts == {"late": late.choices[0].text, "rand": rand.choices[0].text, BASE: texts[BASE]}
+    assert _metrics(url)["agentgate_lora_held_steps_total{}"] > held
     unloaded = httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "late"}, headers=ADMIN, timeout=60)
     assert unloaded.status_code == 200, unloaded.text
     with pytest.raises(openai.NotFoundError, match="`late` does not exist"):
@@ -155,7 +175,7 @@ def test_an_adapter_unloaded_in_use_lets_its_request_finish(server, client, adap
     stats = httpx.get(f"{url}/dashboard/stats", headers=ADMIN, timeout=30).json()
     assert [r["adapter"] for r in stats["requests"]] == ["busy"]  # the dashboard's request list names it
     [info] = [name for name in _metrics(url) if name.startswith("vllm:lora_requests_info{")]
-    assert 'running_lora_adapters="busy"' in info and 'max_lora="3"' in info
+    assert 'running_lora_adapters="busy"' in info and 'max_lora="1"' in info
     unloaded = threading.Event()
 
     def unload():

@@ -184,5 +184,8 @@ def test_the_null_runner_refuses_lora():
 
     with pytest.raises(InvalidRequestError, match="need a model"):
         EngineConfig(runner="null", enable_lora=True)
-    with pytest.raises(InvalidRequestError, match="max_loras"):
+    with pytest.raises(InvalidRequestError, match="2 lora_modules given, --max-cpu-loras is 1"):
         EngineConfig(lora_modules=("a=/x", "b=/y"), max_loras=1)
+    with pytest.raises(InvalidRequestError, match="--max-cpu-loras 1 is below --max-loras 2"):
+        EngineConfig(max_loras=2, max_cpu_loras=1)
+    assert EngineConfig(lora_modules=("a=/x", "b=/y"), max_loras=1, max_cpu_loras=2).stored_loras == 2
