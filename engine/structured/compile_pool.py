@@ -34,6 +34,12 @@ def tenant_share(workers: int) -> int:
     return max(1, workers // 2)
 
 
+def _dropped(job: _Job) -> bool:
+    """Whether ``job`` was cancelled while it waited (its future then told so, as an executor does)."""
+    future = job[0]
+    return future.cancelled() and not future.set_running_or_notify_cancel()
+
+
 class FairCompilePool:
     """Runs callables on ``workers`` threads, fair per tenant (see the module docstring)."""
 
@@ -73,7 +79,7 @@ class FairCompilePool:
             tenant = min(ready, key=lambda t: self._running[t])  # min keeps the longest waiting of equals
             queue = self._waiting.pop(tenant)
             job = queue.popleft()
-            while job[0].cancelled() and queue:  # jobs cancelled while they waited never take a worker
+            while _dropped(job) and queue:  # jobs cancelled while they waited never take a worker
                 job = queue.popleft()
             if queue:  # its next waits behind the others
                 self._waiting[tenant] = queue

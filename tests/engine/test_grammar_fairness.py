@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from concurrent import futures
 from concurrent.futures import Future
 
 import pytest
@@ -87,6 +88,7 @@ def test_a_compile_cancelled_while_it_waits_never_runs():
         after = pool.submit("c", lambda: "c")
         release.set()
         assert running.result(5) == "a0" and after.result(5) == "c" and ran == ["a0"]
+        assert waiting in futures.wait([waiting], timeout=5).done  # told cancelled, as an executor's would be
     finally:
         release.set()
         pool.shutdown()
