@@ -37,6 +37,17 @@ class JsonStringState:
                 self.in_string = not self.in_string
 
 
+def _opens_after_quote(text: str) -> bool:
+    """Whether ``text``, read from inside a JSON string, ends the string and then holds a character
+    that opens a container or another member (``","`` does, ``", "`` inside the string does not)."""
+    state = JsonStringState(in_string=True)
+    for ch in text:
+        if not state.in_string and ch in _OPENING:
+            return True
+        state.feed(ch)
+    return False
+
+
 class Closer:
     """Ways to close a structure from where a matcher stands, in the vocabulary's tokens.
 
@@ -57,6 +68,9 @@ class Closer:
             if not _OPENING.isdisjoint(text):
                 opening[token] = True
         self.allowed_unless_opening = _bool_to_bitmask(~opening)
+        # Inside a string only what follows a closing quote opens anything: a "," in a sentence is text.
+        opens_from_string = torch.tensor([_opens_after_quote(text) for text in self.texts], dtype=torch.bool)
+        self.allowed_in_string_unless_opening = _bool_to_bitmask(~opens_from_string)
         risky = torch.tensor([not _RISKY.isdisjoint(text) for text in self.texts], dtype=torch.bool)
         self.risky = _bool_to_bitmask(risky)
         self.stop_token = max(tokenizer.eos_token_ids)

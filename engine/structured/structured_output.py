@@ -27,7 +27,8 @@ token included. Then:
   (:func:`~engine.sampling_params.budget_error`);
 - caution: within :data:`CAUTION` tokens of the closing, tokens that hold a
   character opening a container or another member (``{``, ``[``, ``,``; inside
-  a string too: ``","`` ends one member and starts the next) are masked unless
+  a string only after a quote that ends it: ``","`` ends one member and starts
+  the next, while a ``,`` in the string's text opens nothing) are masked unless
   the closing itself starts with one, so the closing cannot grow by more than
   a few tokens a step (never start what cannot close);
 - closing: within :data:`MARGIN` tokens of it, the closing is forced, one token
@@ -313,7 +314,10 @@ class RequestGrammar:
             return
         first = bitmask[row, closing[0] >> 5].item() & _bit(closing[0])
         if left <= len(closing) + MARGIN + CAUTION:
-            bitmask[row] &= self.closer.allowed_unless_opening
+            in_text = state.in_string and not state.escaped  # where "{[," are the string's own characters
+            bitmask[row] &= (
+                self.closer.allowed_in_string_unless_opening if in_text else self.closer.allowed_unless_opening
+            )
         if left <= len(closing) + MARGIN + CAUTION + self.minimum:  # a new call (the shortest reply) may not fit
             self._drop_unclosable(bitmask, row, left, state)
         bitmask[row, closing[0] >> 5] |= first

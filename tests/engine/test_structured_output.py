@@ -114,7 +114,7 @@ def test_an_engine_waiting_only_for_grammars_sleeps_instead_of_spinning(llm, mon
     grammar of a server took ~20 s beside the spin); once a grammar is in, it steps at once again."""
     core = llm.core
     pending: Future = Future()
-    monkeypatch.setattr(core._grammar_compiler(), "submit", lambda spec, tenant="": pending)
+    monkeypatch.setattr(core._grammar_compiler(), "submit", lambda spec, tenant="", cache_salt="": pending)
     server = EngineServer(core, private_address(), "test")
     try:
         assert server._poll_ms() == IDLE_POLL_MS and not core.only_compiling

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from pydantic import BaseModel, Field
 
 from agentgate.gateway.api_types.openai import ChatMessage
 from agentgate.gateway.prompts import message_dict
@@ -263,11 +264,16 @@ async def test_agents_sdk_keeps_reasoning_items_in_its_history(server):
 
     from agents import Agent, ModelSettings, Runner, set_default_openai_client, set_tracing_disabled
 
+    class Capital(BaseModel):
+        city: str = Field(max_length=24)
+
     set_tracing_disabled(True)
     sdk = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused")
     set_default_openai_client(sdk)
-    # Room for a whole answer; a salt of its own, so no other test's cached KV changes its greedy path
-    # (greedy by the server's default; the Agents SDK takes an incomplete response for an error).
+    # A salt of its own, so no other test's cached KV changes its greedy path (greedy by the server's
+    # default). The answer is a typed output (a short string in JSON after the thinking): free text
+    # under this template rambles past any budget on some CPUs' greedy paths (AVX2: every one tried),
+    # and the Agents SDK takes an incomplete response for an error; the grammar ends it on every CPU.
     settings = ModelSettings(
         max_tokens=256, reasoning=Reasoning(effort="minimal"), extra_body={"cache_salt": "agents-sdk-history"}
     )
@@ -276,13 +282,14 @@ async def test_agents_sdk_keeps_reasoning_items_in_its_history(server):
         instructions="Answer in one word.",
         model="SmolLM2-135M-Instruct",
         model_settings=settings,
+        output_type=Capital,
     )
     async with sdk:
         first = await Runner.run(agent, "What is the capital of France?")
         history = first.to_input_list()
         assert any(item.get("type") == "reasoning" for item in history), history
         second = await Runner.run(agent, [*history, {"role": "user", "content": "And of Italy?"}])
-    assert isinstance(second.final_output, str) and second.final_output.strip()
+    assert isinstance(second.final_output, Capital) and second.final_output.city.strip()
     assert any(item.type == "reasoning_item" for item in second.new_items)
 
 
