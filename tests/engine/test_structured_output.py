@@ -185,3 +185,11 @@ def test_a_budget_that_narrows_the_grammar_but_never_changes_the_models_choice_i
     cut = _note(llm, needed - 1)
     assert cut.finish_reason == "length" and cut.text != free.text, cut.text
     jsonschema.validate(json.loads(cut.text), NOTE)
+
+
+def test_inside_a_string_only_what_follows_its_closing_quote_opens_a_member():
+    """Budget caution masks tokens that open a container or member; inside a string a "," is text."""
+    from agentgate.engine.structured.grammar_closing import _opens_after_quote
+
+    assert not any(_opens_after_quote(text) for text in (",", ", and", "[1]", "{x}", '\\",'))
+    assert all(_opens_after_quote(text) for text in ('",', '"}, {', '": [', '"{'))
