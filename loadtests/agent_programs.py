@@ -39,7 +39,7 @@ from typing import Any
 import anyio
 import httpx
 
-from agentgate.agents import AsyncClient
+from agentgate.agents import AsyncClient, ChatResult
 from agentgate.agents.errors import AgentGateError
 from agentgate.agents.events import ContentDelta, ToolCallDelta, UsageEvent
 from agentgate.loadtests.server import Server, start_server
@@ -144,6 +144,29 @@ def tool_latency(rng: random.Random, median: float, sigma: float, cap: float) ->
     return min(cap, rng.lognormvariate(math.log(median), sigma))
 
 
+async def send_turn(
+    client: AsyncClient, messages: list[dict[str, Any]], turn: Turn, t0: float, **options: Any
+) -> ChatResult | None:
+    """One greedy streamed turn, its first token, usage and end written into ``turn``; None, with
+    ``turn.error`` set, where the request failed."""
+    stream = client.chat_stream(messages, temperature=0, **options)
+    try:
+        async with stream:
+            async for event in stream:
+                if turn.first_token is None and isinstance(event, (ContentDelta, ToolCallDelta)):
+                    turn.first_token = time.perf_counter() - t0
+                elif isinstance(event, UsageEvent):
+                    usage = event.usage
+                    turn.prompt_tokens, turn.cached_tokens = usage.prompt_tokens, usage.cached_tokens
+                    turn.completion_tokens = usage.completion_tokens
+        result = stream.result()
+    except AgentGateError as exc:
+        turn.error = f"{type(exc).__name__}: {exc}"[:300]
+        return None
+    turn.end = time.perf_counter() - t0
+    return result
+
+
 async def run_program(client: AsyncClient, round_id: str, agent: int, args: argparse.Namespace, t0: float) -> Program:
     """One agent's turns; stops at its first error."""
     rng = random.Random(f"{round_id}/{agent}/tools")
@@ -157,29 +180,19 @@ async def run_program(client: AsyncClient, round_id: str, agent: int, args: argp
         last = number == args.turns - 1
         turn = Turn(time.perf_counter() - t0)
         program.turns.append(turn)
-        stream = client.chat_stream(
+        result = await send_turn(
+            client,
             messages,
+            turn,
+            t0,
             tools=TOOLS,
-            temperature=0,
             tool_choice="none" if last else "required",
             parallel_tool_calls=False,
             max_tokens=ANSWER_TOKENS if last else CALL_TOKENS,
             user=f"{round_id}-agent-{agent}",  # the program
         )
-        try:
-            async with stream:
-                async for event in stream:
-                    if turn.first_token is None and isinstance(event, (ContentDelta, ToolCallDelta)):
-                        turn.first_token = time.perf_counter() - t0
-                    elif isinstance(event, UsageEvent):
-                        usage = event.usage
-                        turn.prompt_tokens, turn.cached_tokens = usage.prompt_tokens, usage.cached_tokens
-                        turn.completion_tokens = usage.completion_tokens
-            result = stream.result()
-        except AgentGateError as exc:
-            turn.error = f"{type(exc).__name__}: {exc}"[:300]
+        if result is None:
             return program
-        turn.end = time.perf_counter() - t0
         if last:
             break
         if not result.tool_calls:
@@ -210,7 +223,7 @@ async def run_round(url: str, round_id: str, args: argparse.Namespace) -> dict[s
     return {**summarize(programs, wall), "max_wait_s": health.get("max_wait_s") or float("nan")}
 
 
-def _quantile(values: list[float], q: float) -> float:
+def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else float("nan")
 
@@ -232,11 +245,11 @@ def summarize(programs: list[Program], wall: float) -> dict[str, float]:
     return {
         "programs_ok": len(done),
         "programs_failed": len(programs) - len(done),
-        "jct_p50": _quantile(jct, 0.5),
-        "jct_p90": _quantile(jct, 0.9),
-        "jct_p99": _quantile(jct, 0.99),
-        "return_ttft_p50": _quantile(ttft, 0.5),
-        "return_ttft_p90": _quantile(ttft, 0.9),
+        "jct_p50": quantile(jct, 0.5),
+        "jct_p90": quantile(jct, 0.9),
+        "jct_p99": quantile(jct, 0.99),
+        "return_ttft_p50": quantile(ttft, 0.5),
+        "return_ttft_p90": quantile(ttft, 0.9),
         "return_hit_rate": _hit_rate(returning),
         "call_return_hit_rate": _hit_rate(calls),
         "recomputed_tokens": sum(t.prompt_tokens - t.cached_tokens for t in every),
