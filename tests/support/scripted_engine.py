@@ -34,7 +34,7 @@ from agentgate.engine.front.process import EngineServer
 from agentgate.engine.model_files.model_path import default_model_path, model_display_name
 from agentgate.engine.runner.null import NullRunner, _State
 from agentgate.engine.sampling_params import SamplingParams
-from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.http.app import EngineTarget, create_app
 from agentgate.gateway.observation.tracing import Tracer
@@ -44,20 +44,30 @@ from tests.support.inprocess import _PortalTransport, _WatchedThread, _WithLifes
 # (engine request id, its sampling parameters: a script may answer as a model under the request's
 # grammar would) -> the tokens it replies, its end token last
 Script = Callable[[str, SamplingParams], list[int]]
+# (the request's prompt token ids, its sampling parameters) -> the same: for clients whose request
+# ids a test does not choose (the agent CLIs), the reply follows what the conversation holds
+PromptScript = Callable[[list[int], SamplingParams], list[int]]
 
 
 class ScriptedRunner(NullRunner):
     """The null runner, replying each request's script (see the module docstring)."""
 
-    def __init__(self, script: Script, **kwargs: object) -> None:
+    def __init__(self, script: Script | None, prompt_script: PromptScript | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)
         self.script = script
+        self.prompt_script = prompt_script
         self._replies: dict[str, list[int]] = {}
+
+    def _reply(self, new: NewRequestData) -> list[int]:
+        if self.prompt_script is not None:
+            return self.prompt_script(new.token_ids[: new.num_prompt_tokens], new.params)
+        assert self.script is not None, "a scripted runner needs a script or a prompt script"
+        return self.script(new.request_id, new.params)
 
     def execute(self, step: SchedulerOutput) -> ModelRunnerOutput:
         self.release(step.released_request_ids)
         for new in step.new_requests:
-            self._replies[new.request_id] = self.script(new.request_id, new.params)
+            self._replies[new.request_id] = self._reply(new)
             self.states[new.request_id] = _State(new, list(new.token_ids), len(new.block_ids), new.num_computed_tokens)
         ids, tokens = [], []
         for row in step.scheduled:
@@ -111,14 +121,23 @@ class ScriptedGateway:
 
 @contextlib.contextmanager
 def scripted_gateway(
-    settings: Settings, script: Script, *, redis: bool = True, tracer: Tracer | None = None
+    settings: Settings,
+    script: Script | None,
+    *,
+    prompt_script: PromptScript | None = None,
+    engine: EngineConfig = SCRIPTED_ENGINE,
+    redis: bool = True,
+    tracer: Tracer | None = None,
 ) -> Iterator[ScriptedGateway]:
     """``create_app`` in this process over a :class:`ScriptedRunner` engine (and an embedded Redis);
-    ``tracer``: the app's (``gateway.observation.tracing``)."""
+    ``prompt_script`` replies by the prompt instead of ``script``; ``engine``: the engine's config
+    (a longer ``max_model_len`` for long prompts); ``tracer``: the app's (``gateway.observation.tracing``)."""
     with contextlib.ExitStack() as stack:
-        runner = ScriptedRunner(script, num_blocks=SCRIPTED_ENGINE.num_kv_blocks, max_model_len=1024)
+        runner = ScriptedRunner(
+            script, prompt_script, num_blocks=engine.num_kv_blocks, max_model_len=engine.max_model_len
+        )
         address = private_address()
-        server = EngineServer(EngineCore(SCRIPTED_ENGINE, runner), address, model_display_name(SCRIPTED_ENGINE.model))
+        server = EngineServer(EngineCore(engine, runner), address, model_display_name(engine.model))
         thread = threading.Thread(target=server.serve_forever, name="scripted-engine", daemon=True)
         thread.start()
 
