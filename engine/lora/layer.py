@@ -87,12 +87,20 @@ def _slot_ids(
     if not adapters:
         return None
     slot = slots.assign(adapters)
-    ids = [slot[adapter.uid] if adapter is not None else -1 for adapter, n in row_adapters for _ in range(n)]
-    host = torch.tensor(ids, dtype=torch.int32)
+    # One entry per request row, not per token: each row's slot and its token count, expanded on the device.
+    host = torch.tensor(
+        [
+            [slot[adapter.uid] if adapter is not None and n else -1 for adapter, n in row_adapters],
+            [n for _, n in row_adapters],
+        ],
+        dtype=torch.int32,
+    )
     if device.type == "cuda":
-        # torch's pinned allocator keeps the buffer until the copy has run: no host-device sync.
-        return host.pin_memory().to(device, non_blocking=True)
-    return host
+        # torch's pinned allocator keeps the buffer until the copy has run: no host-device sync. (A buffer
+        # reused across steps could be rewritten while a step in flight still copies from it.)
+        host = host.pin_memory().to(device, non_blocking=True)
+    num_tokens = sum(n for _, n in row_adapters)  # known here: repeat_interleave need not read it back (a sync)
+    return torch.repeat_interleave(host[0], host[1], output_size=num_tokens)
 
 
 def _rows(spans: list[tuple[int, int]], device: torch.device) -> Rows:

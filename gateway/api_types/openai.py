@@ -48,22 +48,15 @@ class ChatMessage(Struct, kw_only=True, omit_defaults=True):
     reasoning: str | None = None  # the same as reasoning_content (vLLM's name): the template gets reasoning_content
 
 
-class SamplingFields(Struct, kw_only=True):
-    """Fields common to chat and completions: OpenAI's, then vLLM's extras."""
+class SamplingExtras(Struct, kw_only=True):
+    """The sampling fields chat, completions and Responses all take, with the same ranges (a value
+    out of range is a 400 naming the field): OpenAI's penalties, stop and logit_bias, then vLLM's
+    extras. Responses has no such fields in OpenAI's API; clients send them through ``extra_body``."""
 
-    model: str | None = None
-    n: Annotated[int, Meta(ge=1, le=MAX_N)] = 1
-    max_tokens: Annotated[int, Meta(ge=1)] | None = None
-    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
-    seed: int | None = None  # 64 bits, checked by the engine (msgspec bounds stop at int64)
     stop: str | list[str] | None = None
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] = 0.0
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] = 0.0
     logit_bias: dict[int, Annotated[float, Meta(ge=-100, le=100)]] | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    user: str | None = None
     # vLLM extras
     top_k: Annotated[int, Meta(ge=-1)] | None = None
     min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
@@ -73,7 +66,22 @@ class SamplingFields(Struct, kw_only=True):
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
-    cache_salt: CacheSalt | None = None
+
+
+class SamplingFields(SamplingExtras, kw_only=True):
+    """Fields common to chat and completions: OpenAI's, then vLLM's extras (and those of
+    :class:`SamplingExtras`)."""
+
+    model: str | None = None
+    n: Annotated[int, Meta(ge=1, le=MAX_N)] = 1
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    seed: int | None = None  # 64 bits, checked by the engine (msgspec bounds stop at int64)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    cache_salt: CacheSalt | None = None  # vLLM's extra
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):

@@ -1,7 +1,9 @@
 """The OpenAI Responses API's request, response object and stream events, as msgspec structs.
 
-Requests decode straight from the body (unknown fields ignored, as for chat);
-input items, tools and output items stay plain JSON objects here and are
+Requests decode straight from the body (unknown fields ignored, as for chat, so a
+sampling field chat takes is declared here too: :class:`~gateway.api_types.openai.SamplingExtras`,
+passed to the engine as chat passes it, and ``n`` / ``top_logprobs``, refused unless they ask for
+nothing, never dropped); input items, tools and output items stay plain JSON objects here and are
 read and written by :mod:`gateway.responses_api.items`, which names the
 field of anything it cannot take.
 """
@@ -12,7 +14,7 @@ from typing import Any
 
 from msgspec import Struct, field
 
-from agentgate.gateway.api_types.openai import CacheSalt
+from agentgate.gateway.api_types.openai import CacheSalt, SamplingExtras
 
 
 class TextConfig(Struct, kw_only=True, omit_defaults=True):
@@ -22,8 +24,8 @@ class TextConfig(Struct, kw_only=True, omit_defaults=True):
     verbosity: str | None = None
 
 
-class ResponsesRequest(Struct, kw_only=True):
-    """``POST /v1/responses``."""
+class ResponsesRequest(SamplingExtras, kw_only=True):
+    """``POST /v1/responses`` (and the sampling fields chat takes: :class:`SamplingExtras`)."""
 
     model: str | None = None
     input: str | list[dict[str, Any]] | None = None
@@ -46,6 +48,10 @@ class ResponsesRequest(Struct, kw_only=True):
     reasoning: dict[str, Any] | None = None
     include: list[str] | None = None  # "reasoning.encrypted_content": reasoning items carry it sealed
     cache_salt: CacheSalt | None = None  # vLLM's extra: the prefix cache's salt
+    # Recognised so that a value asking for something this API cannot give is a 400 naming it:
+    # one output per response (chat's ``n``), no logprobs in the output text yet.
+    n: int | None = None
+    top_logprobs: int | None = None
 
 
 class WebSocketCreate(ResponsesRequest, kw_only=True):

@@ -32,8 +32,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from agentgate.gateway.api_types.ids import new_id
-from agentgate.gateway.api_types.openai import Usage
+from agentgate.gateway.api_types.openai import SamplingExtras, Usage
 from agentgate.gateway.api_types.response_items import (
     CallNames,
     Sealing,
@@ -78,6 +80,27 @@ def need_store(store: ResponseStore | None, what: str) -> ResponseStore:
             code="redis_not_configured",
         )
     return store
+
+
+_EXTRAS = tuple(f.name for f in msgspec.structs.fields(SamplingExtras))
+
+
+def sampling_extras(body: ResponsesRequest) -> dict[str, Any]:
+    """The sampling fields chat takes that ``body`` carries (its penalties, stop, top_k, ...), for
+    the chat request: the engine gets them as it gets chat's."""
+    return {name: getattr(body, name) for name in _EXTRAS}
+
+
+def refuse_unsupported(body: ResponsesRequest) -> None:
+    """A 400 naming ``n`` or ``top_logprobs`` where they ask for what a response cannot give
+    (more than one output; logprobs in the output text), never a reply that drops them."""
+    if body.n not in (None, 1):
+        raise BadRequestError(f"`n` must be 1 on the Responses API (one output per response), got {body.n}", param="n")
+    if body.top_logprobs:
+        raise BadRequestError(
+            "`top_logprobs` is not supported on the Responses API (use chat completions' `logprobs`)",
+            param="top_logprobs",
+        )
 
 
 @dataclass
@@ -234,6 +257,7 @@ async def start_turn(
     offer = client_tools(body.tools, host.hosted_by, host.omit_unrunnable)
     tools, mcp_tools = offer.functions, offer.mcp
     reasoning = responses_reasoning(body.reasoning)
+    refuse_unsupported(body)
     options = {
         "reasoning_effort": reasoning["effort"],
         "model": body.model,
@@ -244,6 +268,7 @@ async def start_turn(
         "seed": body.seed,
         "user": body.user,
         "cache_salt": body.cache_salt,
+        **sampling_extras(body),
     }
     context = dataclasses.replace(context, program=chain)
 
@@ -254,6 +279,8 @@ async def start_turn(
         chat = chat_request(
             system + conversation, tools=offered_tools, tool_choice=tool_choice, max_tokens=max_tokens, **options
         )
+        if warmup or context.admitted:  # a warm-up's one token, a later round's budget left: min_tokens fits them
+            chat.min_tokens = min(chat.min_tokens, max_tokens or chat.min_tokens)
         run = await core.start(
             chat,
             request_id=reply_id,
@@ -296,6 +323,8 @@ async def start_turn(
         tool_choice=body.tool_choice or "auto",
         tools=offer.echoed + [echoed(tool) for _, tool in mcp_tools],
         top_p=params.top_p,
+        presence_penalty=params.presence_penalty,
+        frequency_penalty=params.frequency_penalty,
         truncation=body.truncation or "disabled",
         user=body.user,
         reasoning=reasoning,

@@ -111,3 +111,23 @@ def test_an_overdue_head_whose_adapter_waits_is_admitted_when_nothing_runs():
     results = run_all(core, max_steps=200)
     assert set(results) == {"c1", "d1"} and steps[0] == ["c1"]
     assert_clean(core)
+
+
+def test_an_overdue_head_whose_adapter_is_not_kept_waits_for_the_older_requests_alone():
+    """The bound of docs/lora.md: c1 is overdue and heads the queue, but the older a1 (running) keeps
+    the one adapter slot. Nothing is admitted past c1 meanwhile, the base-model x1 neither (the wait
+    bound: nothing passes an overdue head); c1 starts in the step after a1's last one, x1 beside it."""
+    core = lora_core(1)
+    steps = record_steps(core)
+    longer = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    core.add_request("a1", [5, 6, 7], longer, arrival_time=0.0, lora="a")
+    core.step()
+    core.add_request("c1", [8, 9], PARAMS, arrival_time=5.0, lora="c")
+    core.add_request("x1", [10, 11], PARAMS, arrival_time=6.0)
+    core.scheduler.requests["c1"].passed_since = core.scheduler.waiting.clock() - 1e6
+    results = run_all(core, max_steps=200)
+    assert set(results) == {"a1", "c1", "x1"}
+    last_a1 = max(i for i, step in enumerate(steps) if "a1" in step)
+    assert all(step == ["a1"] for step in steps[: last_a1 + 1])  # c1 held by the older a1, x1 behind c1
+    assert set(steps[last_a1 + 1]) == {"c1", "x1"}
+    assert_clean(core)

@@ -89,3 +89,17 @@ def test_the_kernel_form_over_the_slots_equals_the_segmented_form_and_leaves_bas
     assert torch.equal(kernel[base_rows], plain[base_rows])
     assert not torch.allclose(kernel[0], plain[0])  # the adapter rows did change
     assert kernel_step.slot_ids is None  # the step's slots are cleared after its forward pass
+
+
+def test_a_steps_slot_ids_are_each_rows_slot_once_per_token():
+    """`LoraStep`'s slot per token row, built from one entry per request row: base rows -1, a row
+    of no tokens nothing (its adapter, in no other row, takes no slot)."""
+    step = LoraStep()
+    step.slots = LoraSlots(SHAPES, 2, no_kernel, dtype=torch.float32, device=CPU)
+    a, b, idle = adapter("a", seed=1), adapter("b", seed=2), adapter("idle", seed=3)
+    with step.rows([(None, 2), (a, 3), (idle, 0), (b, 1), (a, 2), (None, 1)], CPU) as adapted:
+        assert adapted and step.slot_ids.dtype == torch.int32
+        assert step.slot_ids.tolist() == [-1, -1, 0, 0, 0, 1, 0, 0, -1]
+    assert idle.uid not in step.slots.resident()
+    with step.rows([(None, 4), (idle, 0)], CPU) as adapted:
+        assert not adapted and step.slot_ids is None
