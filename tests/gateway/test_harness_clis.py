@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -130,6 +131,37 @@ def test_codex_exec_completes_a_turn(clis: Path, harness_server: LiveServer, tmp
     assert sent["response_headers"]["x-agentgate-omitted-tools"] == "web_search"
     assert sorted(sent["body"]) == sorted(CODEX["body"])  # the fixture is what this version sends
     assert [t["type"] for t in sent["body"]["tools"]] == [t["type"] for t in CODEX["body"]["tools"]]
+
+
+@pytest.fixture(scope="module")
+def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The default model at the flags docs/harnesses/codex.md names for it, greedy (a reply that ends
+    on its own on every CPU, within the output budget Codex leaves to the server)."""
+    server = start_server(
+        tmp_path_factory.mktemp("harness-model-server"),
+        *("--omit-unrunnable-tools", "--max-tokens-default", "128", "--default-temperature", "0"),
+    )
+    yield server
+    server.stop()
+
+
+def test_codex_exec_completes_a_turn_on_the_default_model(clis: Path, model_server: LiveServer, tmp_path: Path):
+    """The real model reads Codex's whole prompt (without its namespace, as the docs say: 9,223
+    tokens with it, past the model's 8,192) and its answer ends the turn."""
+    with RecordingProxy(model_server.url) as proxy:
+        env = _codex_env(tmp_path, proxy.url)
+        command = [str(clis / "codex"), "exec", "--skip-git-repo-check", "--disable", "multi_agent", "Say hello."]
+        done = subprocess.run(
+            command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL
+        )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    posts = [e for e in proxy.exchanges if e["path"] == "/v1/responses"]
+    assert len(posts) == 1 and posts[0]["status"] == 200
+    assert "namespace" not in [t["type"] for t in posts[0]["body"]["tools"]]
+    used = re.search(r"tokens used\s+([\d,]+)", done.stdout + done.stderr)
+    assert used is not None and int(used.group(1).replace(",", "")) > 6000  # the whole prompt was read
+    answer = done.stdout.strip()
+    assert answer and "ERROR" not in done.stderr
 
 
 def test_claude_print_completes_a_turn(clis: Path, harness_server: LiveServer, tmp_path: Path):
