@@ -106,6 +106,10 @@ async def run_round(url: str, sessions: list[TraceSession], text: PromptText, la
             for session in sessions:
                 tasks.start_soon(one, session)
         wall = time.perf_counter() - t0
+    for record in records:
+        for turn in record.turns:
+            if turn.error is not None:
+                print(f"{label}: a session failed at turn {record.turns.index(turn) + 1}: {turn.error}", flush=True)
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:  # the wait bound in force now
         health = (await http.get("/health")).json()
     return {**summarize(records, wall), "max_wait_s": health.get("max_wait_s") or float("nan")}
@@ -118,13 +122,20 @@ def summarize(records: list[Program], wall: float) -> dict[str, float]:
     return {**figures, "ttft_p50": quantile(ttft, 0.5), "ttft_p99": quantile(ttft, 0.99)}
 
 
+def conversation_tokens(session: TraceSession) -> int:
+    """A session's final conversation as served: its last prompt and reply, its calls' replies at a
+    call's length and, for an agent, the tools' part of the prompt."""
+    calls = sum(max(0, CALL_TOKENS - t.output_tokens) for t in session.turns[:-1])
+    return session.final_tokens + calls + (TOOLS_PROMPT_TOKENS if len(session.turns) > 1 else 0)
+
+
 def default_blocks(sessions: list[TraceSession]) -> int:
-    """About half of the sessions' final conversations, tools and calls' replies included."""
-    tokens = 0
-    for session in sessions:
-        calls = sum(max(0, CALL_TOKENS - t.output_tokens) for t in session.turns[:-1])
-        tokens += session.final_tokens + calls + (TOOLS_PROMPT_TOKENS if len(session.turns) > 1 else 0)
-    return max(64, tokens // TOKENS_PER_BLOCK // 2)
+    """About half of the sessions' final conversations, and never less than the longest one with a
+    quarter to spare (the estimate leaves out the template's markup; a server's context is at most
+    its KV)."""
+    half = sum(map(conversation_tokens, sessions)) // TOKENS_PER_BLOCK // 2
+    longest = -(-max(map(conversation_tokens, sessions)) * 5 // 4 // TOKENS_PER_BLOCK)
+    return max(64, half, longest)
 
 
 def compare(servers: dict[str, Server], sessions: list[TraceSession], args: argparse.Namespace) -> None:
@@ -167,7 +178,7 @@ def main() -> None:
     p.add_argument("--server-args", default="", help="flags every server shares")
     args = p.parse_args()
     sessions = read_trace(args.trace, args.length_divisor, args.time_scale)[: args.max_sessions]
-    longest = max(s.final_tokens + TOOLS_PROMPT_TOKENS + CALL_TOKENS for s in sessions)
+    longest = max(map(conversation_tokens, sessions)) * 5 // 4
     blocks = args.num_kv_blocks or default_blocks(sessions)
     log_dir = Path(tempfile.mkdtemp(prefix="trace-replay-"))
     print(

@@ -124,13 +124,15 @@ def test_the_repository_trace_is_the_generator_s_output_and_reads_as_agents():
             assert after.hash_ids[: len(before.hash_ids) - 1] == before.hash_ids[:-1]  # the prefix is kept
 
 
-def test_about_half_of_the_final_conversations_fit():
-    lines = _lines(
+def test_about_half_of_the_final_conversations_fit_and_never_less_than_the_longest():
+    agent = [
         {"session_id": "a", "timestamp": 0, "input_length": 3200, "output_length": 16},
         {"session_id": "a", "delay": 10, "input_length": 6400, "output_length": 320},
-        {"timestamp": 0, "input_length": 1600, "output_length": 16},
-    )
-    sessions = parse_trace(lines)
-    # The agent: its final conversation, its call's reply at a call's length, the tools' prompt; then the single.
-    tokens = (6400 + 320 + (CALL_TOKENS - 16) + TOOLS_PROMPT_TOKENS) + (1600 + 16)
-    assert default_blocks(sessions) == tokens // TOKENS_PER_BLOCK // 2 == 269
+    ]
+    single = {"timestamp": 0, "input_length": 1600, "output_length": 16}
+    # The agent: its final conversation, its call's reply at a call's length, the tools' prompt.
+    agent_tokens = 6400 + 320 + (CALL_TOKENS - 16) + TOOLS_PROMPT_TOKENS
+    alone = parse_trace(_lines(*agent, single))
+    assert default_blocks(alone) == -(-agent_tokens * 5 // 4 // TOKENS_PER_BLOCK) == 548  # half (269) would not hold it
+    many = parse_trace(_lines(*agent, *[single] * 8))
+    assert default_blocks(many) == (agent_tokens + 8 * 1616) // TOKENS_PER_BLOCK // 2 == 623
