@@ -48,6 +48,7 @@ class ResponsesRequest(SamplingExtras, kw_only=True):
     reasoning: dict[str, Any] | None = None
     include: list[str] | None = None  # "reasoning.encrypted_content": reasoning items carry it sealed
     cache_salt: CacheSalt | None = None  # vLLM's extra: the prefix cache's salt
+    prompt_cache_key: str | None = None  # names the agent program of a response that starts a chain
     # Recognised so that a value asking for something this API cannot give is a 400 naming it:
     # one output per response (chat's ``n``), no logprobs in the output text yet.
     n: int | None = None

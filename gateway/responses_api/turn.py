@@ -246,6 +246,12 @@ async def start_turn(
         chain = previous.program or previous.response.id
         if context.engine is None and previous.engine is not None:
             context = dataclasses.replace(context, engine=previous.engine)
+    elif body.prompt_cache_key:
+        # A response that starts a chain under a prompt_cache_key is a turn of that key's program: an
+        # agent that keeps its own history (Codex: store false, no previous_response_id, one key a
+        # session) sends each turn as a new chain, which was a new program each time. Responses chained
+        # to this one inherit it.
+        chain = f"prompt_cache_key\0{body.prompt_cache_key}"
     if body.background and (not body.store or store is None):
         need_store(store, "background")
         raise BadRequestError("background responses must be stored: set `store` to true", param="background")
@@ -327,6 +333,7 @@ async def start_turn(
         frequency_penalty=params.frequency_penalty,
         truncation=body.truncation or "disabled",
         user=body.user,
+        prompt_cache_key=body.prompt_cache_key,
         reasoning=reasoning,
     )
     turn = Turn(response, run, store if response.store else None, context.key, conversation, input_items, chain, warmup)

@@ -14,11 +14,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentgate.engine.model_files.model_path import default_model_path
+from agentgate.engine.text.tokenizer import load_tokenizer
 from agentgate.gateway.anthropic_api.context_edits import apply_edits
 from agentgate.gateway.config.settings import Settings
 from agentgate.gateway.errors import BadRequestError
 from agentgate.gateway.tools.system_turns import place_system_turns, renders_later_system
+from tests.support.http import metrics
 from tests.support.inprocess import NULL_ENGINE, InProcessGateway
+from tests.support.mcp_scripts import script
+from tests.support.scripted_engine import scripted_gateway
 from tests.support.templates import QWEN25
 
 FIXTURES = Path(__file__).parent / "harness_requests"
@@ -166,3 +171,33 @@ def test_a_later_system_message_is_a_turn_or_folded_into_a_user_turn_per_templat
     assert place_system_turns(MISTRAL_LIKE, messages, {}) == [{"role": "user", "content": "hi\n\nS"}]
     later = [*messages, {"role": "user", "content": "next"}]
     assert place_system_turns(MISTRAL_LIKE, later, {})[-1] == {"role": "user", "content": "S\n\nnext"}
+
+
+def test_turns_that_keep_their_own_history_are_one_program_by_their_prompt_cache_key():
+    """Codex sends every turn as a new chain (store false, no previous_response_id) with its session
+    as prompt_cache_key: the turns are one program, so the turn after a tool call returns to its pin
+    (another key is another program). Each turn was a new program before."""
+    city = {"type": "object", "properties": {"city": {"type": "string"}}}
+    tool = {"type": "function", "name": "get_weather", "parameters": city}
+    settings = Settings(served_model_name=("m",))
+    with scripted_gateway(settings, script(load_tokenizer(default_model_path()))) as gateway:
+
+        def turn(request_id: str, key: str, items: list) -> dict:
+            body = {"model": "m", "input": items, "tools": [tool], "store": False, "prompt_cache_key": key}
+            r = gateway.client.post("/v1/responses", json=body, headers={"X-Request-Id": request_id})
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        def returning() -> float:  # pins released because their program's next turn came
+            return metrics(gateway.client)["agentgate_kv_retention_released_returned_total"]
+
+        asked = [{"role": "user", "content": "The weather in Paris?"}]
+        first = turn("client-1", "session-a", asked)
+        assert first["prompt_cache_key"] == "session-a"  # echoed, as OpenAI's response object does
+        [call] = [item for item in first["output"] if item["type"] == "function_call"]
+        answered = [*asked, call, {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}]
+        before = returning()
+        turn("client-2", "session-a", answered)
+        assert returning() == before + 1, "the turn after the call did not come back to its program's pin"
+        turn("client-3", "session-b", answered)
+        assert returning() == before + 1, "another prompt_cache_key's turn took this program's pin"
