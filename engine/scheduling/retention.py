@@ -141,7 +141,8 @@ class KVRetention:
         tag = request.program
         if tag is None:
             return
-        if tag.after_tool_calls and not request.ever_scheduled:
+        # A return this engine saw the call of: a client's tool-call tail alone is not counted (issue 50's rule).
+        if request.returns_after_tools and not request.ever_scheduled:
             self.counts.returning_turns += 1
             self.counts.returning_queries_tokens += request.num_tokens
             self.counts.returning_hits_tokens += num_cached

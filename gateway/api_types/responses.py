@@ -10,9 +10,9 @@ field of anything it cannot take.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from msgspec import Struct, field
+from msgspec import Meta, Struct, field
 
 from agentgate.gateway.api_types.openai import CacheSalt, SamplingExtras
 
@@ -36,8 +36,8 @@ class ResponsesRequest(SamplingExtras, kw_only=True):
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
     max_output_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None  # chat's ranges, and its 400
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
     seed: int | None = None  # not in OpenAI's API; vLLM's extra, for reproducible replies
     metadata: dict[str, str] | None = None
     store: bool = True

@@ -23,7 +23,7 @@ _COUNTERS = {
     "released_pressure": "Pins released for memory (bound or pressure).",
     "released_no_tool_call": "Pins released because the turn called no tool.",
     "released_loop_ended": "Pins of server-run tools released because the tool loop stopped after them.",
-    "returning_turns": "Turns returning after tool calls.",
+    "returning_turns": "Turns returning after tool calls their program's last turn made on this engine.",
     "returning_queries_tokens": "Prompt tokens of returning turns looked up in the prefix cache.",
     "returning_hits_tokens": "Prompt tokens of returning turns found in the prefix cache.",
     "tool_gaps": "Tool gaps observed (a turn's end to its program's next turn).",

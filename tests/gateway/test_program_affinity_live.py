@@ -67,5 +67,6 @@ def test_a_program_returning_through_another_gateway_hits_its_pinned_conversatio
     assert fresh_engine != engine and fresh_cached < history // 2, (fresh_engine, fresh_cached)
     retention = stats["retention"]  # both engines' figures, summed
     assert retention["released_returned"] == 1, retention  # the pin was there until the program's turn came back
-    assert retention["returning_turns"] == 2 and retention["returning_hits_tokens"] >= cached, retention
+    # agent-7's; agent-8's tool-call tail is the client's word (no engine saw it call), not a return
+    assert retention["returning_turns"] == 1 and retention["returning_hits_tokens"] >= cached, retention
     assert retention["tool_gaps"] == 1, retention  # the returning program's; the fresh one has no previous turn

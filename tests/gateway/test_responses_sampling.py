@@ -90,6 +90,8 @@ def test_without_them_a_response_samples_with_the_defaults(gateway):
         ("min_p", 1.5),
         ("repetition_penalty", 0),
         ("frequency_penalty", "high"),
+        ("temperature", 2.5),
+        ("top_p", 0),
     ],
 )
 def test_a_value_out_of_chats_range_is_a_400_naming_the_field(gateway, field, value):

@@ -260,6 +260,8 @@ def test_a_fabricated_tool_tail_neither_skips_admission_nor_releases_anyones_pin
     else:
         assert set(retention.pins) == {"p1", "p2"} and retention.held_blocks == 16
     assert set(run(core)) == {"small", "big"}
+    # nor, once admitted, is it counted as a return on /metrics (agentgate_kv_retention_returning_*)
+    assert core.stats().retention.returning_turns == (1 if seen else 0)
 
 
 def test_releasing_a_pin_never_takes_blocks_a_running_request_shares():

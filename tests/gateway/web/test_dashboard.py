@@ -168,8 +168,9 @@ SEARCH = {"type": "function", "function": {"name": "search", "parameters": {"typ
 
 
 def program_turns(server) -> None:
-    """An agent program's two turns (``prompt_cache_key``, tools offered): a first one, then
-    one that returns with a tool's result after the call its assistant message made."""
+    """An agent program's two turns (``prompt_cache_key``, tools offered): a first one, then one
+    whose messages end in a call and its result. The null runner's first reply calls nothing, so
+    the call is the client's word: the second turn is no return on the engine's count."""
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Find the answer."}]
     call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
     returning = [
@@ -188,15 +189,18 @@ def test_the_retention_panel_shows_the_engines_figures(page: Page, pg):
     program_turns(pg)
     after = dashboard_stats(pg)["retention"]
     assert after["pinned_total"] >= before["pinned_total"] + 2  # each turn offered tools: its KV was pinned
-    assert after["returning_turns"] == before["returning_turns"] + 1 and after["tool_gaps"] == before["tool_gaps"] + 1
-    assert after["returning_hits_tokens"] > before["returning_hits_tokens"]  # the first turn's prefix
+    assert after["tool_gaps"] == before["tool_gaps"] + 1
+    # A tool-call tail no engine saw called is not counted as a return (engine/scheduling/retention.py)
+    assert after["returning_turns"] == before["returning_turns"]
+    assert after["returning_hits_tokens"] == before["returning_hits_tokens"]
     open_dashboard(page, pg.url, ADMIN_KEY)
 
     def figure(label: str):
         return page.locator(f'#retention dt:text-is("{label}") + dd')
 
-    rate = round(100 * after["returning_hits_tokens"] / after["returning_queries_tokens"])
-    expect(figure("Returning turns")).to_have_text(f"{after['returning_turns']} · prefix hit rate {rate}%")
+    queries = after["returning_queries_tokens"]  # none where this server never saw a real return
+    rate = f"{round(100 * after['returning_hits_tokens'] / queries)}%" if queries else "–"
+    expect(figure("Returning turns")).to_have_text(f"{after['returning_turns']} · prefix hit rate {rate}")
     expect(figure("Tool gaps")).to_have_text(re.compile(rf"^{after['tool_gaps']} observed · mean \d+\.\d s$"))
     expect(figure("Pinned now")).to_have_text(re.compile(r"^\d+ programs? · \d+ of at most 32 KV blocks$"))
     expect(figure("Pins made")).to_have_text(str(after["pinned_total"]))
