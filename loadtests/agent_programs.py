@@ -32,6 +32,7 @@ import shlex
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -260,16 +261,26 @@ def summarize(programs: list[Program], wall: float) -> dict[str, float]:
     }
 
 
-def compare(servers: dict[str, Server], label: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    """Alternate the servers for ``--rounds`` rounds; print each and the medians."""
+def alternate_rounds(
+    servers: dict[str, Server], rounds: int, label: str, run_one: Callable[[str, int, str], dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """``run_one(url, round, server name)`` on each server for ``rounds`` rounds, the order reversed every
+    other round; each round printed; the medians per server."""
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
-    for number in range(args.rounds):
+    for number in range(rounds):
         order = list(servers) if number % 2 == 0 else list(reversed(servers))
         for name in order:
-            result = anyio.run(run_round, servers[name].url, f"{label}-r{number}", args)
+            result = run_one(servers[name].url, number, name)
             runs[name].append(result)
             print(f"{label} round {number} {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in result.items()), flush=True)
-    medians = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
+    return {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
+
+
+def compare(servers: dict[str, Server], label: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Alternate the servers for ``--rounds`` rounds; print each and the medians."""
+    medians = alternate_rounds(
+        servers, args.rounds, label, lambda url, number, _name: anyio.run(run_round, url, f"{label}-r{number}", args)
+    )
     base = medians["off/fcfs"]
     print(f"\n{label}: medians of {args.rounds} rounds, {args.agents} agents x {args.turns} turns")
     print(

@@ -118,8 +118,7 @@ def _turn(number: int, row: dict, first: bool, divisor: int, scale: float) -> Tr
     given = row.get("hash_ids") or []
     if not isinstance(given, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in given):
         raise TraceError(f"line {number}: 'hash_ids' must be a list of integers")
-    # Blocks the line names no id for are its own: ids below zero never occur in a trace.
-    own = [-(number * 100_000 + i) - 1 for i in range(len(given), blocks)]
+    own = [own_block(number, i) for i in range(len(given), blocks)]
     return TraceTurn(
         line=number,
         timestamp_s=timestamp,
@@ -128,6 +127,12 @@ def _turn(number: int, row: dict, first: bool, divisor: int, scale: float) -> Tr
         output_tokens=max(1, round(output_length / divisor)),
         hash_ids=tuple(given[:blocks]) + tuple(own),
     )
+
+
+def own_block(line: int, index: int) -> int:
+    """The id of block ``index`` (below 100,000) that only line ``line`` has: ids below zero never occur
+    in a trace. Indexes from 50,000 are the replay's own extra text (:meth:`PromptText.growth`)."""
+    return -(line * 100_000 + index) - 1
 
 
 class PromptText:
@@ -167,7 +172,7 @@ class PromptText:
         seen = set(previous.hash_ids)
         new = [h for h in turn.hash_ids if h not in seen]
         # Past the trace's own new blocks, the turn's extra text comes from blocks only it has.
-        extra = (-(turn.line * 100_000 + 50_000 + i) - 1 for i in range(math.ceil(tokens / self.block_tokens)))
+        extra = (own_block(turn.line, 50_000 + i) for i in range(math.ceil(tokens / self.block_tokens)))
         return "".join(" " + w for w in self._words_of([*new, *extra], tokens))
 
 

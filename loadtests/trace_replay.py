@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -45,6 +44,7 @@ from agentgate.loadtests.agent_programs import (
     VARIANTS,
     Program,
     Turn,
+    alternate_rounds,
     quantile,
     send_turn,
 )
@@ -140,16 +140,13 @@ def default_blocks(sessions: list[TraceSession]) -> int:
 
 def compare(servers: dict[str, Server], sessions: list[TraceSession], args: argparse.Namespace) -> None:
     tokenizer = load_tokenizer(default_model_path() if args.model is None else args.model)
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
-    for number in range(args.rounds):
-        order = list(servers) if number % 2 == 0 else list(reversed(servers))
-        for name in order:
-            label = f"trace-r{number}-{name}"
-            text = PromptText(tokenizer, BLOCK_TOKENS // args.length_divisor, salt=label)
-            result = anyio.run(run_round, servers[name].url, sessions, text, label)
-            runs[name].append(result)
-            print(f"round {number} {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in result.items()), flush=True)
-    medians = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
+
+    def one_round(url: str, number: int, name: str) -> dict[str, float]:
+        label = f"trace-r{number}-{name}"  # each round's own block texts: no round hits another's cache
+        text = PromptText(tokenizer, BLOCK_TOKENS // args.length_divisor, salt=label)
+        return anyio.run(run_round, url, sessions, text, label)
+
+    medians = alternate_rounds(servers, args.rounds, "trace", one_round)
     base = medians["off/fcfs"]
     print(f"\nmedians of {args.rounds} rounds, {len(sessions)} sessions")
     print(
