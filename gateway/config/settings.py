@@ -73,7 +73,13 @@ class Settings(HarnessSettings, ReasoningSettings, McpSettings, LoraSettings, Gr
         "exact number of KV cache blocks (default: measured)", default=None, engine=True
     )
     device: str = setting("engine device: auto, cpu, cuda, cuda:N", default="auto", engine=True)
-    dtype: str = setting("engine dtype: auto, float32, float16, bfloat16", default="auto", engine=True)
+    dtype: str = setting(
+        "engine dtype: auto (CUDA: the model's, bfloat16 for float32 ones; CPU: bfloat16 where it has AVX512-BF16 "
+        "or AMX, else float32), "
+        "float32, float16, bfloat16",
+        default="auto",
+        engine=True,
+    )
     quantization: str = setting(
         "CPU weights: auto (a GGUF file's Q4_0/Q4_1/Q4_K/Q8_0 weights as stored), none (dense), "
         "int8 or int4 (at most that many bits per weight, quantizing at load what is wider)",

@@ -7,7 +7,7 @@ import torch
 
 from agentgate.engine.errors import ModelLoadError
 from agentgate.engine.layers.rope import RopeScaling
-from agentgate.engine.models.config import config_from_hf, read_hf_config, resolve_dtype
+from agentgate.engine.models.config import config_from_hf, cpu_has_native_bf16, read_hf_config, resolve_dtype
 
 QWEN3_CONFIG = Path(__file__).parents[3] / "loadtests/configs/qwen3-0.6b/config.json"
 
@@ -104,8 +104,7 @@ def test_bad_configs(change, problem):
 def test_resolve_dtype():
     config = config_from_hf(LLAMA_31, source="x")  # torch_dtype bfloat16
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    native_bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    assert resolve_dtype("auto", config, cpu) == (torch.bfloat16 if native_bf16 else torch.float32)
+    assert resolve_dtype("auto", config, cpu) == (torch.bfloat16 if cpu_has_native_bf16() else torch.float32)
     assert resolve_dtype("auto", config, cuda) == torch.bfloat16
     fp16 = config_from_hf({**LLAMA_31, "torch_dtype": "float16"}, source="x")
     assert resolve_dtype("auto", fp16, cuda) == torch.float16
@@ -114,3 +113,12 @@ def test_resolve_dtype():
     assert resolve_dtype("float16", config, cpu) == torch.float16
     with pytest.raises(ModelLoadError, match="unsupported dtype 'fp8'"):
         resolve_dtype("fp8", config, cpu)
+
+
+def test_native_bf16_means_the_cpu_flags_not_onednns_emulation():
+    """bfloat16 by default only where the CPU says it has bf16 dot products: oneDNN's own check is true
+    on every AVX-512 CPU, where its bf16 is emulated and slower than float32."""
+    flags = set(
+        next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")).split()
+    )
+    assert cpu_has_native_bf16() == bool({"avx512_bf16", "amx_bf16"} & flags)
