@@ -135,11 +135,13 @@ def test_codex_exec_completes_a_turn(clis: Path, harness_server: LiveServer, tmp
 
 @pytest.fixture(scope="module")
 def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """The default model at the flags docs/harnesses/codex.md names for it, greedy (a reply that ends
-    on its own on every CPU, within the output budget Codex leaves to the server)."""
+    """The default model at the flags docs/harnesses/codex.md names for it: greedy, with a repetition
+    penalty so that the reply ends on its own within the output budget Codex leaves to the server
+    (greedy alone repeated one sentence until the budget cut it on a 2-core AVX-512 Xeon)."""
     server = start_server(
         tmp_path_factory.mktemp("harness-model-server"),
         *("--omit-unrunnable-tools", "--max-tokens-default", "128", "--default-temperature", "0"),
+        *("--default-repetition-penalty", "1.3"),
     )
     yield server
     server.stop()
