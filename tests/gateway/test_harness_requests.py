@@ -38,9 +38,10 @@ MISTRAL_LIKE = (  # a template that allows a system message only first, as Mistr
 @pytest.fixture(scope="module")
 def harness_gateway():
     """What the harness docs name: a 32k context (null runner), overflowing max_tokens clamped,
-    hosted tools it cannot run left out."""
+    hosted tools it cannot run left out. Steps take no time: Claude Code's first request, clamped,
+    decodes some 20,000 tokens (82 s at the shared null engine's 4 ms a step)."""
     settings = Settings(max_tokens_overflow="clamp", omit_unrunnable_tools=True)
-    with InProcessGateway(settings, dataclasses.replace(NULL_ENGINE, max_model_len=32768)) as gw:
+    with InProcessGateway(settings, dataclasses.replace(NULL_ENGINE, max_model_len=32768, null_step_seconds=0.0)) as gw:
         yield gw
 
 
