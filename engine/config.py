@@ -131,7 +131,8 @@ class EngineConfig:
                   Copies are kept only while they fit in half of the memory
                   available after loading (`engine.kernel_choice.dense_budget`).
     cache_dir:    where measurements at load are remembered between starts
-                  (the crossover, the prompt-row checks: `engine.kernel_choice.row_choice_cache`);
+                  (the crossover, the prompt-row checks, --deterministic's linear checks:
+                  `engine.kernel_choice.row_choice_cache`);
                   None: ``$XDG_CACHE_HOME/agentgate``, else ``~/.cache/agentgate``.
     remeasure:    measure them again at this start and rewrite what is remembered.
     kv_retention: "auto" (default): when a program's turn ends in tool calls, its

@@ -16,6 +16,7 @@ from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.kernel_choice.decode_exactness import batch_dependent_decode_linears
 from agentgate.engine.kernel_choice.draft_exactness import drafted_rows_verdict
 from agentgate.engine.kernel_choice.row_choice import choose_by_rows, release_quantized_weights
+from agentgate.engine.kernel_choice.row_choice_cache import MeasurementCache
 from agentgate.engine.kernel_choice.row_invariance import NoInvariantMode, make_rows_invariant
 from agentgate.engine.loaders.quantization import describe
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
@@ -140,7 +141,8 @@ class TorchModelRunner(ModelRunner):
             try:
                 self.model.make_batch_invariant()
                 dtype = self.model.embed_tokens.weight.dtype
-                linears = make_rows_invariant(self.model, dtype, config.max_num_batched_tokens)
+                remembered = MeasurementCache(cache_dir, remeasure=config.remeasure)
+                linears = make_rows_invariant(self.model, dtype, config.max_num_batched_tokens, remembered)
             except NoInvariantMode as exc:
                 raise InvalidRequestError(
                     f"--deterministic cannot be honoured on this CPU: {exc}; start without it", "deterministic"

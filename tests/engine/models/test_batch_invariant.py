@@ -25,6 +25,7 @@ from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
 from agentgate.engine.errors import InvalidRequestError
 from agentgate.engine.kernel_choice import row_invariance as row_check
+from agentgate.engine.kernel_choice.row_choice_cache import MeasurementCache
 from agentgate.engine.kernel_choice.row_invariance import (
     NoInvariantMode,
     make_rows_invariant,
@@ -156,6 +157,27 @@ def test_the_check_finds_a_difference_that_shows_only_in_large_batches():
     # stopped at small batches (as it once did, at 19) would keep it as is.
     assert row_invariance(_BlockingAtLargeBatches(), torch.float32, max_rows=15) == "as is"
     assert row_invariance(_BlockingAtLargeBatches(), torch.float32, max_rows=16) == "tiles"
+
+
+def test_a_verdict_is_remembered_between_starts_per_row_limit_and_checked_again_on_remeasure(tmp_path):
+    calls = []
+
+    class Counted(_BlockingAtLargeBatches):
+        def forward(self, x):
+            calls.append(x.shape[0])
+            return super().forward(x)
+
+    def start(max_rows: int = 32, remeasure: bool = False) -> tuple[dict, int]:
+        calls.clear()
+        cache = MeasurementCache(tmp_path, remeasure=remeasure)
+        return dict(make_rows_invariant(nn.Sequential(Counted()), torch.float32, max_rows, cache)), len(calls)
+
+    first, checked = start()
+    again, remembered = start()
+    assert first == again == {"tiles": 1}
+    assert remembered * 10 < checked  # only the cost's two timings, not the check's hundreds of calls
+    assert start(max_rows=15) == ({"as is": 1}, start(max_rows=15, remeasure=True)[1])  # its own verdict, checked
+    assert start(remeasure=True) == ({"tiles": 1}, checked)
 
 
 def test_probe_sizes_cover_small_batches_and_each_power_of_two_up_to_the_limit():
