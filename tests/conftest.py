@@ -39,26 +39,31 @@ def anyio_backend():
     return "asyncio"
 
 
-# The longest test files, longest first (seconds of their own tests in the top 60 of a full run
-# beside other jobs on the 2-core Xeon, issue 54): scripts/test.sh hands whole files to two workers
-# in collection order, so the long ones start first and the short ones fill in around them, instead
-# of one long file ending the run.
+# The longest test files, longest first (seconds of their tests in a full run beside the other worker
+# on the 2-core AVX-512 Xeon, issue 54): scripts/test.sh hands whole files to two workers in
+# collection order, so the long ones start first and the short ones fill in around them, instead of
+# one long file ending the run.
 LONGEST_FIRST = (
-    "tests/gateway/test_tools_live.py",  # ~765: generating tests on two servers of their own
-    "tests/gateway/test_tools_speculative_live.py",  # ~193: one, on a speculative server
-    "tests/engine/test_structured_output.py",  # ~90: two --deterministic starts (~40 s each)
-    "tests/gateway/test_greedy_retry_live.py",  # ~82
-    "tests/gateway/test_kv_retention_live.py",  # ~66
-    "tests/test_readme.py",  # ~62
+    "tests/gateway/test_tools_live.py",  # ~686: generating tests on two servers of their own
+    "tests/gateway/test_tools_speculative_live.py",  # ~128: one, on a speculative server
+    "tests/gateway/test_harness_clis.py",  # ~120: two CLIs installed, one turn on the default model
+    "tests/gateway/test_greedy_retry_live.py",  # ~93
+    "tests/engine/test_structured_output.py",  # ~84: two --deterministic starts
+    "tests/gateway/test_kv_retention_live.py",  # ~63
+    "tests/gateway/test_structured_constraints.py",  # ~59
     "tests/engine/test_llm.py",  # ~57
+    "tests/gateway/test_reasoning_live.py",  # ~54
+    "tests/reliability/test_multi_host.py",  # ~50
+    "tests/gateway/test_pydantic_ai_live.py",  # ~50
     "tests/reliability/test_engine_discovery.py",  # ~49
-    "tests/engine/speculative/test_default_speculation.py",  # ~49
-    "tests/reliability/test_multi_host.py",  # ~41
-    "tests/reliability/test_fuzz.py",  # ~32
-    "tests/reliability/test_replica_liveness.py",  # ~29
-    "tests/gateway/test_program_affinity_live.py",  # ~29
-    "tests/engine/core/test_step_budget_live.py",  # ~29
-    "tests/loadtests/test_tool_agents.py",  # ~25
+    "tests/engine/speculative/test_default_speculation.py",  # ~45
+    "tests/gateway/test_lora_live.py",  # ~44
+    "tests/gateway/test_multi_cluster.py",  # ~43
+    "tests/gateway/web/test_playground.py",  # ~39
+    "tests/reliability/test_fuzz.py",  # ~38
+    "tests/loadtests/test_gpu_check.py",  # ~38
+    "tests/gateway/test_responses_api.py",  # ~37
+    "tests/test_readme.py",  # ~36
 )
 
 
