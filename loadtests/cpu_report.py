@@ -43,6 +43,7 @@ from agentgate.engine.kernel_choice.row_invariance import choose_mode
 from agentgate.engine.layers.batch_invariant import MAX_CHECKED_ROWS
 from agentgate.engine.layers.cpu_linear import PackedLinear, can_pack
 from agentgate.engine.loaders import load_model
+from agentgate.engine.models.config import cpu_has_native_bf16
 from agentgate.engine.models.llama import CausalLM
 from agentgate.loadtests import bandwidth
 
@@ -119,8 +120,8 @@ def isa_lines() -> list[str]:
     """Part 1: the CPU and what the math libraries make of it (no model, ~1 s)."""
     flags = cpu_flags()
     x = torch.randn(16, 64)
-    bf16_native = can_pack(torch.bfloat16)
-    packed = PackedLinear(x.bfloat16(), None) if bf16_native else None
+    bf16_packs = can_pack(torch.bfloat16)
+    packed = PackedLinear(x.bfloat16(), None) if bf16_packs else None
     # The first verbose call of each library names its ISA (oneDNN's "info" lines, MKL's banner).
     first = blas_verbose(lambda: (x @ x.T, packed(x.bfloat16()) if packed is not None else None))
     onednn_isa = next((line.split("isa:", 1)[1] for line in first if ",isa:" in line), "not reported")
@@ -135,7 +136,8 @@ def isa_lines() -> list[str]:
         "isa flags: " + " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in ISA_FLAGS),
         f"amx: usable={'yes' if granted and onednn_amx else 'no'} (cpu flags: {' '.join(amx_flags) or 'none'}; "
         f"kernel grants tiles: {'yes' if granted else 'no'}; oneDNN uses it: {'yes' if onednn_amx else 'no'})",
-        f"oneDNN: isa {onednn_isa}; native bf16 (packed bf16 linears): {'yes' if bf16_native else 'no'}",
+        f"oneDNN: isa {onednn_isa}; bf16 linears (packed): {'yes' if bf16_packs else 'no'}; bf16 in hardware "
+        f"(--dtype auto takes bfloat16): {'yes' if cpu_has_native_bf16() else 'no, float32'}",
         f"MKL: {mkl_isa}",
     ]
 

@@ -23,6 +23,9 @@ def test_the_brief_report_names_this_cpu_and_what_the_libraries_use(capfd):
     )
     if "amx_tile" not in flags:
         assert lines[2].startswith("amx: usable=no")
+    # bf16 by default only with bf16 in hardware: oneDNN's packed bf16 linears run (emulated) on any AVX-512.
+    in_hardware = "yes" if {"avx512_bf16", "amx_bf16"} & flags else "no, float32"
+    assert lines[3].endswith(f"bf16 in hardware (--dtype auto takes bfloat16): {in_hardware}"), lines[3]
     memory = re.fullmatch(
         r"memory: ([\d.]+) GB/s streaming read \(512 MB tensor summed at (\d+) threads, .*\)", lines[5]
     )
