@@ -135,9 +135,9 @@ def test_codex_exec_completes_a_turn(clis: Path, harness_server: LiveServer, tmp
 
 @pytest.fixture(scope="module")
 def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """The default model at the flags docs/harnesses/codex.md names for it, greedy, on one thread: the
-    engine's thread count otherwise follows the machine's load, which can change the kernels' rounding
-    (a reply that ended alone ran to the budget inside the suite on a 2-core AVX-512 Xeon)."""
+    """The default model at the flags docs/harnesses/codex.md names for it, greedy, on one thread (the
+    engine's thread count otherwise follows the machine's load), so that the reply is the same alone and
+    inside the suite for the same prompt (`fixed_workdir`)."""
     server = start_server(
         tmp_path_factory.mktemp("harness-model-server"),
         *("--omit-unrunnable-tools", "--max-tokens-default", "128", "--default-temperature", "0"),
@@ -147,16 +147,28 @@ def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServe
     server.stop()
 
 
-PROMPT = "Reply with only the word: hello"
+PROMPT = "Say hello."
 
 
-def test_codex_exec_completes_a_turn_on_the_default_model(clis: Path, model_server: LiveServer, tmp_path: Path):
+@pytest.fixture
+def fixed_workdir() -> Iterator[Path]:
+    """One working directory, whatever pytest names its temporary ones: Codex writes its path into the
+    prompt (with the date and the time zone), and a greedy reply of the small model moves with it."""
+    workdir = Path("/tmp/agentgate-codex-default-model")
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir()
+    yield workdir
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_codex_exec_completes_a_turn_on_the_default_model(clis: Path, model_server: LiveServer, fixed_workdir: Path):
     """The real model reads Codex's whole prompt (without its namespace, as the docs say: 9,223
-    tokens with it, past the model's 8,192) and its answer ends the turn."""
+    tokens with it, past the model's 8,192) and its answer ends the turn. The prompt holds the date,
+    so whether a greedy answer ends within the budget can change from one day to the next."""
     with RecordingProxy(model_server.url) as proxy:
-        env = _codex_env(tmp_path, proxy.url)
+        env = _codex_env(fixed_workdir, proxy.url) | {"TZ": "Etc/UTC"}
         command = [str(clis / "codex"), "exec", "--skip-git-repo-check", "--disable", "multi_agent", PROMPT]
-        done = _run(command, env, tmp_path, timeout=240)  # the model reads the whole prompt on the CPU
+        done = _run(command, env, fixed_workdir, timeout=240)  # the model reads the whole prompt on the CPU
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     posts = [e for e in proxy.exchanges if e["path"] == "/v1/responses"]
     assert len(posts) == 1 and posts[0]["status"] == 200
