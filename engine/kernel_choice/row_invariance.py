@@ -154,17 +154,15 @@ def choose_mode(
     verdict remembered for this kernel, dtype and ``max_rows`` where there is one, else checked
     and remembered."""
     key = cache_key(f"deterministic mode {CHECK_REVISION} {dtype} max_rows={max_rows}", kernel_signature(linear))
-    remembered = None if cache is None else cache.recall(key)
-    if remembered is not None and remembered.value in MODES:
-        mode = remembered.value
-    else:
-        remembered, mode = None, row_invariance(linear, dtype, max_rows)
-        if cache is not None:
-            cache.remember(key, mode)
+    entry = None if cache is None else cache.recall(key)
+    from_cache = entry is not None and entry.value in MODES
+    mode = entry.value if from_cache else row_invariance(linear, dtype, max_rows)
+    if cache is not None and not from_cache:
+        cache.remember(key, mode)
     x = torch.randn(min(cost_rows, max_rows), linear.in_features, generator=torch.Generator().manual_seed(1)).to(dtype)
     label = f"{type(linear).__name__} {linear.in_features}x{linear.out_features}"
     wrapped = RowInvariantLinear(linear, mode, max_rows)
-    return ModeChoice(mode, label, x.shape[0], _time_ms(linear, x), _time_ms(wrapped, x), remembered is not None)
+    return ModeChoice(mode, label, x.shape[0], _time_ms(linear, x), _time_ms(wrapped, x), from_cache)
 
 
 def make_rows_invariant(

@@ -74,9 +74,8 @@ class Settings(HarnessSettings, ReasoningSettings, McpSettings, LoraSettings, Gr
     )
     device: str = setting("engine device: auto, cpu, cuda, cuda:N", default="auto", engine=True)
     dtype: str = setting(
-        "engine dtype: auto (CUDA: the model's, bfloat16 for float32 ones; CPU: bfloat16 where it has AVX512-BF16 "
-        "or AMX, else float32), "
-        "float32, float16, bfloat16",
+        "engine dtype: float32, float16, bfloat16 or auto (CUDA: the model's, bfloat16 for float32 ones; "
+        "CPU: bfloat16 where it has AVX512-BF16 or AMX, else float32)",
         default="auto",
         engine=True,
     )
