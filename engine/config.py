@@ -18,6 +18,7 @@ RUNNERS: tuple[str, ...] = ("overlap", "sync", "null")
 DTYPES: tuple[str, ...] = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATIONS: tuple[str, ...] = ("auto", "none", "int8", "int4")
 BATCHED_MATMULS: tuple[str, ...] = ("auto", "quantized")
+CPU_ATTENTIONS: tuple[str, ...] = ("auto", "torch")
 # The choices of --scheduling-policy (engine.core_parts.make_queue), kept here so front ends import this module
 # without the engine.
 SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "program")
@@ -130,6 +131,11 @@ class EngineConfig:
                   (`engine.kernel_choice.row_choice`). --deterministic implies it.
                   Copies are kept only while they fit in half of the memory
                   available after loading (`engine.kernel_choice.dense_budget`).
+    cpu_attention: "auto" (default): a CPU's decode rows through the compiled
+                  kernel (`engine.attention.cpu_native`), built with the C
+                  compiler at first start and kept in cache_dir; "torch": the
+                  plain-torch path. Auto falls back to torch, saying why, where
+                  no compiler builds it or the model's heads do not fit it.
     cache_dir:    where measurements at load are remembered between starts
                   (the crossover, the prompt-row checks, --deterministic's linear checks:
                   `engine.kernel_choice.row_choice_cache`);
@@ -159,6 +165,7 @@ class EngineConfig:
     dtype: str = "auto"
     quantization: str = "auto"
     batched_matmul: str = "auto"
+    cpu_attention: str = "auto"
     cache_dir: str | None = None
     remeasure: bool = False
     deterministic: bool = False
@@ -228,6 +235,10 @@ class EngineConfig:
         if self.batched_matmul not in BATCHED_MATMULS:
             raise InvalidRequestError(
                 f"batched_matmul must be one of {BATCHED_MATMULS}, got {self.batched_matmul!r}", "batched_matmul"
+            )
+        if self.cpu_attention not in CPU_ATTENTIONS:
+            raise InvalidRequestError(
+                f"cpu_attention must be one of {CPU_ATTENTIONS}, got {self.cpu_attention!r}", "cpu_attention"
             )
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:

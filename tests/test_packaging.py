@@ -66,6 +66,7 @@ def test_the_wheel_installs_only_agentgate_and_imports_beside_the_agents_sdk(tmp
     ):
         assert static + page_file in names, f"the wheel lacks {page_file}: the web pages would break once installed"
     assert "agentgate/loadtests/traces/agent_sessions.jsonl" in names, "the trace replay's default trace is missing"
+    assert "agentgate/engine/kernels/decode_attention_cpu.c" in names, "the CPU kernel's source is missing"
     assert tops == {"agentgate", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
 
     target = tmp_path / "site"

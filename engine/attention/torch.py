@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -11,6 +11,9 @@ import torch.nn.functional as F
 from agentgate.engine.attention.base import AttentionMetadata
 from agentgate.engine.attention.torch_rotary import KvSlots, rope_factors, rotate, write_kv_at
 from agentgate.engine.step_rows import decode_row_count, is_small_step
+
+if TYPE_CHECKING:
+    from agentgate.engine.attention.cpu_native import NativeDecodeAttention
 
 
 def gather_context(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -51,13 +54,15 @@ def _paged_attention(
     scale: float,
     num_decoding: int,
     decode: _DecodeRows | None,
+    native: NativeDecodeAttention | None = None,
 ) -> torch.Tensor:
-    """`paged_attention` with the step's decode rows worked out (`_DecodeRows.of`)."""
+    """`paged_attention` with the step's decode rows worked out (`_DecodeRows.of`); ``native``: the
+    compiled kernel the decode rows take instead of `_decode_attention`, where it is loaded."""
     if decode is not None and decode.tokens is None:
-        return _decode_rows_attention(query, k_cache, v_cache, scale, decode)
+        return _decode_rows_attention(query, k_cache, v_cache, scale, decode, native)
     out = torch.zeros_like(query)
     if decode is not None:
-        out[decode.tokens] = _decode_rows_attention(query[decode.tokens], k_cache, v_cache, scale, decode)
+        out[decode.tokens] = _decode_rows_attention(query[decode.tokens], k_cache, v_cache, scale, decode, native)
     starts = meta.query_start_loc_cpu.tolist()
     group = query.shape[1] // k_cache.shape[2]
     for i, seq_len in enumerate(meta.seq_lens_cpu.tolist()):
@@ -187,6 +192,11 @@ class _DecodeRows(NamedTuple):
     # In a small step whose decode rows read contexts of different block counts: the rows (of the
     # decode rows, in order) of each block count, with their own plan; empty otherwise.
     parts: tuple[tuple[torch.Tensor, _DecodePlan], ...] = ()
+    # The decode rows' block tables, context lengths and longest context (what the compiled
+    # kernel, `cpu_native`, reads instead of the plan).
+    block_tables: torch.Tensor | None = None
+    seq_lens: torch.Tensor | None = None
+    max_seq_len: int = 0
 
     @classmethod
     def of(
@@ -206,7 +216,7 @@ class _DecodeRows(NamedTuple):
                 query, k_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, shared, has_empty_rows
             )
             parts = _parts_by_blocks(query, k_cache, meta.block_tables, meta.seq_lens_cpu.tolist()) if small else ()
-            return cls(None, plan, False, parts)
+            return cls(None, plan, False, parts, meta.block_tables, meta.seq_lens, meta.max_seq_len)
         starts = meta.query_start_loc_cpu.tolist()
         rows, tokens, seq_lens = [], [], []
         for i, seq_len in enumerate(meta.seq_lens_cpu.tolist()):
@@ -222,17 +232,12 @@ class _DecodeRows(NamedTuple):
         device = query.device
         tokens_d = torch.tensor(tokens, device=device)
         block_tables = meta.block_tables[torch.tensor(rows, device=device)]
+        seq_lens_d = torch.tensor(seq_lens, dtype=torch.int32, device=device)
         plan = _DecodePlan.build(
-            query[tokens_d],
-            k_cache,
-            block_tables,
-            torch.tensor(seq_lens, dtype=torch.int32, device=device),
-            max(seq_lens),
-            shared,
-            has_empty_rows=False,
+            query[tokens_d], k_cache, block_tables, seq_lens_d, max(seq_lens), shared, has_empty_rows=False
         )
         parts = _parts_by_blocks(query[tokens_d], k_cache, block_tables, seq_lens) if small else ()
-        return cls(tokens_d, plan, small, parts)
+        return cls(tokens_d, plan, small, parts, block_tables, seq_lens_d, max(seq_lens))
 
 
 def _parts_by_blocks(
@@ -270,10 +275,18 @@ def _parts_by_blocks(
 
 
 def _decode_rows_attention(
-    query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float, decode: _DecodeRows
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    scale: float,
+    decode: _DecodeRows,
+    native: NativeDecodeAttention | None = None,
 ) -> torch.Tensor:
     """`_decode_attention` of the decode rows ``query``, in one call, or one per part of
-    ``decode.parts`` (`_parts_by_blocks`)."""
+    ``decode.parts`` (`_parts_by_blocks`). ``native`` computes every row over exactly its own
+    context in one call: no parts needed."""
+    if native is not None:
+        return native(query, k_cache, v_cache, decode.block_tables, decode.seq_lens, decode.max_seq_len, scale)
     if not decode.parts:
         return _decode_attention(query, k_cache, v_cache, scale, plan=decode.plan)
     out = torch.empty_like(query)
@@ -371,6 +384,14 @@ class TorchAttentionBackend:
     def __init__(self) -> None:
         self._rope: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, KvSlots]] | None = None
         self._decode: tuple[AttentionMetadata, _DecodeRows | None] | None = None  # the step's, by its metadata
+        self.native: NativeDecodeAttention | None = None
+
+    def use_native_decode(self, native: NativeDecodeAttention) -> None:
+        """Decode rows through the compiled kernel (`cpu_native`) from now on. It reads each row's
+        whole context itself (the shared prefix sits in the CPU's cache for the next row), so the
+        runner need not find shared prefixes."""
+        self.native = native
+        self.reads_shared_prefix = False
 
     def rotary_write_kv(self, query, key, value, cos, sin, k_cache, v_cache, meta) -> torch.Tensor:
         slot_mapping = meta.slot_mapping
@@ -388,4 +409,4 @@ class TorchAttentionBackend:
             # Eager steps have no padding rows (`AttentionMetadata.padded`): no host read of seq_lens.
             decode = _DecodeRows.of(query, k_cache, meta, num_decoding, is_small_step(), has_empty_rows=meta.padded)
             self._decode = (meta, decode)
-        return _paged_attention(query, k_cache, v_cache, meta, scale, num_decoding, self._decode[1])
+        return _paged_attention(query, k_cache, v_cache, meta, scale, num_decoding, self._decode[1], self.native)

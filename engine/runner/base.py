@@ -3,6 +3,7 @@ device and the paged KV cache sized from a byte budget or free memory."""
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from agentgate.engine.loaders.quantization import describe
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
 from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from agentgate.engine.step_rows import EXACT_DECODE_REQUESTS
+
+log = logging.getLogger("agentgate.engine")
 
 if TYPE_CHECKING:
     from agentgate.engine.loaders import LoadedModel
@@ -131,6 +134,7 @@ class TorchModelRunner(ModelRunner):
         cache_dir = Path(config.cache_dir).expanduser() if config.cache_dir else None
         if self.device.type == "cpu":
             self.model.pack_for_cpu()
+            self._use_native_decode_attention(config, cache_dir)
             dense_batches = config.batched_matmul == "auto" and not config.deterministic
             dtype = self.model.embed_tokens.weight.dtype
             if dense_batches:
@@ -196,6 +200,26 @@ class TorchModelRunner(ModelRunner):
                 self.device,
             )
             self.graphs.capture()
+
+    def _use_native_decode_attention(self, config: EngineConfig, cache_dir: Path | None) -> None:
+        """Decode rows through the compiled CPU kernel (`engine.attention.cpu_native`) under
+        ``--cpu-attention auto``, where it builds and takes the model's heads; before the load-time
+        exactness checks, which then check it. --deterministic keeps its own attention."""
+        attention = self.model.attention
+        if config.cpu_attention != "auto" or config.deterministic or not hasattr(attention, "use_native_decode"):
+            return
+        from agentgate.engine.attention.cpu_native import NativeDecodeAttention, load_decode_attention
+
+        shape = self.loaded.config
+        why_not = NativeDecodeAttention.unsupported(
+            next(self.model.parameters()).dtype, shape.num_heads, shape.num_kv_heads, shape.head_dim
+        )
+        if why_not:
+            log.info("decode attention: the torch path (the compiled kernel does not take %s)", why_not)
+            return
+        native = load_decode_attention(cache_dir)
+        if native is not None:
+            attention.use_native_decode(native)
 
     def _start_lora(self) -> LoraManager | None:
         """Wrap the linears for LoRA (after every kernel choice, so it wraps the chosen kernels) and

@@ -92,8 +92,16 @@ class Settings(HarnessSettings, ReasoningSettings, McpSettings, LoraSettings, Gr
         default="auto",
         engine=True,
     )
+    cpu_attention: str = setting(
+        "CPU decode attention: auto (a compiled kernel that reads each row's context in place, built with the "
+        "C compiler ($CC, else cc) at the first start and kept under --cache-dir; the torch path, said in the "
+        "log, where none builds it) or torch (the plain-torch path)",
+        default="auto",
+        engine=True,
+    )
     cache_dir: str | None = setting(
-        "where the engine remembers what it measures at load (default: $XDG_CACHE_HOME/agentgate)",
+        "where the engine remembers what it measures at load and the CPU kernels it compiles "
+        "(default: $XDG_CACHE_HOME/agentgate)",
         default=None,
         engine=True,
     )

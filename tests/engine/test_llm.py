@@ -82,14 +82,24 @@ def test_a_shared_1000_token_prefix_is_computed_once_and_changes_nothing(llm_fp3
     assert cached.token_ids == uncached.token_ids
 
 
-def test_agents_sharing_a_prompt_prefix_decode_together_as_they_would_apart(llm_fp32, monkeypatch):
+@pytest.fixture(scope="module")
+def llm_fp32_torch_attention():
+    return LLM(dtype="float32", cpu_attention="torch")
+
+
+@pytest.mark.parametrize("cpu_attention", ["torch", "auto"])
+def test_agents_sharing_a_prompt_prefix_decode_together_as_they_would_apart(request, cpu_attention, monkeypatch):
     """Six requests admitted together share a 600-token prefix: the prefix
-    cache holds it once, so their decode steps score it once for all rows
-    (cascade attention; steps of at most 4 decoding requests do not, as a
-    lone request's does not: `engine.step_rows`). Their tokens equal those
-    of runs with the cache off, where no two rows share a block."""
+    cache holds it once. On the torch path (--cpu-attention torch) their decode
+    steps score it once for all rows (cascade attention; steps of at most 4
+    decoding requests do not, as a lone request's does not: `engine.step_rows`);
+    the compiled kernel (auto) reads it per row from the CPU's cache. Either way
+    their tokens equal those of runs with the cache off, where no two rows share
+    a block."""
     from agentgate.engine.attention import torch as reference
 
+    llm = request.getfixturevalue("llm_fp32_torch_attention" if cpu_attention == "torch" else "llm_fp32")
+    assert (llm.core.runner.model.attention.native is None) == (cpu_attention == "torch")
     seen = []
     original = reference._decode_attention
 
@@ -99,12 +109,15 @@ def test_agents_sharing_a_prompt_prefix_decode_together_as_they_would_apart(llm_
 
     monkeypatch.setattr(reference, "_decode_attention", recording)
     words = ("tools: search(query) returns documents; calculator(expression) returns a number. " * 60).split()
-    prefix = llm_fp32.tokenizer.encode(" ".join(words))[:600]
-    prompts = [prefix + llm_fp32.tokenizer.encode(f" Question {i}: what is {i} plus {i}?") for i in range(6)]
+    prefix = llm.tokenizer.encode(" ".join(words))[:600]
+    prompts = [prefix + llm.tokenizer.encode(f" Question {i}: what is {i} plus {i}?") for i in range(6)]
     greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
-    shared = llm_fp32.generate(prompts, greedy)
-    block = llm_fp32.config.block_size
-    assert max(seen) == 600 // block * block, "the decode steps read the shared prefix once"
+    shared = llm.generate(prompts, greedy)
+    block = llm.config.block_size
+    if cpu_attention == "torch":
+        assert max(seen) == 600 // block * block, "the decode steps read the shared prefix once"
+    else:
+        assert not seen, "the compiled kernel, not the torch path, decodes"
     monkeypatch.setattr(reference, "_decode_attention", original)
-    apart = LLM(dtype="float32", enable_prefix_caching=False).generate(prompts, greedy)
+    apart = LLM(dtype="float32", enable_prefix_caching=False, cpu_attention=cpu_attention).generate(prompts, greedy)
     assert [out.token_ids for out in shared] == [out.token_ids for out in apart]

@@ -175,3 +175,14 @@ def test_a_stream_whose_text_says_error_ended_whole_and_one_with_an_error_event_
     failed = said + 'data: {"error":{"message":"engine died","type":"server_error"}}\r\n\r\ndata: [DONE]\r\n\r\n'
     assert not ended_whole(failed)
     assert not ended_whole(said)  # no [DONE]
+
+
+def test_cpu_attention_bench_prints_both_paths_and_their_ratio_per_case(capsys):
+    from agentgate.loadtests import cpu_attention_bench
+
+    assert cpu_attention_bench.main(["--rounds", "1", "--calls", "1"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "torch / compiled" in line]
+    assert len(lines) == len(cpu_attention_bench.CASES)
+    for line in lines:
+        difference = float(line.rsplit("max diff ", 1)[1])
+        assert difference < 1e-4, line  # the same attention, float32

@@ -1,0 +1,163 @@
+"""The compiled CPU decode attention (`engine/kernels/decode_attention_cpu.c`): each decode row
+over exactly its own context, read from the paged cache in place.
+
+The torch path (`engine.attention.torch._decode_attention`) gathers every row's blocks into a new
+tensor, then multiplies; on a CPU that streams each context three times (read, write, read again)
+and costs about 40 % of a 50-row fp32 step. The kernel reads it once. Each row is computed by one
+thread in one fixed order, so a row's bits never depend on the batch around it.
+
+It is built at first use with the system C compiler (``$CC``, else ``cc``) and kept in
+``<cache dir>/kernels/`` under the hash of its source, the compiler, the flags and the CPU, so a
+later start only loads it (`load_decode_attention`). Where no compiler builds it the engine keeps
+the torch path and says so in one log line. Chosen by ``--cpu-attention`` (auto: the kernel where
+it builds; torch: never)."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.resources
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger("agentgate.engine")
+
+SOURCE = "decode_attention_cpu.c"
+FLAGS = ("-O2", "-march=native", "-fopenmp", "-shared", "-fPIC", "-Werror=implicit-function-declaration")
+COMPILE_TIMEOUT_S = 120.0
+MAX_HEAD_DIM = 256
+MAX_GROUP = 64  # query heads per KV head
+LANES = 16
+CACHE_DTYPES = (torch.float32, torch.bfloat16)
+
+
+class NativeDecodeAttention:
+    """The loaded kernel: `__call__` computes decode rows' attention."""
+
+    def __init__(self, library: ctypes.CDLL, path: Path) -> None:
+        self.path = path
+        self._kernel = library.decode_attention
+        self._kernel.restype = ctypes.c_int
+        pointer, int_, int64, float_ = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
+        self._kernel.argtypes = [pointer, pointer, pointer, int_, pointer, int64, pointer, int_, int_, int_, int_,
+                                 int_, float_, pointer, int64, int_, pointer]  # fmt: skip
+        self._scratch = torch.empty(0, dtype=torch.float32)
+
+    @staticmethod
+    def unsupported(cache_dtype: torch.dtype, num_heads: int, num_kv_heads: int, head_dim: int) -> str | None:
+        """Why the kernel cannot take a model's KV cache and heads; None when it can."""
+        if cache_dtype not in CACHE_DTYPES:
+            return f"a {cache_dtype} KV cache (it reads float32 and bfloat16)"
+        if head_dim % LANES or head_dim > MAX_HEAD_DIM:
+            return f"head_dim {head_dim} (it takes multiples of {LANES} up to {MAX_HEAD_DIM})"
+        if num_heads % num_kv_heads or num_heads // num_kv_heads > MAX_GROUP:
+            return f"{num_heads} query heads over {num_kv_heads} KV heads"
+        return None
+
+    def __call__(
+        self,
+        query: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        seq_lens: torch.Tensor,
+        max_seq_len: int,
+        scale: float,
+    ) -> torch.Tensor:
+        """Attention of ``query`` [rows, heads, head_dim] (one token per row, at the last of its
+        ``seq_lens`` positions, its key already written) over the rows' cached contexts, in
+        ``query``'s dtype. ``block_tables`` [rows, >= blocks] int32; ``max_seq_len`` bounds
+        ``seq_lens`` (a host value: no read of the device tensor). Rows of length 0 get zeros."""
+        rows, num_heads, head_dim = query.shape
+        num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
+        threads = max(torch.get_num_threads(), 1)
+        group = num_heads // num_kv_heads
+        longest = max(max_seq_len, 1)
+        needed = threads * group * longest
+        if self._scratch.numel() < needed:
+            self._scratch = torch.empty(needed, dtype=torch.float32)
+        q = query.to(torch.float32).contiguous()
+        tables = block_tables.to(torch.int32)
+        if tables.stride(1) != 1:
+            tables = tables.contiguous()
+        lens = seq_lens.to(torch.int32).contiguous()
+        out = torch.empty(rows, num_heads, head_dim, dtype=torch.float32)
+        failed = self._kernel(
+            q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), int(k_cache.dtype == torch.bfloat16),
+            tables.data_ptr(), tables.stride(0), lens.data_ptr(), rows, num_heads, num_kv_heads, head_dim,
+            block_size, scale, self._scratch.data_ptr(), longest, threads, out.data_ptr(),
+        )  # fmt: skip
+        if failed:
+            raise RuntimeError(f"decode attention kernel failed ({failed}): shapes {tuple(query.shape)}, {max_seq_len}")
+        return out if query.dtype == torch.float32 else out.to(query.dtype)
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CC") or "cc")
+
+
+def _cpu_identity() -> str:
+    """What -march=native compiles for: the CPU's model name and flags."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        import platform
+
+        return platform.processor() or platform.machine()
+    wanted = ("model name", "flags", "Features", "CPU part")
+    return "\n".join(sorted({line for line in lines if line.split(":")[0].strip() in wanted}))
+
+
+def _library_name(source: bytes, compiler: str) -> str:
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), _cpu_identity().encode()]))
+    return f"decode_attention_cpu-{key.hexdigest()[:20]}.so"
+
+
+def load_decode_attention(cache_dir: Path | None) -> NativeDecodeAttention | None:
+    """The kernel, built into ``cache_dir``/kernels (default: the measurement cache's directory)
+    on first use and loaded; None, with one log line saying why, where it cannot be."""
+    from agentgate.engine.kernel_choice.row_choice_cache import default_cache_dir
+
+    compiler = _compiler()
+    if compiler is None:
+        log.info("decode attention: the torch path (no C compiler: set CC or install cc)")
+        return None
+    source = importlib.resources.files("agentgate.engine.kernels").joinpath(SOURCE).read_bytes()
+    directory = (cache_dir or default_cache_dir()) / "kernels"
+    try:
+        path = directory / _library_name(source, compiler)
+        if not path.exists():
+            started = time.monotonic()
+            _build(compiler, source, directory, path)
+            log.info("decode attention: compiled the CPU kernel in %.1f s (%s)", time.monotonic() - started, path)
+        return NativeDecodeAttention(ctypes.CDLL(str(path)), path)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("decode attention: the torch path (the C kernel did not build or load: %s)", exc)
+        return None
+
+
+def _build(compiler: str, source: bytes, directory: Path, path: Path) -> None:
+    """Compile ``source`` to ``path``, atomically: engines starting together each build their own
+    temporary file and the last rename wins with the same bytes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory) as work:
+        source_path = Path(work) / SOURCE
+        source_path.write_bytes(source)
+        built = Path(work) / path.name
+        result = subprocess.run(
+            [compiler, *FLAGS, "-o", str(built), str(source_path)],
+            capture_output=True,
+            text=True,
+            timeout=COMPILE_TIMEOUT_S,
+        )
+        if result.returncode != 0:
+            raise subprocess.SubprocessError(f"{compiler} exited {result.returncode}: {result.stderr.strip()[:500]}")
+        os.replace(built, path)

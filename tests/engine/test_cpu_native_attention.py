@@ -1,0 +1,153 @@
+"""The compiled CPU decode attention (`engine.attention.cpu_native`): the attention of dense causal
+attention, each row's bits its own whatever the batch and threads, built once per cache directory,
+and the torch path where it cannot be built; an engine takes it under --cpu-attention auto only."""
+
+import json
+import logging
+
+import pytest
+import torch
+
+from agentgate.engine.attention.cpu_native import NativeDecodeAttention, load_decode_attention
+from agentgate.engine.attention.torch import TorchAttentionBackend
+from agentgate.engine.attention.torch_rotary import write_kv
+from agentgate.engine.config import EngineConfig
+from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.llm import LLM
+from agentgate.engine.sampling_params import SamplingParams
+from tests.engine.runner.conftest import TINY_LLAMA
+from tests.engine.test_attention_torch import build_batch, dense_causal
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory) -> NativeDecodeAttention:
+    kernel = load_decode_attention(tmp_path_factory.mktemp("kernels"))
+    assert kernel is not None, "cc builds the kernel on every machine the suite runs on"
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("num_heads", "num_kv_heads", "head_dim"), [(9, 3, 64), (4, 4, 32), (8, 1, 128)])
+def test_decode_rows_of_a_mixed_batch_match_dense_causal_attention(native, dtype, num_heads, num_kv_heads, head_dim):
+    """Prefill, extend and decode rows at block edges, one step: the decode rows through the kernel
+    (the prompt rows through SDPA), every row equal to dense causal attention over its context."""
+    specs = [(0, 7), (5, 1), (16, 1), (31, 1), (15, 1), (47, 3), (1, 1)]
+    b = build_batch(specs, num_heads, num_kv_heads, head_dim, block_size=16)
+    k_cache, v_cache = b["k_cache"].to(dtype), b["v_cache"].to(dtype)
+    write_kv(b["new_k"].to(dtype), b["new_v"].to(dtype), k_cache, v_cache, b["meta"].slot_mapping)
+    backend = TorchAttentionBackend()
+    backend.use_native_decode(native)
+    out = backend.paged_attention(b["query"].to(dtype), k_cache, v_cache, b["meta"], 0.125)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    start = 0
+    for q, k, v in zip(b["queries"], b["full_k"], b["full_v"]):
+        expect = dense_causal(q.to(dtype).float(), k.to(dtype).float(), v.to(dtype).float(), 0.125)
+        torch.testing.assert_close(out[start : start + len(q)].float(), expect, atol=tolerance, rtol=tolerance)
+        start += len(q)
+
+
+def _decode_batch(rows: int, seed: int, dtype: torch.dtype = torch.float32):
+    """Decode rows over contexts of 1 to 300 tokens in shuffled blocks of 16."""
+    generator = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, 301, (rows,), generator=generator, dtype=torch.int32)
+    blocks = -(-int(lens.max()) // 16)
+    k_cache = torch.randn(rows * blocks + 4, 16, 3, 64, generator=generator).to(dtype)
+    v_cache = torch.randn(rows * blocks + 4, 16, 3, 64, generator=generator).to(dtype)
+    tables = torch.randperm(rows * blocks + 4, generator=generator)[: rows * blocks].view(rows, blocks).int()
+    query = torch.randn(rows, 9, 64, generator=generator).to(dtype)
+    return query, k_cache, v_cache, tables, lens
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_rows_bits_are_its_own_alone_in_any_batch_order_and_thread_count(native, dtype):
+    """What speculation's exactness and --deterministic rest on: a row's result depends on its query
+    and context alone. Each row alone, at one thread, against the whole batch, reversed, at two."""
+    query, k_cache, v_cache, tables, lens = _decode_batch(24, seed=7, dtype=dtype)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        batched = native(query, k_cache, v_cache, tables, lens, int(lens.max()), 0.125)
+        reverse = torch.arange(len(lens) - 1, -1, -1)
+        reversed_ = native(query[reverse], k_cache, v_cache, tables[reverse], lens[reverse], int(lens.max()), 0.125)
+        torch.set_num_threads(1)
+        for i in range(len(lens)):
+            alone = native(query[i : i + 1], k_cache, v_cache, tables[i : i + 1], lens[i : i + 1], int(lens[i]), 0.125)
+            assert torch.equal(alone[0], batched[i]), i
+            assert torch.equal(reversed_[len(lens) - 1 - i], batched[i]), i
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_empty_rows_get_zeros_and_their_neighbours_their_attention(native):
+    query, k_cache, v_cache, tables, lens = _decode_batch(4, seed=3)
+    whole = native(query, k_cache, v_cache, tables, lens, int(lens.max()), 0.125)
+    lens[1] = 0
+    padded = native(query, k_cache, v_cache, tables, lens, int(lens.max()), 0.125)
+    assert padded[1].eq(0).all()
+    assert torch.equal(padded[[0, 2, 3]], whole[[0, 2, 3]])
+
+
+def test_a_context_longer_than_the_bound_given_is_an_error_not_a_read_past_the_scratch(native):
+    query, k_cache, v_cache, tables, lens = _decode_batch(3, seed=5)
+    with pytest.raises(RuntimeError, match="kernel failed"):
+        native(query, k_cache, v_cache, tables, lens, int(lens.max()) - 1, 0.125)
+
+
+def test_built_once_per_cache_directory_then_loaded(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="agentgate.engine"):
+        first = load_decode_attention(tmp_path)
+    assert first is not None and "compiled the CPU kernel" in caplog.text
+    built = first.path.stat().st_mtime_ns
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="agentgate.engine"):
+        again = load_decode_attention(tmp_path)
+    assert again is not None and again.path == first.path and again.path.stat().st_mtime_ns == built
+    assert "compiled" not in caplog.text
+    assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.path.name]  # no temporaries left
+
+
+def test_without_a_compiler_the_torch_path_runs_and_the_log_says_why(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with caplog.at_level(logging.INFO, logger="agentgate.engine"):
+        assert load_decode_attention(tmp_path) is None
+    assert "the torch path (no C compiler" in caplog.text
+
+
+def test_a_compiler_that_fails_leaves_the_torch_path_and_its_error(tmp_path, monkeypatch, caplog):
+    failing = tmp_path / "failing-cc"
+    failing.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo failing-cc 1.0; exit 0; }\necho broken >&2\nexit 3\n')
+    failing.chmod(0o755)
+    monkeypatch.setenv("CC", str(failing))
+    with caplog.at_level(logging.INFO, logger="agentgate.engine"):
+        assert load_decode_attention(tmp_path) is None
+    assert "did not build or load" in caplog.text and "broken" in caplog.text
+    assert not list((tmp_path / "kernels").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("dtype", "heads", "kv_heads", "head_dim", "reason"),
+    [
+        (torch.float16, 9, 3, 64, "float16"),
+        (torch.float32, 8, 8, 72, "head_dim 72"),
+        (torch.float32, 9, 2, 64, "9 query heads over 2"),
+    ],
+)
+def test_shapes_it_cannot_take_say_why(dtype, heads, kv_heads, head_dim, reason):
+    assert reason in NativeDecodeAttention.unsupported(dtype, heads, kv_heads, head_dim)
+    assert NativeDecodeAttention.unsupported(torch.float32, 9, 3, 64) is None
+
+
+def test_an_unknown_cpu_attention_is_refused():
+    with pytest.raises(InvalidRequestError, match="cpu_attention"):
+        EngineConfig(cpu_attention="fast")
+
+
+@pytest.mark.parametrize(("mode", "native_expected"), [("auto", True), ("torch", False)])
+def test_the_engine_takes_the_kernel_under_auto_only_and_both_decode(tmp_path, mode, native_expected):
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    llm = LLM(str(tmp_path), load_format="dummy", dtype="float32", cpu_attention=mode, cache_dir=str(tmp_path))
+    attention = llm.core.runner.model.attention
+    assert (attention.native is not None) is native_expected
+    assert attention.reads_shared_prefix is not native_expected
+    [out] = llm.generate([[1, 5, 9, 13]], SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))
+    assert len(out.token_ids) == 6
