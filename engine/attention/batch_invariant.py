@@ -46,12 +46,42 @@ def batch_invariant_attention(
     return out
 
 
+def token_contexts(meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Every query token of a step as a decode row of its own: its sequence's block table, the
+    length of its context (keys 0..its own position) and the longest. Padded rows' tokens (a
+    sequence of length 0) get length 0."""
+    starts = meta.query_start_loc_cpu.tolist()
+    rows, lens = [], []
+    for i, seq_len in enumerate(meta.seq_lens_cpu.tolist()):
+        begin, end = starts[i], starts[i + 1]
+        first_position = seq_len - (end - begin)
+        for token in range(begin, end):
+            rows.append(i)
+            lens.append(0 if seq_len == 0 else first_position + token - begin + 1)
+    device = meta.block_tables.device
+    tables = meta.block_tables[torch.tensor(rows, dtype=torch.long, device=device)]
+    return tables, torch.tensor(lens, dtype=torch.int32, device=device), max(lens, default=0)
+
+
 class BatchInvariantTorchBackend(TorchAttentionBackend):
     """`batch_invariant_attention` for ``--deterministic``; it reads every
-    context whole, so the runner need not find shared prefixes."""
+    context whole, so the runner need not find shared prefixes. With the
+    compiled CPU kernel (`use_native_decode`) every query token, prompt rows
+    included, goes through it as a decode row over exactly its context: the same
+    contract (a token's result depends on its own sequence alone), without a
+    Python loop over tokens."""
 
     name = "torch-batch-invariant"
     reads_shared_prefix = False
 
     def paged_attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
-        return batch_invariant_attention(query, k_cache, v_cache, meta, scale)
+        if self.native is None:
+            return batch_invariant_attention(query, k_cache, v_cache, meta, scale)
+        if self._tokens is None or self._tokens[0] is not meta:  # worked out once per step
+            self._tokens = (meta, token_contexts(meta))
+        tables, lens, longest = self._tokens[1]
+        return self.native(query, k_cache, v_cache, tables, lens, longest, scale)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tokens: tuple[AttentionMetadata, tuple[torch.Tensor, torch.Tensor, int]] | None = None  # the step's

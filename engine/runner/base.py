@@ -134,7 +134,6 @@ class TorchModelRunner(ModelRunner):
         cache_dir = Path(config.cache_dir).expanduser() if config.cache_dir else None
         if self.device.type == "cpu":
             self.model.pack_for_cpu()
-            self._use_native_decode_attention(config, cache_dir)
             dense_batches = config.batched_matmul == "auto" and not config.deterministic
             dtype = self.model.embed_tokens.weight.dtype
             if dense_batches:
@@ -151,6 +150,8 @@ class TorchModelRunner(ModelRunner):
                 raise InvalidRequestError(
                     f"--deterministic cannot be honoured on this CPU: {exc}; start without it", "deterministic"
                 ) from exc
+        if self.device.type == "cpu":
+            self._use_native_decode_attention(config, cache_dir)
         if self.device.type == "cpu" and config.resolved_speculative() == "auto":
             self.batch_dependent_decode = tuple(
                 batch_dependent_decode_linears(
@@ -204,9 +205,10 @@ class TorchModelRunner(ModelRunner):
     def _use_native_decode_attention(self, config: EngineConfig, cache_dir: Path | None) -> None:
         """Decode rows through the compiled CPU kernel (`engine.attention.cpu_native`) under
         ``--cpu-attention auto``, where it builds and takes the model's heads; before the load-time
-        exactness checks, which then check it. --deterministic keeps its own attention."""
+        exactness checks, which then check it. Under --deterministic every query token takes it
+        (`BatchInvariantTorchBackend`)."""
         attention = self.model.attention
-        if config.cpu_attention != "auto" or config.deterministic or not hasattr(attention, "use_native_decode"):
+        if config.cpu_attention != "auto" or not hasattr(attention, "use_native_decode"):
             return
         from agentgate.engine.attention.cpu_native import NativeDecodeAttention, load_decode_attention
 
@@ -220,6 +222,7 @@ class TorchModelRunner(ModelRunner):
         native = load_decode_attention(cache_dir)
         if native is not None:
             attention.use_native_decode(native)
+            log.info("decode attention: the compiled CPU kernel (%s)", native.path.name)
 
     def _start_lora(self) -> LoraManager | None:
         """Wrap the linears for LoRA (after every kernel choice, so it wraps the chosen kernels) and

@@ -94,8 +94,9 @@ class Settings(HarnessSettings, ReasoningSettings, McpSettings, LoraSettings, Gr
     )
     cpu_attention: str = setting(
         "CPU decode attention: auto (a compiled kernel that reads each row's context in place, built with the "
-        "C compiler ($CC, else cc) at the first start and kept under --cache-dir; the torch path, said in the "
-        "log, where none builds it) or torch (the plain-torch path)",
+        "C compiler ($CC, else cc) at the first start and kept under --cache-dir; under --deterministic every "
+        "query token takes it; the torch path, said in the log, where none builds it) or torch (the plain-torch "
+        "path)",
         default="auto",
         engine=True,
     )

@@ -142,12 +142,54 @@ def test_an_unknown_cpu_attention_is_refused():
         EngineConfig(cpu_attention="fast")
 
 
-@pytest.mark.parametrize(("mode", "native_expected"), [("auto", True), ("torch", False)])
-def test_the_engine_takes_the_kernel_under_auto_only_and_both_decode(tmp_path, mode, native_expected):
+@pytest.mark.parametrize(
+    ("mode", "deterministic", "native_expected"), [("auto", False, True), ("torch", False, False), ("auto", True, True)]
+)
+def test_the_engine_takes_the_kernel_under_auto_only_and_decodes(tmp_path, mode, deterministic, native_expected):
     (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
-    llm = LLM(str(tmp_path), load_format="dummy", dtype="float32", cpu_attention=mode, cache_dir=str(tmp_path))
+    llm = LLM(
+        str(tmp_path),
+        load_format="dummy",
+        dtype="float32",
+        cpu_attention=mode,
+        cache_dir=str(tmp_path),
+        deterministic=deterministic,
+    )
     attention = llm.core.runner.model.attention
     assert (attention.native is not None) is native_expected
-    assert attention.reads_shared_prefix is not native_expected
+    assert attention.name == ("torch-batch-invariant" if deterministic else "torch")
+    assert attention.reads_shared_prefix is not (native_expected or deterministic)
     [out] = llm.generate([[1, 5, 9, 13]], SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))
     assert len(out.token_ids) == 6
+
+
+def test_under_deterministic_a_prompt_token_computes_the_bits_of_the_same_token_decoded(native):
+    """`BatchInvariantTorchBackend` with the kernel: every query token a row of its own. One sequence's
+    7 prompt tokens and the same context's last token decoded (a prefix-cache hit) in one step give
+    that token the same bits, and every token dense causal attention's values."""
+    from agentgate.engine.attention.base import AttentionMetadata
+    from agentgate.engine.attention.batch_invariant import BatchInvariantTorchBackend
+
+    generator = torch.Generator().manual_seed(11)
+    k_cache, v_cache = torch.zeros(4, 4, 3, 64), torch.zeros(4, 4, 3, 64)
+    keys, values = torch.randn(7, 3, 64, generator=generator), torch.randn(7, 3, 64, generator=generator)
+    table = torch.tensor([2, 0], dtype=torch.int32)
+    write_kv(keys, values, k_cache, v_cache, torch.tensor([8, 9, 10, 11, 0, 1, 2]))
+    prompt = torch.randn(7, 9, 64, generator=generator)
+    query = torch.cat([prompt, prompt[-1:]])
+    starts, lens = torch.tensor([0, 7, 8], dtype=torch.int32), torch.tensor([7, 7], dtype=torch.int32)
+    meta = AttentionMetadata(
+        slot_mapping=torch.full((8,), -1),
+        query_start_loc=starts,
+        seq_lens=lens,
+        block_tables=torch.stack([table, table]),
+        max_query_len=7,
+        max_seq_len=7,
+        query_start_loc_cpu=starts.clone(),
+        seq_lens_cpu=lens.clone(),
+    )
+    backend = BatchInvariantTorchBackend()
+    backend.use_native_decode(native)
+    out = backend.paged_attention(query, k_cache, v_cache, meta, 0.125)
+    assert torch.equal(out[6], out[7])
+    torch.testing.assert_close(out[:7], dense_causal(prompt, keys, values, 0.125), atol=1e-5, rtol=1e-5)
