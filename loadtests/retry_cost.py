@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from agentgate.engine.attention import torch as torch_attention
+from agentgate.engine.attention.torch_prompt import gather_context
 from agentgate.engine.config import EngineConfig
 from agentgate.engine.core import EngineCore
 from agentgate.engine.runner import overlap
@@ -39,8 +40,8 @@ def one_call_attention(query, k_cache, v_cache, block_table, seq_len, scale, gro
     """The prompt attention before issue 35: one SDPA call over the sequence's context."""
     q_len = query.shape[0]
     q = query.transpose(0, 1)[None]
-    k = torch_attention.gather_context(k_cache, block_table, seq_len).transpose(0, 1).repeat_interleave(group, 0)
-    v = torch_attention.gather_context(v_cache, block_table, seq_len).transpose(0, 1).repeat_interleave(group, 0)
+    k = gather_context(k_cache, block_table, seq_len).transpose(0, 1).repeat_interleave(group, 0)
+    v = gather_context(v_cache, block_table, seq_len).transpose(0, 1).repeat_interleave(group, 0)
     q_pos = torch.arange(seq_len - q_len, seq_len)
     mask = torch.zeros(q_len, seq_len, dtype=k.dtype)
     mask.masked_fill_(torch.arange(seq_len)[None, :] > q_pos[:, None], float("-inf"))
@@ -51,12 +52,12 @@ def one_call_attention(query, k_cache, v_cache, block_table, seq_len, scale, gro
 @contextlib.contextmanager
 def by_count() -> Iterator[None]:
     """The rule before issue 35, while the block runs: no rows described as prompt rows."""
-    saved = overlap.decode_rows, torch_attention._prompt_attention
-    overlap.decode_rows, torch_attention._prompt_attention = lambda *_: contextlib.nullcontext(), one_call_attention
+    saved = overlap.decode_rows, torch_attention.prompt_attention
+    overlap.decode_rows, torch_attention.prompt_attention = lambda *_: contextlib.nullcontext(), one_call_attention
     try:
         yield
     finally:
-        overlap.decode_rows, torch_attention._prompt_attention = saved
+        overlap.decode_rows, torch_attention.prompt_attention = saved
 
 
 def tokens(seed: int, length: int) -> list[int]:

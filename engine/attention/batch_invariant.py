@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 from agentgate.engine.attention.base import AttentionMetadata
-from agentgate.engine.attention.torch import TorchAttentionBackend, gather_context
+from agentgate.engine.attention.torch import TorchAttentionBackend
+from agentgate.engine.attention.torch_prompt import gather_context
 
 
 def batch_invariant_attention(
