@@ -81,7 +81,18 @@ def random_bits(keys: Tensor, offsets: Tensor) -> Tensor:
 
 def exponential(keys: Tensor, offsets: Tensor) -> Tensor:
     """Standard exponential noise ``-log(u)`` [N, V] float32, u uniform in (0, 1)."""
-    bits = random_bits(keys, offsets)
+    return _exponential_of_bits(random_bits(keys, offsets))
+
+
+def exponential_at(keys: Tensor, offsets: Tensor, rows: Tensor, tokens: Tensor) -> Tensor:
+    """`exponential`'s values at the pairs (``rows[i]``, ``tokens[i]``) only, [len(rows)] float32:
+    the same element-wise operations on the same numbers, so the same bits."""
+    bits = keys[rows] + offsets[tokens]
+    return _exponential_of_bits(mix64_(bits))
+
+
+def _exponential_of_bits(bits: Tensor) -> Tensor:
+    """``-log(u)`` from raw 64-bit hashes (consumed), u from their top `UNIFORM_BITS` bits."""
     bits.bitwise_right_shift_(64 - UNIFORM_BITS).bitwise_and_((1 << UNIFORM_BITS) - 1)
     noise = bits.to(torch.float32)
     del bits

@@ -45,10 +45,11 @@ candidates tied to within one rounding error.
 Sync-freedom: nothing here reads a device value on the host (no ``.item()``,
 ``.tolist()``, ``.cpu()``, ``.nonzero()``, boolean-mask indexing, or Python
 branches on tensors); only ``SamplingBatch``'s host flags and tensor shapes
-steer Python, so the same calls also capture into CUDA graphs. One exception,
+steer Python, so the same calls also capture into CUDA graphs. Two exceptions,
 on the CPU only, where there are no graphs and a read costs nothing: top-k and
 top-p first look at each row's largest values and sort a whole row only when
-its kept prefix runs past them (`_apply_top_k_top_p_candidates_`).
+its kept prefix runs past them (`_apply_top_k_top_p_candidates_`), and the race
+draws noise only for the tokens left when few are (`_race`).
 
 Memory: rows are processed in chunks of at most ``MAX_CHUNK_ELEMENTS``
 logits, which bounds the [rows, V] temporaries (int64 hashes, sort values,
@@ -189,13 +190,29 @@ def _sample_chunk(
             )
         probs = torch.softmax(logits, dim=-1)
         keys = noise.row_keys(batch.seed[rows], batch.position[rows])
-        probs.div_(noise.exponential(keys, tables.offsets))
-        token_ids = torch.where(greedy, greedy_ids, probs.argmax(dim=-1))
+        token_ids = torch.where(greedy, greedy_ids, _race(probs, keys, tables))
 
     token_logprobs = None
     if raw_logprobs is not None:
         token_logprobs = raw_logprobs.gather(1, token_ids[:, None]).squeeze(1)
     return token_ids, token_logprobs, top_ids, top_logprobs, overridden
+
+
+def _race(probs: Tensor, keys: Tensor, tables: _VocabTables) -> Tensor:
+    """Each row's winner of the exponential race, ``argmax(probs / E)`` (``probs`` consumed).
+
+    A token of probability 0 (masked by the grammar, top-k, top-p, min-p) scores 0 whatever its
+    noise, so on the CPU, where a host read costs nothing, the noise is drawn only for the tokens
+    left when they are under a quarter of the rows' vocabulary (`noise.exponential_at`: the same
+    bits). A nucleus of a few tokens then costs a few hashes instead of the whole vocabulary's.
+    Elsewhere the whole [N, V] noise, without a host read."""
+    if probs.device.type == "cpu":
+        rows, tokens = probs.nonzero(as_tuple=True)
+        if rows.numel() * 4 < probs.numel():
+            scores = torch.zeros_like(probs)
+            scores[rows, tokens] = probs[rows, tokens] / noise.exponential_at(keys, tables.offsets, rows, tokens)
+            return scores.argmax(dim=-1)
+    return probs.div_(noise.exponential(keys, tables.offsets)).argmax(dim=-1)
 
 
 def _fit_bitmask(bitmask: Tensor, vocab_size: int) -> Tensor:

@@ -247,6 +247,27 @@ def test_noise_matches_plain_python_definition():
     assert bool((expo > 0).all()) and bool(torch.isfinite(expo).all())
 
 
+@pytest.mark.parametrize("kept", [0.001, 0.05, 0.2, 0.6, 1.0])
+def test_the_race_over_the_tokens_left_picks_what_the_whole_vocabularys_race_picks(kept):
+    """`sampler._race` draws noise only for tokens of nonzero probability when they are few; its
+    noise has the bits of the whole [N, V] noise at those tokens, and every row the same winner,
+    whatever share of the vocabulary is left (both paths: under and over a quarter)."""
+    generator = torch.Generator().manual_seed(int(kept * 1000))
+    rows, vocab = 40, 49152
+    logits = torch.randn(rows, vocab, generator=generator) * 3
+    logits[torch.rand(rows, vocab, generator=generator) > kept] = float("-inf")
+    logits[torch.arange(rows), torch.randint(0, vocab, (rows,), generator=generator)] = 0.0  # one left, at least
+    keys = noise.row_keys(torch.randint(-(2**62), 2**62, (rows,), generator=generator), torch.arange(rows) * 7)
+    tables = sampler._vocab_tables(vocab, torch.device("cpu"))
+    probs = torch.softmax(logits, dim=-1)
+    whole_noise = noise.exponential(keys, tables.offsets)
+    expected = (probs / whole_noise).argmax(dim=-1)
+    assert torch.equal(sampler._race(probs.clone(), keys, tables), expected)
+    left_rows, left_tokens = probs.nonzero(as_tuple=True)
+    at = noise.exponential_at(keys, tables.offsets, left_rows, left_tokens)
+    assert torch.equal(at, whole_noise[left_rows, left_tokens])
+
+
 # ---------------------------------------------------------------- greedy
 
 
