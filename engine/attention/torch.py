@@ -140,21 +140,28 @@ class _DecodeRows(NamedTuple):
         num_decoding: int,
         small: bool,
         has_empty_rows: bool | None = None,
+        expand: bool = False,
     ) -> _DecodeRows | None:
         """The decode rows of a step whose first ``num_decoding`` tokens decode; None when none
-        does. ``has_empty_rows`` as in `_DecodePlan.build`, for a pure-decode step."""
+        does. ``has_empty_rows`` as in `_DecodePlan.build`, for a pure-decode step. ``expand``:
+        multi-token decode rows give one row per token in any step, not in small ones only (the
+        compiled kernel computes every row over exactly its context, at any batch)."""
         shared = 0 if small else meta.shared_prefix_blocks
         if meta.is_pure_decode and num_decoding == query.shape[0]:
             plan = _DecodePlan.build(
                 query, k_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, shared, has_empty_rows
             )
-            parts = _parts_by_blocks(query, k_cache, meta.block_tables, meta.seq_lens_cpu.tolist()) if small else ()
+            parts = (
+                _parts_by_blocks(query, k_cache, meta.block_tables, meta.seq_lens_cpu.tolist())
+                if small and not expand
+                else ()
+            )
             return cls(None, plan, False, parts, meta.block_tables, meta.seq_lens, meta.max_seq_len)
         starts = meta.query_start_loc_cpu.tolist()
         rows, tokens, seq_lens = [], [], []
         for i, seq_len in enumerate(meta.seq_lens_cpu.tolist()):
             begin, end = starts[i], starts[i + 1]
-            if seq_len == 0 or end == begin or begin >= num_decoding or (end - begin > 1 and not small):
+            if seq_len == 0 or end == begin or begin >= num_decoding or (end - begin > 1 and not (small or expand)):
                 continue
             for token in range(begin, end):  # keys up to the token's own position
                 rows.append(i)
@@ -169,8 +176,8 @@ class _DecodeRows(NamedTuple):
         plan = _DecodePlan.build(
             query[tokens_d], k_cache, block_tables, seq_lens_d, max(seq_lens), shared, has_empty_rows=False
         )
-        parts = _parts_by_blocks(query[tokens_d], k_cache, block_tables, seq_lens) if small else ()
-        return cls(tokens_d, plan, small, parts, block_tables, seq_lens_d, max(seq_lens))
+        parts = _parts_by_blocks(query[tokens_d], k_cache, block_tables, seq_lens) if small and not expand else ()
+        return cls(tokens_d, plan, small or expand, parts, block_tables, seq_lens_d, max(seq_lens))
 
 
 def _parts_by_blocks(
@@ -340,6 +347,8 @@ class TorchAttentionBackend:
         num_decoding = decode_row_count(query.shape[0])
         if self._decode is None or self._decode[0] is not meta:
             # Eager steps have no padding rows (`AttentionMetadata.padded`): no host read of seq_lens.
-            decode = _DecodeRows.of(query, k_cache, meta, num_decoding, is_small_step(), has_empty_rows=meta.padded)
+            decode = _DecodeRows.of(
+                query, k_cache, meta, num_decoding, is_small_step(), meta.padded, expand=self.native is not None
+            )
             self._decode = (meta, decode)
         return _paged_attention(query, k_cache, v_cache, meta, scale, num_decoding, self._decode[1], self.native)

@@ -193,3 +193,27 @@ def test_under_deterministic_a_prompt_token_computes_the_bits_of_the_same_token_
     out = backend.paged_attention(query, k_cache, v_cache, meta, 0.125)
     assert torch.equal(out[6], out[7])
     torch.testing.assert_close(out[:7], dense_causal(prompt, keys, values, 0.125), atol=1e-5, rtol=1e-5)
+
+
+def test_drafted_rows_of_a_large_step_take_the_kernel_one_token_a_row(native, monkeypatch):
+    """A step past the small-step bound (`engine.step_rows`) with drafted decode rows: with the
+    kernel each drafted token is a decode row of its own, not a prompt-row SDPA call per sequence,
+    and every token gets dense causal attention over its context."""
+    from agentgate.engine.attention import torch as torch_attention
+    from agentgate.engine.step_rows import decode_rows
+
+    prompt_calls = []
+    original = torch_attention.prompt_attention
+    monkeypatch.setattr(torch_attention, "prompt_attention", lambda *a: prompt_calls.append(1) or original(*a))
+    specs = [(20 + i, 3) for i in range(6)] + [(0, 9)]  # six requests with two drafts each, then a prompt
+    b = build_batch(specs, 9, 3, 64, block_size=16)
+    write_kv(b["new_k"], b["new_v"], b["k_cache"], b["v_cache"], b["meta"].slot_mapping)
+    backend = TorchAttentionBackend()
+    backend.use_native_decode(native)
+    with decode_rows(18):  # no request count said: not a small step
+        out = backend.paged_attention(b["query"], b["k_cache"], b["v_cache"], b["meta"], 0.125)
+    assert len(prompt_calls) == 1, "only the prompt goes through SDPA"
+    start = 0
+    for q, k, v in zip(b["queries"], b["full_k"], b["full_v"]):
+        torch.testing.assert_close(out[start : start + len(q)], dense_causal(q, k, v, 0.125), atol=1e-5, rtol=1e-5)
+        start += len(q)
