@@ -26,6 +26,7 @@ and prints:
 
     python -m agentgate.loadtests.step_profile
     python -m agentgate.loadtests.step_profile --batch 1 --steps 32 --quantization none --dtype bfloat16
+    python -m agentgate.loadtests.step_profile --cpu-attention torch   # the torch path's decode attention
 """
 
 from __future__ import annotations
@@ -258,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--quantization", default="auto")
     parser.add_argument("--runner", default="overlap", choices=["overlap", "sync"])
+    parser.add_argument("--cpu-attention", default="auto", choices=["auto", "torch"])
     parser.add_argument("--batch", type=int, action="append", help="batch sizes (repeatable; default 1 and 16)")
     parser.add_argument("--steps", type=int, default=24, help="decode steps profiled per batch size")
     args = parser.parse_args(argv)
@@ -268,9 +270,13 @@ def main(argv: list[str] | None = None) -> None:
         dtype=args.dtype,
         quantization=args.quantization,
         runner=args.runner,
+        cpu_attention=args.cpu_attention,
         speculative="off",
     )
-    print(f"step profile: {llm.core.runner.weights} | runner {args.runner}", flush=True)
+    print(
+        f"step profile: {llm.core.runner.weights} | runner {args.runner} | cpu attention {args.cpu_attention}",
+        flush=True,
+    )
     for batch in args.batch or [1, 16]:
         print("\n".join(measure(llm, batch, args.steps).lines()), flush=True)
 

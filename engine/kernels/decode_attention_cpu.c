@@ -22,6 +22,7 @@
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
 
 #define LANES 16
 #define MAX_HEAD_DIM 256
@@ -90,8 +91,10 @@ static inline void load_row(const void *cache, int64_t index, int head_dim, int 
         return;
     }
     const uint16_t *src = (const uint16_t *)cache + index;
-    for (int d = 0; d < head_dim; d++) {
-        uint32_t bits = (uint32_t)src[d] << 16;
+    for (int d = 0; d < head_dim; d += LANES) { /* a bfloat16 is the top half of its float32 */
+        v16h half;
+        memcpy(&half, src + d, sizeof half);
+        const v16i bits = __builtin_convertvector(half, v16i) << 16;
         memcpy(out + d, &bits, sizeof bits);
     }
 }
