@@ -75,6 +75,10 @@ class BatchInvariantTorchBackend(TorchAttentionBackend):
     name = "torch-batch-invariant"
     reads_shared_prefix = False
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._tokens: tuple[AttentionMetadata, tuple[torch.Tensor, torch.Tensor, int]] | None = None  # the step's
+
     def paged_attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
         if self.native is None:
             return batch_invariant_attention(query, k_cache, v_cache, meta, scale)
@@ -82,7 +86,3 @@ class BatchInvariantTorchBackend(TorchAttentionBackend):
             self._tokens = (meta, token_contexts(meta))
         tables, lens, longest = self._tokens[1]
         return self.native(query, k_cache, v_cache, tables, lens, longest, scale)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._tokens: tuple[AttentionMetadata, tuple[torch.Tensor, torch.Tensor, int]] | None = None  # the step's

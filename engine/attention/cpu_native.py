@@ -130,9 +130,9 @@ def load_decode_attention(cache_dir: Path | None) -> NativeDecodeAttention | Non
     if compiler is None:
         log.info("decode attention: the torch path (no C compiler: set CC or install cc)")
         return None
-    source = importlib.resources.files("agentgate.engine.kernels").joinpath(SOURCE).read_bytes()
     directory = (cache_dir or default_cache_dir()) / "kernels"
     try:
+        source = importlib.resources.files("agentgate.engine.kernels").joinpath(SOURCE).read_bytes()
         path = directory / _library_name(source, compiler)
         if not path.exists():
             started = time.monotonic()
