@@ -10,7 +10,12 @@ It is built at first use with the system C compiler (``$CC``, else ``cc``) and k
 ``<cache dir>/kernels/`` under the hash of its source, the compiler, the flags and the CPU, so a
 later start only loads it (`load_decode_attention`). Where no compiler builds it the engine keeps
 the torch path and says so in one log line. Chosen by ``--cpu-attention`` (auto: the kernel where
-it builds; torch: never)."""
+it builds; torch: never).
+
+A deviation from DESIGN.md's "on CPU the references run": the torch path stays the reference the
+kernel is tested against and the fallback, but the CPU serves through the kernel, as the design's
+compiled CPU step would through an opaque attention op. It is called from Python, not yet
+registered as a torch.library custom op: nothing compiles the step around it yet (issue 52)."""
 
 from __future__ import annotations
 
