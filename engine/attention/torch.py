@@ -30,8 +30,9 @@ def paged_attention(
     (a prefill, a chunk, a cached prompt's last tokens, even one) through
     `prompt_attention`, one sequence at a time. A multi-token decode row (a
     request's drafts) joins the batched call in a small step, each of its
-    tokens as a decode row of its own, and goes as prompt rows otherwise. Which
-    rows decode, and which steps are small: `engine.step_rows`."""
+    tokens as a decode row of its own, and goes as prompt rows otherwise (with
+    the compiled kernel, `TorchAttentionBackend.use_native_decode`, it joins in
+    any step). Which rows decode, and which steps are small: `engine.step_rows`."""
     num_decoding = decode_row_count(query.shape[0])
     decode = _DecodeRows.of(query, k_cache, meta, num_decoding, is_small_step())
     return _paged_attention(query, k_cache, v_cache, meta, scale, num_decoding, decode)
