@@ -51,8 +51,11 @@ class NativeDecodeAttention:
         self._kernel = library.decode_attention
         self._kernel.restype = ctypes.c_int
         pointer, int_, int64, float_ = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
-        self._kernel.argtypes = [pointer, pointer, pointer, int_, pointer, int64, pointer, int_, int_, int_, int_,
-                                 int_, float_, pointer, int64, int_, pointer]  # fmt: skip
+        # decode_attention(query, k_cache, v_cache, cache_bf16, block_tables, table_stride, seq_lens, rows,
+        # num_heads, num_kv_heads, head_dim, block_size, scale, scratch, max_seq_len, threads, out)
+        self._kernel.argtypes = (
+            [pointer] * 3 + [int_, pointer, int64, pointer] + [int_] * 5 + [float_, pointer, int64, int_, pointer]
+        )
         self._scratch = torch.empty(0, dtype=torch.float32)
 
     @staticmethod
@@ -95,10 +98,24 @@ class NativeDecodeAttention:
         lens = seq_lens.to(torch.int32).contiguous()
         out = torch.empty(rows, num_heads, head_dim, dtype=torch.float32)
         failed = self._kernel(
-            q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), int(k_cache.dtype == torch.bfloat16),
-            tables.data_ptr(), tables.stride(0), lens.data_ptr(), rows, num_heads, num_kv_heads, head_dim,
-            block_size, scale, self._scratch.data_ptr(), longest, threads, out.data_ptr(),
-        )  # fmt: skip
+            q.data_ptr(),
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+            int(k_cache.dtype == torch.bfloat16),
+            tables.data_ptr(),
+            tables.stride(0),
+            lens.data_ptr(),
+            rows,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            block_size,
+            scale,
+            self._scratch.data_ptr(),
+            longest,
+            threads,
+            out.data_ptr(),
+        )
         if failed:
             raise RuntimeError(f"decode attention kernel failed ({failed}): shapes {tuple(query.shape)}, {max_seq_len}")
         return out if query.dtype == torch.float32 else out.to(query.dtype)

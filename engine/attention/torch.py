@@ -121,7 +121,7 @@ class _DecodeRows(NamedTuple):
     row computes what it would alone (`engine.step_rows`)."""
 
     tokens: torch.Tensor | None
-    plan: _DecodePlan
+    plan: _DecodePlan | None  # None when the compiled kernel runs (``expand``): it reads no plan
     expanded: bool
     # In a small step whose decode rows read contexts of different block counts: the rows (of the
     # decode rows, in order) of each block count, with their own plan; empty otherwise.
@@ -149,8 +149,12 @@ class _DecodeRows(NamedTuple):
         compiled kernel computes every row over exactly its context, at any batch)."""
         shared = 0 if small else meta.shared_prefix_blocks
         if meta.is_pure_decode and num_decoding == query.shape[0]:
-            plan = _DecodePlan.build(
-                query, k_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, shared, has_empty_rows
+            plan = (
+                None
+                if expand
+                else _DecodePlan.build(
+                    query, k_cache, meta.block_tables, meta.seq_lens, meta.max_seq_len, shared, has_empty_rows
+                )
             )
             parts = (
                 _parts_by_blocks(query, k_cache, meta.block_tables, meta.seq_lens_cpu.tolist())
@@ -174,8 +178,12 @@ class _DecodeRows(NamedTuple):
         tokens_d = torch.tensor(tokens, device=device)
         block_tables = meta.block_tables[torch.tensor(rows, device=device)]
         seq_lens_d = torch.tensor(seq_lens, dtype=torch.int32, device=device)
-        plan = _DecodePlan.build(
-            query[tokens_d], k_cache, block_tables, seq_lens_d, max(seq_lens), shared, has_empty_rows=False
+        plan = (
+            None
+            if expand
+            else _DecodePlan.build(
+                query[tokens_d], k_cache, block_tables, seq_lens_d, max(seq_lens), shared, has_empty_rows=False
+            )
         )
         parts = _parts_by_blocks(query[tokens_d], k_cache, block_tables, seq_lens) if small and not expand else ()
         return cls(tokens_d, plan, small or expand, parts, block_tables, seq_lens_d, max(seq_lens))
