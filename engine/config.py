@@ -305,11 +305,16 @@ class EngineConfig:
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
 
+    def resolved_device_type(self) -> str:
+        """``resolved_device().type``; "cpu" for the null runner, which computes nothing and so
+        asks torch nothing (its engine imports no torch)."""
+        return "cpu" if self.runner == "null" else self.resolved_device().type
+
     def resolved_speculative(self) -> str:
         """``speculative``, its default resolved by device (see the class docstring)."""
         if self.speculative is not None:
             return self.speculative
-        return "off" if self.resolved_device().type == "cuda" else "auto"
+        return "off" if self.resolved_device_type() == "cuda" else "auto"
 
     def with_changes(self, **changes: object) -> EngineConfig:
         return replace(self, **changes)

@@ -29,7 +29,7 @@ from agentgate.engine.front.protocol import (
 from agentgate.engine.kv.kv_cache_manager import KVCacheManager
 from agentgate.engine.lora.calls import LoraCalls
 from agentgate.engine.request import FinishReason, Request
-from agentgate.engine.runner.base import ModelRunner
+from agentgate.engine.runner.interface import ModelRunner
 from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduling.retention import KVRetention
 from agentgate.engine.scheduling.scheduler import PauseState, Scheduler, SchedulerLimits
@@ -59,7 +59,7 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
     def __init__(self, config: EngineConfig, runner: ModelRunner | None = None) -> None:
         self.config = config
         self.runner = runner or make_runner(config)
-        self._threads = cpu_threads.configure(config, self.runner.device)
+        self._threads = cpu_threads.configure(config, self.runner.device_type)
         spec = self.runner.kv_spec
         self.max_model_len = spec.max_model_len
         self.vocab_size = self.runner.vocab_size
@@ -91,8 +91,8 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
             block_size=runner.kv_spec.block_size,
             num_kv_blocks=runner.kv_spec.num_blocks,
             runner=self.config.runner,
-            device=str(runner.device),
-            dtype=str(runner.dtype).removeprefix("torch."),
+            device=runner.device_name,
+            dtype=runner.dtype_name,
             pid=os.getpid(),
             engine_id=self.engine_id,
             quantization=runner.quantization,
@@ -306,7 +306,7 @@ class EngineCore(LoraCalls):  # LoRA adapters by name: engine.lora.calls
 
         entry = self._in_flight[0]
         step = entry.step
-        bitmask = new_bitmask(step.num_sampling_rows, self.vocab_size, pinned=self.runner.device.type == "cuda")
+        bitmask = new_bitmask(step.num_sampling_rows, self.vocab_size, pinned=self.runner.device_type == "cuda")
         redirects = Redirects()  # rows in an open thinking block: an end-of-turn token there ends the block
         narrowed: dict = {}  # rows a forced-call budget narrowed, as their grammar alone allowed them
         index = 0

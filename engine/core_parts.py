@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from agentgate.engine.config import SCHEDULING_POLICIES, EngineConfig
-from agentgate.engine.runner.base import ModelRunner
+from agentgate.engine.runner.interface import ModelRunner
 from agentgate.engine.scheduling.programs.queue import ProgramQueue
 from agentgate.engine.scheduling.step_budget import StepBudget, resolve_max_step_ms
 from agentgate.engine.scheduling.waiting_queue import FcfsQueue
@@ -51,7 +51,7 @@ def make_runner(config: EngineConfig) -> ModelRunner:
 def make_step_budget(config: EngineConfig, runner: ModelRunner) -> StepBudget | None:
     """The step budget ``config.max_step_ms`` gives on ``runner`` (``auto``: on the CPU with a
     model; `engine.scheduling.step_budget`), None for none."""
-    ms = resolve_max_step_ms(config.max_step_ms, runner.device.type, runner.architecture != "null")
+    ms = resolve_max_step_ms(config.max_step_ms, runner.device_type, runner.architecture != "null")
     return None if ms is None else StepBudget(ms, runner.kv_spec.block_size)
 
 
@@ -64,7 +64,7 @@ def make_speculator(config: EngineConfig, batch_dependent_decode: Sequence[str] 
     verify step's logits, `engine.kernel_choice.draft_exactness`), since drafts would then
     change greedy tokens; None: auto on the CPU, off on CUDA)."""
     mode = config.resolved_speculative()
-    cpu = config.resolved_device().type != "cuda"
+    cpu = config.resolved_device_type() != "cuda"
     max_batch = CPU_AUTO_MAX_BATCH if mode == "auto" and cpu else None
     if mode == "auto" and cpu and batch_dependent_decode:
         log.warning(

@@ -20,8 +20,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from agentgate.engine.config import EngineConfig
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -48,15 +46,18 @@ def threads_for(cores: int, others_busy: float) -> int:
     return max(1, min(cores, cores - int(others_busy + 0.25)))
 
 
-def configure(config: EngineConfig, device: torch.device) -> ThreadGovernor | None:
+def configure(config: EngineConfig, device_type: str) -> ThreadGovernor | None:
     """``--cpu-threads`` when given; else, unless ``--deterministic`` keeps
-    torch's default, a governor for a model on the CPU."""
+    torch's default, a governor for a model on the CPU. Nothing with the null
+    runner, which computes nothing and imports no torch."""
+    if config.runner == "null":
+        return None
+    import torch  # a model runner has imported it already
+
     if config.cpu_threads is not None:
         torch.set_num_threads(config.cpu_threads)
         return None
-    if config.deterministic:  # a thread count that never changes mid-run
-        return None
-    if device.type != "cpu" or config.runner == "null":
+    if config.deterministic or device_type != "cpu":  # deterministic: a thread count that never changes mid-run
         return None
     return ThreadGovernor()
 
@@ -73,6 +74,9 @@ class ThreadGovernor:
         own: Callable[[], float] = own_busy_seconds,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        import torch  # here, not at the top: the null runner's engine imports this module and no torch
+
+        self._set_threads = torch.set_num_threads
         self.cores = cores or torch.get_num_threads()  # torch's default: one per core
         self.interval = interval
         self._machine, self._own, self._clock = machine, own, clock
@@ -91,5 +95,5 @@ class ThreadGovernor:
         others = max(0.0, (machine - last_machine) - (own - last_own)) / (now - last_time)
         wanted = threads_for(self.cores, others)
         if wanted != self.threads:
-            torch.set_num_threads(wanted)
+            self._set_threads(wanted)
             self.threads = wanted

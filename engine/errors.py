@@ -16,6 +16,13 @@ class InvalidRequestError(EngineError, ValueError):
         self.param = param
 
 
+class LoraError(InvalidRequestError):
+    """A LoRA adapter that cannot be served on this model (the message names it and the module)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "lora")
+
+
 class ModelLoadError(EngineError):
     """A model could not be found, parsed or loaded."""
 

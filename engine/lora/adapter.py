@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from agentgate.engine.errors import InvalidRequestError
+from agentgate.engine.errors import LoraError
 from agentgate.engine.models.config import ModelConfig
 
 CONFIG_FILE, WEIGHTS_FILE = "adapter_config.json", "adapter_model.safetensors"
@@ -39,13 +39,6 @@ _TARGETS = {
 }
 _WEIGHT = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.default)?\.weight$")
 _load_ids = itertools.count(1)
-
-
-class LoraError(InvalidRequestError):
-    """An adapter that cannot be served on this model (the message names it and the module)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, "lora")
 
 
 def module_shapes(config: ModelConfig) -> dict[str, tuple[int, list[int]]]:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentgate.engine.lora.adapter import LoraAdapter, LoraError
+from agentgate.engine.errors import LoraError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from agentgate.engine.front.protocol import SchedulerStats
+    from agentgate.engine.lora.adapter import LoraAdapter
     from agentgate.engine.request import Request
-    from agentgate.engine.runner.base import ModelRunner
+    from agentgate.engine.runner.interface import ModelRunner
 
 
 class LoraCalls:

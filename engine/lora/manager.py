@@ -21,7 +21,8 @@ from contextlib import AbstractContextManager
 import torch
 from torch import nn
 
-from agentgate.engine.lora.adapter import LoraAdapter, LoraError, load_adapter, module_shapes
+from agentgate.engine.errors import LoraError
+from agentgate.engine.lora.adapter import LoraAdapter, load_adapter, module_shapes
 from agentgate.engine.lora.layer import LoraLinear, LoraStep
 from agentgate.engine.lora.slots import LoraKernel, LoraSlots
 from agentgate.engine.models.config import ModelConfig

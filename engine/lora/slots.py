@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from agentgate.engine.lora.adapter import LoraError
+from agentgate.engine.errors import LoraError
 
 if TYPE_CHECKING:
     from agentgate.engine.lora.adapter import LoraAdapter

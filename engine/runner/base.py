@@ -4,11 +4,9 @@ device and the paged KV cache sized from a byte budget or free memory."""
 from __future__ import annotations
 
 import logging
-from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,7 +19,7 @@ from agentgate.engine.kernel_choice.row_choice_cache import MeasurementCache
 from agentgate.engine.kernel_choice.row_invariance import NoInvariantMode, make_rows_invariant
 from agentgate.engine.loaders.quantization import describe
 from agentgate.engine.runner.cuda_graphs import DecodeGraphs
-from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from agentgate.engine.runner.interface import KVCacheSpec, ModelRunner
 from agentgate.engine.step_rows import EXACT_DECODE_REQUESTS
 
 log = logging.getLogger("agentgate.engine")
@@ -48,69 +46,23 @@ def kv_blocks_from_free_memory(
     return int(budget // bytes_per_block)
 
 
-@dataclass(frozen=True)
-class KVCacheSpec:
-    """Shape of the paged cache, as measured at start-up."""
-
-    num_blocks: int
-    block_size: int
-    max_model_len: int
-
-
-class ModelRunner(ABC):
-    """Executes scheduled steps. ``execute`` launches a step and returns a
-    handle; ``wait`` returns the step's sampled tokens. The engine core keeps
-    at most ``max_steps_in_flight`` launched steps not yet waited for."""
-
-    max_steps_in_flight: int = 1
-    # What the model's weights are held as (see engine.loaders.quantization).
-    quantization: str = "none"
-    weights: str = ""
-    weight_bytes_per_step: int = 0
-    # What makes a drafted step compute other numbers than plain decoding here, checked on the CPU when
-    # --speculative is auto: decode linears whose rows depend on the batch (`engine.kernel_choice.decode_exactness`),
-    # else a verify step's logits (`engine.kernel_choice.draft_exactness`); then auto drafts nothing
-    # (`engine.core_parts.make_speculator`).
-    batch_dependent_decode: tuple[str, ...] = ()
-    kv_spec: KVCacheSpec
-    vocab_size: int
-    architecture: str
-    device: torch.device
-    dtype: torch.dtype
-    lora: LoraManager | None = None  # LoRA adapters (engine.lora), on a model runner started with them
-
-    @abstractmethod
-    def execute(self, step: SchedulerOutput) -> Any: ...
-
-    @abstractmethod
-    def wait(self, handle: Any) -> ModelRunnerOutput: ...
-
-    def complete(
-        self,
-        handle: Any,
-        bitmask: torch.Tensor,
-        redirect: tuple[torch.Tensor, torch.Tensor] | None = None,
-        unnarrowed: torch.Tensor | None = None,
-    ) -> None:
-        """Sample a step launched with ``step.needs_bitmask``: ``execute`` ran
-        its forward pass and left sampling for now, when the grammar bitmask
-        ([sampling rows, words], rows in step order; unconstrained rows all
-        ones) is known. ``redirect``: (from, to) for rows whose end-of-turn
-        tokens become another (``SamplingBatch.redirect_from``). ``unnarrowed``:
-        the mask before forced-call budgets narrowed it (``SamplingBatch.unnarrowed_bitmask``;
-        the output's ``overridden_rows`` say where that changed the best token)."""
-        raise NotImplementedError(f"{type(self).__name__} does not support constrained decoding")
-
-    @abstractmethod
-    def release(self, request_ids: list[str]) -> None:
-        """Forget finished, aborted or preempted requests (their slots)."""
-
-    def shutdown(self) -> None:
-        """Release what the runner holds."""
-
-
 class TorchModelRunner(ModelRunner):
     """A runner with a real model and a real paged KV cache."""
+
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def device_type(self) -> str:
+        return self.device.type
+
+    @property
+    def device_name(self) -> str:
+        return str(self.device)
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
 
     def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None) -> None:
         from agentgate.engine.loaders import load_model

@@ -8,9 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import torch
-
-from agentgate.engine.runner.base import KVCacheSpec, ModelRunner
+from agentgate.engine.runner.interface import KVCacheSpec, ModelRunner
 from agentgate.engine.scheduling.scheduler_output import ModelRunnerOutput, NewRequestData, SchedulerOutput
 from agentgate.engine.speculative.verify import emitted_tokens
 
@@ -33,8 +31,8 @@ class NullRunner(ModelRunner):
     """``max_steps_in_flight`` 2 emulates the overlapped runner's pipeline."""
 
     architecture = "null"
-    device = torch.device("cpu")
-    dtype = torch.float32
+    device_type = device_name = "cpu"
+    dtype_name = "float32"
 
     def __init__(
         self,

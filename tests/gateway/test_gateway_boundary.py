@@ -30,7 +30,7 @@ def test_importing_the_cli_loads_no_torch():
 
 
 def test_the_check_itself_sees_torch_when_it_is_imported():
-    assert "torch" in _loaded_after("import agentgate.engine.core")
+    assert "torch" in _loaded_after("import agentgate.engine.runner.base")
 
 
 def _sdk_loaded_after(statement: str) -> list[str]:

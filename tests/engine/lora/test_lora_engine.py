@@ -11,8 +11,8 @@ import math
 import pytest
 
 from agentgate.engine import LLM, SamplingParams
-from agentgate.engine.errors import InvalidRequestError
-from agentgate.engine.lora.adapter import LoraError, load_adapter
+from agentgate.engine.errors import InvalidRequestError, LoraError
+from agentgate.engine.lora.adapter import load_adapter
 from tests.support.lora_adapters import SMOL, merge_into, write_adapter
 
 GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)

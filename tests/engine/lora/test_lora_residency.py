@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from agentgate.engine import LLM, SamplingParams
+from agentgate.engine.errors import LoraError
 from agentgate.engine.kernels.lora import add_lora_reference
-from agentgate.engine.lora.adapter import LoraError
 from tests.support.lora_adapters import merge_into, write_adapter
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentgate.engine.lora.adapter import LoraAdapter, LoraError
+from agentgate.engine.errors import LoraError
+from agentgate.engine.lora.adapter import LoraAdapter
 from agentgate.engine.lora.layer import LoraLinear, LoraStep
 from agentgate.engine.lora.slots import LoraSlots
 
