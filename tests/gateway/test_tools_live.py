@@ -14,7 +14,9 @@ import httpx
 import jsonschema
 import openai
 import pytest
+import torch
 
+from agentgate.engine.models.config import cpu_has_native_bf16
 from tests.support.http import wait_for
 from tests.support.live_tools import (
     ASK,
@@ -40,10 +42,11 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     # object that ends within max_tokens, the same sampled call whether
     # batched with the streaming or the non-streaming requests), which the
     # default int4 path's slightly different numerics change.
+    # Room for 100 requests at once (the batched tests' sweeps, where they run here).
     # Formatted by hand: each flag beside its value, as on a command line.
     server = start_server(
         tmp_path_factory.mktemp("tools-server"),
-        "--runner", "overlap", "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "64",
+        "--runner", "overlap", "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "128",
         "--quantization", "none",
     )  # fmt: skip
     yield server
@@ -51,12 +54,17 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def batched_server(tmp_path_factory: pytest.TempPathFactory):
-    """The same dense weights in the dtype this CPU computes fastest (``--dtype auto``: bfloat16 where it
-    has native bf16 dot products, else float32, as ``server``), room for 100 requests at once, for the
-    tests whose assertions hold reply by reply. bfloat16 rounds a reply differently with what else its
-    batch holds (a prefill after a prefix hit, attention over a prefix the batch shares), so the tests
-    that compare two requests' replies run on ``server``."""
+def batched_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The same dense weights in the dtype this CPU computes fastest (``--dtype auto``), room for 100
+    requests at once, for the tests whose assertions hold reply by reply: a server of its own in
+    bfloat16 where the CPU has native bf16 dot products; elsewhere ``auto`` is float32, what ``server``
+    runs, and this is ``server`` (a second start of the same server would only cost the suite time).
+    bfloat16 rounds a reply differently with what else its batch holds (a prefill after a prefix hit,
+    attention over a prefix the batch shares), so the tests that compare two requests' replies run on
+    ``server``."""
+    if not torch.cuda.is_available() and not cpu_has_native_bf16():
+        yield request.getfixturevalue("server")
+        return
     flags = "--runner overlap --dtype auto --max-model-len 2048 --max-num-seqs 128 --quantization none"
     server = start_server(tmp_path_factory.mktemp("batched-tools-server"), *flags.split())
     yield server
