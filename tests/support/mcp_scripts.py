@@ -35,7 +35,7 @@ SCRIPTS = {
     "add": [_call("add", a=2, b=3), "The sum is 5."],
     "two": [_call("add", a=2, b=3), _call("multiply", a=5, b=4), "It is 20."],
     "fail": [_call("explode", reason="test"), "It failed."],
-    "slow": [_call("sleep", seconds=5), "Too slow."],
+    "slow": [_call("sleep", seconds=10), "Too slow."],  # past the 4 s call timeout
     "loop": [_call("add", a=1, b=1)],
     "client": [_call("get_weather", city="Paris")],
     "both": ["Checking.\n" + _call("get_weather", city="Paris")],
@@ -72,12 +72,13 @@ def script(tokenizer) -> Script:
 @contextlib.contextmanager
 def mcp_gateway(servers: McpServers) -> Iterator[ScriptedGateway]:
     """The scripted gateway allowing ``calc`` (streamable HTTP) and the SSE server's origin, with
-    a 1 s call timeout and 3 tool rounds, serving the model as ``m``."""
+    a 4 s call timeout (a failing call answered after more than 1 s under a loaded suite's two workers
+    read as a timeout) and 3 tool rounds, serving the model as ``m``."""
     sse_origin = servers.sse_url.rsplit("/", 1)[0]
     settings = Settings(
         mcp_servers=(f"calc={servers.http_url}",),
         mcp_allow_urls=(f"{sse_origin}/*",),
-        mcp_call_timeout=1.0,
+        mcp_call_timeout=4.0,
         max_tool_rounds=3,
         served_model_name=("m",),
     )
