@@ -1,5 +1,6 @@
-"""The runner interface, and the set-up both runners share: the model on its
-device and the paged KV cache sized from a byte budget or free memory."""
+"""The set-up both torch runners share (`TorchModelRunner`): the model on its device and the
+paged KV cache sized from a byte budget or free memory. The interface every runner implements,
+the null runner's included, is `engine.runner.interface`."""
 
 from __future__ import annotations
 
