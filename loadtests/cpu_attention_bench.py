@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from agentgate.engine.attention.cpu_native import load_decode_attention
+from agentgate.engine.attention.cpu_native import load_native_attention
 from agentgate.engine.attention.torch import _decode_attention, _DecodePlan
 
 BLOCK = 16
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     with tempfile.TemporaryDirectory() as directory:
-        native = load_decode_attention(Path(directory))
+        native = load_native_attention(Path(directory))
     if native is None:
         print("the compiled kernel did not build here (see the log line above): nothing to compare")
         return 1

@@ -67,7 +67,7 @@ def token_contexts(meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor,
 class BatchInvariantTorchBackend(TorchAttentionBackend):
     """`batch_invariant_attention` for ``--deterministic``; it reads every
     context whole, so the runner need not find shared prefixes. With the
-    compiled CPU kernel (`use_native_decode`) every query token, prompt rows
+    compiled CPU kernel (`use_native_kernels`) every query token, prompt rows
     included, goes through it as a decode row over exactly its context: the same
     contract (a token's result depends on its own sequence alone), without a
     Python loop over tokens."""

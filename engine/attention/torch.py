@@ -14,7 +14,7 @@ from agentgate.engine.attention.torch_rotary import KvSlots, rope_factors, rotat
 from agentgate.engine.step_rows import decode_row_count, is_small_step
 
 if TYPE_CHECKING:
-    from agentgate.engine.attention.cpu_native import NativeDecodeAttention
+    from agentgate.engine.attention.cpu_native import NativeAttention
 
 
 def paged_attention(
@@ -31,7 +31,7 @@ def paged_attention(
     `prompt_attention`, one sequence at a time. A multi-token decode row (a
     request's drafts) joins the batched call in a small step, each of its
     tokens as a decode row of its own, and goes as prompt rows otherwise (with
-    the compiled kernel, `TorchAttentionBackend.use_native_decode`, it joins in
+    the compiled kernel, `TorchAttentionBackend.use_native_kernels`, it joins in
     any step). Which rows decode, and which steps are small: `engine.step_rows`."""
     num_decoding = decode_row_count(query.shape[0])
     decode = _DecodeRows.of(query, k_cache, meta, num_decoding, is_small_step())
@@ -46,7 +46,7 @@ def _paged_attention(
     scale: float,
     num_decoding: int,
     decode: _DecodeRows | None,
-    native: NativeDecodeAttention | None = None,
+    native: NativeAttention | None = None,
 ) -> torch.Tensor:
     """`paged_attention` with the step's decode rows worked out (`_DecodeRows.of`); ``native``: the
     compiled kernel the decode rows take instead of `_decode_attention`, where it is loaded."""
@@ -229,7 +229,7 @@ def _decode_rows_attention(
     v_cache: torch.Tensor,
     scale: float,
     decode: _DecodeRows,
-    native: NativeDecodeAttention | None = None,
+    native: NativeAttention | None = None,
 ) -> torch.Tensor:
     """`_decode_attention` of the decode rows ``query``, in one call, or one per part of
     ``decode.parts`` (`_parts_by_blocks`). ``native`` computes every row over exactly its own
@@ -321,11 +321,13 @@ def _block_diagonal(query: torch.Tensor, num_kv_heads: int, spread: torch.Tensor
 
 
 class TorchAttentionBackend:
-    """The reference backend: `torch_rotary.rotary_write_kv` and `paged_attention` above, with what a step's
-    layers share worked out by the first layer and reused by the others: the RoPE factors, the
-    KV slots and the decode plan. A step is recognised by the objects every layer receives
-    (the same ``cos`` tensor, the same `AttentionMetadata`); each is held until the next step's
-    replaces it, so an identity is never reused while it is compared."""
+    """The reference backend: `torch_rotary.rotary_write_kv` and `paged_attention` above, with what a
+    step's layers share worked out by the first layer and reused by the others: the RoPE factors,
+    the KV slots and the decode plan. With the compiled CPU kernels (`use_native_kernels`), RoPE
+    and the cache write (bit for bit the torch path's) and the decode rows go through them instead.
+    A step is recognised by the objects every layer receives (the same ``cos`` tensor, the same
+    `AttentionMetadata`); each is held until the next step's replaces it, so an identity is never
+    reused while it is compared."""
 
     name = "torch"
     reads_shared_prefix = True
@@ -333,17 +335,20 @@ class TorchAttentionBackend:
     def __init__(self) -> None:
         self._rope: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, KvSlots]] | None = None
         self._decode: tuple[AttentionMetadata, _DecodeRows | None] | None = None  # the step's, by its metadata
-        self.native: NativeDecodeAttention | None = None
+        self.native: NativeAttention | None = None
 
-    def use_native_decode(self, native: NativeDecodeAttention) -> None:
-        """Decode rows through the compiled kernel (`cpu_native`) from now on. It reads each row's
-        whole context itself (the shared prefix sits in the CPU's cache for the next row), so the
-        runner need not find shared prefixes."""
+    def use_native_kernels(self, native: NativeAttention) -> None:
+        """RoPE with the cache write, and decode rows, through the compiled kernels (`cpu_native`)
+        from now on. The decode kernel reads each row's whole context itself (the shared prefix
+        sits in the CPU's cache for the next row), so the runner need not find shared prefixes."""
         self.native = native
         self.reads_shared_prefix = False
 
     def rotary_write_kv(self, query, key, value, cos, sin, k_cache, v_cache, meta) -> torch.Tensor:
         slot_mapping = meta.slot_mapping
+        if self.native is not None and self.native.takes_rotary(query, key, value, cos):
+            # The same bits as below in one call instead of about a dozen (padding slots skipped there).
+            return self.native.rotary_write_kv(query, key, value, cos, sin, k_cache, v_cache, slot_mapping)
         if self._rope is None or self._rope[0] is not cos or self._rope[1] is not slot_mapping:
             # An eager step writes every token: its slots are used as they are, without a host read.
             slots = KvSlots.of(slot_mapping) if meta.padded else KvSlots(slot_mapping, None)

@@ -1,6 +1,9 @@
 /* Paged decode attention on the CPU: one query token per row over exactly its own context, read
  * straight from the paged KV cache (no gathered copy), scores and softmax in float32.
  *
+ * Also here: RoPE and the KV-cache write of a step's tokens in one call (rotary_write_kv, at the
+ * end), the other half of a layer's attention.
+ *
  * Built at run time by engine/attention/cpu_native.py (cc -O2 -march=native -fopenmp) and called
  * through ctypes; the plain-torch path in engine/attention/torch.py is the reference it is tested
  * against (tests/engine/attention/test_cpu_native_attention.py).
@@ -225,4 +228,87 @@ int decode_attention(const float *query, const void *k_cache, const void *v_cach
         }
     }
     return failed ? 2 : 0;
+}
+
+/* A float32 rounded to bfloat16, to nearest, ties to even, as torch's .to(torch.bfloat16) does
+ * (every NaN becomes torch's quiet NaN, 0x7fc0). */
+static inline uint16_t to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+static inline float from_bf16(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline float load_value(const void *p, int64_t i, int bf16) {
+    return bf16 ? from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static inline void store_value(void *p, int64_t i, int bf16, float f) {
+    if (bf16)
+        ((uint16_t *)p)[i] = to_bf16(f);
+    else
+        ((float *)p)[i] = f;
+}
+
+/* One head of head_dim values rotated by RoPE (neox layout: element i pairs with i + half) in
+ * float32, rounded to the inputs' dtype: the numbers engine/attention/torch_rotary.rotate computes,
+ * x * (cos | cos) rounded, then swap_halves(x) * (-sin | sin) added to it in one fused
+ * multiply-add, as torch's vectorized addcmul_ does. */
+static void rotate_head(const void *x, int64_t at, int bf16, const float *cos, const float *sin, int head_dim,
+                        float *out) {
+    const int half = head_dim / 2;
+    for (int i = 0; i < head_dim; i++) {
+        const int j = i < half ? i : i - half;
+        const float own = load_value(x, at + i, bf16);
+        const float other = load_value(x, at + (i < half ? i + half : i - half), bf16);
+        const float product = own * cos[j];
+        const float sum = __builtin_fmaf(other, i < half ? -sin[j] : sin[j], product);
+        out[i] = bf16 ? from_bf16(to_bf16(sum)) : sum;
+    }
+}
+
+/* RoPE on a step's queries and keys, and its keys and values written to their cache slots: what
+ * engine/attention/torch_rotary.rotary_write_kv does in about a dozen torch calls a layer, in one.
+ *
+ * query [tokens, num_heads, head_dim], key and value [tokens, num_kv_heads, head_dim] in float32 or
+ * bfloat16 (inputs_bf16), heads contiguous within a token, tokens q_stride, k_stride and v_stride
+ * elements apart; cos and sin [tokens, head_dim / 2] float32; slots [tokens] int64 (block *
+ * block_size + offset; -1: not written); caches [slots, num_kv_heads, head_dim] in float32 or
+ * bfloat16 (cache_bf16); out_query [tokens, num_heads, head_dim] in the inputs' dtype, the rotated
+ * query. Element by element, so a token's bits never depend on the others. */
+int rotary_write_kv(const void *query, int64_t q_stride, const void *key, int64_t k_stride, const void *value,
+                    int64_t v_stride, int inputs_bf16, const float *cos, const float *sin, const int64_t *slots,
+                    int64_t tokens, int num_heads, int num_kv_heads, int head_dim, void *k_cache, void *v_cache,
+                    int cache_bf16, int threads, void *out_query) {
+    if (head_dim % 2 || head_dim > MAX_HEAD_DIM) return 1;
+    const int half = head_dim / 2;
+    const int64_t row = (int64_t)num_kv_heads * head_dim;
+#pragma omp parallel for schedule(static) num_threads(threads) if (tokens >= 64)
+    for (int64_t t = 0; t < tokens; t++) {
+        float rotated[MAX_HEAD_DIM];
+        const float *c = cos + t * half, *s = sin + t * half;
+        for (int h = 0; h < num_heads; h++) {
+            rotate_head(query, t * q_stride + (int64_t)h * head_dim, inputs_bf16, c, s, head_dim, rotated);
+            const int64_t at = (t * num_heads + h) * head_dim;
+            for (int i = 0; i < head_dim; i++) store_value(out_query, at + i, inputs_bf16, rotated[i]);
+        }
+        const int64_t slot = slots[t];
+        if (slot < 0) continue;
+        for (int h = 0; h < num_kv_heads; h++) {
+            const int64_t at = slot * row + (int64_t)h * head_dim;
+            rotate_head(key, t * k_stride + (int64_t)h * head_dim, inputs_bf16, c, s, head_dim, rotated);
+            for (int i = 0; i < head_dim; i++) store_value(k_cache, at + i, cache_bf16, rotated[i]);
+            const int64_t from = t * v_stride + (int64_t)h * head_dim;
+            for (int i = 0; i < head_dim; i++)
+                store_value(v_cache, at + i, cache_bf16, load_value(value, from + i, inputs_bf16));
+        }
+    }
+    return 0;
 }

@@ -104,7 +104,7 @@ class TorchModelRunner(ModelRunner):
                     f"--deterministic cannot be honoured on this CPU: {exc}; start without it", "deterministic"
                 ) from exc
         if self.device.type == "cpu":
-            self._use_native_decode_attention(config, cache_dir)
+            self._use_native_attention(config, cache_dir)
         if self.device.type == "cpu" and config.resolved_speculative() == "auto":
             self.batch_dependent_decode = tuple(
                 batch_dependent_decode_linears(
@@ -155,26 +155,26 @@ class TorchModelRunner(ModelRunner):
             )
             self.graphs.capture()
 
-    def _use_native_decode_attention(self, config: EngineConfig, cache_dir: Path | None) -> None:
-        """Decode rows through the compiled CPU kernel (`engine.attention.cpu_native`) under
-        ``--cpu-attention auto``, where it builds and takes the model's heads; before the load-time
-        exactness checks, which then check it. Under --deterministic every query token takes it
-        (`BatchInvariantTorchBackend`)."""
+    def _use_native_attention(self, config: EngineConfig, cache_dir: Path | None) -> None:
+        """RoPE with the cache write, and decode rows, through the compiled CPU kernels
+        (`engine.attention.cpu_native`) under ``--cpu-attention auto``, where they build and take
+        the model's heads; before the load-time exactness checks, which then check them. Under
+        --deterministic every query token takes the decode kernel (`BatchInvariantTorchBackend`)."""
         attention = self.model.attention
-        if config.cpu_attention != "auto" or not hasattr(attention, "use_native_decode"):
+        if config.cpu_attention != "auto" or not hasattr(attention, "use_native_kernels"):
             return
-        from agentgate.engine.attention.cpu_native import NativeDecodeAttention, load_decode_attention
+        from agentgate.engine.attention.cpu_native import NativeAttention, load_native_attention
 
         shape = self.loaded.config
-        why_not = NativeDecodeAttention.unsupported(
+        why_not = NativeAttention.unsupported(
             next(self.model.parameters()).dtype, shape.num_heads, shape.num_kv_heads, shape.head_dim
         )
         if why_not:
             log.info("decode attention: the torch path (the compiled kernel does not take %s)", why_not)
             return
-        native = load_decode_attention(cache_dir)
+        native = load_native_attention(cache_dir)
         if native is not None:
-            attention.use_native_decode(native)
+            attention.use_native_kernels(native)
             log.info("decode attention: the compiled CPU kernel (%s)", native.path.name)
 
     def _start_lora(self) -> LoraManager | None:

@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from agentgate.engine.attention.cpu_native import NativeDecodeAttention, load_decode_attention
+from agentgate.engine.attention.cpu_native import NativeAttention, load_native_attention
 from agentgate.engine.attention.torch import TorchAttentionBackend
 from agentgate.engine.attention.torch_rotary import write_kv
 from agentgate.engine.config import EngineConfig
@@ -20,8 +20,8 @@ from tests.engine.test_attention_torch import build_batch, dense_causal
 
 
 @pytest.fixture(scope="module")
-def native(tmp_path_factory) -> NativeDecodeAttention:
-    kernel = load_decode_attention(tmp_path_factory.mktemp("kernels"))
+def native(tmp_path_factory) -> NativeAttention:
+    kernel = load_native_attention(tmp_path_factory.mktemp("kernels"))
     assert kernel is not None, "cc builds the kernel on every machine the suite runs on"
     return kernel
 
@@ -36,7 +36,7 @@ def test_decode_rows_of_a_mixed_batch_match_dense_causal_attention(native, dtype
     k_cache, v_cache = b["k_cache"].to(dtype), b["v_cache"].to(dtype)
     write_kv(b["new_k"].to(dtype), b["new_v"].to(dtype), k_cache, v_cache, b["meta"].slot_mapping)
     backend = TorchAttentionBackend()
-    backend.use_native_decode(native)
+    backend.use_native_kernels(native)
     out = backend.paged_attention(b["query"].to(dtype), k_cache, v_cache, b["meta"], 0.125)
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     start = 0
@@ -95,12 +95,12 @@ def test_a_context_longer_than_the_bound_given_is_an_error_not_a_read_past_the_s
 
 def test_built_once_per_cache_directory_then_loaded(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="agentgate.engine"):
-        first = load_decode_attention(tmp_path)
+        first = load_native_attention(tmp_path)
     assert first is not None and "compiled the CPU kernel" in caplog.text
     built = first.path.stat().st_mtime_ns
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="agentgate.engine"):
-        again = load_decode_attention(tmp_path)
+        again = load_native_attention(tmp_path)
     assert again is not None and again.path == first.path and again.path.stat().st_mtime_ns == built
     assert "compiled" not in caplog.text
     assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.path.name]  # no temporaries left
@@ -109,7 +109,7 @@ def test_built_once_per_cache_directory_then_loaded(tmp_path, caplog):
 def test_without_a_compiler_the_torch_path_runs_and_the_log_says_why(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     with caplog.at_level(logging.INFO, logger="agentgate.engine"):
-        assert load_decode_attention(tmp_path) is None
+        assert load_native_attention(tmp_path) is None
     assert "the torch path (no C compiler" in caplog.text
 
 
@@ -119,7 +119,7 @@ def test_a_compiler_that_fails_leaves_the_torch_path_and_its_error(tmp_path, mon
     failing.chmod(0o755)
     monkeypatch.setenv("CC", str(failing))
     with caplog.at_level(logging.INFO, logger="agentgate.engine"):
-        assert load_decode_attention(tmp_path) is None
+        assert load_native_attention(tmp_path) is None
     assert "did not build or load" in caplog.text and "broken" in caplog.text
     assert not list((tmp_path / "kernels").iterdir())
 
@@ -133,8 +133,8 @@ def test_a_compiler_that_fails_leaves_the_torch_path_and_its_error(tmp_path, mon
     ],
 )
 def test_shapes_it_cannot_take_say_why(dtype, heads, kv_heads, head_dim, reason):
-    assert reason in NativeDecodeAttention.unsupported(dtype, heads, kv_heads, head_dim)
-    assert NativeDecodeAttention.unsupported(torch.float32, 9, 3, 64) is None
+    assert reason in NativeAttention.unsupported(dtype, heads, kv_heads, head_dim)
+    assert NativeAttention.unsupported(torch.float32, 9, 3, 64) is None
 
 
 def test_an_unknown_cpu_attention_is_refused():
@@ -189,7 +189,7 @@ def test_under_deterministic_a_prompt_token_computes_the_bits_of_the_same_token_
         seq_lens_cpu=lens.clone(),
     )
     backend = BatchInvariantTorchBackend()
-    backend.use_native_decode(native)
+    backend.use_native_kernels(native)
     out = backend.paged_attention(query, k_cache, v_cache, meta, 0.125)
     assert torch.equal(out[6], out[7])
     torch.testing.assert_close(out[:7], dense_causal(prompt, keys, values, 0.125), atol=1e-5, rtol=1e-5)
@@ -209,7 +209,7 @@ def test_drafted_rows_of_a_large_step_take_the_kernel_one_token_a_row(native, mo
     b = build_batch(specs, 9, 3, 64, block_size=16)
     write_kv(b["new_k"], b["new_v"], b["k_cache"], b["v_cache"], b["meta"].slot_mapping)
     backend = TorchAttentionBackend()
-    backend.use_native_decode(native)
+    backend.use_native_kernels(native)
     with decode_rows(18):  # no request count said: not a small step
         out = backend.paged_attention(b["query"], b["k_cache"], b["v_cache"], b["meta"], 0.125)
     assert len(prompt_calls) == 1, "only the prompt goes through SDPA"
