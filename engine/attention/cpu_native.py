@@ -16,8 +16,10 @@ it builds; torch: never).
 
 A deviation from DESIGN.md's "on CPU the references run": the torch path stays the reference the
 kernel is tested against and the fallback, but the CPU serves through the kernel, as the design's
-compiled CPU step would through an opaque attention op. It is called from Python, not yet
-registered as a torch.library custom op: nothing compiles the step around it yet (issue 52)."""
+compiled CPU step would through an opaque attention op. It is called from Python, not registered
+as a torch.library custom op: compiling the step around such an op paid at most 1.19x at batch 1
+on this CPU for 10-15 s of compile a batch size (`loadtests.compile_probe`, issue 52), so nothing
+compiles it. The library also holds the norm's kernel (`engine.layers.native_norm`)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ import torch
 
 log = logging.getLogger("agentgate.engine")
 
-SOURCE = "decode_attention_cpu.c"
+SOURCES = ("decode_attention_cpu.c", "rms_norm_cpu.c")  # built into one library
 FLAGS = ("-O2", "-march=native", "-fopenmp", "-shared", "-fPIC", "-Werror=implicit-function-declaration")
 COMPILE_TIMEOUT_S = 120.0
 MAX_HEAD_DIM = 256
@@ -51,6 +53,7 @@ class NativeAttention:
 
     def __init__(self, library: ctypes.CDLL, path: Path) -> None:
         self.path = path
+        self.library = library  # its other kernels: the norm's (`engine.layers.native_norm`)
         pointer, int_, int64, float_ = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
         self._kernel = library.decode_attention
         self._kernel.restype = ctypes.c_int
@@ -209,9 +212,10 @@ def _cpu_identity() -> str:
     return "\n".join(sorted({line for line in lines if line.split(":")[0].strip() in wanted}))
 
 
-def _library_name(source: bytes, compiler: str) -> str:
+def _library_name(sources: dict[str, bytes], compiler: str) -> str:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), _cpu_identity().encode()]))
+    parts = [source for _, source in sorted(sources.items())]
+    key = hashlib.sha256(b"\0".join([*parts, version.encode(), " ".join(FLAGS).encode(), _cpu_identity().encode()]))
     return f"decode_attention_cpu-{key.hexdigest()[:20]}.so"
 
 
@@ -226,11 +230,12 @@ def load_native_attention(cache_dir: Path | None) -> NativeAttention | None:
         return None
     directory = (cache_dir or default_cache_dir()) / "kernels"
     try:
-        source = importlib.resources.files("agentgate.engine.kernels").joinpath(SOURCE).read_bytes()
-        path = directory / _library_name(source, compiler)
+        kernels = importlib.resources.files("agentgate.engine.kernels")
+        sources = {name: kernels.joinpath(name).read_bytes() for name in SOURCES}
+        path = directory / _library_name(sources, compiler)
         if not path.exists():
             started = time.monotonic()
-            _build(compiler, source, directory, path)
+            _build(compiler, sources, directory, path)
             log.info("decode attention: compiled the CPU kernel in %.1f s (%s)", time.monotonic() - started, path)
         return NativeAttention(ctypes.CDLL(str(path)), path)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -238,16 +243,16 @@ def load_native_attention(cache_dir: Path | None) -> NativeAttention | None:
         return None
 
 
-def _build(compiler: str, source: bytes, directory: Path, path: Path) -> None:
-    """Compile ``source`` to ``path``, atomically: engines starting together each build their own
-    temporary file and the last rename wins with the same bytes."""
+def _build(compiler: str, sources: dict[str, bytes], directory: Path, path: Path) -> None:
+    """Compile ``sources`` (file name: text) into the library ``path``, atomically: engines starting
+    together each build their own temporary file and the last rename wins with the same bytes."""
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory) as work:
-        source_path = Path(work) / SOURCE
-        source_path.write_bytes(source)
+        for name, source in sources.items():
+            (Path(work) / name).write_bytes(source)
         built = Path(work) / path.name
         result = subprocess.run(
-            [compiler, *FLAGS, "-o", str(built), str(source_path)],
+            [compiler, *FLAGS, "-o", str(built), *(str(Path(work) / name) for name in sources)],
             capture_output=True,
             text=True,
             timeout=COMPILE_TIMEOUT_S,

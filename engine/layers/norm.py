@@ -4,8 +4,13 @@ reference (the CPU path) and the module that runs the Triton kernel
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from agentgate.engine.layers.native_norm import NativeRMSNorm
 
 
 def rms_norm(
@@ -35,7 +40,8 @@ def rms_norm(
 class RMSNorm(nn.Module):
     """``norm(x)`` → normed; ``norm(x, residual)`` → (normed of ``x +
     residual``, that sum). With ``kernel`` (the Triton backend), one fused
-    launch, which may write the sum into ``residual``'s memory."""
+    launch, which may write the sum into ``residual``'s memory. On the CPU,
+    after `use_native`, one call of the compiled kernel for the inputs it takes."""
 
     def __init__(self, dim: int, eps: float, kernel: bool = False) -> None:
         super().__init__()
@@ -46,13 +52,20 @@ class RMSNorm(nn.Module):
         self.register_buffer("eps_tensor", torch.tensor(eps, dtype=torch.float32, device="cpu"), persistent=False)
         self.register_buffer("dim_tensor", torch.tensor(dim, dtype=torch.float32, device="cpu"), persistent=False)
         self._impl = rms_norm
+        self._native: NativeRMSNorm | None = None
         if kernel:
             from agentgate.engine.kernels.rms_norm import rms_norm as triton_rms_norm
 
             self._impl = triton_rms_norm
 
+    def use_native(self, native: NativeRMSNorm) -> None:
+        """The compiled CPU kernel (`engine.layers.native_norm`) from now on, where it takes the inputs."""
+        self._native = native
+
     def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        if self._impl is rms_norm:
+        if self._native is not None and self._native.takes(x, self.weight, residual):
+            normed, summed = self._native(x, self.weight, self.eps, residual)
+        elif self._impl is rms_norm:
             normed, summed = rms_norm(x, self.weight, self.eps_tensor, residual, self.dim_tensor)
         else:
             normed, summed = self._impl(x, self.weight, self.eps, residual)

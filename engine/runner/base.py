@@ -156,10 +156,11 @@ class TorchModelRunner(ModelRunner):
             self.graphs.capture()
 
     def _use_native_attention(self, config: EngineConfig, cache_dir: Path | None) -> None:
-        """RoPE with the cache write, and decode rows, through the compiled CPU kernels
-        (`engine.attention.cpu_native`) under ``--cpu-attention auto``, where they build and take
-        the model's heads; before the load-time exactness checks, which then check them. Under
-        --deterministic every query token takes the decode kernel (`BatchInvariantTorchBackend`)."""
+        """RoPE with the cache write, decode rows and the norms through the compiled CPU kernels
+        (`engine.attention.cpu_native`, `engine.layers.native_norm`) under ``--cpu-attention auto``,
+        where they build and take the model's heads; before the load-time exactness checks, which
+        then check them. Under --deterministic every query token takes the decode kernel
+        (`BatchInvariantTorchBackend`)."""
         attention = self.model.attention
         if config.cpu_attention != "auto" or not hasattr(attention, "use_native_kernels"):
             return
@@ -174,8 +175,15 @@ class TorchModelRunner(ModelRunner):
             return
         native = load_native_attention(cache_dir)
         if native is not None:
+            from agentgate.engine.layers.native_norm import NativeRMSNorm
+            from agentgate.engine.layers.norm import RMSNorm
+
             attention.use_native_kernels(native)
-            log.info("decode attention: the compiled CPU kernel (%s)", native.path.name)
+            norm = NativeRMSNorm(native.library)
+            for module in self.model.modules():
+                if isinstance(module, RMSNorm):
+                    module.use_native(norm)
+            log.info("CPU kernels: compiled attention, RoPE with the KV write, and RMSNorm (%s)", native.path.name)
 
     def _start_lora(self) -> LoraManager | None:
         """Wrap the linears for LoRA (after every kernel choice, so it wraps the chosen kernels) and

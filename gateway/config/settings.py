@@ -93,11 +93,11 @@ class Settings(HarnessSettings, ReasoningSettings, McpSettings, LoraSettings, Gr
         engine=True,
     )
     cpu_attention: str = setting(
-        "CPU attention: auto (compiled kernels: one that reads each decode row's context in place, one that "
-        "applies RoPE and writes the KV cache bit for bit as the torch path does, built with the "
-        "C compiler ($CC, else cc) at the first start and kept under --cache-dir; under --deterministic every "
-        "query token takes it; the torch path, said in the log, where none builds it) or torch (the plain-torch "
-        "path)",
+        "CPU attention and norms: auto (compiled kernels: one that reads each decode row's context in place, one "
+        "that applies RoPE and writes the KV cache bit for bit as the torch path does, one for RMSNorm with its "
+        "residual add, each row's bits its own, built with the C compiler ($CC, else cc) at the first start and "
+        "kept under --cache-dir; under --deterministic every query token takes the decode kernel; the torch path, "
+        "said in the log, where none builds it) or torch (the plain-torch path)",
         default="auto",
         engine=True,
     )
