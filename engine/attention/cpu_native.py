@@ -58,9 +58,9 @@ class NativeAttention:
         self._kernel = library.decode_attention
         self._kernel.restype = ctypes.c_int
         # decode_attention(query, k_cache, v_cache, cache_bf16, block_tables, table_stride, seq_lens, rows,
-        # num_heads, num_kv_heads, head_dim, block_size, scale, scratch, max_seq_len, threads, out)
+        # num_heads, num_kv_heads, head_dim, block_size, scale, scratch, max_seq_len, threads, query_bf16, out)
         self._kernel.argtypes = (
-            [pointer] * 3 + [int_, pointer, int64, pointer] + [int_] * 5 + [float_, pointer, int64, int_, pointer]
+            [pointer] * 3 + [int_, pointer, int64, pointer] + [int_] * 5 + [float_, pointer, int64, int_, int_, pointer]
         )
         self._rotary = library.rotary_write_kv
         self._rotary.restype = ctypes.c_int
@@ -111,12 +111,14 @@ class NativeAttention:
         needed = threads * group * longest
         if self._scratch.numel() < needed:
             self._scratch = torch.empty(needed, dtype=torch.float32)
-        q = query.to(torch.float32).contiguous()
+        # A float32 or bfloat16 query is read as it is and the output written in its dtype (rounded
+        # once, as .to() would); another dtype goes through float32.
+        q = (query if query.dtype in CACHE_DTYPES else query.to(torch.float32)).contiguous()
         tables = block_tables.to(torch.int32)
         if tables.stride(1) != 1:
             tables = tables.contiguous()
         lens = seq_lens.to(torch.int32).contiguous()
-        out = torch.empty(rows, num_heads, head_dim, dtype=torch.float32)
+        out = torch.empty(rows, num_heads, head_dim, dtype=q.dtype)
         failed = self._kernel(
             q.data_ptr(),
             k_cache.data_ptr(),
@@ -134,11 +136,12 @@ class NativeAttention:
             self._scratch.data_ptr(),
             longest,
             threads,
+            int(q.dtype == torch.bfloat16),
             out.data_ptr(),
         )
         if failed:
             raise RuntimeError(f"decode attention kernel failed ({failed}): shapes {tuple(query.shape)}, {max_seq_len}")
-        return out if query.dtype == torch.float32 else out.to(query.dtype)
+        return out if out.dtype == query.dtype else out.to(query.dtype)
 
     @staticmethod
     def takes_rotary(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: torch.Tensor) -> bool:

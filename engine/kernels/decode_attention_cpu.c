@@ -13,11 +13,12 @@
  * work is split across threads by (row, KV head) and each item is computed by one thread, so the
  * batch around a row, its index and the thread count never change its bits.
  *
- * Layouts: query [rows, heads, head_dim] float32; caches [blocks, block_size, kv_heads, head_dim]
+ * Layouts: query [rows, heads, head_dim] float32 or bfloat16 (query_bf16; out in the same dtype,
+ * rounded once from float32 as torch rounds); caches [blocks, block_size, kv_heads, head_dim]
  * in float32 or bfloat16 (cache_bf16); block_tables [rows, table_stride] int32; seq_lens [rows]
  * int32 (0: an empty row, which gets zeros); scratch [threads, group, max_seq_len] float32 (threads:
  * the OpenMP threads to use, torch's own pool: libgomp is loaded once);
- * out [rows, heads, head_dim] float32. head_dim is a multiple of 16, at most 256.
+ * out [rows, heads, head_dim] in the query's dtype. head_dim is a multiple of 16, at most 256.
  */
 #include <stdint.h>
 #include <string.h>
@@ -127,10 +128,37 @@ static inline v16 exp16(v16 x) {
     return (v16)((v16i)result & ~lo);
 }
 
-int decode_attention(const float *query, const void *k_cache, const void *v_cache, int cache_bf16,
+/* A float32 rounded to bfloat16, to nearest, ties to even, as torch's .to(torch.bfloat16) does
+ * (every NaN becomes torch's quiet NaN, 0x7fc0). */
+static inline uint16_t to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+static inline float from_bf16(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline float load_value(const void *p, int64_t i, int bf16) {
+    return bf16 ? from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static inline void store_value(void *p, int64_t i, int bf16, float f) {
+    if (bf16)
+        ((uint16_t *)p)[i] = to_bf16(f);
+    else
+        ((float *)p)[i] = f;
+}
+
+int decode_attention(const void *query, const void *k_cache, const void *v_cache, int cache_bf16,
                      const int32_t *block_tables, int64_t table_stride, const int32_t *seq_lens,
                      int rows, int num_heads, int num_kv_heads, int head_dim, int block_size,
-                     float scale, float *scratch, int64_t max_seq_len, int threads, float *out) {
+                     float scale, float *scratch, int64_t max_seq_len, int threads, int query_bf16, void *out) {
     if (head_dim % LANES || head_dim > MAX_HEAD_DIM || num_heads % num_kv_heads) return 1;
     const int group = num_heads / num_kv_heads;
     if (group > MAX_GROUP) return 1;
@@ -143,9 +171,9 @@ int decode_attention(const float *query, const void *k_cache, const void *v_cach
     for (int64_t item = 0; item < (int64_t)rows * num_kv_heads; item++) {
         const int row = (int)(item / num_kv_heads), kv_head = (int)(item % num_kv_heads);
         const int seq_len = seq_lens[row];
-        float *result = out + ((int64_t)row * num_heads + (int64_t)kv_head * group) * head_dim;
+        const int64_t first_value = ((int64_t)row * num_heads + (int64_t)kv_head * group) * head_dim;
         if (seq_len <= 0) {
-            memset(result, 0, (size_t)group * head_dim * sizeof(float));
+            for (int i = 0; i < group * head_dim; i++) store_value(out, first_value + i, query_bf16, 0.0f);
             continue;
         }
         if (seq_len > max_seq_len) {
@@ -153,7 +181,13 @@ int decode_attention(const float *query, const void *k_cache, const void *v_cach
             continue;
         }
         float *scores = scratch + (int64_t)omp_get_thread_num() * group * max_seq_len;
-        const float *q = query + ((int64_t)row * num_heads + (int64_t)kv_head * group) * head_dim;
+        /* The group's query heads as float32 (a bfloat16 query widened exactly). */
+        float q[MAX_GROUP * MAX_HEAD_DIM / 4];
+        if ((int64_t)group * head_dim > (int64_t)(sizeof q / sizeof q[0])) {
+            failed = 1;
+            continue;
+        }
+        for (int i = 0; i < group * head_dim; i++) q[i] = load_value(query, first_value + i, query_bf16);
         const int32_t *table = block_tables + (int64_t)row * table_stride;
         float keys[LANES * MAX_HEAD_DIM], value[MAX_HEAD_DIM];
         v16 best[MAX_GROUP];
@@ -224,37 +258,13 @@ int decode_attention(const float *query, const void *k_cache, const void *v_cach
         }
         for (int g = 0; g < group; g++) {
             const float inverse = 1.0f / total[g];
-            for (int c = 0; c < chunks; c++) store16(result + g * head_dim + c * LANES, mixed[g * chunks + c] * inverse);
+            for (int c = 0; c < chunks; c++) {
+                const v16 part = mixed[g * chunks + c] * inverse;
+                for (int l = 0; l < LANES; l++) store_value(out, first_value + g * head_dim + c * LANES + l, query_bf16, part[l]);
+            }
         }
     }
     return failed ? 2 : 0;
-}
-
-/* A float32 rounded to bfloat16, to nearest, ties to even, as torch's .to(torch.bfloat16) does
- * (every NaN becomes torch's quiet NaN, 0x7fc0). */
-static inline uint16_t to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-static inline float from_bf16(uint16_t h) {
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline float load_value(const void *p, int64_t i, int bf16) {
-    return bf16 ? from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
-static inline void store_value(void *p, int64_t i, int bf16, float f) {
-    if (bf16)
-        ((uint16_t *)p)[i] = to_bf16(f);
-    else
-        ((float *)p)[i] = f;
 }
 
 /* One head of head_dim values rotated by RoPE (neox layout: element i pairs with i + half) in

@@ -78,6 +78,17 @@ def test_a_rows_bits_are_its_own_alone_in_any_batch_order_and_thread_count(nativ
         torch.set_num_threads(threads)
 
 
+def test_a_bfloat16_query_gives_the_bits_of_its_float32_widening_rounded_once(native):
+    """The kernel reads a bfloat16 query as it is and writes its output in bfloat16: the bits of the
+    float32 query (exactly the same values) through the float32 path, rounded with torch's .to()."""
+    query, k_cache, v_cache, tables, lens = _decode_batch(9, seed=13, dtype=torch.bfloat16)
+    lens[4] = 0  # an empty row: bfloat16 zeros
+    direct = native(query, k_cache, v_cache, tables, lens, int(lens.max()), 0.125)
+    widened = native(query.float(), k_cache, v_cache, tables, lens, int(lens.max()), 0.125)
+    assert direct.dtype == torch.bfloat16 and widened.dtype == torch.float32
+    assert torch.equal(direct, widened.to(torch.bfloat16)) and direct[4].eq(0).all()
+
+
 def test_empty_rows_get_zeros_and_their_neighbours_their_attention(native):
     query, k_cache, v_cache, tables, lens = _decode_batch(4, seed=3)
     whole = native(query, k_cache, v_cache, tables, lens, int(lens.max()), 0.125)
