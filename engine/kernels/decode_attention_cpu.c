@@ -6,7 +6,7 @@
  *
  * Built at run time by engine/attention/cpu_native.py (cc -O2 -march=native -fopenmp) and called
  * through ctypes; the plain-torch path in engine/attention/torch.py is the reference it is tested
- * against (tests/engine/attention/test_cpu_native_attention.py).
+ * against (tests/engine/test_cpu_native_attention.py, tests/engine/test_cpu_native_rotary.py).
  *
  * Exactness: a row's result is a function of its query, its context and its length alone. Every
  * sum runs in one fixed order over 16 explicit lanes (GCC vector extensions, no -ffast-math), the
