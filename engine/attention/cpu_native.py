@@ -39,6 +39,7 @@ import torch
 log = logging.getLogger("agentgate.engine")
 
 SOURCES = ("decode_attention_cpu.c", "rms_norm_cpu.c")  # built into one library
+HEADERS = ("cpu_vectors.h",)  # what they include: written beside them and hashed with them
 FLAGS = ("-O2", "-march=native", "-fopenmp", "-shared", "-fPIC", "-Werror=implicit-function-declaration")
 COMPILE_TIMEOUT_S = 120.0
 MAX_HEAD_DIM = 256
@@ -234,7 +235,7 @@ def load_native_attention(cache_dir: Path | None) -> NativeAttention | None:
     directory = (cache_dir or default_cache_dir()) / "kernels"
     try:
         kernels = importlib.resources.files("agentgate.engine.kernels")
-        sources = {name: kernels.joinpath(name).read_bytes() for name in SOURCES}
+        sources = {name: kernels.joinpath(name).read_bytes() for name in (*SOURCES, *HEADERS)}
         path = directory / _library_name(sources, compiler)
         if not path.exists():
             started = time.monotonic()
@@ -247,15 +248,16 @@ def load_native_attention(cache_dir: Path | None) -> NativeAttention | None:
 
 
 def _build(compiler: str, sources: dict[str, bytes], directory: Path, path: Path) -> None:
-    """Compile ``sources`` (file name: text) into the library ``path``, atomically: engines starting
-    together each build their own temporary file and the last rename wins with the same bytes."""
+    """Compile ``sources`` (file name: text; the headers among them are written, not compiled) into
+    the library ``path``, atomically: engines starting together each build their own temporary file
+    and the last rename wins with the same bytes."""
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory) as work:
         for name, source in sources.items():
             (Path(work) / name).write_bytes(source)
         built = Path(work) / path.name
         result = subprocess.run(
-            [compiler, *FLAGS, "-o", str(built), *(str(Path(work) / name) for name in sources)],
+            [compiler, *FLAGS, "-o", str(built), *(str(Path(work) / name) for name in sources if name.endswith(".c"))],
             capture_output=True,
             text=True,
             timeout=COMPILE_TIMEOUT_S,

@@ -20,15 +20,10 @@
  * the OpenMP threads to use, torch's own pool: libgomp is loaded once);
  * out [rows, heads, head_dim] in the query's dtype. head_dim is a multiple of 16, at most 256.
  */
-#include <stdint.h>
-#include <string.h>
 #include <omp.h>
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
+#include "cpu_vectors.h"
 
-#define LANES 16
 #define MAX_HEAD_DIM 256
 #define MAX_GROUP 64
 
@@ -95,12 +90,7 @@ static inline void load_row(const void *cache, int64_t index, int head_dim, int 
         return;
     }
     const uint16_t *src = (const uint16_t *)cache + index;
-    for (int d = 0; d < head_dim; d += LANES) { /* a bfloat16 is the top half of its float32 */
-        v16h half;
-        memcpy(&half, src + d, sizeof half);
-        const v16i bits = __builtin_convertvector(half, v16i) << 16;
-        memcpy(out + d, &bits, sizeof bits);
-    }
+    for (int d = 0; d < head_dim; d += LANES) store16(out + d, widen16(src + d));
 }
 
 /* exp(x) for 16 lanes of x <= 0: Cephes' expf (a degree-6 polynomial on the remainder after
@@ -126,22 +116,6 @@ static inline v16 exp16(v16 x) {
     memcpy(&scale, &bits, sizeof scale);
     v16 result = p * scale;
     return (v16)((v16i)result & ~lo);
-}
-
-/* A float32 rounded to bfloat16, to nearest, ties to even, as torch's .to(torch.bfloat16) does
- * (every NaN becomes torch's quiet NaN, 0x7fc0). */
-static inline uint16_t to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-static inline float from_bf16(uint16_t h) {
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
 }
 
 static inline float load_value(const void *p, int64_t i, int bf16) {

@@ -13,47 +13,26 @@
  * Layouts: x, residual (may be NULL), summed_out (unused without a residual), normed_out [rows, dim],
  * weight [dim], all contiguous, float32 or bfloat16 (bf16), one dtype; dim a multiple of 16.
  */
-#include <stdint.h>
-#include <string.h>
-
-#define LANES 16
-
-typedef float v16 __attribute__((vector_size(64)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
+#include "cpu_vectors.h"
 
 /* 16 values from p[i..i+15] as float32. */
 static inline v16 load16(const void *p, int64_t i, int bf16) {
+    if (bf16) return widen16((const uint16_t *)p + i);
     v16 v;
-    if (!bf16) {
-        memcpy(&v, (const float *)p + i, sizeof v);
-        return v;
-    }
-    v16h half;
-    memcpy(&half, (const uint16_t *)p + i, sizeof half);
-    const v16u bits = __builtin_convertvector(half, v16u) << 16; /* a bfloat16 is the top half of its float32 */
-    memcpy(&v, &bits, sizeof v);
+    memcpy(&v, (const float *)p + i, sizeof v);
     return v;
 }
 
-/* v rounded to the dtype (bfloat16: to nearest, ties to even, every NaN 0x7fc0, as torch rounds),
- * stored at p[i..i+15] unless p is NULL; returns the rounded values as float32. */
+/* v rounded to the dtype, stored at p[i..i+15] unless p is NULL; returns the rounded values as
+ * float32. */
 static inline v16 round16(void *p, int64_t i, int bf16, v16 v) {
     if (!bf16) {
         if (p) memcpy((float *)p + i, &v, sizeof v);
         return v;
     }
-    v16u bits;
-    memcpy(&bits, &v, sizeof bits);
-    const v16u nan = (bits & 0x7fffffffu) > 0x7f800000u;
-    const v16u top = (((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16) & ~nan) | (0x7fc0u & nan);
-    if (p) {
-        const v16h half = __builtin_convertvector(top, v16h);
-        memcpy((uint16_t *)p + i, &half, sizeof half);
-    }
-    const v16u back = top << 16;
-    memcpy(&v, &back, sizeof v);
-    return v;
+    const v16h half = to_bf16_16(v);
+    if (p) memcpy((uint16_t *)p + i, &half, sizeof half);
+    return widen16((const uint16_t *)&half);
 }
 
 int add_rms_norm(const void *x, const void *residual, void *summed_out, void *normed_out, const void *weight,
