@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from agentgate.loadtests.server import start_server
+from agentgate.loadtests.server import scrape, start_server
 
 SUBJECTS = [
     "the planets",
@@ -69,10 +69,8 @@ def greedy_text(url: str, prompt: str, max_tokens: int) -> str:
 
 
 def metric(url: str, name: str) -> float:
-    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
-        if line.split(" ")[0] in (name, f"{name}_total"):
-            return float(line.split()[1])
-    return 0.0
+    values = scrape(url)
+    return values.get(name, values.get(f"{name}_total", 0.0))
 
 
 def main() -> None:

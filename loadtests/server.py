@@ -189,3 +189,13 @@ def start_server(
     server = launch(["serve", "--port", str(port), *args], log_path, port=port, env=env, cls=cls)
     wait_healthy(server, timeout=timeout)
     return server
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The server's ``/metrics``: each series (a labelled one by its whole name) -> its value."""
+    values = {}
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values

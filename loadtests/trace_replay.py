@@ -42,11 +42,14 @@ from agentgate.loadtests.agent_programs import (
     TOKENS_PER_BLOCK,
     TOOLS,
     VARIANTS,
+    WAIT_HEADER,
     Program,
     Turn,
     alternate_rounds,
     quantile,
     send_turn,
+    wait_columns,
+    with_wait_figures,
 )
 from agentgate.loadtests.agent_programs import summarize as summarize_programs
 from agentgate.loadtests.mooncake_trace import (
@@ -110,9 +113,7 @@ async def run_round(url: str, sessions: list[TraceSession], text: PromptText, la
         for turn in record.turns:
             if turn.error is not None:
                 print(f"{label}: a session failed at turn {record.turns.index(turn) + 1}: {turn.error}", flush=True)
-    async with httpx.AsyncClient(base_url=url, timeout=30) as http:  # the wait bound in force now
-        health = (await http.get("/health")).json()
-    return {**summarize(records, wall), "max_wait_s": health.get("max_wait_s") or float("nan")}
+    return summarize(records, wall)
 
 
 def summarize(records: list[Program], wall: float) -> dict[str, float]:
@@ -144,20 +145,20 @@ def compare(servers: dict[str, Server], sessions: list[TraceSession], args: argp
     def one_round(url: str, number: int, name: str) -> dict[str, float]:
         label = f"trace-r{number}-{name}"  # each round's own block texts: no round hits another's cache
         text = PromptText(tokenizer, BLOCK_TOKENS // args.length_divisor, salt=label)
-        return anyio.run(run_round, url, sessions, text, label)
+        return with_wait_figures(url, lambda: anyio.run(run_round, url, sessions, text, label))
 
     medians = alternate_rounds(servers, args.rounds, "trace", one_round)
     base = medians["off/fcfs"]
     print(f"\nmedians of {args.rounds} rounds, {len(sessions)} sessions")
     print(
         f"{'server':<14}{'ret hit':>9}{'JCT p50':>9}{'p99':>8}{'TTFT p50':>10}{'p99':>8}{'JCT p50 x':>11}"
-        f"{'p99 x':>8}{'longest wait':>14}{'bound':>8}{'failed':>8}"
+        f"{'p99 x':>8}{WAIT_HEADER}{'failed':>8}"
     )
     for name, m in medians.items():
         print(
             f"{name:<14}{m['return_hit_rate']:>9.1%}{m['jct_p50']:>8.1f}s{m['jct_p99']:>7.1f}s"
             f"{m['ttft_p50']:>9.2f}s{m['ttft_p99']:>7.2f}s{base['jct_p50'] / m['jct_p50']:>10.2f}x"
-            f"{m['jct_p99'] / base['jct_p99']:>7.2f}x{m['longest_wait']:>13.1f}s{m['max_wait_s']:>7.1f}s"
+            f"{m['jct_p99'] / base['jct_p99']:>7.2f}x{wait_columns(m)}"
             f"{m['programs_failed']:>8.0f}",
             flush=True,
         )

@@ -309,6 +309,11 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     # Steps that held a request because the step had --max-loras distinct adapters already
     # (engine.scheduling.adapter_slots).
     num_lora_held_steps: int = 0
+    # The longest wait from a request's first pass (a request that came after it admitted ahead of
+    # it) to its admission, since the engine started, and the admissions after a wait longer than the
+    # bound in force then (engine.scheduling.waiting_queue).
+    longest_wait_passed_s: float = 0.0
+    num_waits_past_bound: int = 0
 
 
 class EngineOutputs(msgspec.Struct, tag="outputs", array_like=True):

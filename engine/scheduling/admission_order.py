@@ -4,7 +4,7 @@ program admission (`engine.scheduling.programs.admission`) and the LoRA adapters
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
 from agentgate.engine.request import Request
 from agentgate.engine.scheduling.adapter_slots import AdapterLimit
@@ -31,10 +31,17 @@ def next_waiting(
     return next((r for r in waiting.ordered() if may_start(r)), None)
 
 
-def active_programs(running: Iterable[Request], waiting: Iterable[Request], pinned: Iterable[str]) -> set[str]:
-    """Programs with a running request, a pin, or a turn waiting that returns or resumes."""
+def active_programs(
+    running: Iterable[Request], waiting: Iterable[Request], pinned: Iterable[str], evicted: Container[str] = ()
+) -> set[str]:
+    """Programs with a running request, a pin, or a turn waiting that resumes, or that returns after
+    tool calls unless pressure released its program's pin (``evicted``: it is admitted as a new
+    program is, ``engine.scheduling.programs.admission``)."""
     active = {r.program.program_id for r in running if r.program is not None}
     active.update(
-        r.program.program_id for r in waiting if r.program is not None and (r.ever_scheduled or r.returns_after_tools)
+        r.program.program_id
+        for r in waiting
+        if r.program is not None
+        and (r.ever_scheduled or (r.returns_after_tools and r.program.program_id not in evicted))
     )
     return active | set(pinned)

@@ -146,6 +146,8 @@ class Scheduler:
             retention=self.retention.stats(),
             kv_residency=self.kv.pool.residency.stats(),
             max_wait_s=self.waiting.max_wait,
+            longest_wait_passed_s=self.waiting.longest_wait_passed,
+            num_waits_past_bound=self.waiting.num_waits_past_bound,
             num_lora_held_steps=self.adapters.num_held_steps,
         )
 
@@ -262,7 +264,7 @@ class Scheduler:
     def _schedule_waiting(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> None:
         # Active programs, once per step; each admission adds its own (engine.programs.admission).
         active = (
-            active_programs(self.running, self.waiting, self.retention.pins.keys())
+            active_programs(self.running, self.waiting, self.retention.pins.keys(), self.retention.evicted)
             if self.admission is not None and self.waiting
             else None
         )
@@ -276,7 +278,7 @@ class Scheduler:
             num_cached, num_tokens = self.memory.allocate_waiting(request, budget, bool(self.running))
             if num_tokens is None:
                 break
-            self.waiting.remove(request)
+            self.waiting.take(request)
             latest_arrival = max(latest_arrival or request.arrival_time, request.arrival_time)
             self.kv.record_prefix_lookup(request.num_tokens, num_cached)
             self.retention.on_admitted(request, num_cached)

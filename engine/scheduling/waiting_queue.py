@@ -13,6 +13,12 @@ their own, any pin once nothing runs. So no request waits more than ``max_wait``
 requests that came after it; then it waits only for the memory and the sequence slots that
 requests admitted before that moment hold. A request that waits for memory while nothing passes
 it is not overdue: in a slow queue, order is kept, not turned into arrival order.
+
+What each request waited from its first pass to its admission is measured (``take``): the longest
+such wait since the engine started, and how many were longer than the bound in force when they
+ended (``/metrics``: the bound covers the passing, not the memory an overdue request then waits
+for, so those are the waits to read beside it). A request's wait ends at each admission: one
+preempted and queued again waits afresh.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ class FcfsQueue:
         self._queue: deque[Request] = deque()
         self.bound = WaitBound(max_wait)
         self.clock = clock
+        self.longest_wait_passed = 0.0  # seconds: the longest wait from a first pass to admission
+        self.num_waits_past_bound = 0  # admissions after a wait from the first pass longer than the bound
 
     @property
     def max_wait(self) -> float:
@@ -75,6 +83,16 @@ class FcfsQueue:
 
     def remove(self, request: Request) -> None:
         self._queue.remove(request)
+
+    def take(self, request: Request) -> None:
+        """``request`` leaves the queue, admitted: its wait since it was first passed is counted."""
+        self._queue.remove(request)
+        if request.passed_since is None:
+            return
+        waited = self.clock() - request.passed_since
+        self.longest_wait_passed = max(self.longest_wait_passed, waited)
+        self.num_waits_past_bound += waited > self.max_wait
+        request.passed_since = None
 
     def __len__(self) -> int:
         return len(self._queue)

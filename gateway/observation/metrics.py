@@ -95,6 +95,18 @@ class _EngineCollector(Collector):
             "The wait bound in force: seconds a request may wait behind later ones (--max-wait; largest over engines).",
             max((s.max_wait_s for s in known), default=0.0),
         )
+        yield gauge(
+            "agentgate_longest_wait_passed_seconds",
+            "The longest wait from a request's first pass (a later request admitted ahead of it) to its "
+            "admission since the engine started (largest over engines).",
+            max((s.longest_wait_passed_s for s in known), default=0.0),
+        )
+        yield counter(
+            "agentgate_waits_past_bound",
+            "Requests admitted after waiting longer than the wait bound in force since a later request "
+            "was first admitted ahead of them.",
+            sum(s.num_waits_past_bound for s in known),
+        )
         yield from _speculation_metrics(known)
         yield from retention_metrics(known)
         yield gauge("agentgate_engines_alive", "Engines this gateway can reach.", self._alive())

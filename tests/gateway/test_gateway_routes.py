@@ -98,7 +98,10 @@ def test_version_and_health(gateway):
     assert health["status"] == "ok" and health["engines"] == 1 and health["redis"] == "up"
     # The wait bound in force (--max-wait auto: at least 10 s), the same on /metrics.
     assert health["max_wait"] == "auto" and health["max_wait_s"] >= 10.0
-    assert metrics(gateway.client)["agentgate_max_wait_seconds"] == health["max_wait_s"]
+    served = metrics(gateway.client)
+    assert served["agentgate_max_wait_seconds"] == health["max_wait_s"]
+    # What waits the bound covered: the longest from a first pass, and those past the bound (none here).
+    assert served["agentgate_longest_wait_passed_seconds"] >= 0.0 and served["agentgate_waits_past_bound_total"] == 0
 
 
 def test_health_min_engines_is_a_readiness_bar(gateway):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import random
 
+import httpx
 import pytest
 
 from agentgate.loadtests.agent_programs import (
@@ -16,6 +17,7 @@ from agentgate.loadtests.agent_programs import (
     summarize,
     system_prompt,
     tool_latency,
+    with_wait_figures,
 )
 
 
@@ -46,3 +48,18 @@ def test_agents_share_no_prefix_and_tool_latencies_are_capped():
     rng = random.Random(0)
     latencies = [tool_latency(rng, 1.0, 0.8, 10.0) for _ in range(2000)]
     assert max(latencies) <= 10.0 and 0.8 < sorted(latencies)[1000] < 1.25
+
+
+def test_the_wait_figures_are_read_from_the_server_around_a_round(loadtest_server):
+    """The bound in force, the engine's longest wait from a first pass and the round's waits past the
+    bound come from /metrics, beside the round's own figures."""
+
+    def one_round() -> dict[str, float]:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        for _ in range(3):
+            httpx.post(f"{loadtest_server.url}/v1/chat/completions", json=body, timeout=60).raise_for_status()
+        return {"programs_ok": 3.0}
+
+    figures = with_wait_figures(loadtest_server.url, one_round)
+    assert figures["programs_ok"] == 3.0 and figures["max_wait_s"] >= 10.0
+    assert figures["past_bound"] == 0 and figures["longest_passed"] >= 0.0

@@ -14,7 +14,7 @@ from agentgate.engine.sampling_params import SamplingParams
 from agentgate.engine.scheduling.programs.admission import DECAY, HALF_LIFE_S, ProgramAdmission
 from agentgate.engine.scheduling.programs.table import SERVICE_QUANTUM
 from agentgate.engine.scheduling.waiting_queue import DEFAULT_MAX_WAIT_S
-from tests.engine.core.test_retention import BLOCK, Clock, check_accounting, history, make_core, run, turn
+from tests.engine.core.test_retention import BLOCK, Clock, check_accounting, first_turn, history, make_core, run, turn
 
 
 def admission_order(core, max_steps=10_000) -> list[str]:
@@ -204,6 +204,10 @@ def starved_wait(policy: str, horizon: float = 150.0) -> tuple[float | None, flo
             check_accounting(core)
             new = core.scheduler.requests.get("new-1")
             if new is None or new.status is RequestStatus.RUNNING:
+                # The engine measured its wait from its first pass: by program, old's turns passed it
+                # (by fcfs none did: it waited at the head for memory the pin held).
+                passed = core.stats().longest_wait_passed_s
+                assert passed <= core.clock.now - arrived and (passed > 0) == (policy == "program")
                 return core.clock.now - arrived, core.scheduler.waiting.max_wait
         core.turn_ended("old", f"old-{i}", ["run_tests"])
         core.clock.now += 0.5
@@ -411,3 +415,39 @@ def test_the_wait_bound_counts_from_the_first_time_a_later_request_passes(policy
     assert not queue.overdue(early)
     clock.now += 0.1
     assert queue.overdue(early)
+
+
+def test_a_program_whose_pin_pressure_released_returns_as_a_new_program_does():
+    """Issue 51: two programs' pins pass the pin bound and one goes. Its next turn, which would
+    recompute its conversation, is no longer an active program's: it waits while the other's
+    expected size and its own pass the cache, and starts once the other ends. The pin was counted as
+    released for pressure."""
+    rng = random.Random(9)
+    core = make_core(num_blocks=20, fraction=5 / 20, policy="program")
+    conversations = {}
+    for name in ("a", "b"):
+        conversations[name] = first_turn(core, rng, name, n=16)
+        core.clock.now += 1.0
+    retention = core.scheduler.retention
+    [kept] = retention.pins
+    [lost] = retention.evicted
+    assert {kept, lost} == {"a", "b"}
+    turn(core, f"{lost}-2", conversations[lost] + history(rng, 6), lost, after=True)
+    for _ in range(3):
+        core.step()
+        check_accounting(core)
+    assert core.scheduler.requests[f"{lost}-2"].status is RequestStatus.WAITING, "an evicted program is not active"
+    turn(core, f"{kept}-2", history(rng, 24), kept, after=True)  # its last turn: no tool call
+    finished = []
+    for _ in range(200):
+        for out in core.step():
+            if out.finish_reason:
+                finished.append(out.request_id)
+                if out.request_id == f"{kept}-2":
+                    core.turn_ended(kept, out.request_id, [])
+        check_accounting(core)
+        if f"{lost}-2" in finished:
+            break
+    assert finished == [f"{kept}-2", f"{lost}-2"]
+    stats = core.stats().retention
+    assert stats.released_pressure >= 1 and stats.returning_turns == 2

@@ -52,6 +52,36 @@ def test_a_request_is_overdue_after_the_bound_in_force(policy):
     assert queue.overdue(request)
 
 
+@pytest.mark.parametrize("policy", ["program", "fcfs"])
+def test_the_queue_measures_each_wait_from_its_first_pass_to_its_admission(policy):
+    """Waits of 4 s and 12 s from the first pass under a fixed 10 s bound: the longest is 12 s and one
+    was past the bound; a request taken that was never passed adds nothing; a wait ends at admission
+    (one preempted and queued again waits afresh)."""
+    clock = Clock()
+    queue = make_queue(policy, "10")
+    queue.clock = clock
+    short, long, unpassed = (
+        Request(rid, [5, 6, 7], SamplingParams(), seed=0, eos_token_ids=frozenset(), max_model_len=64)
+        for rid in ("short", "long", "unpassed")
+    )
+    for request in (short, long):
+        request.arrival_time = clock.now
+        queue.push(request)
+    queue.mark_passed(clock.now + 1.0)
+    clock.now += 4.0
+    queue.take(short)
+    assert (queue.longest_wait_passed, queue.num_waits_past_bound) == (4.0, 0)
+    clock.now += 8.0
+    queue.take(long)
+    assert (queue.longest_wait_passed, queue.num_waits_past_bound) == (12.0, 1)
+    assert long.passed_since is None
+    unpassed.arrival_time = clock.now
+    queue.push(unpassed)
+    clock.now += 30.0
+    queue.take(unpassed)
+    assert (queue.longest_wait_passed, queue.num_waits_past_bound, len(queue)) == (12.0, 1, 0)
+
+
 def test_the_scheduler_measures_each_finished_turn():
     core = make_core()
     rng = random.Random(1)
