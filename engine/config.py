@@ -144,7 +144,7 @@ class EngineConfig:
     kv_retention: "auto" (default): when a program's turn ends in tool calls, its
                   conversation's blocks stay pinned for a TTL learned from tool gaps;
                   "off"; or a fixed TTL in seconds (``engine.scheduling.retention``).
-    kv_retention_max_fraction: the most of the cache pins may hold.
+    kv_retention_max_fraction: the most of the cache pins may hold (0.8).
     scheduling_policy: "program" (default: by the rank of the request's
                   program, the level of service it has had, least first
                   (``engine.scheduling.programs.table``); memory by rank too, and new programs
@@ -188,7 +188,7 @@ class EngineConfig:
     speculative_step_tokens: int | None = None
     seed: int = 0
     kv_retention: str = "auto"
-    kv_retention_max_fraction: float = 0.5
+    kv_retention_max_fraction: float = 0.8  # 0.5 released pins that held: docs/agent-programs.md
     scheduling_policy: str = "program"  # it won the agent-programs benchmark (docs/agent-programs.md)
     max_wait: str = "auto"
     # The null runner only: seconds each step takes, to emulate a model.

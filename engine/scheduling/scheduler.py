@@ -8,7 +8,6 @@ in-flight sampled token counts as a placeholder (see Request).
 from __future__ import annotations
 
 import enum
-import time
 from dataclasses import dataclass
 
 from agentgate.engine.front.protocol import SchedulerStats
@@ -288,7 +287,7 @@ class Scheduler:
                 request.serve(request.num_tokens - num_cached, self.waiting.clock())
                 request.num_cached_tokens = num_cached
                 request.ever_scheduled = True
-                request.first_scheduled_time = time.monotonic()
+                request.first_scheduled_time = self.waiting.clock()
             self.running.append(request)
             if active is not None and request.program is not None:
                 active.add(request.program.program_id)
@@ -380,7 +379,7 @@ class Scheduler:
             self.kv.free(request)
         self.retention.on_left(request)
         if request.first_scheduled_time is not None and reason is not FinishReason.ABORT:
-            self.waiting.bound.observe(time.monotonic() - request.first_scheduled_time)
+            self.waiting.bound.observe(self.waiting.clock() - request.first_scheduled_time)
         if self.speculator is not None:
             self.speculator.finish(request.request_id)
         request.status = RequestStatus.FINISHED

@@ -157,7 +157,7 @@ class Settings(HarnessSettings, ReasoningSettings, McpSettings, LoraSettings, Gr
         default="auto",
         engine=True,
     )
-    kv_retention_max_fraction: float = setting("most of the KV cache retention may hold", default=0.5, engine=True)
+    kv_retention_max_fraction: float = setting("most of the KV cache retention may hold", default=0.8, engine=True)
     scheduling_policy: str = setting(
         "program (by the service a program has had, least first, in levels: queue, memory and preemption; "
         "new programs while they fit) or fcfs (by request)",
