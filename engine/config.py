@@ -188,7 +188,7 @@ class EngineConfig:
     speculative_step_tokens: int | None = None
     seed: int = 0
     kv_retention: str = "auto"
-    kv_retention_max_fraction: float = 0.8  # 0.5 released pins that held: docs/agent-programs.md
+    kv_retention_max_fraction: float = 0.8  # 0.5 released pins whose memory nothing needed: docs/agent-programs.md
     scheduling_policy: str = "program"  # it won the agent-programs benchmark (docs/agent-programs.md)
     max_wait: str = "auto"
     # The null runner only: seconds each step takes, to emulate a model.

@@ -12,9 +12,9 @@ passes the cache, and the scheduler admits what comes after it in the queue mean
   returns after tool calls or resumes after a preemption; not a program whose pin pressure
   released (``KVRetention.evicted``): its return is admitted as a new program's turn is. Else
   every eviction let a turn in that recomputes its whole conversation, whose blocks push out the
-  next program's pin, and so on down the line (measured, a replay of ``agent_programs`` on the
-  null runner: 12 agents in a cache that holds about half of them, 0.51 of the returning
-  prompts hit with the evicted readmitted at once, 0.64 held).
+  next program's pin, and so on down the line (``loadtests/programs_simulated.py
+  --retention-fraction 0.5``, ``agent_programs`` on the null runner, 12 agents in a cache that
+  holds about 5: 0.53 of the returning prompts hit with the evicted let in at once, 0.63 held).
 - The expected size is the largest conversation (its blocks when a turn ends) seen lately,
   decaying by ``DECAY`` at each turn end and by half every ``HALF_LIFE_S`` seconds, and at
   least ``GROWTH`` times the new turn's prompt.
