@@ -4,7 +4,7 @@ program admission (`engine.scheduling.programs.admission`) and the LoRA adapters
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Iterable
 
 from agentgate.engine.request import Request
 from agentgate.engine.scheduling.adapter_slots import AdapterLimit
@@ -32,16 +32,18 @@ def next_waiting(
 
 
 def active_programs(
-    running: Iterable[Request], waiting: Iterable[Request], pinned: Iterable[str], evicted: Container[str] = ()
+    running: Iterable[Request],
+    waiting: Iterable[Request],
+    pinned: Iterable[str],
+    lost_conversation: Callable[[Request], bool] = lambda request: False,
 ) -> set[str]:
     """Programs with a running request, a pin, or a turn waiting that resumes, or that returns after
-    tool calls unless pressure released its program's pin (``evicted``: it is admitted as a new
-    program is, ``engine.scheduling.programs.admission``)."""
+    tool calls unless its conversation was lost to pressure (``lost_conversation``: it is admitted as
+    a new program is, ``engine.scheduling.programs.admission``)."""
     active = {r.program.program_id for r in running if r.program is not None}
     active.update(
         r.program.program_id
         for r in waiting
-        if r.program is not None
-        and (r.ever_scheduled or (r.returns_after_tools and r.program.program_id not in evicted))
+        if r.program is not None and (r.ever_scheduled or (r.returns_after_tools and not lost_conversation(r)))
     )
     return active | set(pinned)

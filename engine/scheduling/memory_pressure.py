@@ -39,6 +39,12 @@ class MemoryPressure:
         any (None)."""
         return request.rank if self.by_program else None
 
+    def lost_conversation(self, request: Request) -> bool:
+        """Whether pressure released the pin of ``request``'s program and the prefix cache no longer
+        holds all the blocks the pin held (released, they stay cached until a block is needed)."""
+        held = self.retention.evicted.get(request.program.program_id) if request.program is not None else None
+        return held is not None and len(self.kv.find_cached_prefix(request)) * self.kv.block_size < held
+
     def victim(self, running: list[Request]) -> Request:
         """The running request to preempt: the last admitted (fcfs), or the last admitted of
         the programs ranked last (program policy)."""

@@ -263,7 +263,7 @@ class Scheduler:
     def _schedule_waiting(self, out: SchedulerOutput, rows: dict[str, int], budget: int) -> None:
         # Active programs, once per step; each admission adds its own (engine.programs.admission).
         active = (
-            active_programs(self.running, self.waiting, self.retention.pins.keys(), self.retention.evicted)
+            active_programs(self.running, self.waiting, self.retention.pins.keys(), self.memory.lost_conversation)
             if self.admission is not None and self.waiting
             else None
         )

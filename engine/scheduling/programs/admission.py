@@ -10,7 +10,8 @@ passes the cache, and the scheduler admits what comes after it in the queue mean
 
 - A program is *active* while it has a running request, a pin, or a turn waiting that
   returns after tool calls or resumes after a preemption; not a program whose pin pressure
-  released (``KVRetention.evicted``): its return is admitted as a new program's turn is. Else
+  released and whose blocks the prefix cache no longer all holds
+  (``MemoryPressure.lost_conversation``): its return is admitted as a new program's turn is. Else
   every eviction let a turn in that recomputes its whole conversation, whose blocks push out the
   next program's pin, and so on down the line (``loadtests/programs_simulated.py
   --retention-fraction 0.5``, ``agent_programs`` on the null runner, 12 agents in a cache that
