@@ -18,8 +18,10 @@ with ``--no-pressure-blocks`` (everything fits), for the throughput check.
 Printed, per server, medians over rounds: job completion time (first request to last reply of a
 program) p50/p90/p99, TTFT of returning turns p50/p90, the prefix-cache hit rate of returning
 turns (cached over prompt tokens; "call hit": those that return from a call to a forced turn,
-as the turn before did, leaving out the text answer), prompt tokens recomputed, output tokens per second, and the
-ratios against ``off/fcfs``. Run it alone: two cores are shared by everything on the machine.
+as the turn before did, leaving out the text answer), prompt tokens recomputed, output tokens per second, the
+ratios against ``off/fcfs``, and the waits (``with_wait_figures``; the longest over rounds): the longest
+wait for a first token, the engine's longest from a first pass to admission, the admissions after one
+past the bound, and the bound in force. Run it alone: two cores are shared by everything on the machine.
 """
 
 from __future__ import annotations

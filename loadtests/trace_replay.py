@@ -18,8 +18,9 @@ The servers of :mod:`loadtests.agent_programs` (``off/fcfs``, ``auto/fcfs``, ``a
 share ``--num-kv-blocks`` (by default about half of the sessions' final conversations), rounds
 alternating them, each round with its own block texts. Printed per server, medians over rounds:
 the prefix-cache hit rate of returning turns, job completion time (a session's first send to its
-last reply) p50/p99, TTFT p50/p99 over every turn, the longest wait for a first token beside the
-wait bound in force, and the ratios against ``off/fcfs``. Run it alone on the machine.
+last reply) p50/p99, TTFT p50/p99 over every turn, the waits as ``agent_programs`` prints them (the
+longest for a first token, the engine's from a first pass, those past the bound, the bound in force),
+and the ratios against ``off/fcfs``. Run it alone on the machine.
 """
 
 from __future__ import annotations
