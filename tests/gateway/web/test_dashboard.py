@@ -102,7 +102,7 @@ def test_the_stats_endpoint_reports_engines_latencies_and_requests(pg):
     after = httpx.get(f"{pg.url}/dashboard/stats", headers=pg.admin_headers).json()
     assert after["engines"][0]["tokens"] >= engine["tokens"]  # cumulative: finished requests keep their tokens
     retention = stats["retention"]  # the engine's figures (one engine: summed over one)
-    assert retention["max_held_blocks"] == 32  # half of --num-kv-blocks 64
+    assert retention["max_held_blocks"] == 51  # --kv-retention-max-fraction 0.8 of --num-kv-blocks 64
     assert retention["pins"] >= 0 and retention["held_blocks"] <= retention["max_held_blocks"]
     assert stats["budget_closed"] == 0  # no forced reply was cut by its budget (issue 35)
 
@@ -202,7 +202,7 @@ def test_the_retention_panel_shows_the_engines_figures(page: Page, pg):
     rate = f"{round(100 * after['returning_hits_tokens'] / queries)}%" if queries else "–"
     expect(figure("Returning turns")).to_have_text(f"{after['returning_turns']} · prefix hit rate {rate}")
     expect(figure("Tool gaps")).to_have_text(re.compile(rf"^{after['tool_gaps']} observed · mean \d+\.\d s$"))
-    expect(figure("Pinned now")).to_have_text(re.compile(r"^\d+ programs? · \d+ of at most 32 KV blocks$"))
+    expect(figure("Pinned now")).to_have_text(re.compile(r"^\d+ programs? · \d+ of at most 51 KV blocks$"))
     expect(figure("Pins made")).to_have_text(str(after["pinned_total"]))
     expect(figure("Pins released")).to_contain_text("program returned")
     shoot(page, "dashboard-retention", full_page=True)
